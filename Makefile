@@ -1,0 +1,265 @@
+# dptrain — top-level GNU Makefile.
+# Probes optional dependencies by compiling and linking against their headers and libraries
+# (never by asking the package manager), says what it found, and always builds the CPU-only
+# parts. Objects go to $(O) (build/, or build-san/ with SAN=1) so both builds coexist.
+
+PREFIX      ?= /usr/local
+BINDIR      ?= $(PREFIX)/bin
+LIBDIR      ?= $(PREFIX)/lib
+LIBEXECDIR  ?= $(PREFIX)/libexec/dptrain
+MANDIR      ?= $(PREFIX)/share/man
+DATADIR     ?= $(PREFIX)/share/dptrain
+SYSCONFDIR  ?= /etc
+DESTDIR     ?=
+CUDA_HOME   ?= /usr/local/cuda
+SAN         ?= 0
+V           ?= 0
+
+comma := ,
+hash := \#
+empty :=
+space := $(empty) $(empty)
+
+ifeq ($(SAN),1)
+O ?= build-san
+else
+O ?= build
+endif
+
+CC      ?= gcc
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+FUZZCC  ?= clang
+PROVE   ?= prove
+PKG_CONFIG ?= pkg-config
+
+VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
+
+WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral
+HARDEN   := -fstack-protector-strong -fPIC
+CPPFLAGS += -DDPTRAIN_VERSION='"$(VERSION)"' -Iranktable -Itrainer -Ipmix -It/lib
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=gnu11 $(WARN) $(HARDEN) -pthread
+LDFLAGS  += -Wl,-z,now -Wl,-z,relro -pthread
+ifeq ($(SAN),1)
+CFLAGS   += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS  += -fsanitize=address,undefined
+else
+CPPFLAGS += -D_FORTIFY_SOURCE=2
+endif
+
+ifeq ($(V),1)
+Q :=
+else
+Q := @
+endif
+
+# ---------------------------------------------------------------------------------------
+# Probes. Each sets HAVE_X := yes|no and X_VERSION. One compile/link each, at parse time.
+probe_link = $(call probe_link_with,$(CC),$(1),$(2))
+probe_link_with = $(shell printf '%b' '$(2)' | $(1) -x c - -o /dev/null $(3) >/dev/null 2>&1 && echo yes || echo no)
+probe_macro = $(shell printf '%b' '$(1)' | $(CC) -E -P -x c - $(2) 2>/dev/null | tail -n 1 | sed 's/[ "]//g; s/\([0-9]\)[LU]*\b/\1/g')
+
+HAVE_JANSSON := $(call probe_link,$(hash)include <jansson.h>\nint main(void){return json_object()==0;}\n,-ljansson)
+JANSSON_VERSION := $(call probe_macro,$(hash)include <jansson.h>\nJANSSON_VERSION\n,)
+
+HAVE_SLURM := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return 0;}\n,)
+SLURM_VERSION := $(shell v=$$(printf '%b' '$(hash)include <slurm/slurm_version.h>\nSLURM_VERSION_NUMBER\n' | $(CC) -E -P -x c - 2>/dev/null | tail -n 1); [ -n "$$v" ] && echo $$((v>>16)).$$((v>>8&255)).$$((v&255)))
+HAVE_SPANK_PREPEND := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return (int)(long)&spank_prepend_task_argv;}\n,-Wl$(comma)--unresolved-symbols=ignore-all -Werror=implicit-function-declaration)
+
+PMIX_CFLAGS := $(shell $(PKG_CONFIG) --cflags pmix 2>/dev/null)
+PMIX_LIBS   := $(shell $(PKG_CONFIG) --libs pmix 2>/dev/null)
+HAVE_PMIX := $(call probe_link,$(hash)include <pmix.h>\nint main(void){return PMIx_Initialized();}\n,$(PMIX_CFLAGS) $(PMIX_LIBS))
+PMIX_VERSION := $(call probe_macro,$(hash)include <pmix_version.h>\nPMIX_VERSION_MAJOR.PMIX_VERSION_MINOR.PMIX_VERSION_RELEASE\n,$(PMIX_CFLAGS))
+
+HAVE_DNNL := $(call probe_link,$(hash)include <oneapi/dnnl/dnnl.h>\nint main(void){return dnnl_version()==0;}\n,-ldnnl)
+DNNL_VERSION := $(call probe_macro,$(hash)include <oneapi/dnnl/dnnl_version.h>\nDNNL_VERSION_MAJOR.DNNL_VERSION_MINOR.DNNL_VERSION_PATCH\n,)
+
+OPENBLAS_CFLAGS := $(shell $(PKG_CONFIG) --cflags openblas 2>/dev/null)
+HAVE_OPENBLAS := $(call probe_link,$(hash)include <cblas.h>\nint main(void){return openblas_get_num_threads()<0;}\n,$(OPENBLAS_CFLAGS) -lopenblas)
+OPENBLAS_VERSION := $(patsubst OpenBLAS%,%,$(call probe_macro,$(hash)include <openblas_config.h>\nOPENBLAS_VERSION\n,$(OPENBLAS_CFLAGS)))
+
+CUDA_CFLAGS := -I$(CUDA_HOME)/include
+CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+HAVE_CUDA := $(call probe_link,$(hash)include <cuda_runtime.h>\nint main(void){int v;return cudaRuntimeGetVersion(&v);}\n,$(CUDA_CFLAGS) $(CUDA_LIBS) -lcudart)
+CUDA_VERSION := $(shell v=$$(printf '%b' '$(hash)include <cuda.h>\nCUDA_VERSION\n' | $(CC) -E -P -x c - $(CUDA_CFLAGS) 2>/dev/null | tail -n 1); [ -n "$$v" ] && echo $$((v/1000)).$$((v%1000/10)))
+HAVE_CUDNN := $(call probe_link,$(hash)include <cudnn.h>\nint main(void){return cudnnGetVersion()==0;}\n,$(CUDA_CFLAGS) $(CUDA_LIBS) -lcudnn)
+CUDNN_VERSION := $(call probe_macro,$(hash)include <cudnn_version.h>\nCUDNN_MAJOR.CUDNN_MINOR.CUDNN_PATCHLEVEL\n,$(CUDA_CFLAGS))
+HAVE_NCCL := $(call probe_link,$(hash)include <nccl.h>\nint main(void){int v;return ncclGetVersion(&v);}\n,$(CUDA_CFLAGS) $(CUDA_LIBS) -lnccl)
+NCCL_VERSION := $(call probe_macro,$(hash)include <nccl.h>\nNCCL_MAJOR.NCCL_MINOR.NCCL_PATCH\n,$(CUDA_CFLAGS))
+NVCC := $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc))
+
+HAVE_SHARNESS := $(if $(wildcard /usr/share/sharness/sharness.sh),yes,no)
+HAVE_SLURMD   := $(if $(shell command -v slurmd 2>/dev/null),yes,no)
+HAVE_FUZZCC   := $(call probe_link_with,$(FUZZCC),int LLVMFuzzerTestOneInput(const char *d, unsigned long n){(void)d;(void)n;return 0;}\n,-fsanitize=fuzzer)
+
+ifneq ($(HAVE_JANSSON),yes)
+$(error jansson is required (Debian: libjansson-dev); run 'make deps')
+endif
+
+# Print what was found once per top-level make (not for 'clean').
+ifeq ($(filter clean distclean deps help,$(MAKECMDGOALS)),)
+ifeq ($(MAKELEVEL),0)
+$(info dptrain $(VERSION): build directory $(O)$(if $(filter 1,$(SAN)), (AddressSanitizer + UBSan),))
+$(info $(space) jansson:   $(HAVE_JANSSON) ($(JANSSON_VERSION)))
+$(info $(space) slurm:     $(HAVE_SLURM)$(if $(filter yes,$(HAVE_SLURM)), ($(SLURM_VERSION); spank_prepend_task_argv: $(HAVE_SPANK_PREPEND)), -- skipping the SPANK plugin (Debian: libslurm-dev)))
+$(info $(space) pmix:      $(HAVE_PMIX)$(if $(filter yes,$(HAVE_PMIX)), ($(PMIX_VERSION)), -- dptrain-launch uses the SLURM_*/torchrun fallback only (Debian: libpmix-dev)))
+$(info $(space) onednn:    $(HAVE_DNNL)$(if $(filter yes,$(HAVE_DNNL)), ($(DNNL_VERSION)), (Debian: libdnnl-dev)))
+$(info $(space) openblas:  $(HAVE_OPENBLAS)$(if $(filter yes,$(HAVE_OPENBLAS)), ($(OPENBLAS_VERSION)), (Debian: libopenblas-dev)))
+$(info $(space) cuda:      $(HAVE_CUDA)$(if $(filter yes,$(HAVE_CUDA)), ($(CUDA_VERSION) at $(CUDA_HOME)), -- no toolkit at CUDA_HOME=$(CUDA_HOME): CUDA backend skipped))
+$(info $(space) cudnn:     $(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_VERSION)),))
+$(info $(space) nccl:      $(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_VERSION)),))
+$(info $(space) tests:     sharness $(HAVE_SHARNESS), slurmd $(HAVE_SLURMD), libFuzzer $(HAVE_FUZZCC))
+endif
+endif
+
+# ---------------------------------------------------------------------------------------
+# Components. Libraries are every .c of their directory except the program's main file.
+RT_LIB_SRC  := $(filter-out ranktable/cli.c,$(wildcard ranktable/*.c))
+CFG_LIB_SRC := $(wildcard trainer/config*.c)
+TRAINER_SRC := $(filter-out $(CFG_LIB_SRC),$(wildcard trainer/*.c))
+LAUNCH_SRC  := $(wildcard pmix/*.c)
+SPANK_SRC   := $(wildcard spank/*.c)
+TAP_SRC     := t/lib/tap.c
+UNIT_SRC    := $(wildcard t/unit/*.c)
+
+obj = $(patsubst %.c,$(O)/obj/%.o,$(1))
+
+LIBRT  := $(O)/lib/libdptrain-ranktable.a
+LIBCFG := $(O)/lib/libdptrain-config.a
+LIBTAP := $(O)/lib/libtap.a
+
+BIN_RANKTABLE := $(O)/bin/dptrain-ranktable
+BIN_TRAINER   := $(O)/bin/dptrain
+BIN_LAUNCH    := $(O)/bin/dptrain-launch
+BIN_RUN       := $(O)/bin/dptrain-run
+SPANK_SO      := $(O)/lib/dptrain.so
+UNIT_TESTS    := $(patsubst t/unit/%.c,$(O)/t/%.t,$(UNIT_SRC))
+
+PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER)
+ifneq ($(LAUNCH_SRC),)
+PROGRAMS += $(BIN_LAUNCH)
+endif
+ifeq ($(HAVE_PMIX),yes)
+LAUNCH_CPPFLAGS := -DHAVE_PMIX=1 $(PMIX_CFLAGS)
+LAUNCH_LIBS     := $(PMIX_LIBS)
+endif
+ifeq ($(HAVE_SLURM),yes)
+ifneq ($(SPANK_SRC),)
+PROGRAMS += $(SPANK_SO)
+endif
+endif
+
+.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo
+.DEFAULT_GOAL := all
+
+all: $(PROGRAMS) $(UNIT_TESTS)
+
+$(O)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(filter 0,$(V)),echo "  CC      $<",:)
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(call obj,$(LAUNCH_SRC)): CPPFLAGS += $(LAUNCH_CPPFLAGS)
+$(call obj,$(SPANK_SRC)): CPPFLAGS += $(if $(filter yes,$(HAVE_SPANK_PREPEND)),-DHAVE_SPANK_PREPEND_TASK_ARGV=1,)
+
+$(O)/lib/%.a:
+	@mkdir -p $(@D)
+	@$(if $(filter 0,$(V)),echo "  AR      $@",:)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIBRT): $(call obj,$(RT_LIB_SRC))
+$(LIBCFG): $(call obj,$(CFG_LIB_SRC))
+$(LIBTAP): $(call obj,$(TAP_SRC))
+
+link = @mkdir -p $(@D); $(if $(filter 0,$(V)),echo "  LD      $@";,) $(CC) $(CFLAGS) $(LDFLAGS) -o $@
+
+$(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT)
+	$(link) $^ -ljansson
+
+$(BIN_TRAINER): $(call obj,$(TRAINER_SRC)) $(LIBCFG) $(LIBRT)
+	$(link) $^ -ljansson -lm
+
+$(BIN_LAUNCH): $(call obj,$(LAUNCH_SRC)) $(LIBRT) $(LIBCFG)
+	$(link) $^ -ljansson $(LAUNCH_LIBS)
+
+# The plugin exports only the SPANK symbols (spank/dptrain.map).
+$(SPANK_SO): $(call obj,$(SPANK_SRC)) $(LIBCFG)
+	$(link) -shared -Wl,--version-script=spank/dptrain.map $^ -ljansson
+
+$(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBRT) $(LIBCFG)
+	$(link) $^ -ljansson -lm
+
+# ---------------------------------------------------------------------------------------
+# Tests: C unit tests (TAP) and sharness integration tests, all through prove.
+SHELL_TESTS := $(sort $(wildcard t/t[0-9]*.t))
+PROVE_FLAGS ?= --timer
+export DPTRAIN_BUILD_DIR = $(abspath $(O))
+export DPTRAIN_SRC_DIR = $(abspath .)
+export DPTRAIN_SAN = $(SAN)
+
+check: all
+	$(PROVE) $(PROVE_FLAGS) --exec '' $(UNIT_TESTS) $(SHELL_TESTS)
+
+check-unit: all
+	$(PROVE) $(PROVE_FLAGS) --exec '' $(UNIT_TESTS)
+
+check-integration: all
+	$(PROVE) $(PROVE_FLAGS) --exec '' $(SHELL_TESTS)
+
+# ---------------------------------------------------------------------------------------
+# Fuzzing (clang libFuzzer): one target per parser, FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := $(patsubst t/fuzz/%.c,build-fuzz/%,$(wildcard t/fuzz/fuzz_*.c))
+FUZZ_FLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iranktable -Itrainer
+
+build-fuzz/fuzz_%: t/fuzz/fuzz_%.c $(RT_LIB_SRC) $(CFG_LIB_SRC)
+	@mkdir -p $(@D)
+	$(FUZZCC) $(FUZZ_FLAGS) -o $@ $^ -ljansson -lm
+
+fuzz: $(FUZZ_TARGETS)
+	@set -e; for f in $(FUZZ_TARGETS); do \
+		n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
+		cp -n t/fuzz/seeds/$${n#fuzz_}/* build-fuzz/corpus-$$n/ 2>/dev/null || true; \
+		echo "fuzz: $$n for $(FUZZ_SECONDS) s"; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -timeout=10 \
+			build-fuzz/corpus-$$n 2>build-fuzz/$$n.log || { tail -n 40 build-fuzz/$$n.log; exit 1; }; \
+		grep -E 'stat::number_of_executed_units|stat::peak_rss_mb' build-fuzz/$$n.log; \
+	done
+
+# ---------------------------------------------------------------------------------------
+deps:
+	bash contrib/deps.sh
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/slurm $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR)/examples \
+		$(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d
+	install -m 755 $(filter $(O)/bin/%,$(PROGRAMS)) $(DESTDIR)$(BINDIR)/
+	$(if $(filter $(SPANK_SO),$(PROGRAMS)),install -m 755 $(SPANK_SO) $(DESTDIR)$(LIBDIR)/slurm/dptrain.so,@echo "install: no SPANK plugin built (no spank.h)")
+	for m in doc/*.1; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/; done; true
+	for m in doc/*.5; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man5/; done; true
+	for m in doc/*.8; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man8/; done; true
+	install -m 644 contrib/examples/*.json $(DESTDIR)$(DATADIR)/examples/
+	sed 's|@LIBDIR@|$(LIBDIR)|g; s|@BINDIR@|$(BINDIR)|g' contrib/plugstack.conf.in \
+		> $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/dptrain.conf.example
+	chmod 644 $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/dptrain.conf.example
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(filter $(O)/bin/%,$(PROGRAMS))))
+	rm -f $(DESTDIR)$(LIBDIR)/slurm/dptrain.so
+	rm -f $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/dptrain.conf.example
+	rm -rf $(DESTDIR)$(DATADIR)
+
+clean:
+	rm -rf build build-san build-fuzz t/test-results "t/trash directory."*
+
+help:
+	@echo "make [SAN=1] [CUDA_HOME=...]   build (SAN=1: AddressSanitizer + UBSan into build-san/)"
+	@echo "make deps                      install the Debian packages needed to build and test"
+	@echo "make check [SAN=1]             unit + integration tests through prove"
+	@echo "make fuzz [FUZZ_SECONDS=60]    libFuzzer on the rank-table reader and config parser"
+	@echo "make install PREFIX=/usr DESTDIR=...   install programs, plugin, man pages, examples"
+
+-include $(shell find $(O)/obj -name '*.d' 2>/dev/null)
