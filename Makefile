@@ -118,8 +118,8 @@ endif
 # Components. Libraries are every .c of their directory except the program's main file.
 RT_LIB_SRC  := $(filter-out ranktable/cli.c,$(wildcard ranktable/*.c))
 CFG_LIB_SRC := $(wildcard trainer/config*.c)
-TRAINER_SRC := $(filter-out $(CFG_LIB_SRC),$(wildcard trainer/*.c))
-LAUNCH_SRC  := $(wildcard pmix/*.c)
+TRAINER_LIB_SRC := $(filter-out $(CFG_LIB_SRC) trainer/main.c,$(wildcard trainer/*.c))
+LAUNCH_LIB_SRC  := $(filter-out pmix/launch.c pmix/run.c,$(wildcard pmix/*.c))
 SPANK_SRC   := $(wildcard spank/*.c)
 TAP_SRC     := t/lib/tap.c
 UNIT_SRC    := $(wildcard t/unit/*.c)
@@ -129,6 +129,8 @@ obj = $(patsubst %.c,$(O)/obj/%.o,$(1))
 LIBRT  := $(O)/lib/libdptrain-ranktable.a
 LIBCFG := $(O)/lib/libdptrain-config.a
 LIBTAP := $(O)/lib/libtap.a
+LIBTRAINER := $(O)/lib/libdptrain-trainer.a
+LIBLAUNCH  := $(O)/lib/libdptrain-launch.a
 
 BIN_RANKTABLE := $(O)/bin/dptrain-ranktable
 BIN_TRAINER   := $(O)/bin/dptrain
@@ -138,8 +140,11 @@ SPANK_SO      := $(O)/lib/dptrain.so
 UNIT_TESTS    := $(patsubst t/unit/%.c,$(O)/t/%.t,$(UNIT_SRC))
 
 PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER)
-ifneq ($(LAUNCH_SRC),)
+ifneq ($(wildcard pmix/launch.c),)
 PROGRAMS += $(BIN_LAUNCH)
+endif
+ifneq ($(wildcard pmix/run.c),)
+PROGRAMS += $(BIN_RUN)
 endif
 ifeq ($(HAVE_PMIX),yes)
 LAUNCH_CPPFLAGS := -DHAVE_PMIX=1 $(PMIX_CFLAGS)
@@ -161,7 +166,7 @@ $(O)/obj/%.o: %.c
 	@$(if $(filter 0,$(V)),echo "  CC      $<",:)
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
-$(call obj,$(LAUNCH_SRC)): CPPFLAGS += $(LAUNCH_CPPFLAGS)
+CPPFLAGS += $(LAUNCH_CPPFLAGS)
 $(call obj,$(SPANK_SRC)): CPPFLAGS += $(if $(filter yes,$(HAVE_SPANK_PREPEND)),-DHAVE_SPANK_PREPEND_TASK_ARGV=1,)
 
 $(O)/lib/%.a:
@@ -172,24 +177,29 @@ $(O)/lib/%.a:
 $(LIBRT): $(call obj,$(RT_LIB_SRC))
 $(LIBCFG): $(call obj,$(CFG_LIB_SRC))
 $(LIBTAP): $(call obj,$(TAP_SRC))
+$(LIBTRAINER): $(call obj,$(TRAINER_LIB_SRC))
+$(LIBLAUNCH): $(call obj,$(LAUNCH_LIB_SRC))
 
 link = @mkdir -p $(@D); $(if $(filter 0,$(V)),echo "  LD      $@";,) $(CC) $(CFLAGS) $(LDFLAGS) -o $@
 
 $(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT)
 	$(link) $^ -ljansson
 
-$(BIN_TRAINER): $(call obj,$(TRAINER_SRC)) $(LIBCFG) $(LIBRT)
+$(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
 	$(link) $^ -ljansson -lm
 
-$(BIN_LAUNCH): $(call obj,$(LAUNCH_SRC)) $(LIBRT) $(LIBCFG)
+$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
+	$(link) $^ -ljansson $(LAUNCH_LIBS)
+
+$(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
 	$(link) $^ -ljansson $(LAUNCH_LIBS)
 
 # The plugin exports only the SPANK symbols (spank/dptrain.map).
 $(SPANK_SO): $(call obj,$(SPANK_SRC)) $(LIBCFG)
 	$(link) -shared -Wl,--version-script=spank/dptrain.map $^ -ljansson
 
-$(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBRT) $(LIBCFG)
-	$(link) $^ -ljansson -lm
+$(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(LIBTRAINER) $(LIBRT) $(LIBCFG)
+	$(link) $^ -ljansson -lm $(LAUNCH_LIBS)
 
 # ---------------------------------------------------------------------------------------
 # Tests: C unit tests (TAP) and sharness integration tests, all through prove.

@@ -1,0 +1,5 @@
+/* placeholder until the trainer CLI lands */
+int main(void)
+{
+	return 1;
+}
