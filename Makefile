@@ -194,9 +194,21 @@ $(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
 $(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
 	$(link) $^ -ljansson $(LAUNCH_LIBS)
 
-# The plugin exports only the SPANK symbols (spank/dptrain.map).
-$(SPANK_SO): $(call obj,$(SPANK_SRC)) $(LIBCFG)
-	$(link) -shared -Wl,--version-script=spank/dptrain.map $^ -ljansson
+# The plugin is dlopen'ed by srun and slurmstepd, which are not built with ASan (its runtime
+# must come first in a process), so with SAN=1 it gets UBSan only. It links its own -fPIC copy
+# of the config validator and exports only the SPANK symbols (spank/dptrain.map).
+PLUGIN_CFLAGS  := $(filter-out -fsanitize=address$(comma)undefined,$(CFLAGS))
+PLUGIN_LDFLAGS := $(filter-out -fsanitize=address$(comma)undefined,$(LDFLAGS))
+$(O)/obj-plugin/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(filter 0,$(V)),echo "  CC      $< (plugin)",:)
+	$(Q)$(CC) $(CPPFLAGS) $(PLUGIN_CFLAGS) -MMD -MP -c -o $@ $<
+
+$(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(CFG_LIB_SRC)) spank/dptrain.map
+	@mkdir -p $(@D)
+	@$(if $(filter 0,$(V)),echo "  LD      $@",:)
+	$(Q)$(CC) $(PLUGIN_CFLAGS) $(PLUGIN_LDFLAGS) -shared -Wl,--version-script=spank/dptrain.map \
+		-o $@ $(filter %.o,$^) -ljansson
 
 $(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(LIBTRAINER) $(LIBRT) $(LIBCFG)
 	$(link) $^ -ljansson -lm $(LAUNCH_LIBS)
@@ -272,4 +284,4 @@ help:
 	@echo "make fuzz [FUZZ_SECONDS=60]    libFuzzer on the rank-table reader and config parser"
 	@echo "make install PREFIX=/usr DESTDIR=...   install programs, plugin, man pages, examples"
 
--include $(shell find $(O)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(O)/obj $(O)/obj-plugin -name '*.d' 2>/dev/null)
