@@ -204,6 +204,12 @@ $(O)/obj-plugin/%.o: %.c
 	@$(if $(filter 0,$(V)),echo "  CC      $< (plugin)",:)
 	$(Q)$(CC) $(CPPFLAGS) $(PLUGIN_CFLAGS) -MMD -MP -c -o $@ $<
 
+# The plugin's default launcher is $(BINDIR)/dptrain-launch: rebuild when PREFIX/BINDIR change.
+PREFIX_STAMP := $(O)/prefix.stamp
+$(shell mkdir -p $(O) && { [ "$$(cat $(PREFIX_STAMP) 2>/dev/null)" = "$(BINDIR)" ] || echo "$(BINDIR)" > $(PREFIX_STAMP); })
+$(O)/obj-plugin/spank/%.o: CPPFLAGS += -DDPTRAIN_BINDIR='"$(BINDIR)"'
+$(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC)): $(PREFIX_STAMP)
+
 $(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(CFG_LIB_SRC)) spank/dptrain.map
 	@mkdir -p $(@D)
 	@$(if $(filter 0,$(V)),echo "  LD      $@",:)
