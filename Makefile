@@ -100,7 +100,6 @@ endif
 
 # Print what was found once per top-level make (not for 'clean').
 ifeq ($(filter clean distclean deps help,$(MAKECMDGOALS)),)
-ifeq ($(MAKELEVEL),0)
 $(info dptrain $(VERSION): build directory $(O)$(if $(filter 1,$(SAN)), (AddressSanitizer + UBSan),))
 $(info $(space) jansson:   $(HAVE_JANSSON) ($(JANSSON_VERSION)))
 $(info $(space) slurm:     $(HAVE_SLURM)$(if $(filter yes,$(HAVE_SLURM)), ($(SLURM_VERSION); spank_prepend_task_argv: $(HAVE_SPANK_PREPEND)), -- skipping the SPANK plugin (Debian: libslurm-dev)))
@@ -111,7 +110,6 @@ $(info $(space) cuda:      $(HAVE_CUDA)$(if $(filter yes,$(HAVE_CUDA)), ($(CUDA_
 $(info $(space) cudnn:     $(HAVE_CUDNN)$(if $(filter yes,$(HAVE_CUDNN)), ($(CUDNN_VERSION)),))
 $(info $(space) nccl:      $(HAVE_NCCL)$(if $(filter yes,$(HAVE_NCCL)), ($(NCCL_VERSION)),))
 $(info $(space) tests:     sharness $(HAVE_SHARNESS), slurmd $(HAVE_SLURMD), libFuzzer $(HAVE_FUZZCC))
-endif
 endif
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,59 @@
+#!/bin/sh
+test_description='the build: dependency probes, what is skipped, make install'
+. "$(dirname "$0")/sharness.sh"
+
+# make cannot take paths with spaces (sharness trash directories have one): install into a
+# directory of our own and link it here.
+dest="$DPTRAIN_BUILD_DIR/t/install-root"
+mk() { env -u MAKEFLAGS -u MAKELEVEL make --no-print-directory -C "$DPTRAIN_SRC_DIR" O="$DPTRAIN_BUILD_DIR" SAN="${DPTRAIN_SAN:-0}" "$@"; }
+
+test_expect_success 'make reports every probed dependency' '
+	mk -n all >out 2>&1 &&
+	for dep in jansson slurm pmix onednn openblas cuda cudnn nccl tests; do
+		grep "^  $dep: " out || return 1
+	done
+'
+
+test_expect_success 'without a CUDA toolkit: CUDA is reported absent and the CPU parts still build' '
+	mk -n all CUDA_HOME=/nonexistent >out 2>&1 &&
+	grep "^  cuda: *no -- no toolkit at CUDA_HOME=/nonexistent: CUDA backend skipped" out &&
+	grep "^  cudnn: *no" out && grep "^  nccl: *no" out &&
+	mk all CUDA_HOME=/nonexistent O="$DPTRAIN_BUILD_DIR/t/nocuda" >build.log 2>&1 &&
+	test -x "$DPTRAIN_BUILD_DIR/t/nocuda/bin/dptrain" &&
+	test -x "$DPTRAIN_BUILD_DIR/t/nocuda/bin/dptrain-ranktable"
+'
+
+test -f /usr/local/cuda/include/cuda.h && test_set_prereq CUDA_TOOLKIT
+test_expect_success CUDA_TOOLKIT 'with /usr/local/cuda: toolkit, cuDNN and NCCL versions are reported' '
+	mk -n all >out 2>&1 &&
+	grep -E "^  cuda: *yes \([0-9]+\.[0-9]+ at /usr/local/cuda\)" out &&
+	grep -E "^  cudnn: *yes \([0-9]+\.[0-9]+\.[0-9]+\)" out &&
+	grep -E "^  nccl: *yes \([0-9]+\.[0-9]+\.[0-9]+\)" out
+'
+
+test_expect_success 'make install DESTDIR= puts programs, plugin, man pages, examples, drop-in in place' '
+	rm -rf "$dest" && mk install DESTDIR="$dest" >install.log 2>&1 &&
+	ln -sfn "$dest" root &&
+	test -x root/usr/local/bin/dptrain &&
+	test -x root/usr/local/bin/dptrain-ranktable &&
+	ls root/usr/local/share/man/man1/dptrain-ranktable.1 &&
+	ls root/usr/local/share/man/man5/dptrain.json.5 &&
+	ls root/usr/local/share/dptrain/examples/lenet-fmnist.json &&
+	test -f root/etc/slurm/plugstack.conf.d/dptrain.conf.example &&
+	! grep "@LIBDIR@\|@BINDIR@" root/etc/slurm/plugstack.conf.d/dptrain.conf.example
+'
+
+test_expect_success PLUGIN 'the installed plugin is under LIBDIR/slurm and exports only SPANK symbols' '
+	test -x root/usr/local/lib/slurm/dptrain.so &&
+	ls root/usr/local/share/man/man8/dptrain.8 &&
+	nm -D --defined-only root/usr/local/lib/slurm/dptrain.so | awk "{print \$3}" >syms &&
+	! grep -v -E "^(slurm_spank_|spank_|plugin_)" syms &&
+	grep -q "^slurm_spank_init$" syms
+'
+
+test_expect_success 'the binaries are hardened (full RELRO, stack protector)' '
+	readelf -d "$DPTRAIN_BUILD_DIR/bin/dptrain-ranktable" | grep -q "BIND_NOW\|FLAGS.*NOW" &&
+	readelf -l "$DPTRAIN_BUILD_DIR/bin/dptrain-ranktable" | grep -q GNU_RELRO
+'
+
+test_done
