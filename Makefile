@@ -154,7 +154,7 @@ PROGRAMS += $(SPANK_SO)
 endif
 endif
 
-.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo
+.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo reference
 .DEFAULT_GOAL := all
 
 all: $(PROGRAMS) $(UNIT_TESTS)
@@ -183,8 +183,10 @@ link = @mkdir -p $(@D); $(if $(filter 0,$(V)),echo "  LD      $@";,) $(CC) $(CFL
 $(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT)
 	$(link) $^ -ljansson
 
+TRAINER_LIBS := -ljansson -lz -lm
+
 $(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
-	$(link) $^ -ljansson -lm
+	$(link) $^ $(TRAINER_LIBS)
 
 $(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
 	$(link) $^ -ljansson $(LAUNCH_LIBS)
@@ -215,7 +217,7 @@ $(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(CFG_LIB_SRC)) spa
 		-o $@ $(filter %.o,$^) -ljansson
 
 $(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(LIBTRAINER) $(LIBRT) $(LIBCFG)
-	$(link) $^ -ljansson -lm $(LAUNCH_LIBS)
+	$(link) $^ $(TRAINER_LIBS) $(LAUNCH_LIBS)
 
 # ---------------------------------------------------------------------------------------
 # Tests: C unit tests (TAP) and sharness integration tests, all through prove.
@@ -257,6 +259,11 @@ fuzz: $(FUZZ_TARGETS)
 # ---------------------------------------------------------------------------------------
 deps:
 	bash contrib/deps.sh
+
+# Regenerate the PyTorch reference data (Debian's python3-torch, not a python on PATH).
+REFERENCE_PY ?= /usr/bin/python3
+reference:
+	@set -e; for g in t/reference/gen_*.py; do echo "  REF     $$g"; $(REFERENCE_PY) $$g; done
 
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/slurm $(DESTDIR)$(MANDIR)/man1 \
