@@ -184,6 +184,16 @@ $(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT)
 	$(link) $^ -ljansson
 
 TRAINER_LIBS := -ljansson -lz -lm
+ifeq ($(HAVE_DNNL),yes)
+CPPFLAGS     += -DHAVE_DNNL=1
+TRAINER_LIBS += -ldnnl
+endif
+ifeq ($(HAVE_OPENBLAS),yes)
+CPPFLAGS     += -DHAVE_OPENBLAS=1 $(OPENBLAS_CFLAGS)
+TRAINER_LIBS += -lopenblas
+endif
+CFLAGS += -fopenmp
+LDFLAGS += -fopenmp
 
 $(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
 	$(link) $^ $(TRAINER_LIBS)
@@ -197,8 +207,8 @@ $(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
 # The plugin is dlopen'ed by srun and slurmstepd, which are not built with ASan (its runtime
 # must come first in a process), so with SAN=1 it gets UBSan only. It links its own -fPIC copy
 # of the config validator and exports only the SPANK symbols (spank/dptrain.map).
-PLUGIN_CFLAGS  := $(filter-out -fsanitize=address$(comma)undefined,$(CFLAGS)) $(if $(filter 1,$(SAN)),-fsanitize=undefined)
-PLUGIN_LDFLAGS := $(filter-out -fsanitize=address$(comma)undefined,$(LDFLAGS)) $(if $(filter 1,$(SAN)),-fsanitize=undefined)
+PLUGIN_CFLAGS  := $(filter-out -fopenmp -fsanitize=address$(comma)undefined,$(CFLAGS)) $(if $(filter 1,$(SAN)),-fsanitize=undefined)
+PLUGIN_LDFLAGS := $(filter-out -fopenmp -fsanitize=address$(comma)undefined,$(LDFLAGS)) $(if $(filter 1,$(SAN)),-fsanitize=undefined)
 $(O)/obj-plugin/%.o: %.c
 	@mkdir -p $(@D)
 	@$(if $(filter 0,$(V)),echo "  CC      $< (plugin)",:)

@@ -1,0 +1,143 @@
+/* backend.h — the op table every compute backend implements (cpu: oneDNN + OpenBLAS;
+ * cuda: cuDNN + cuBLAS + own kernels). Layers call these ops and never a library directly.
+ * Activations are dense NCHW (CPU) in the backend's memory; parameters and gradients are
+ * plain float32 arrays (conv weights OIHW, linear weights [out][in]) inside the model's flat
+ * buffers. A backend may keep private layouts inside an op, never across the interface. */
+#ifndef DPTRAIN_BACKEND_H
+#define DPTRAIN_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum be_dtype { BE_F32 = 0, BE_BF16, BE_F16 };
+
+struct backend;
+
+/* Ops are planned once per shape (primitive creation, algorithm search, workspace sizing) and
+ * reused; a layer keeps one op per batch size it has seen. */
+struct be_op;
+
+struct be_conv_desc {
+	int n, c, h, w;	     /* input */
+	int k, kh, kw;	     /* output channels, kernel */
+	int stride, pad;     /* same in both dimensions; groups = 1, dilation = 1 */
+	int has_bias;
+	int oh, ow;	     /* filled by conv_create */
+};
+
+struct be_bn_desc {
+	int n, c, h, w;
+	float eps;
+	int fuse_relu; /* y = relu(bn(x)); backward then needs the op's workspace */
+};
+
+enum be_pool_kind { BE_POOL_MAX, BE_POOL_AVG };
+
+struct be_pool_desc {
+	enum be_pool_kind kind;
+	int n, c, h, w;
+	int kh, kw, stride, pad; /* avg: padding excluded from the divisor? no: PyTorch's
+				    count_include_pad=True default */
+	int oh, ow;		 /* filled by pool_create */
+};
+
+struct be_linear_desc {
+	int n, in, out;
+	int has_bias;
+};
+
+/* Every op returns 0 on success, -1 with be->err set (a message naming the op and shape).
+ * beta: 0 overwrites the output, 1 adds to it (gradient accumulation across micro-steps and
+ * across the consumers of a tensor with fan-out). */
+struct backend_ops {
+	const char *name;
+
+	void *(*alloc)(struct backend *be, size_t bytes);
+	void (*free)(struct backend *be, void *p);
+	int (*to_host)(struct backend *be, void *dst, const void *src, size_t bytes);
+	int (*from_host)(struct backend *be, void *dst, const void *src, size_t bytes);
+	int (*fill)(struct backend *be, float *x, float value, size_t n);
+	int (*sync)(struct backend *be);
+
+	struct be_op *(*conv_create)(struct backend *be, struct be_conv_desc *d);
+	int (*conv_fwd)(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+			const float *bias, float *y);
+	int (*conv_bwd_data)(struct backend *be, struct be_op *op, const float *dy,
+			     const float *wgt, float *dx, float beta);
+	int (*conv_bwd_weights)(struct backend *be, struct be_op *op, const float *x,
+				const float *dy, float *dwgt, float *dbias, float beta);
+
+	struct be_op *(*bn_create)(struct backend *be, const struct be_bn_desc *d);
+	/* Training: batch statistics; saves mean and inverse std (per channel) for backward;
+	 * updates running stats as PyTorch: r = (1-momentum) r + momentum * stat, with the
+	 * unbiased variance (n/(n-1)) in running_var. */
+	int (*bn_fwd_train)(struct backend *be, struct be_op *op, const float *x,
+			    const float *gamma, const float *beta_, float *y, float *save_mean,
+			    float *save_invstd, float *running_mean, float *running_var,
+			    float momentum);
+	int (*bn_fwd_infer)(struct backend *be, struct be_op *op, const float *x,
+			    const float *gamma, const float *beta_, const float *running_mean,
+			    const float *running_var, float *y);
+	/* y is the forward output (needed with fuse_relu). */
+	int (*bn_bwd)(struct backend *be, struct be_op *op, const float *x, const float *y,
+		      const float *dy, const float *gamma, const float *save_mean,
+		      const float *save_invstd, float *dx, float *dgamma, float *dbeta, float beta);
+
+	struct be_op *(*pool_create)(struct backend *be, struct be_pool_desc *d);
+	int (*pool_fwd)(struct backend *be, struct be_op *op, const float *x, float *y);
+	int (*pool_bwd)(struct backend *be, struct be_op *op, const float *dy, float *dx,
+			float beta);
+
+	struct be_op *(*linear_create)(struct backend *be, const struct be_linear_desc *d);
+	/* y[n][out] = x[n][in] . W[out][in]^T + b */
+	int (*linear_fwd)(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+			  const float *bias, float *y);
+	int (*linear_bwd_data)(struct backend *be, struct be_op *op, const float *dy,
+			       const float *wgt, float *dx, float beta);
+	int (*linear_bwd_weights)(struct backend *be, struct be_op *op, const float *x,
+				  const float *dy, float *dwgt, float *dbias, float beta);
+
+	void (*op_destroy)(struct backend *be, struct be_op *op);
+
+	/* Element-wise, over n floats. relu_bwd uses the forward output y (y > 0). */
+	int (*relu_fwd)(struct backend *be, const float *x, float *y, size_t n);
+	int (*relu_bwd)(struct backend *be, const float *y, const float *dy, float *dx, size_t n,
+			float beta);
+	int (*add)(struct backend *be, const float *a, const float *b, float *y, size_t n);
+	/* y = alpha * x + beta * y */
+	int (*axpby)(struct backend *be, float alpha, const float *x, float beta, float *y,
+		     size_t n);
+	/* Global average pool NCHW -> NC, and its backward. */
+	int (*gap_fwd)(struct backend *be, const float *x, float *y, int n, int c, int hw);
+	int (*gap_bwd)(struct backend *be, const float *dy, float *dx, int n, int c, int hw,
+		       float beta);
+
+	/* Softmax cross-entropy over logits[n][classes] with integer labels, optional label
+	 * smoothing (PyTorch semantics). Writes the mean loss over the batch to *loss (host),
+	 * the number of correct top-1 predictions to *correct (host), and, if dlogits is not
+	 * NULL, d(mean loss * scale)/dlogits. Numerically stable (log-sum-exp). */
+	int (*xent)(struct backend *be, const float *logits, const int32_t *labels, int n,
+		    int classes, float smoothing, float scale, float *loss, int *correct,
+		    float *dlogits);
+
+	/* Sum of squares of x (host result), for gradient norms and NaN checks. */
+	int (*sumsq)(struct backend *be, const float *x, size_t n, double *out);
+
+	void (*destroy)(struct backend *be);
+};
+
+struct backend {
+	const struct backend_ops *ops;
+	int threads;	/* CPU threads (0 = library default) */
+	char err[512];	/* last error: names the op, shape and the library's message */
+	void *priv;
+};
+
+/* Create the CPU backend (oneDNN where built with it, plain C otherwise). threads 0 = default
+ * (OMP_NUM_THREADS, else all cores). NULL with *err on failure. */
+struct backend *be_cpu_create(int threads, char *err, size_t errlen);
+/* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
+ * right; the test suite checks the other backends against it and against PyTorch. */
+struct backend *be_ref_create(char *err, size_t errlen);
+
+#endif
