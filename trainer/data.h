@@ -1,0 +1,76 @@
+/* data.h — the trainer's datasets behind one interface: MNIST/Fashion-MNIST idx, CIFAR-10
+ * binary batches, and a seeded synthetic set. Images are uint8, CHW, kept in host memory (or
+ * generated on demand). Owns reading and checking dataset files; knows nothing of sampling,
+ * transforms, batching, the job config or devices. */
+#ifndef DPTRAIN_DATA_H
+#define DPTRAIN_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DATA_ERR_MAX  1024
+#define DATA_NAME_MAX 512
+
+/* Plausibility limits: a header asking for more is refused before anything is allocated. */
+#define DATA_MAX_SIDE  65536	     /* pixels per image side */
+#define DATA_MAX_BYTES (64ull << 30) /* uint8 pixels of one dataset held in memory */
+
+struct data_set;
+
+/* Per-kind behaviour. get() returns the CHW pixels of sample i (a pointer into the set's
+ * memory, or into `scratch` after filling it) and its label; it must be safe to call from
+ * several threads at once. 0 on success, -1 with err filled. */
+struct data_ops {
+	int (*get)(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
+		   int *label, char err[DATA_ERR_MAX]);
+	void (*free)(struct data_set *ds);
+};
+
+struct data_set {
+	const struct data_ops *ops;
+	const char *kind;	  /* "idx", "cifar10", "synthetic", ... */
+	char name[DATA_NAME_MAX]; /* what messages call it: the images file, or a description */
+	size_t count;		  /* samples */
+	int channels, height, width;
+	int num_classes;    /* labels are 0..num_classes-1 */
+	size_t image_bytes; /* channels * height * width */
+
+	/* In-memory sets (idx, cifar10): sample i's pixels are at pixels + i * pixel_stride,
+	 * its label at labels[i * label_stride]. The buffers are owned by the set. */
+	const uint8_t *pixels;
+	const uint8_t *labels;
+	size_t pixel_stride, label_stride;
+	void *buf[2]; /* what to free */
+
+	uint64_t seed; /* synthetic: what every pixel and label derives from */
+};
+
+/* MNIST-style idx files (Fashion-MNIST, MNIST, KMNIST): images are idx3 (magic 0x00000803:
+ * unsigned bytes, count x rows x cols), labels idx1 (magic 0x00000801). Either file may be
+ * gzip-compressed (detected from its content, not its name). channels = 1; num_classes =
+ * the largest label + 1. Errors name the file: missing, unreadable, corrupt gzip, wrong
+ * magic, zero or implausible sizes, truncated or trailing data, count mismatch. */
+int data_load_idx(struct data_set *ds, const char *images_path, const char *labels_path,
+		  char err[DATA_ERR_MAX]);
+
+/* CIFAR-10 binary batches (data_batch_1.bin ... or test_batch.bin): records of one label
+ * byte (0..9) and 3072 pixel bytes (1024 R, 1024 G, 1024 B, rows top to bottom), read from
+ * each file in order into one set of 3x32x32 images. Files may be gzip-compressed. */
+int data_load_cifar10(struct data_set *ds, int nfiles, const char *const paths[],
+		      char err[DATA_ERR_MAX]);
+
+/* A synthetic set for throughput runs: nothing is stored, sample i is generated on demand
+ * from (seed, i). label = h(seed, i) mod classes; pixel = (random byte & 127) +
+ * label * 128 / classes, so the mean brightness tells the class and a model can learn it. */
+int data_synthetic(struct data_set *ds, size_t count, int channels, int height, int width,
+		   int num_classes, uint64_t seed, char err[DATA_ERR_MAX]);
+
+/* Sample i (< ds->count): CHW pixels and label. `scratch` must hold ds->image_bytes (only
+ * generated sets write to it). Thread-safe. 0 on success, -1 with err filled. */
+int data_get(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
+	     int *label, char err[DATA_ERR_MAX]);
+
+/* Free what a loader allocated; leaves *ds zeroed. Safe on a zeroed set. */
+void data_free(struct data_set *ds);
+
+#endif
