@@ -6,7 +6,7 @@ set -euo pipefail
 BUILD="gcc make pkg-config libjansson-dev zlib1g-dev libslurm-dev libpmix-dev libdnnl-dev libopenblas-dev
        clang libclang-rt-14-dev"
 TEST="perl sharness slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
-      python3 python3-torch python3-numpy libopenblas0-openmp dataset-fashion-mnist
+      python3 python3-torch python3-torchvision python3-numpy libopenblas0-openmp dataset-fashion-mnist
       iproute2 procps psmisc util-linux"
 
 missing=()

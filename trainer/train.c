@@ -1,0 +1,477 @@
+/* train.c — the training loop: config -> backend, model, data, optimizer, schedule; then
+ * epochs of (micro-)steps with MindSpore-style loss lines, evaluation, a metrics JSONL file
+ * and the final weights. Single process here; data parallelism hooks in around the step. */
+#define _GNU_SOURCE
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "backend.h"
+#include "data.h"
+#include "loader.h"
+#include "lr_schedule.h"
+#include "nn.h"
+#include "optim.h"
+#include "sampler.h"
+#include "transform.h"
+
+static const char *const model_names[] = {"mlp",      "lenet",	   "resnet18", "resnet34",
+					  "resnet50", "resnet101", "resnet152"};
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int failf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* One split of the data (train or eval): set, transforms, sampler, loader. */
+struct split {
+	struct data_set ds;
+	struct tf tf;
+	struct sampler s;
+	struct loader *l;
+	int have_ds, have_s;
+};
+
+static void split_free(struct split *sp)
+{
+	loader_destroy(sp->l);
+	if (sp->have_s)
+		sampler_free(&sp->s);
+	if (sp->have_ds)
+		data_free(&sp->ds);
+	memset(sp, 0, sizeof(*sp));
+}
+
+static int load_set(struct data_set *ds, const struct cfg *c, const struct cfg_data_source *src,
+		    const char *what, char *err, size_t errlen)
+{
+	char derr[4096];
+	int rv = -1;
+	switch (c->data.format) {
+	case CFG_DATA_IDX:
+		rv = data_load_idx(ds, src->images, src->labels, derr);
+		break;
+	case CFG_DATA_CIFAR10:
+		rv = data_load_cifar10(ds, src->files.n, (const char *const *)src->files.v, derr);
+		break;
+	case CFG_DATA_SYNTHETIC:
+		rv = data_synthetic(ds, (size_t)src->size, c->model.input_shape[0],
+				    c->model.input_shape[1], c->model.input_shape[2],
+				    c->model.num_classes,
+				    (uint64_t)c->data.seed + (strcmp(what, "eval") == 0), derr);
+		break;
+	}
+	if (rv < 0)
+		return failf(err, errlen, "data.%s: %s", what, derr);
+	if (ds->channels != c->model.input_shape[0] || ds->height != c->model.input_shape[1] ||
+	    ds->width != c->model.input_shape[2]) {
+		failf(err, errlen,
+		      "data.%s: %s holds %dx%dx%d images but model.input_shape is [%d, %d, %d]; "
+		      "set model.input_shape to match the data",
+		      what, ds->name, ds->channels, ds->height, ds->width, c->model.input_shape[0],
+		      c->model.input_shape[1], c->model.input_shape[2]);
+		data_free(ds);
+		return -1;
+	}
+	if (ds->num_classes > c->model.num_classes) {
+		failf(err, errlen,
+		      "data.%s: %s has labels up to %d but model.num_classes is %d; raise "
+		      "model.num_classes",
+		      what, ds->name, ds->num_classes - 1, c->model.num_classes);
+		data_free(ds);
+		return -1;
+	}
+	return 0;
+}
+
+static int split_open(struct split *sp, const struct cfg *c, const struct train_env *env,
+		      int train, char *err, size_t errlen)
+{
+	const char *what = train ? "train" : "eval";
+	char e2[4096]; /* larger than every module's error size */
+	if (load_set(&sp->ds, c, train ? &c->data.train : &c->data.eval, what, err, errlen) < 0)
+		return -1;
+	sp->have_ds = 1;
+	struct tf_spec ts = {.seed = (uint64_t)c->data.seed};
+	const struct cfg_transforms *t = &c->data.transforms;
+	if (train && t->random_crop.enabled) {
+		ts.crop = t->random_crop.size ? t->random_crop.size : c->model.input_shape[1];
+		ts.pad = t->random_crop.padding;
+	}
+	if (train && t->horizontal_flip)
+		ts.flip_p = 0.5;
+	if (t->normalize.enabled)
+		for (int i = 0; i < t->normalize.mean.n && i < TF_MAX_CHANNELS; i++) {
+			ts.mean[i] = (float)t->normalize.mean.v[i];
+			ts.std[i] = (float)t->normalize.std.v[i];
+		}
+	if (tf_init(&sp->tf, &ts, sp->ds.channels, sp->ds.height, sp->ds.width, e2) < 0)
+		return failf(err, errlen, "data.transforms: %s", e2);
+	int rv = train ? sampler_init(&sp->s, sp->ds.count, env->world_size, env->rank,
+				      c->data.shuffle, (uint64_t)c->data.seed,
+				      c->data.drop_remainder, e2)
+		       : sampler_init_eval(&sp->s, sp->ds.count, env->world_size, env->rank, e2);
+	if (rv < 0)
+		return failf(err, errlen, "data.%s: %s", what, e2);
+	sp->have_s = 1;
+	struct loader_opts lo = {
+		.batch_size = train ? c->data.batch_size : c->data.eval_batch_size,
+		.drop_remainder = train ? c->data.drop_remainder : false,
+		.workers = c->data.workers,
+		.prefetch = c->data.prefetch,
+	};
+	if (loader_create(&sp->l, &sp->ds, &sp->s, &sp->tf, &lo, e2) < 0)
+		return failf(err, errlen, "data.%s: %s", what, e2);
+	return 0;
+}
+
+static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_model *m,
+			  char *err, size_t errlen)
+{
+	struct optim_params p;
+	enum optim_kind kind = c->optimizer.name == CFG_OPT_ADAMW  ? OPTIM_ADAMW
+			       : c->optimizer.name == CFG_OPT_LAMB ? OPTIM_LAMB
+								   : OPTIM_SGD;
+	optim_params_default(&p, kind);
+	p.weight_decay = c->optimizer.weight_decay;
+	p.momentum = c->optimizer.momentum;
+	p.nesterov = c->optimizer.nesterov;
+	p.dampening = 0.0;
+	p.beta1 = c->optimizer.betas[0];
+	p.beta2 = c->optimizer.betas[1];
+	p.eps = c->optimizer.eps;
+	struct optim_segment *segs = calloc((size_t)m->nparams, sizeof(*segs));
+	if (!segs)
+		return failf(err, errlen, "out of memory");
+	for (int i = 0; i < m->nparams; i++) {
+		segs[i].name = m->params[i].name;
+		segs[i].offset = m->params[i].offset;
+		segs[i].count = m->params[i].count;
+		segs[i].decay = p.weight_decay != 0.0 &&
+				!(c->optimizer.no_decay_bn_bias && m->params[i].is_bn_or_bias);
+	}
+	int rv = optim_init(o, &p, segs, m->nparams, m->param_total, err, errlen);
+	free(segs);
+	return rv;
+}
+
+static int make_schedule(struct lr_schedule *s, const struct cfg *c, long steps_per_epoch,
+			 long total_steps, char *err, size_t errlen)
+{
+	const struct cfg_lr_schedule *l = &c->lr_schedule;
+	struct lr_schedule_params p = {.base_lr = c->optimizer.lr, .gamma = l->gamma,
+				       .min_lr = l->min_lr, .total_steps = total_steps};
+	static const enum lr_schedule_kind kinds[] = {
+		[CFG_LR_CONSTANT] = LR_SCHEDULE_CONSTANT, [CFG_LR_STEP] = LR_SCHEDULE_STEP,
+		[CFG_LR_MULTISTEP] = LR_SCHEDULE_MULTISTEP, [CFG_LR_COSINE] = LR_SCHEDULE_COSINE};
+	p.kind = kinds[l->name];
+	/* step_size and milestones count epochs or steps (lr_schedule.unit) */
+	p.steps_per_epoch = l->unit == CFG_LR_UNIT_STEP ? 1 : steps_per_epoch;
+	p.warmup_steps = l->warmup_steps + (long)l->warmup_epochs * steps_per_epoch;
+	p.step_size = (long)l->step_size;
+	if (l->milestones.n > LR_SCHEDULE_MAX_MILESTONES)
+		return failf(err, errlen, "lr_schedule.milestones: at most %d",
+			     LR_SCHEDULE_MAX_MILESTONES);
+	for (int i = 0; i < l->milestones.n; i++)
+		p.milestones[i] = l->milestones.v[i];
+	p.nmilestones = l->milestones.n;
+	if (p.total_steps < 1)
+		p.total_steps = 1;
+	if (p.warmup_steps >= p.total_steps && p.kind == LR_SCHEDULE_COSINE)
+		p.warmup_steps = p.total_steps - 1;
+	if (lr_schedule_init(s, &p, err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+struct metrics {
+	FILE *f;
+};
+
+static void metrics_line(struct metrics *mt, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void metrics_line(struct metrics *mt, const char *fmt, ...)
+{
+	if (!mt->f)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(mt->f, fmt, ap);
+	va_end(ap);
+	fputc('\n', mt->f);
+	fflush(mt->f);
+}
+
+/* Evaluate on this rank's shard of the eval set: sum of per-sample losses and correct
+ * predictions, and the count. */
+static int evaluate(struct nn_model *m, struct split *ev, const struct cfg *c, double *loss_sum,
+		    long *correct, long *count, char *err, size_t errlen)
+{
+	char e2[4096];
+	struct loader_batch *b;
+	int rv;
+	*loss_sum = 0;
+	*correct = 0;
+	*count = 0;
+	nn_set_training(m, 0);
+	if (loader_start_epoch(ev->l, 0, 0, e2) < 0) {
+		nn_set_training(m, 1);
+		return failf(err, errlen, "data.eval: %s", e2);
+	}
+	while ((rv = loader_next(ev->l, &b, e2)) == 1) {
+		float *logits, loss;
+		int ok;
+		if (nn_forward(m, b->x, b->n, &logits, err, errlen) < 0 ||
+		    nn_loss(m, b->y, b->n, 0.0f, 1.0f, &loss, &ok, err, errlen) < 0) {
+			loader_release(ev->l, b);
+			nn_set_training(m, 1);
+			return -1;
+		}
+		*loss_sum += (double)loss * b->n;
+		*correct += ok;
+		*count += b->n;
+		loader_release(ev->l, b);
+	}
+	nn_set_training(m, 1);
+	(void)c;
+	if (rv < 0)
+		return failf(err, errlen, "data.eval: %s", e2);
+	return 0;
+}
+
+int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res,
+	      char *err, size_t errlen)
+{
+	int rv = -1, have_model = 0, have_optim = 0;
+	struct backend *be = NULL;
+	struct nn_model m;
+	struct split tr = {0}, ev = {0};
+	struct optim opt;
+	struct lr_schedule sched;
+	struct metrics mt = {0};
+	char e2[4096]; /* larger than every module's error size */
+	FILE *out = env->out ? env->out : stdout;
+	int rank0 = env->rank == 0;
+
+	memset(res, 0, sizeof(*res));
+	res->eval_accuracy = -1;
+	memset(&m, 0, sizeof(m));
+	if (c->device.kind == CFG_DEVICE_CUDA) {
+		failf(err, errlen, "device.kind: cuda is not available in this build; use cpu or auto");
+		goto out;
+	}
+	be = be_cpu_create(c->train.threads, e2, sizeof(e2));
+	if (!be) {
+		failf(err, errlen, "cpu backend: %s", e2);
+		goto out;
+	}
+
+	struct nn_spec spec = {
+		.name = model_names[c->model.name],
+		.c = c->model.input_shape[0],
+		.h = c->model.input_shape[1],
+		.w = c->model.input_shape[2],
+		.classes = c->model.num_classes,
+		.stem = c->model.stem == CFG_STEM_IMAGENET ? "imagenet" : "small",
+		.hidden = c->model.hidden.v,
+		.nhidden = c->model.hidden.n,
+	};
+	if (nn_build(&m, be, &spec, err, errlen) < 0)
+		goto out;
+	have_model = 1;
+	if (c->model.init) {
+		if (nn_load_weights(&m, c->model.init, e2, sizeof(e2)) < 0) {
+			failf(err, errlen, "model.init: %s", e2);
+			goto out;
+		}
+	} else if (nn_init_weights(&m, (uint64_t)c->seed, err, errlen) < 0) {
+		goto out;
+	}
+
+	if (split_open(&tr, c, env, 1, err, errlen) < 0)
+		goto out;
+	if (c->data.eval.present && split_open(&ev, c, env, 0, err, errlen) < 0)
+		goto out;
+
+	int accum = c->parallel.grad_accumulation_step;
+	long batches = (long)loader_batches(tr.l);
+	long spe = batches / accum;
+	if (spe < 1) {
+		failf(err, errlen,
+		      "parallel.grad_accumulation_step %d needs at least %d batches per epoch, rank "
+		      "%d has %ld; lower it or data.batch_size",
+		      accum, accum, env->rank, batches);
+		goto out;
+	}
+	long total = c->train.epochs > 0 ? spe * c->train.epochs : c->train.max_steps;
+	if (c->train.max_steps > 0 && c->train.max_steps < total)
+		total = c->train.max_steps;
+	int epochs = (int)((total + spe - 1) / spe);
+
+	if (make_optimizer(&opt, c, &m, err, errlen) < 0)
+		goto out;
+	have_optim = 1;
+	if (make_schedule(&sched, c, spe, total, err, errlen) < 0)
+		goto out;
+
+	if (rank0 && c->output.metrics && env->output_dir) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/metrics.jsonl", env->output_dir);
+		mt.f = fopen(path, "a");
+		if (!mt.f) {
+			failf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+			goto out;
+		}
+	}
+	if (rank0)
+		fprintf(out,
+			"dptrain: %s, %zu parameters, %zu training samples (%ld steps/epoch of %d x "
+			"%d), %d epoch%s, %ld steps, backend %s\n",
+			m.name, nn_param_count(&m), tr.ds.count, spe, c->data.batch_size, accum,
+			epochs, epochs == 1 ? "" : "s", total, be->ops->name);
+	metrics_line(&mt,
+		     "{\"event\":\"start\",\"model\":\"%s\",\"parameters\":%zu,\"world_size\":%d,"
+		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
+		     m.name, nn_param_count(&m), env->world_size, spe, total);
+
+	double t0 = now(), tlog = t0;
+	long step = 0, imgs_since_log = 0;
+	double loss_since_log = 0;
+	int n_since_log = 0;
+	float scale = 1.0f / (float)accum;
+	for (int epoch = 0; epoch < epochs && step < total; epoch++) {
+		struct loader_batch *b;
+		char le[4096];
+		if (loader_start_epoch(tr.l, epoch, 0, le) < 0) {
+			failf(err, errlen, "data.train: %s", le);
+			goto out;
+		}
+		for (long s = 0; s < spe && step < total; s++) {
+			double step_loss = 0;
+			for (int micro = 0; micro < accum; micro++) {
+				int got = loader_next(tr.l, &b, le);
+				if (got <= 0) {
+					failf(err, errlen, "data.train: %s",
+					      got < 0 ? le : "epoch ended early");
+					goto out;
+				}
+				float *logits, loss;
+				int ok;
+				if (nn_forward(&m, b->x, b->n, &logits, err, errlen) < 0 ||
+				    nn_loss(&m, b->y, b->n, (float)c->train.label_smoothing, scale,
+					    &loss, &ok, err, errlen) < 0) {
+					loader_release(tr.l, b);
+					goto out;
+				}
+				if (!isfinite(loss)) {
+					loader_release(tr.l, b);
+					failf(err, errlen,
+					      "loss is %s at epoch %d step %ld (global step %ld): "
+					      "training stopped; lower optimizer.lr, check the data, or "
+					      "start from other weights",
+					      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1, step + 1);
+					goto out;
+				}
+				if (nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0) {
+					loader_release(tr.l, b);
+					goto out;
+				}
+				step_loss += loss;
+				imgs_since_log += b->n;
+				loader_release(tr.l, b);
+			}
+			double lr = lr_at(&sched, step);
+			optim_step(&opt, m.weights, m.grads, lr);
+			step++;
+			step_loss /= accum;
+			res->last_loss = step_loss;
+			loss_since_log += step_loss;
+			n_since_log++;
+			if (c->train.log_every > 0 &&
+			    (step % c->train.log_every == 0 || step == total)) {
+				double t = now(), ips = imgs_since_log / (t - tlog + 1e-12);
+				fprintf(out, "epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f img/s\n",
+					epoch + 1, s + 1, step_loss, lr, ips * env->world_size);
+				fflush(out);
+				metrics_line(&mt,
+					     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
+					     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
+					     "\"lr\":%.9g,\"img_per_s\":%.3f}",
+					     epoch + 1, s + 1, step, step_loss,
+					     loss_since_log / n_since_log, lr, ips * env->world_size);
+				tlog = t;
+				imgs_since_log = 0;
+				loss_since_log = 0;
+				n_since_log = 0;
+			}
+		}
+		res->epochs = epoch + 1;
+		int last = epoch + 1 == epochs || step >= total;
+		int due = c->train.eval_every > 0 && (epoch + 1) % c->train.eval_every == 0;
+		if (ev.l && (due || last)) {
+			double lsum;
+			long corr, cnt;
+			if (evaluate(&m, &ev, c, &lsum, &corr, &cnt, err, errlen) < 0)
+				goto out;
+			res->eval_accuracy = cnt ? (double)corr / (double)cnt : 0;
+			res->eval_loss = cnt ? lsum / (double)cnt : 0;
+			if (rank0) {
+				fprintf(out, "epoch: %d eval: accuracy %.4f (%ld/%ld), loss %.6f\n",
+					epoch + 1, res->eval_accuracy, corr, cnt, res->eval_loss);
+				fflush(out);
+			}
+			metrics_line(&mt,
+				     "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
+				     "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
+				     epoch + 1, step, res->eval_accuracy, res->eval_loss, corr, cnt);
+		}
+	}
+	res->steps = step;
+	res->seconds = now() - t0;
+
+	if (rank0 && env->output_dir) {
+		char path[4096], meta[256];
+		snprintf(path, sizeof(path), "%s/model.safetensors", env->output_dir);
+		snprintf(meta, sizeof(meta),
+			 "{\"format\":\"pt\",\"model\":\"%s\",\"step\":\"%ld\",\"producer\":\"dptrain "
+			 "%s\"}",
+			 m.name, step, DPTRAIN_VERSION);
+		if (nn_save_weights(&m, path, meta, err, errlen) < 0)
+			goto out;
+	}
+	metrics_line(&mt,
+		     "{\"event\":\"end\",\"steps\":%ld,\"epochs\":%d,\"seconds\":%.3f,"
+		     "\"eval_accuracy\":%.9g}",
+		     res->steps, res->epochs, res->seconds, res->eval_accuracy);
+	rv = 0;
+out:
+	if (mt.f)
+		fclose(mt.f);
+	if (have_optim)
+		optim_free(&opt);
+	split_free(&tr);
+	split_free(&ev);
+	if (have_model)
+		nn_free(&m);
+	if (be)
+		be->ops->destroy(be);
+	return rv;
+}

@@ -1,0 +1,32 @@
+/* train.h — the training run: from a validated config to a trained model, with progress
+ * lines, evaluation, metrics and final weights. Owns the loop and the mapping of the config
+ * onto data, model, optimizer and schedule; computes nothing itself. */
+#ifndef DPTRAIN_TRAIN_H
+#define DPTRAIN_TRAIN_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "config.h"
+
+struct train_env {
+	int rank, world_size; /* this process among the data-parallel ranks */
+	const char *output_dir; /* exists; metrics.jsonl and model.safetensors go here */
+	FILE *out;		/* progress lines (stdout) */
+};
+
+/* What the run achieved (for tests and the final line). */
+struct train_result {
+	long steps;
+	int epochs;
+	double last_loss;
+	double eval_accuracy; /* -1 when never evaluated */
+	double eval_loss;
+	double seconds;
+};
+
+/* 0 on success; -1 with err naming what failed (a file, a key, a step) and what to do. */
+int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res,
+	      char *err, size_t errlen);
+
+#endif
