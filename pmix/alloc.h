@@ -1,0 +1,144 @@
+/* alloc.h — allocation discovery for dptrain-launch: who this rank is, who its peers are,
+ * its GPU and the master endpoint, from PMIx, from SLURM_* or from torchrun-style variables.
+ * Owns struct alloc and the helpers it needs (GPU choice, addresses, ports); must not write
+ * files or touch the process environment beyond reading it (pmix/launch.h does that). */
+#ifndef DPTRAIN_ALLOC_H
+#define DPTRAIN_ALLOC_H
+
+#include <stddef.h>
+
+#include "ranktable.h"
+
+#define ALLOC_ERR_MAX	 1024
+#define ALLOC_GPU_ID_MAX 96   /* one CUDA_VISIBLE_DEVICES entry: an index, GPU-<uuid>, MIG-... */
+#define ALLOC_GPU_MAX	 4096 /* most entries CUDA_VISIBLE_DEVICES may list */
+
+/* Where the allocation came from. */
+enum alloc_source {
+	ALLOC_SRC_AUTO = 0, /* PMIx if present, else SLURM_*, else torchrun-style env */
+	ALLOC_SRC_PMIX,
+	ALLOC_SRC_SLURM,
+	ALLOC_SRC_ENV,
+};
+
+/* The GPU one rank uses. */
+struct alloc_gpu {
+	int index; /* CUDA device index as the rank sees it (into its CUDA_VISIBLE_DEVICES), -1 */
+	int count; /* devices visible to the rank */
+	char id[ALLOC_GPU_ID_MAX]; /* the chosen CUDA_VISIBLE_DEVICES entry (a physical index or a
+				      UUID); "" for none or unknown */
+};
+
+struct alloc_rank {
+	char host[RT_HOST_MAX]; /* node name (Slurm NodeName); identifies the node */
+	char addr[RT_ADDR_MAX]; /* the rank's interface address */
+	int node_rank;
+	int local_rank;
+	struct alloc_gpu gpu; /* index -1 and id "" when unknown (peers without PMIx) */
+};
+
+struct alloc_pmix; /* an open PMIx session (alloc_pmix.c) */
+
+struct alloc {
+	enum alloc_source source;
+	int world_size;
+	int rank;
+	int local_rank;
+	int local_size;
+	int node_rank;
+	int node_count;
+	char master_addr[RT_HOST_MAX]; /* an address, or a host name the user chose */
+	int master_port;
+	char job_id[RT_ID_MAX];
+	char step_id[RT_ID_MAX];
+	struct alloc_rank *ranks; /* world_size entries, indexed by rank; ranks[rank] is us */
+	struct alloc_pmix *pmix;  /* open until alloc_finish, NULL otherwise */
+};
+
+/* What the caller chooses. */
+struct alloc_opts {
+	enum alloc_source source;
+	int timeout_s;	      /* every blocking step (fence, get, waiting for a file) */
+	const char *iface;    /* interface for our address; NULL or "" = first non-loopback IPv4 */
+	int allow_shared_gpu; /* two ranks of a node on one GPU is an error unless set */
+	int verbose;
+	int stall_rank; /* test hook DPTRAIN_TEST_STALL_RANK: this rank sleeps before it joins */
+	int stall_s;	/* ... for this long (the watchdog or Slurm ends it first) */
+	const char *dev_dir; /* where GPU device nodes are counted when CUDA_VISIBLE_DEVICES is
+				unset (env source only); NULL = /dev */
+};
+
+/* Discover the allocation. With PMIx this initialises PMIx, exchanges every rank's host,
+ * address, node rank, local rank and GPU in one fence, and leaves the session open for
+ * alloc_sync(); a timeout names the ranks that did not arrive. 0 on success, -1 with err. */
+int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+
+/* The second meeting point, after local rank 0 of every node wrote `rank_table` (a path):
+ * with PMIx a fence (so no rank execs before its node's table exists); without PMIx the other
+ * local ranks wait, up to timeout_s, until the file holds the table they expect (`expect`).
+ * 0 on success, -1 with err naming who did not arrive. */
+int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,
+	       int timeout_s, char *err, size_t errlen);
+
+/* Close the PMIx session (PMIx_Finalize) if one is open. Call before exec. On an error path,
+ * do NOT call it: a rank that exits without finalizing makes Slurm cancel the whole step, so
+ * peers stuck in a fence end too instead of hanging. */
+void alloc_finish(struct alloc *a);
+
+/* Free the rank array; leaves *a zeroed. Does not finalize PMIx. */
+void alloc_free(struct alloc *a);
+
+/* Build the rank table of this allocation (rt_build). 0 or -1 with err. */
+int alloc_rank_table(const struct alloc *a, struct ranktable *rt, char *err, size_t errlen);
+
+/* Two ranks of one node on the same physical GPU: -1 with a message naming them and the
+ * GPU, unless allowed. Ranks whose GPU is unknown are not compared. */
+int alloc_check_shared_gpu(const struct alloc *a, int allow, char *err, size_t errlen);
+
+const char *alloc_source_name(enum alloc_source s);
+/* "pmix", "slurm", "env", "auto" (or ""); -1 for anything else. */
+int alloc_source_from_name(const char *name, enum alloc_source *out);
+
+/* --- GPU (gpu.c) ---------------------------------------------------------------------- */
+
+/* Choose the GPU of a rank from its CUDA_VISIBLE_DEVICES (not NULL): one entry -> it; several
+ * -> local_rank modulo their count; "", "NoDevFiles" or "-1" -> none (index -1). Entries are
+ * indices or GPU-/MIG- UUIDs; blanks, empty entries, duplicates and anything else are errors
+ * naming the variable. */
+int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, char *err,
+		     size_t errlen);
+
+/* GPU device nodes (nvidia0, nvidia1, ...) in dev_dir: how many GPUs a process sees when
+ * nobody set CUDA_VISIBLE_DEVICES. */
+int alloc_gpu_count_devices(const char *dev_dir);
+
+/* --- addresses and ports (netaddr.c, port.c) ------------------------------------------ */
+
+/* The address of `iface` (IPv4, else a non-link-local IPv6), or with iface NULL/"" the first
+ * non-loopback IPv4 of an interface that is up, else 127.0.0.1. */
+int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], char *err, size_t errlen);
+
+/* This node's name: PMIx/Slurm's when known (SLURMD_NODENAME), else gethostname(). */
+void alloc_hostname(char host[RT_HOST_MAX]);
+
+/* Parse a port number "1".."65535" (what names the variable in the message). */
+int alloc_port_parse(const char *s, const char *what, int *port, char *err, size_t errlen);
+
+/* A free TCP port on addr: bind port 0, read it back, close. Another program may take it
+ * before the trainer binds it; the window is short and the trainer reports a clash. */
+int alloc_port_pick(const char *addr, int *port, char *err, size_t errlen);
+
+/* MASTER_ADDR / MASTER_PORT set by the user: 1 and the value when set, 0 when unset, -1 when
+ * set but unusable (err says why). */
+int alloc_user_master_addr(char addr[RT_HOST_MAX], char *err, size_t errlen);
+int alloc_user_master_port(int *port, char *err, size_t errlen);
+
+/* An integer environment variable >= min: 1 when set and valid, 0 when unset (or empty),
+ * -1 when set but not an integer >= min (err names the variable and value). */
+int alloc_env_int(const char *name, int min, int *out, char *err, size_t errlen);
+
+/* Job and step id for %j/%s and the rank table: DPTRAIN_JOB_ID, else SLURM_JOB_ID, else
+ * "local"; DPTRAIN_STEP_ID, else SLURM_STEP_ID, else "0". */
+void alloc_job_ids(char job[RT_ID_MAX], char step[RT_ID_MAX]);
+
+#endif

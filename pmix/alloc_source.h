@@ -1,0 +1,37 @@
+/* alloc_source.h — what the allocation sources (alloc_pmix.c, alloc_env.c) share with
+ * alloc.c. Internal to pmix/: the launcher and tests use alloc.h. */
+#ifndef DPTRAIN_ALLOC_SOURCE_H
+#define DPTRAIN_ALLOC_SOURCE_H
+
+#include "alloc.h"
+
+/* Each source fills world_size, rank, local_rank, local_size, node_rank, node_count, ranks[]
+ * and master_addr/master_port where they are still empty/0 (alloc_discover presets them from
+ * a user's MASTER_ADDR/MASTER_PORT). */
+int alloc_pmix_present(void); /* built with PMIx and started by a PMIx server */
+int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen);
+void alloc_pmix_finish(struct alloc *a);
+
+int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+int alloc_from_env(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+
+/* Where Slurm put every rank, from the node-level part of SLURM_DISTRIBUTION (block when
+ * unset, cyclic, plane=N) and the tasks per node: node_of[r], local_of[r] for world ranks.
+ * -1 for a distribution whose layout cannot be derived (arbitrary). */
+int alloc_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
+		       int *local_of, char *err, size_t errlen);
+
+/* This rank's GPU from its CUDA_VISIBLE_DEVICES. Unset means "all GPUs" to CUDA: the env source
+ * (dptrain-run, torchrun-style) then counts the device nodes; under Slurm, unset means the step
+ * asked for no GPU, and using one anyway would take another job's. */
+int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_rank,
+		   struct alloc_gpu *g, char *err, size_t errlen);
+
+/* The test hook: rank o->stall_rank sleeps o->stall_s seconds here. */
+void alloc_stall(const struct alloc_opts *o, int rank, const char *where);
+
+/* "2, 5-7, 9" for a sorted list of ranks, at most about len bytes ("... and N more"). */
+void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len);
+
+#endif

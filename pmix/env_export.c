@@ -1,0 +1,124 @@
+/* env_export.c — the environment a rank's command gets (PyTorch's env://, MindSpore's rank
+ * table variables, dptrain's own) and env.log, its sorted copy in the device directory. Only
+ * sets variables; must not decide the values (alloc.c and the rank table do). */
+#include "launch.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, char *err,
+		      size_t errlen)
+{
+	if (snprintf(p->outdir, sizeof(p->outdir), "%s", outdir) >= (int)sizeof(p->outdir) ||
+	    snprintf(p->rank_table, sizeof(p->rank_table), "%s/rank_table.json", outdir) >=
+		(int)sizeof(p->rank_table) ||
+	    snprintf(p->devdir, sizeof(p->devdir), "%s/device%d", outdir, rank) >=
+		(int)sizeof(p->devdir)) {
+		snprintf(err, errlen, "output directory is too long: '%.80s...'", outdir);
+		return -1;
+	}
+	return 0;
+}
+
+static int set_str(const char *name, const char *value, char *err, size_t errlen)
+{
+	if (setenv(name, value, 1) != 0) {
+		snprintf(err, errlen, "cannot set %s: %s", name, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+static int set_int(const char *name, long value, char *err, size_t errlen)
+{
+	char buf[32];
+
+	snprintf(buf, sizeof(buf), "%ld", value);
+	return set_str(name, buf, err, errlen);
+}
+
+int launch_env_export(const struct alloc *a, const struct ranktable *rt,
+		      const struct launch_paths *p, char *err, size_t errlen)
+{
+	const struct {
+		const char *name;
+		long value;
+	} ints[] = {
+	    /* PyTorch env:// (torchrun's names) */
+	    {"RANK", a->rank},
+	    {"WORLD_SIZE", a->world_size},
+	    {"LOCAL_RANK", a->local_rank},
+	    {"LOCAL_WORLD_SIZE", a->local_size},
+	    {"NODE_RANK", a->node_rank},
+	    {"GROUP_RANK", a->node_rank},
+	    {"GROUP_WORLD_SIZE", a->node_count},
+	    {"MASTER_PORT", a->master_port},
+	    /* MindSpore / HCCL */
+	    {"RANK_ID", a->rank},
+	    {"RANK_SIZE", a->world_size},
+	    {"DEVICE_ID", rt->ranks[a->rank].device_id},
+	    /* dptrain: the CUDA device index into CUDA_VISIBLE_DEVICES, -1 for the CPU */
+	    {"DPTRAIN_GPU", a->ranks[a->rank].gpu.index},
+	};
+	const struct {
+		const char *name;
+		const char *value;
+	} strs[] = {
+	    {"MASTER_ADDR", a->master_addr},	   {"RANK_TABLE_FILE", p->rank_table},
+	    {"DPTRAIN_RANK_TABLE", p->rank_table}, {"DPTRAIN_DEVICE_DIR", p->devdir},
+	    {"DPTRAIN_OUTPUT_DIR", p->outdir},	   {"DPTRAIN_SOURCE", alloc_source_name(a->source)},
+	};
+	size_t i;
+
+	for (i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
+		if (set_int(ints[i].name, ints[i].value, err, errlen) != 0)
+			return -1;
+	for (i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
+		if (set_str(strs[i].name, strs[i].value, err, errlen) != 0)
+			return -1;
+	return 0;
+}
+
+static int by_string(const void *x, const void *y)
+{
+	return strcmp(*(char *const *)x, *(char *const *)y);
+}
+
+int launch_env_log(const char *path, char *err, size_t errlen)
+{
+	char **vars = NULL, *buf = NULL;
+	size_t n = 0, i, len = 0, used = 0;
+	int rv = -1;
+
+	while (environ[n])
+		n++;
+	vars = malloc((n ? n : 1) * sizeof(char *));
+	if (!vars)
+		goto nomem;
+	for (i = 0; i < n; i++) {
+		vars[i] = environ[i];
+		len += strlen(environ[i]) + 1;
+	}
+	qsort(vars, n, sizeof(char *), by_string);
+	buf = malloc(len + 1);
+	if (!buf)
+		goto nomem;
+	for (i = 0; i < n; i++) {
+		size_t l = strlen(vars[i]);
+		memcpy(buf + used, vars[i], l);
+		used += l;
+		buf[used++] = '\n';
+	}
+	rv = launch_write_atomic(path, buf, used, err, errlen);
+	goto out;
+nomem:
+	snprintf(err, errlen, "out of memory writing %s", path);
+out:
+	free(vars);
+	free(buf);
+	return rv;
+}

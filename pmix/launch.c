@@ -1,0 +1,307 @@
+/* launch.c — main of dptrain-launch, the per-rank wire-up program: discover the allocation
+ * (PMIx, SLURM_*, torchrun-style env), write the rank table and the device directory, export
+ * the environment, then exec the command. Runs once per task, started by the SPANK plugin, by
+ * dptrain-run, or directly by srun. Must not contain training code. */
+#include "alloc.h"
+#include "config.h"
+#include "launch.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char usage_text[] =
+    "usage: dptrain-launch [--] COMMAND [ARGS...]\n"
+    "\n"
+    "Makes this task one rank of a data-parallel job, then runs COMMAND in it: discovers\n"
+    "the allocation (PMIx, else SLURM_*, else RANK/WORLD_SIZE/...), writes\n"
+    "OUTPUT/rank_table.json, OUTPUT/device<RANK>/{env.log,train.log}, exports RANK,\n"
+    "WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, RANK_TABLE_FILE, DEVICE_ID, ...\n"
+    "and execs COMMAND (`dptrain` means $DPTRAIN_TRAINER when that is set). COMMAND's\n"
+    "output is appended to device<RANK>/train.log, rank 0's also kept on the console\n"
+    "(config output.per_rank_logs and output.console change that).\n"
+    "\n"
+    "Environment:\n"
+    "  DPTRAIN_CONFIG      job config (output.*, timeouts.rendezvous_s, device.*)\n"
+    "  DPTRAIN_OUTPUT_DIR  output directory, %j job id, %s step id (default dptrain.%j.%s)\n"
+    "  DPTRAIN_IFACE       network interface whose address this rank publishes\n"
+    "  DPTRAIN_TIMEOUT     seconds any rendezvous may take (default: config, else 300)\n"
+    "  DPTRAIN_SOURCE      pmix, slurm, env or auto (default)\n"
+    "  DPTRAIN_TRAINER     the bundled trainer, run for COMMAND `dptrain`\n"
+    "  DPTRAIN_VERBOSE     1: say which source and endpoint were used\n"
+    "  MASTER_ADDR, MASTER_PORT   when set, used instead of the discovered endpoint\n"
+    "Test hooks: DPTRAIN_TEST_STALL_RANK=N makes rank N sleep (DPTRAIN_TEST_STALL_SECONDS,\n"
+    "default 3600) before it joins the others, to test rendezvous timeouts.\n";
+
+/* The process's one context: who we are for messages, what the watchdog says if a step
+ * hangs past every timeout, and whether a PMIx session is open. */
+static struct {
+	char ident[RT_HOST_MAX + 64]; /* "rank 3 on n2" */
+	char step[128];
+	int limit_s;
+	int pmix_open;
+	char alarm_msg[512];
+	size_t alarm_len;
+} ctx;
+
+#if defined(__SANITIZE_ADDRESS__)
+/* Sanitizer builds only: libpmix 4.2 leaks by itself, whatever its client does (measured with
+ * a bare PMIx_Init/Fence/Finalize): strings in PMIx_Init, and with PMIX_MCA_gds=hash (which
+ * the launcher sets for MPI programs) the values its hash store fetches and a string while
+ * it processes the server's messages. Full stacks, so only allocations made under those
+ * library functions are suppressed. */
+const char *__lsan_default_suppressions(void);
+const char *__lsan_default_suppressions(void)
+{
+	return "leak:pmix_rte_init\nleak:pmix_hash_fetch\nleak:pmix_ptl_base_process_msg\n";
+}
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+	return "fast_unwind_on_malloc=0";
+}
+#endif
+
+static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static void die(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "dptrain-launch: %s: ", ctx.ident);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	/* No PMIx_Finalize on purpose: Slurm then cancels the step, so peers stuck waiting for
+	 * this rank end now instead of at their own timeout (or never). The library's threads
+	 * are still running then: leave without exit handlers. */
+	if (ctx.pmix_open) {
+		fflush(NULL);
+		_exit(1);
+	}
+	exit(1);
+}
+
+/* SIGALRM: only async-signal-safe calls here, so the message was formatted in advance. */
+static void watchdog(int sig)
+{
+	(void)sig;
+	if (ctx.alarm_len > 0)
+		(void)!write(STDERR_FILENO, ctx.alarm_msg, ctx.alarm_len);
+	_exit(1);
+}
+
+/* What we are doing now, for the watchdog's message. Call again when ctx.ident changes. */
+static void set_step(const char *step)
+{
+	int n;
+
+	snprintf(ctx.step, sizeof(ctx.step), "%s", step);
+	n = snprintf(ctx.alarm_msg, sizeof(ctx.alarm_msg),
+		     "dptrain-launch: %s: still %s after %d s, past every timeout; giving up\n",
+		     ctx.ident, ctx.step, ctx.limit_s);
+	ctx.alarm_len = n < 0				    ? 0
+			: (size_t)n < sizeof(ctx.alarm_msg) ? (size_t)n
+							    : sizeof(ctx.alarm_msg) - 1;
+}
+
+/* Before discovery: the rank as the environment tells it, for early messages. */
+static void early_ident(void)
+{
+	const char *names[] = {"PMIX_RANK", "SLURM_PROCID", "RANK"};
+	char host[RT_HOST_MAX];
+	const char *r = NULL;
+	size_t i;
+
+	for (i = 0; i < sizeof(names) / sizeof(names[0]) && !r; i++)
+		r = getenv(names[i]);
+	alloc_hostname(host);
+	snprintf(ctx.ident, sizeof(ctx.ident), "rank %s on %s", r && strlen(r) < 12 ? r : "?",
+		 host);
+}
+
+static int env_flag(const char *name)
+{
+	const char *s = getenv(name);
+	return s && *s && strcmp(s, "0") != 0;
+}
+
+/* What the job config says, or the defaults without one. */
+struct settings {
+	char outdir[LAUNCH_PATH_MAX]; /* pattern */
+	int per_rank_logs;
+	enum cfg_console console;
+	struct alloc_opts opts;
+};
+
+static void read_settings(struct settings *st)
+{
+	const char *cfg_path = getenv("DPTRAIN_CONFIG"), *s;
+	char err[ALLOC_ERR_MAX];
+	struct cfg c;
+	int v, rc;
+
+	memset(st, 0, sizeof(*st));
+	snprintf(st->outdir, sizeof(st->outdir), "%s", LAUNCH_DEFAULT_OUTDIR);
+	st->per_rank_logs = 1;
+	st->console = CFG_CONSOLE_RANK0;
+	st->opts.timeout_s = LAUNCH_DEFAULT_TIMEOUT;
+	st->opts.stall_rank = -1;
+	st->opts.verbose = env_flag("DPTRAIN_VERBOSE");
+	if (cfg_path && *cfg_path) {
+		memset(&c, 0, sizeof(c));
+		if (cfg_load(&c, cfg_path, 0, NULL, err, sizeof(err)) != 0)
+			die("DPTRAIN_CONFIG: %s", err);
+		if (c.output.dir && c.output.dir[0])
+			snprintf(st->outdir, sizeof(st->outdir), "%s", c.output.dir);
+		st->per_rank_logs = c.output.per_rank_logs;
+		st->console = c.output.console;
+		/* Whole seconds, rounded up (no libm in the launcher). */
+		st->opts.timeout_s = (int)c.timeouts.rendezvous_s;
+		if (st->opts.timeout_s < c.timeouts.rendezvous_s)
+			st->opts.timeout_s++;
+		st->opts.allow_shared_gpu = c.device.allow_shared_gpu;
+		cfg_free(&c);
+	}
+	s = getenv("DPTRAIN_OUTPUT_DIR");
+	if (s && *s)
+		snprintf(st->outdir, sizeof(st->outdir), "%s", s);
+	rc = alloc_env_int("DPTRAIN_TIMEOUT", 1, &v, err, sizeof(err));
+	if (rc < 0)
+		die("%s", err);
+	if (rc == 1)
+		st->opts.timeout_s = v;
+	if (st->opts.timeout_s < 1)
+		st->opts.timeout_s = 1;
+	st->opts.iface = getenv("DPTRAIN_IFACE");
+	if (alloc_source_from_name(getenv("DPTRAIN_SOURCE"), &st->opts.source) != 0)
+		die("DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",
+		    getenv("DPTRAIN_SOURCE"));
+	if (alloc_env_int("DPTRAIN_TEST_STALL_RANK", 0, &st->opts.stall_rank, err, sizeof(err)) < 0)
+		die("%s", err);
+	st->opts.stall_s = 3600;
+	if (alloc_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, &st->opts.stall_s, err, sizeof(err)) < 0)
+		die("%s", err);
+}
+
+int main(int argc, char **argv)
+{
+	struct settings st;
+	struct alloc a;
+	struct ranktable rt;
+	struct launch_paths paths;
+	struct launch_exec ex;
+	char err[ALLOC_ERR_MAX], rterr[RT_ERR_MAX], outdir[LAUNCH_PATH_MAX];
+	char header[1024], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
+	const char *trainer, *restart;
+	char **cmd;
+	time_t now;
+	struct tm tm;
+	char when[32];
+	int i, used, tee, rc;
+
+	early_ident();
+	if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+		fputs(usage_text, stdout);
+		return 0;
+	}
+	if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+		printf("dptrain-launch %s\n", DPTRAIN_VERSION);
+		return 0;
+	}
+	cmd = argv + 1;
+	if (cmd[0] && strcmp(cmd[0], "--") == 0)
+		cmd++;
+	if (!cmd[0]) {
+		fprintf(stderr, "dptrain-launch: %s: no command given\n%s", ctx.ident, usage_text);
+		return 2;
+	}
+
+	read_settings(&st);
+	/* Last resort against a hang nobody foresaw: two rendezvous plus slack. */
+	ctx.limit_s = 2 * st.opts.timeout_s + 30;
+	set_step("discovering the allocation");
+	signal(SIGALRM, watchdog);
+	alarm((unsigned)ctx.limit_s);
+
+	/* A second PMIx client in this rank (MPI_Init of the command) needs the hash store. */
+	if (getenv("PMIX_RANK") && setenv("PMIX_MCA_gds", "hash", 0) != 0)
+		die("cannot set PMIX_MCA_gds: %s", strerror(errno));
+
+	err[0] = '\0';
+	rc = alloc_discover(&a, &st.opts, err, sizeof(err));
+	ctx.pmix_open = a.pmix != NULL;
+	if (rc != 0)
+		die("%s", err);
+	snprintf(ctx.ident, sizeof(ctx.ident), "rank %d on %s", a.rank, a.ranks[a.rank].host);
+	set_step("discovering the allocation");
+	if (st.opts.verbose)
+		fprintf(stderr,
+			"dptrain-launch: %s: allocation from %s: %d ranks on %d nodes, local rank "
+			"%d of %d, GPU %d, master %s:%d\n",
+			ctx.ident, alloc_source_name(a.source), a.world_size, a.node_count,
+			a.local_rank, a.local_size, a.ranks[a.rank].gpu.index, a.master_addr,
+			a.master_port);
+
+	set_step("writing the output directory");
+	if (launch_outdir_expand(st.outdir, a.job_id, a.step_id, outdir, err, sizeof(err)) != 0 ||
+	    launch_paths_init(&paths, outdir, a.rank, err, sizeof(err)) != 0 ||
+	    launch_mkdir_p(paths.devdir, err, sizeof(err)) != 0)
+		die("%s", err);
+	memset(&rt, 0, sizeof(rt));
+	if (alloc_rank_table(&a, &rt, err, sizeof(err)) != 0)
+		die("%s", err);
+	/* One writer per node: with a node-local output directory every node needs its own
+	 * copy; on a shared one they all write the same table and the last rename wins. */
+	if (a.local_rank == 0 &&
+	    rt_write_atomic(&rt, paths.rank_table, RT_SCHEMA_DPTRAIN, rterr) != 0)
+		die("cannot write the rank table: %s", rterr);
+	if (launch_env_export(&a, &rt, &paths, err, sizeof(err)) != 0)
+		die("%s", err);
+	snprintf(envlog, sizeof(envlog), "%s/env.log", paths.devdir);
+	if (launch_env_log(envlog, err, sizeof(err)) != 0)
+		die("%s", err);
+
+	set_step("waiting for every node's rank table");
+	if (alloc_sync(&a, paths.rank_table, &rt, st.opts.timeout_s, err, sizeof(err)) != 0)
+		die("%s", err);
+	alloc_finish(&a);
+	ctx.pmix_open = 0;
+	alarm(0);
+	signal(SIGALRM, SIG_DFL);
+
+	memset(&ex, 0, sizeof(ex));
+	ex.argv = cmd;
+	ex.ident = ctx.ident;
+	trainer = getenv("DPTRAIN_TRAINER");
+	if (strcmp(cmd[0], "dptrain") == 0 && trainer && *trainer)
+		ex.path = trainer;
+	tee = st.console == CFG_CONSOLE_ALL || (st.console == CFG_CONSOLE_RANK0 && a.rank == 0);
+	if (st.per_rank_logs) {
+		snprintf(train_log, sizeof(train_log), "%s/train.log", paths.devdir);
+		ex.train_log = train_log;
+		ex.tee = tee;
+		now = time(NULL);
+		gmtime_r(&now, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		restart = getenv("SLURM_RESTART_COUNT");
+		used = snprintf(
+		    header, sizeof(header),
+		    "=== dptrain-launch %s: rank %d of %d on %s (node %d, local rank %d), "
+		    "job %s step %s, restart %s, source %s:",
+		    when, a.rank, a.world_size, a.ranks[a.rank].host, a.node_rank, a.local_rank,
+		    a.job_id, a.step_id, restart ? restart : "0", alloc_source_name(a.source));
+		for (i = 0; cmd[i] && used > 0 && used < (int)sizeof(header) - 8; i++)
+			used +=
+			    snprintf(header + used, sizeof(header) - (size_t)used, " %s", cmd[i]);
+		ex.header = header;
+	}
+	rt_free(&rt);
+	alloc_free(&a);
+	return launch_exec(&ex);
+}

@@ -1,0 +1,71 @@
+/* launch.h — what dptrain-launch does once the allocation is known: the output directory,
+ * atomic files, the exported environment, per-rank logs and the exec of the command. Shared
+ * by dptrain-launch and dptrain-run. Knows nothing about PMIx (pmix/alloc.h does). */
+#ifndef DPTRAIN_LAUNCH_H
+#define DPTRAIN_LAUNCH_H
+
+#include <stddef.h>
+
+#include "alloc.h"
+#include "ranktable.h"
+
+#define LAUNCH_PATH_MAX	       4096
+#define LAUNCH_DEFAULT_OUTDIR  "dptrain.%j.%s"
+#define LAUNCH_DEFAULT_TIMEOUT 300 /* seconds, as the config's timeouts.rendezvous_s default */
+
+/* --- output directory and files (outdir.c) -------------------------------------------- */
+
+/* Expand %j (job id), %s (step id) and %% in an output directory pattern; a relative result
+ * is made absolute against the working directory. Any other %-sequence is an error. */
+int launch_outdir_expand(const char *pattern, const char *job, const char *step,
+			 char out[LAUNCH_PATH_MAX], char *err, size_t errlen);
+
+/* mkdir -p with mode 0755; safe when other ranks create the same directories at once. */
+int launch_mkdir_p(const char *path, char *err, size_t errlen);
+
+/* Write a file others read: temporary in the same directory, fsync, rename, fsync dir. */
+int launch_write_atomic(const char *path, const char *data, size_t len, char *err, size_t errlen);
+
+/* --- environment (env_export.c) ------------------------------------------------------- */
+
+struct launch_paths {
+	char outdir[LAUNCH_PATH_MAX];
+	char rank_table[LAUNCH_PATH_MAX]; /* outdir/rank_table.json */
+	char devdir[LAUNCH_PATH_MAX];	  /* outdir/device<RANK> */
+};
+
+int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, char *err,
+		      size_t errlen);
+
+/* Export what the command needs: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK
+ * GROUP_RANK GROUP_WORLD_SIZE MASTER_ADDR MASTER_PORT (PyTorch), RANK_TABLE_FILE RANK_ID
+ * RANK_SIZE DEVICE_ID (MindSpore; DEVICE_ID is the rank table's device_id), DPTRAIN_RANK_TABLE
+ * DPTRAIN_DEVICE_DIR DPTRAIN_OUTPUT_DIR DPTRAIN_SOURCE DPTRAIN_GPU. */
+int launch_env_export(const struct alloc *a, const struct ranktable *rt,
+		      const struct launch_paths *p, char *err, size_t errlen);
+
+/* The whole environment, sorted, one VAR=value per line, written atomically to path. */
+int launch_env_log(const char *path, char *err, size_t errlen);
+
+/* --- logs and exec (exec.c) ----------------------------------------------------------- */
+
+struct launch_exec {
+	char *const *argv;     /* the command; argv[0] is what the user typed */
+	const char *path;      /* run this file instead of looking argv[0] up in PATH, or NULL */
+	const char *train_log; /* append stdout+stderr here, or NULL to leave them alone */
+	int tee;	       /* with train_log: also keep the output on the console */
+	const char *header;    /* one line written to train_log first (no newline needed) */
+	const char *ident;     /* "rank 3 on n2", for messages */
+};
+
+/* Run the command. Without tee this execs and returns only on failure (with the exit status a
+ * shell would give: 127 not found, 126 not executable; the message is already printed). With
+ * tee the command runs as a child while this process copies its output to train.log and the
+ * console, then exits with the command's status (or dies of its signal): it never returns
+ * then, except on a setup failure (returns 1). */
+int launch_exec(const struct launch_exec *e);
+
+/* The status a shell reports for a failed exec: 127 for a missing file, else 126. */
+int launch_exec_status(int errnum);
+
+#endif

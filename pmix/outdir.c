@@ -1,0 +1,168 @@
+/* outdir.c — the output directory of a step: its name from a pattern (%j, %s), creating it
+ * when many ranks race to, and atomic writes of the files in it. Must not decide what goes
+ * into the files (env_export.c, ranktable/ do). */
+#define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
+#include "launch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int launch_outdir_expand(const char *pattern, const char *job, const char *step,
+			 char out[LAUNCH_PATH_MAX], char *err, size_t errlen)
+{
+	char buf[LAUNCH_PATH_MAX], cwd[LAUNCH_PATH_MAX];
+	size_t used = 0, n;
+	const char *p, *add;
+	char one[2] = {0, 0};
+
+	if (!pattern || !*pattern) {
+		snprintf(err, errlen, "the output directory is empty");
+		return -1;
+	}
+	for (p = pattern; *p; p++) {
+		if (*p != '%') {
+			one[0] = *p;
+			add = one;
+		} else if (p[1] == 'j') {
+			add = job;
+			p++;
+		} else if (p[1] == 's') {
+			add = step;
+			p++;
+		} else if (p[1] == '%') {
+			add = "%";
+			p++;
+		} else {
+			snprintf(
+			    err, errlen,
+			    "output directory '%s': unknown pattern '%%%.1s' (known: %%j job id, "
+			    "%%s step id, %%%% a percent sign)",
+			    pattern, p[1] ? p + 1 : "");
+			return -1;
+		}
+		n = strlen(add);
+		if (used + n >= sizeof(buf)) {
+			snprintf(err, errlen,
+				 "output directory is too long (over %d bytes): '%.80s...'",
+				 LAUNCH_PATH_MAX - 1, pattern);
+			return -1;
+		}
+		memcpy(buf + used, add, n);
+		used += n;
+	}
+	buf[used] = '\0';
+	if (buf[0] == '/') {
+		snprintf(out, LAUNCH_PATH_MAX, "%s", buf);
+		return 0;
+	}
+	if (!getcwd(cwd, sizeof(cwd))) {
+		snprintf(err, errlen, "cannot tell the working directory for '%s': %s", buf,
+			 strerror(errno));
+		return -1;
+	}
+	if (snprintf(out, LAUNCH_PATH_MAX, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", buf) >=
+	    LAUNCH_PATH_MAX) {
+		snprintf(err, errlen, "output directory is too long (over %d bytes): '%.80s...'",
+			 LAUNCH_PATH_MAX - 1, buf);
+		return -1;
+	}
+	return 0;
+}
+
+int launch_mkdir_p(const char *path, char *err, size_t errlen)
+{
+	char buf[LAUNCH_PATH_MAX];
+	struct stat st;
+	char *p;
+
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
+		snprintf(err, errlen, "directory name is too long: '%.80s...'", path);
+		return -1;
+	}
+	/* Every prefix in turn; EEXIST is fine, another rank may have made it a moment ago. */
+	for (p = buf + 1; buf[0] != '\0'; p++) {
+		char c = *p;
+		if (c != '/' && c != '\0')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
+			snprintf(err, errlen, "cannot create directory '%s': %s", buf,
+				 strerror(errno));
+			return -1;
+		}
+		*p = c;
+		if (c == '\0')
+			break;
+	}
+	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "'%s' exists and is not a directory", path);
+		return -1;
+	}
+	return 0;
+}
+
+static int write_all(int fd, const char *p, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+int launch_write_atomic(const char *path, const char *data, size_t len, char *err, size_t errlen)
+{
+	char tmp[LAUNCH_PATH_MAX + 16], dir[LAUNCH_PATH_MAX];
+	int fd = -1, dfd, rv = -1;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp)) {
+		snprintf(err, errlen, "file name is too long: '%.80s...'", path);
+		return -1;
+	}
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0) {
+		snprintf(err, errlen, "cannot create a temporary file next to '%s': %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	if (write_all(fd, data, len) != 0 || fchmod(fd, 0644) != 0 || fsync(fd) != 0) {
+		snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+		goto out;
+	}
+	if (close(fd) != 0) {
+		fd = -1;
+		snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
+		goto out;
+	}
+	fd = -1;
+	if (rename(tmp, path) != 0) {
+		snprintf(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
+		goto out;
+	}
+	tmp[0] = '\0';
+	/* The rename itself must survive a crash too. */
+	snprintf(dir, sizeof(dir), "%s", path);
+	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	rv = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	if (tmp[0] && rv != 0)
+		unlink(tmp);
+	return rv;
+}

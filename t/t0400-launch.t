@@ -1,0 +1,228 @@
+#!/bin/sh
+# t0400-launch.t — dptrain-launch as the command of a real Slurm step (no plugin): PMIx and
+# SLURM_* discovery on one and two emulated nodes checked against Slurm's own variables, the
+# rank table against all of them, exit codes, a rank that never arrives, and an OpenMPI
+# program run through the launcher. Owns only its trash directory and the cluster in it.
+
+test_description='dptrain-launch under srun: PMIx and SLURM_* discovery'
+
+. "$(dirname "$0")/sharness.sh"
+
+if ! test_have_prereq LAUNCH; then
+	skip_all='dptrain-launch not built'
+	test_done
+fi
+if ! test_have_prereq LOCALCLUSTER; then
+	skip_all='needs root, slurm-wlm and munge for a local Slurm (make deps)'
+	test_done
+fi
+command -v mpicc >/dev/null 2>&1 && test_set_prereq MPICC
+
+MARK="T0400_MARK=$$.$(date +%s%N)"
+export "$MARK"
+# The tasks' output directory, relative to the task's working directory (this one).
+export DPTRAIN_OUTPUT_DIR
+
+# nothing_left: no task of ours runs any more (tasks inherit MARK from srun's environment).
+nothing_left() {
+	_i=0
+	while [ $_i -lt 100 ]; do
+		_left=$(for _f in $(grep -lzxF "$MARK" /proc/[0-9]*/environ 2>/dev/null); do
+			_p=${_f#/proc/}
+			_p=${_p%/environ}
+			grep -qz '^SLURM_JOB_ID=' "$_f" 2>/dev/null || continue
+			echo "$_p: $(tr '\0' ' ' <"/proc/$_p/cmdline" 2>/dev/null)"
+		done)
+		test -z "$_left" && return 0
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	echo "left running: $_left" >&2
+	return 1
+}
+
+# check DIR N SOURCE: every rank's probe line against Slurm's variables, and the rank table
+# against both (python as an independent reader).
+check() {
+	/usr/bin/python3 - "$@" <<-\EOF
+	import json, sys
+	d, n, source = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+	def fail(msg):
+	    print("check: " + msg, file=sys.stderr)
+	    sys.exit(1)
+	probes = []
+	for r in range(n):
+	    lines = [l for l in open("%s/device%d/train.log" % (d, r)) if l.startswith("probe ")]
+	    if not lines:
+	        fail("no probe line from rank %d" % r)
+	    # the table path may hold blanks (sharness's trash directory): it comes last
+	    head, table = lines[-1].rstrip("\n").split(" table=", 1)
+	    p = dict(kv.split("=", 1) for kv in head.split()[1:])
+	    p["table"] = table
+	    probes.append(p)
+	hosts = [p["host"] for p in probes]
+	for r, p in enumerate(probes):
+	    for ours, slurms in (("rank", "procid"), ("world", "ntasks"), ("local", "localid"),
+	                         ("node", "nodeid"), ("node", "group")):
+	        if p[ours] != p[slurms]:
+	            fail("rank %d: %s=%s but %s=%s" % (r, ours, p[ours], slurms, p[slurms]))
+	    if int(p["rank"]) != r or int(p["world"]) != n:
+	        fail("rank %d: rank/world %s/%s" % (r, p["rank"], p["world"]))
+	    if int(p["lws"]) != hosts.count(p["host"]):
+	        fail("rank %d: LOCAL_WORLD_SIZE %s, %d ranks on %s" % (r, p["lws"], hosts.count(p["host"]), p["host"]))
+	    if p["source"] != source:
+	        fail("rank %d: source %s, expected %s" % (r, p["source"], source))
+	    if p["master"] != probes[0]["master"]:
+	        fail("rank %d: master %s, rank 0 has %s" % (r, p["master"], probes[0]["master"]))
+	    if p["table"] != probes[0]["table"] or not p["table"].endswith("/rank_table.json"):
+	        fail("rank %d: RANK_TABLE_FILE %s" % (r, p["table"]))
+	t = json.load(open(probes[0]["table"]))
+	x = t["dptrain"]
+	if x["world_size"] != n or "%s:%s" % (x["master_addr"], x["master_port"]) != probes[0]["master"]:
+	    fail("rank table world/master: %s %s:%s" % (x["world_size"], x["master_addr"], x["master_port"]))
+	if int(t["server_count"]) != len(set(hosts)) or len(t["server_list"]) != len(set(hosts)):
+	    fail("rank table has %s servers for hosts %s" % (t["server_count"], hosts))
+	if sorted(int(dev["rank_id"]) for s in t["server_list"] for dev in s["device"]) != list(range(n)):
+	    fail("rank table rank_ids are not 0..%d" % (n - 1))
+	for r, p in enumerate(probes):
+	    e = x["ranks"][r]
+	    if e["rank"] != r or e["host"] != p["host"] or str(e["node_rank"]) != p["nodeid"] or str(e["local_rank"]) != p["localid"]:
+	        fail("rank table entry %d %s does not match Slurm's %s" % (r, e, p))
+	print("check: %d ranks on %s agree with Slurm" % (n, sorted(set(hosts))))
+	EOF
+}
+
+test_expect_success 'setup: a two-node Slurm without the plugin, a probe' '
+	dp_cluster_start --no-plugin -N 2 &&
+	cat >probe.sh <<-\EOF &&
+	#!/bin/sh
+	echo "probe rank=$RANK procid=$SLURM_PROCID world=$WORLD_SIZE ntasks=$SLURM_NTASKS local=$LOCAL_RANK localid=$SLURM_LOCALID node=$NODE_RANK nodeid=$SLURM_NODEID group=$GROUP_RANK lws=$LOCAL_WORLD_SIZE host=$SLURMD_NODENAME master=$MASTER_ADDR:$MASTER_PORT source=$DPTRAIN_SOURCE gds=$PMIX_MCA_gds table=$RANK_TABLE_FILE"
+	EOF
+	chmod +x probe.sh
+'
+
+test_expect_success 'srun --mpi=pmix -n4: the variables match Slurm' '
+	DPTRAIN_OUTPUT_DIR=pmix1 timeout 60 srun --mpi=pmix -n4 dptrain-launch ./probe.sh >out &&
+	grep "^probe rank=0 " out &&
+	test $(grep -c "^probe" out) = 1 &&
+	check pmix1 4 pmix &&
+	grep "gds=hash" pmix1/device3/train.log
+'
+
+test_expect_success 'the PMIx master is rank 0 with a port picked on its node' '
+	master=$(sed -n "s/^probe rank=0 .*master=\([^ ]*\) .*/\1/p" out) &&
+	port=${master##*:} &&
+	test "$port" -gt 0 && test "$port" -lt 65536 &&
+	test "$(dp_json pmix1/rank_table.json "d[\"dptrain\"][\"ranks\"][0][\"host\"]")" = n1
+'
+
+test_expect_success 'srun --mpi=pmix -N2 -n4: two nodes, node and local ranks match Slurm' '
+	DPTRAIN_OUTPUT_DIR=pmix2 timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 dptrain-launch ./probe.sh >out &&
+	check pmix2 4 pmix &&
+	test "$(dp_json pmix2/rank_table.json "d[\"server_count\"]")" = 2 &&
+	grep "node=1 nodeid=1" pmix2/device3/train.log &&
+	dptrain-ranktable validate pmix2/rank_table.json
+'
+
+test_expect_success 'srun -N2 -n4 with Slurm uneven (3+1): still matches' '
+	DPTRAIN_OUTPUT_DIR=pmix3 timeout 60 srun --mpi=pmix -N2 -n4 dptrain-launch ./probe.sh >out &&
+	check pmix3 4 pmix
+'
+
+test_expect_success 'srun --mpi=none -n4: the SLURM_* fallback, derived port' '
+	MASTER_ADDR=127.0.0.1 DPTRAIN_OUTPUT_DIR=none1 timeout 60 srun --mpi=none -n4 \
+		dptrain-launch ./probe.sh >out &&
+	check none1 4 slurm &&
+	port=$(dp_json none1/rank_table.json "d[\"dptrain\"][\"master_port\"]") &&
+	test "$port" -gt 60999 && test "$port" -le 65535
+'
+
+test_expect_success 'srun --mpi=none -N2 -n4: two nodes from SLURM_STEP_NODELIST' '
+	MASTER_ADDR=127.0.0.1 DPTRAIN_OUTPUT_DIR=none2 timeout 60 srun --mpi=none -N2 \
+		--ntasks-per-node=2 dptrain-launch ./probe.sh >out &&
+	check none2 4 slurm
+'
+
+test_expect_success 'without PMIx an unresolvable first node needs MASTER_ADDR, and says so' '
+	test_must_fail env -u MASTER_ADDR DPTRAIN_OUTPUT_DIR=none3 timeout 60 srun --mpi=none -n2 \
+		dptrain-launch ./probe.sh 2>err &&
+	grep "dptrain-launch: rank [01] on n[12]: cannot find the master: .*n[12].* set MASTER_ADDR" err
+'
+
+test_expect_success 'DPTRAIN_SOURCE=slurm under PMIx uses SLURM_*' '
+	MASTER_ADDR=127.0.0.1 DPTRAIN_SOURCE=slurm DPTRAIN_OUTPUT_DIR=forced timeout 60 \
+		srun --mpi=pmix -n2 dptrain-launch ./probe.sh >out &&
+	check forced 2 slurm
+'
+
+test_expect_success 'srun exits with the command'"'"'s status' '
+	test_expect_code 7 env DPTRAIN_OUTPUT_DIR=rc timeout 60 srun -n2 dptrain-launch sh -c "exit 7" &&
+	test_expect_code 127 env DPTRAIN_OUTPUT_DIR=rc timeout 60 srun -n2 dptrain-launch no-such-cmd-t0400 2>err &&
+	grep "dptrain-launch: rank [01] on n[12]: cannot run .no-such-cmd-t0400.: No such file or directory" err
+'
+
+test_expect_success 'a rank that never arrives: the others time out naming it, nothing left' '
+	start=$(date +%s) &&
+	# srun reports the ranks Slurm killed (137): any failure will do
+	! env DPTRAIN_TIMEOUT=3 DPTRAIN_TEST_STALL_RANK=2 DPTRAIN_OUTPUT_DIR=stall \
+		timeout 60 srun --mpi=pmix -N2 -n4 dptrain-launch ./probe.sh 2>err &&
+	end=$(date +%s) &&
+	cat err >&2 &&
+	grep "rank 2: test hook DPTRAIN_TEST_STALL_RANK" err &&
+	grep "dptrain-launch: rank [0-3] on n[12]: PMIx fence (rendezvous of all ranks) timed out after 3 s: 1 of 4 ranks did not arrive: rank 2 on n1" err &&
+	test $((end - start)) -lt 20 &&
+	nothing_left
+'
+
+test_expect_success 'without PMIx: local rank 0 that never writes the rank table is named' '
+	start=$(date +%s) &&
+	! env MASTER_ADDR=127.0.0.1 DPTRAIN_TIMEOUT=2 DPTRAIN_TEST_STALL_RANK=0 \
+		DPTRAIN_TEST_STALL_SECONDS=60 DPTRAIN_OUTPUT_DIR=stall2 \
+		timeout 60 srun --mpi=none -K -n3 dptrain-launch ./probe.sh 2>err &&
+	end=$(date +%s) &&
+	grep "dptrain-launch: rank [12] on n[12]: rank 0 (local rank 0 on n[12]) did not write .*/stall2/rank_table.json within 2 s" err &&
+	test $((end - start)) -lt 20 &&
+	nothing_left
+'
+
+test_expect_success MPICC 'setup: an MPI program' '
+	cat >allreduce.c <<-\EOF &&
+	#include <mpi.h>
+	#include <stdio.h>
+	int main(int argc, char **argv)
+	{
+		int rank, size, one, sum;
+		MPI_Init(&argc, &argv);
+		MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+		MPI_Comm_size(MPI_COMM_WORLD, &size);
+		one = rank + 1;
+		MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+		printf("mpi rank %d of %d sum %d\n", rank, size, sum);
+		MPI_Finalize();
+		return sum == size * (size + 1) / 2 ? 0 : 1;
+	}
+	EOF
+	mpicc -o allreduce allreduce.c
+'
+
+test_expect_success MPICC 'an OpenMPI program as the command (second PMIx client)' '
+	DPTRAIN_OUTPUT_DIR=mpi1 timeout 120 srun --mpi=pmix -n4 dptrain-launch ./allreduce >out &&
+	grep -x "mpi rank 0 of 4 sum 10" out &&
+	for r in 1 2 3; do
+		grep -x "mpi rank $r of 4 sum 10" mpi1/device$r/train.log || return 1
+	done
+'
+
+test_expect_success MPICC 'an OpenMPI program across two emulated nodes' '
+	OMPI_MCA_btl=self,tcp DPTRAIN_OUTPUT_DIR=mpi2 timeout 120 \
+		srun --mpi=pmix -N2 --ntasks-per-node=2 dptrain-launch ./allreduce >out &&
+	grep -x "mpi rank 0 of 4 sum 10" out &&
+	grep -x "mpi rank 3 of 4 sum 10" mpi2/device3/train.log
+'
+
+test_expect_success 'stop the cluster; nothing of ours is left' '
+	dp_cluster_stop &&
+	nothing_left
+'
+
+test_done

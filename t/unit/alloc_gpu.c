@@ -1,0 +1,199 @@
+/* alloc_gpu.c — unit tests of the launcher's GPU choice: CUDA_VISIBLE_DEVICES patterns against
+ * local ranks, device counting, and the shared-GPU check. Owns nothing but its temp dir. */
+#include "alloc.h"
+#include "alloc_source.h"
+#include "tap.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static void pick(const char *cvd, int lr, int want_index, const char *want_id, int want_count)
+{
+	struct alloc_gpu g;
+	char err[ALLOC_ERR_MAX] = "";
+	int rc = alloc_gpu_select(cvd, lr, &g, err, sizeof(err));
+
+	ok(rc == 0, "CUDA_VISIBLE_DEVICES='%s' local rank %d accepted%s%s", cvd, lr, rc ? ": " : "",
+	   rc ? err : "");
+	is_int(g.index, want_index, "'%s' local rank %d -> device index %d", cvd, lr, want_index);
+	is(g.id, want_id, "'%s' local rank %d -> physical id '%s'", cvd, lr, want_id);
+	is_int(g.count, want_count, "'%s' -> %d visible", cvd, want_count);
+}
+
+static void refuse(const char *cvd, const char *needle)
+{
+	struct alloc_gpu g;
+	char err[ALLOC_ERR_MAX] = "";
+
+	ok(alloc_gpu_select(cvd, 0, &g, err, sizeof(err)) == -1,
+	   "CUDA_VISIBLE_DEVICES='%s' is refused", cvd);
+	like(err, needle, "... with a message naming '%s'", needle);
+	is_int(g.index, -1, "... and no GPU chosen");
+}
+
+static void test_patterns(void)
+{
+	char id[8];
+	int lr;
+
+	for (lr = 0; lr < 8; lr++)
+		pick("0", lr, 0, "0", 1);
+	for (lr = 0; lr < 8; lr++) {
+		snprintf(id, sizeof(id), "%d", lr % 4);
+		pick("0,1,2,3", lr, lr % 4, id, 4);
+	}
+	for (lr = 0; lr < 8; lr++)
+		pick("2,3", lr, lr % 2, lr % 2 ? "3" : "2", 2);
+	/* Slurm's --gpus-per-task=1: one GPU per task, another one in each. */
+	pick("5", 3, 0, "5", 1);
+	pick("007", 0, 0, "7", 1);
+	pick("", 0, -1, "", 0);
+	pick("", 5, -1, "", 0);
+	pick("NoDevFiles", 0, -1, "", 0);
+	pick("-1", 2, -1, "", 0);
+	pick("GPU-8d1e2c6f-1234-5678-9abc-def012345678", 0, 0,
+	     "GPU-8d1e2c6f-1234-5678-9abc-def012345678", 1);
+	pick("GPU-aaaa,GPU-bbbb", 1, 1, "GPU-bbbb", 2);
+	pick("GPU-aaaa,GPU-bbbb", 2, 0, "GPU-aaaa", 2);
+	pick("MIG-GPU-8d1e2c6f/1/0", 0, 0, "MIG-GPU-8d1e2c6f/1/0", 1);
+
+	refuse("0, 1", "CUDA_VISIBLE_DEVICES='0, 1'");
+	refuse(" 0", "entry 1");
+	refuse("0 ", "is not a device index");
+	refuse("0,,1", "entry 2 ('')");
+	refuse("0,", "entry 2");
+	refuse(",0", "entry 1");
+	refuse("abc", "'abc'");
+	refuse("0;1", "'0;1'");
+	refuse("-2", "'-2'");
+	refuse("0,-1", "'-1'");
+	refuse("GPU-", "'GPU-'");
+	refuse("GPU-12 34", "'GPU-12 34'");
+	refuse("1234567", "'1234567'");
+	refuse("0,0", "lists device '0' twice");
+	refuse("1,01", "lists device '1' twice");
+	refuse("GPU-a,GPU-a", "twice");
+}
+
+static void test_negative_local_rank(void)
+{
+	struct alloc_gpu g;
+	char err[ALLOC_ERR_MAX] = "";
+
+	ok(alloc_gpu_select("0,1", -1, &g, err, sizeof(err)) == -1, "local rank -1 is refused");
+	like(err, "local rank -1", "... naming it");
+}
+
+static void touch(const char *dir, const char *name)
+{
+	char path[512];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_WRONLY | O_CREAT, 0644);
+	if (fd >= 0)
+		close(fd);
+}
+
+static void test_count_devices(void)
+{
+	char dir[] = "/tmp/dptrain-gpu-XXXXXX", path[512];
+	struct alloc_opts o;
+	struct alloc_gpu g;
+	char err[ALLOC_ERR_MAX] = "";
+	const char *names[] = {"nvidia0",    "nvidia1", "nvidia12", "nvidiactl",
+			       "nvidia-uvm", "nvidia",	"nvidia3x", "nvme0"};
+	size_t i;
+
+	if (!mkdtemp(dir)) {
+		skip(9, "cannot create a temporary directory");
+		return;
+	}
+	is_int(alloc_gpu_count_devices(dir), 0, "an empty /dev has no GPUs");
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		touch(dir, names[i]);
+	is_int(alloc_gpu_count_devices(dir), 3,
+	       "nvidia0, nvidia1, nvidia12 count; nvidiactl, "
+	       "nvidia-uvm, nvidia3x do not");
+	is_int(alloc_gpu_count_devices("/nonexistent-dptrain"), 0, "a missing dir has no GPUs");
+
+	/* Unset CUDA_VISIBLE_DEVICES: all GPUs for the env source, none under Slurm. */
+	memset(&o, 0, sizeof(o));
+	o.dev_dir = dir;
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	ok(alloc_self_gpu(&o, ALLOC_SRC_ENV, 4, &g, err, sizeof(err)) == 0,
+	   "env source, unset: accepted");
+	is_int(g.index, 1, "env source, unset, 3 device nodes: local rank 4 -> GPU 1");
+	ok(alloc_self_gpu(&o, ALLOC_SRC_SLURM, 4, &g, err, sizeof(err)) == 0,
+	   "slurm source, unset: accepted");
+	is_int(g.index, -1, "slurm source, unset: no GPU (the step did not ask for one)");
+	setenv("CUDA_VISIBLE_DEVICES", "6,7", 1);
+	ok(alloc_self_gpu(&o, ALLOC_SRC_ENV, 3, &g, err, sizeof(err)) == 0 && g.index == 1 &&
+	       strcmp(g.id, "7") == 0,
+	   "set: CUDA_VISIBLE_DEVICES wins over the device nodes");
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	is_int(alloc_self_gpu(&o, ALLOC_SRC_PMIX, 0, &g, err, sizeof(err)), 0,
+	       "pmix source, unset: accepted");
+
+	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		unlink(path);
+	}
+	rmdir(dir);
+}
+
+static void set_rank(struct alloc_rank *x, const char *host, int node, int lr, int gpu,
+		     const char *id)
+{
+	memset(x, 0, sizeof(*x));
+	snprintf(x->host, sizeof(x->host), "%s", host);
+	snprintf(x->addr, sizeof(x->addr), "127.0.0.1");
+	x->node_rank = node;
+	x->local_rank = lr;
+	x->gpu.index = gpu;
+	snprintf(x->gpu.id, sizeof(x->gpu.id), "%s", id);
+}
+
+static void test_shared_gpu(void)
+{
+	struct alloc_rank ranks[4];
+	struct alloc a;
+	char err[ALLOC_ERR_MAX] = "";
+
+	memset(&a, 0, sizeof(a));
+	a.world_size = 4;
+	a.ranks = ranks;
+	/* Physical ids, not indices: both ranks of n1 see their GPU as index 0. */
+	set_rank(&ranks[0], "n1", 0, 0, 0, "0");
+	set_rank(&ranks[1], "n1", 0, 1, 0, "1");
+	set_rank(&ranks[2], "n2", 1, 0, 0, "0");
+	set_rank(&ranks[3], "n2", 1, 1, 0, "1");
+	is_int(alloc_check_shared_gpu(&a, 0, err, sizeof(err)), 0,
+	       "one GPU per rank (same ids on different nodes) is fine");
+
+	set_rank(&ranks[3], "n2", 1, 1, 1, "0");
+	is_int(alloc_check_shared_gpu(&a, 0, err, sizeof(err)), -1,
+	       "ranks 2 and 3 on n2 on GPU 0 is an error");
+	like(err, "ranks 2 and 3 on n2 would share GPU '0'", "... naming the ranks, node and GPU");
+	like(err, "device.allow_shared_gpu", "... and how to allow it");
+	is_int(alloc_check_shared_gpu(&a, 1, err, sizeof(err)), 0,
+	       "... unless device.allow_shared_gpu");
+
+	set_rank(&ranks[3], "n2", 1, 1, -1, "");
+	set_rank(&ranks[2], "n2", 1, 0, -1, "");
+	is_int(alloc_check_shared_gpu(&a, 0, err, sizeof(err)), 0,
+	       "CPU ranks (no GPU) never share");
+}
+
+int main(void)
+{
+	test_patterns();
+	test_negative_local_rank();
+	test_count_devices();
+	test_shared_gpu();
+	return done_testing();
+}

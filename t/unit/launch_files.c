@@ -1,0 +1,220 @@
+/* launch_files.c — unit tests of what dptrain-launch writes: output directory patterns,
+ * mkdir -p, atomic files, env.log, the exported variables and the fallback's wait for the
+ * rank table. Works in its own temporary directory. */
+#include "alloc.h"
+#include "launch.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static char tmp[] = "/tmp/dptrain-launch-XXXXXX";
+
+static char *slurp(const char *path)
+{
+	static char buf[65536];
+	ssize_t n;
+	int fd = open(path, O_RDONLY);
+
+	buf[0] = '\0';
+	if (fd < 0)
+		return buf;
+	n = read(fd, buf, sizeof(buf) - 1);
+	buf[n > 0 ? n : 0] = '\0';
+	close(fd);
+	return buf;
+}
+
+static void test_expand(void)
+{
+	char out[LAUNCH_PATH_MAX], want[LAUNCH_PATH_MAX], err[ALLOC_ERR_MAX] = "", cwd[1024],
+							  longp[LAUNCH_PATH_MAX + 8];
+
+	if (!getcwd(cwd, sizeof(cwd)))
+		bail_out("getcwd: %s", strerror(errno));
+	ok(launch_outdir_expand("dptrain.%j.%s", "123", "4", out, err, sizeof(err)) == 0,
+	   "default pattern expands");
+	snprintf(want, sizeof(want), "%s/dptrain.123.4", cwd);
+	is(out, want, "relative to the working directory, %%j and %%s replaced");
+	ok(launch_outdir_expand("/abs/%j/x%%y%s", "local", "0", out, err, sizeof(err)) == 0,
+	   "absolute pattern with %%%%");
+	is(out, "/abs/local/x%y0", "%%%% is a percent sign; absolute stays absolute");
+	ok(launch_outdir_expand("runs/%j%j", "7", "0", out, err, sizeof(err)) == 0, "%%j twice");
+	snprintf(want, sizeof(want), "%s/runs/77", cwd);
+	is(out, want, "... both replaced");
+
+	ok(launch_outdir_expand("out.%x", "1", "0", out, err, sizeof(err)) == -1, "%%x is refused");
+	like(err, "unknown pattern '%x'", "... naming it");
+	like(err, "%j job id", "... and listing what is known");
+	ok(launch_outdir_expand("out%", "1", "0", out, err, sizeof(err)) == -1,
+	   "a trailing %% is refused");
+	ok(launch_outdir_expand("", "1", "0", out, err, sizeof(err)) == -1, "empty is refused");
+	like(err, "empty", "... as empty");
+	memset(longp, 'a', sizeof(longp) - 1);
+	longp[sizeof(longp) - 1] = '\0';
+	ok(launch_outdir_expand(longp, "1", "0", out, err, sizeof(err)) == -1,
+	   "an over-long pattern is refused");
+	like(err, "too long", "... as too long");
+}
+
+static void test_mkdir(void)
+{
+	char path[512], file[512], err[ALLOC_ERR_MAX] = "";
+	struct stat st;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/a/b/c/", tmp);
+	ok(launch_mkdir_p(path, err, sizeof(err)) == 0, "mkdir -p a/b/c/ %s", err);
+	ok(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "... exists");
+	ok(launch_mkdir_p(path, err, sizeof(err)) == 0, "again: fine (another rank made it)");
+	snprintf(file, sizeof(file), "%s/afile", tmp);
+	fd = open(file, O_WRONLY | O_CREAT, 0644);
+	close(fd);
+	ok(launch_mkdir_p(file, err, sizeof(err)) == -1, "a file in the way is refused");
+	like(err, "not a directory", "... saying so");
+	snprintf(path, sizeof(path), "%s/afile/sub", tmp);
+	ok(launch_mkdir_p(path, err, sizeof(err)) == -1, "a file as a parent is refused");
+	like(err, "cannot create directory", "... naming the directory");
+	ok(launch_mkdir_p("/", err, sizeof(err)) == 0, "/ exists");
+}
+
+static int count_entries(const char *dir)
+{
+	char cmd[600];
+	FILE *p;
+	int n = -1;
+
+	snprintf(cmd, sizeof(cmd), "ls -A '%s' | wc -l", dir);
+	p = popen(cmd, "r");
+	if (p) {
+		if (fscanf(p, "%d", &n) != 1)
+			n = -1;
+		pclose(p);
+	}
+	return n;
+}
+
+static void test_atomic(void)
+{
+	char dir[512], path[600], err[ALLOC_ERR_MAX] = "";
+	struct stat st;
+
+	snprintf(dir, sizeof(dir), "%s/atomic", tmp);
+	mkdir(dir, 0755);
+	snprintf(path, sizeof(path), "%s/f.json", dir);
+	ok(launch_write_atomic(path, "first\n", 6, err, sizeof(err)) == 0, "write %s", err);
+	is(slurp(path), "first\n", "content");
+	ok(launch_write_atomic(path, "second\n", 7, err, sizeof(err)) == 0, "overwrite");
+	is(slurp(path), "second\n", "new content");
+	is_int(count_entries(dir), 1, "no temporary file left behind");
+	ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "mode 0644");
+	snprintf(path, sizeof(path), "%s/missing/f", dir);
+	ok(launch_write_atomic(path, "x", 1, err, sizeof(err)) == -1, "missing directory fails");
+	like(err, "cannot create a temporary file next to", "... saying where");
+}
+
+static void test_env(void)
+{
+	const char *vars[][2] = {{"RANK", "1"},
+				 {"WORLD_SIZE", "2"},
+				 {"MASTER_ADDR", "127.0.0.1"},
+				 {"MASTER_PORT", "29511"},
+				 {"ZZZ_LAST", "z"},
+				 {"AAA_FIRST", "a=b"}};
+	struct alloc_opts o;
+	struct alloc a;
+	struct ranktable rt;
+	struct launch_paths p;
+	char err[ALLOC_ERR_MAX] = "", path[600], *log;
+	const char *s;
+	size_t i;
+
+	clearenv();
+	setenv("PATH", "/usr/bin:/bin", 1);
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		setenv(vars[i][0], vars[i][1], 1);
+	memset(&o, 0, sizeof(o));
+	o.source = ALLOC_SRC_ENV;
+	o.iface = "lo";
+	o.stall_rank = -1;
+	o.dev_dir = "/nonexistent-dptrain";
+	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "2-rank env allocation %s", err);
+	memset(&rt, 0, sizeof(rt));
+	ok(alloc_rank_table(&a, &rt, err, sizeof(err)) == 0, "its rank table %s", err);
+	ok(launch_paths_init(&p, tmp, 1, err, sizeof(err)) == 0, "paths");
+	snprintf(path, sizeof(path), "%s/rank_table.json", tmp);
+	is(p.rank_table, path, "rank table path is OUTPUT/rank_table.json");
+	snprintf(path, sizeof(path), "%s/device1", tmp);
+	is(p.devdir, path, "device directory is OUTPUT/device<RANK>");
+	ok(launch_env_export(&a, &rt, &p, err, sizeof(err)) == 0, "export %s", err);
+	s = getenv("LOCAL_RANK");
+	is(s, "1", "LOCAL_RANK=1");
+	is(getenv("LOCAL_WORLD_SIZE"), "2", "LOCAL_WORLD_SIZE=2");
+	is(getenv("NODE_RANK"), "0", "NODE_RANK=0");
+	is(getenv("GROUP_RANK"), "0", "GROUP_RANK=0");
+	is(getenv("RANK_ID"), "1", "RANK_ID=1 (MindSpore)");
+	is(getenv("RANK_SIZE"), "2", "RANK_SIZE=2");
+	is(getenv("DEVICE_ID"), "1", "DEVICE_ID = local rank on a CPU node");
+	is(getenv("RANK_TABLE_FILE"), p.rank_table, "RANK_TABLE_FILE");
+	is(getenv("DPTRAIN_RANK_TABLE"), p.rank_table, "DPTRAIN_RANK_TABLE");
+	is(getenv("DPTRAIN_DEVICE_DIR"), p.devdir, "DPTRAIN_DEVICE_DIR");
+	is(getenv("DPTRAIN_OUTPUT_DIR"), tmp, "DPTRAIN_OUTPUT_DIR");
+	is(getenv("DPTRAIN_SOURCE"), "env", "DPTRAIN_SOURCE=env");
+	is(getenv("DPTRAIN_GPU"), "-1", "DPTRAIN_GPU=-1 without GPUs");
+	is(getenv("MASTER_PORT"), "29511", "MASTER_PORT kept");
+
+	snprintf(path, sizeof(path), "%s/env.log", tmp);
+	ok(launch_env_log(path, err, sizeof(err)) == 0, "env.log written %s", err);
+	log = slurp(path);
+	ok(strncmp(log, "AAA_FIRST=a=b\n", 14) == 0, "env.log is sorted: AAA_FIRST first");
+	like(log, "\nRANK=1\n", "env.log has RANK=1");
+	like(log, "\nDPTRAIN_SOURCE=env\n", "env.log has what was exported");
+	ok(strlen(log) > 11 && strcmp(log + strlen(log) - 11, "ZZZ_LAST=z\n") == 0,
+	   "ZZZ_LAST last");
+
+	/* Without PMIx, local rank 1 waits for local rank 0's table; here nobody writes it. */
+	ok(alloc_sync(&a, p.rank_table, &rt, 1, err, sizeof(err)) == -1,
+	   "local rank 1 times out without a rank table");
+	like(err, "rank 0 (local rank 0 on", "... naming the rank that should write it");
+	like(err, "within 1 s", "... and the timeout");
+	ok(rt_write_atomic(&rt, p.rank_table, RT_SCHEMA_DPTRAIN, err) == 0, "rank table written");
+	ok(alloc_sync(&a, p.rank_table, &rt, 1, err, sizeof(err)) == 0,
+	   "then local rank 1 goes on %s", err);
+	rt_free(&rt);
+	alloc_free(&a);
+}
+
+static void test_exec_status(void)
+{
+	is_int(launch_exec_status(ENOENT), 127, "a missing command: 127 like a shell");
+	is_int(launch_exec_status(EACCES), 126, "not executable: 126");
+	is_int(launch_exec_status(ENOEXEC), 126, "bad format: 126");
+}
+
+int main(void)
+{
+	char cmd[600];
+
+	if (!mkdtemp(tmp))
+		bail_out("mkdtemp: %s", strerror(errno));
+	if (chdir(tmp) != 0)
+		bail_out("chdir: %s", strerror(errno));
+	test_expand();
+	test_mkdir();
+	test_atomic();
+	test_env();
+	test_exec_status();
+	if (chdir("/") == 0) {
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
+		if (system(cmd) != 0)
+			diag("could not remove %s", tmp);
+	}
+	return done_testing();
+}
