@@ -1,0 +1,116 @@
+/* dptrain.c — entry points of the SPANK plugin dptrain.so: registers --dptrain, reads the
+ * plugstack.conf arguments, and routes every hook to the file that owns its context (local.c:
+ * srun/sbatch/salloc, remote.c: slurmstepd). Holds the plugin's only mutable state, dp.
+ * Must not do the work of a context itself, and never calls PMIx. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dptrain.h"
+
+SPANK_PLUGIN(dptrain, 1);
+
+/* Option callbacks get no handle or context pointer: they reach the state through here. */
+static struct dp_plugin dp;
+
+static int dp_option_cb(int val, const char *optarg, int remote)
+{
+	(void)val;
+	(void)remote;
+	free(dp.option);
+	dp.option = strdup(optarg ? optarg : "");
+	if (!dp.option) {
+		slurm_error("dptrain: out of memory storing --dptrain");
+		return -1;
+	}
+	return 0;
+}
+
+static struct spank_option dp_option = {
+    .name = "dptrain",
+    .arginfo = "FILE",
+    .usage = "[dptrain] run every task as one rank of the data-parallel training job "
+	     "configured in FILE (JSON); see dptrain(8)",
+    .has_arg = 1,
+    .val = 0,
+    .cb = dp_option_cb,
+};
+
+/* Only srun, sbatch/salloc and slurmstepd have work to do. slurmd and prolog/epilog load the
+ * plugin too; there it does nothing, so a plugstack.conf mistake cannot take a node down. */
+static int dp_context_used(void)
+{
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+	case S_CTX_ALLOCATOR:
+	case S_CTX_REMOTE:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* Slurm does not say which plugstack.conf line failed: show the line's arguments. */
+static void dp_log_args(int ac, char **av)
+{
+	char line[2048] = "";
+	size_t n = 0;
+	int i;
+
+	for (i = 0; i < ac && n < sizeof line; i++)
+		n += (size_t)snprintf(line + n, sizeof line - n, " %s", av[i]);
+	slurm_error("dptrain: the plugstack.conf line is: ... dptrain.so%s", line);
+}
+
+int slurm_spank_init(spank_t sp, int ac, char **av)
+{
+	char err[1024];
+
+	if (!dp_context_used())
+		return 0;
+	/* Registered in every context: the spank_options table is not read by sbatch/salloc. */
+	if (spank_option_register(sp, &dp_option) != ESPANK_SUCCESS) {
+		slurm_error("dptrain: cannot register the --dptrain option");
+		return -1;
+	}
+	if (dp_args_parse(&dp.args, ac, av, err, sizeof err) < 0) {
+		slurm_error("%s", err);
+		dp_log_args(ac, av);
+		return -1;
+	}
+	return 0;
+}
+
+int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	switch (spank_context()) {
+	case S_CTX_LOCAL:
+	case S_CTX_ALLOCATOR:
+		return dp_local_init_post_opt(&dp, sp);
+	case S_CTX_REMOTE:
+		return dp_remote_init_post_opt(&dp, sp);
+	default:
+		return 0;
+	}
+}
+
+int slurm_spank_task_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() != S_CTX_REMOTE)
+		return 0;
+	return dp_remote_task_init(&dp, sp);
+}
+
+int slurm_spank_exit(spank_t sp, int ac, char **av)
+{
+	(void)sp;
+	(void)ac;
+	(void)av;
+	free(dp.option);
+	dp.option = NULL;
+	return 0;
+}

@@ -1,0 +1,50 @@
+/* dptrain.h — what the files of the SPANK plugin share: the plugin's one context struct and
+ * the hooks each context file provides. Internal to spank/; nothing here is exported (see
+ * dptrain.map). Must not include PMIx or anything from the trainer but config.h. */
+#ifndef DPTRAIN_SPANK_H
+#define DPTRAIN_SPANK_H
+
+#include <limits.h>
+#include <stddef.h>
+#include <slurm/spank.h>
+
+/* Environment the plugin reads (srun/sbatch side) and sets (in the task). */
+#define DP_ENV_CONFIG	  "DPTRAIN_CONFIG"
+#define DP_ENV_OUTPUT_DIR "DPTRAIN_OUTPUT_DIR"
+#define DP_ENV_TRAINER	  "DPTRAIN_TRAINER"
+#define DP_ENV_IFACE	  "DPTRAIN_IFACE"
+#define DP_ENV_TIMEOUT	  "DPTRAIN_TIMEOUT"
+
+/* plugstack.conf arguments; "" means not given (launcher and trainer have defaults). */
+struct dp_args {
+	char launcher[PATH_MAX];
+	char trainer[PATH_MAX];
+	char output_dir[PATH_MAX];
+	char iface[64];
+	char timeout[32];
+};
+
+/* The plugin's state in one process (srun, sbatch, salloc or one slurmstepd). */
+struct dp_plugin {
+	struct dp_args args;
+	char *option; /* --dptrain value as given; NULL when the option was not used */
+
+	/* slurmstepd side, decided in init_post_opt for the whole step */
+	int active;		    /* this step's tasks go through the launcher */
+	char config[PATH_MAX];	    /* absolute path of the job config */
+	char error[PATH_MAX + 512]; /* remembered for task_init, where the user sees it */
+};
+
+/* args.c: parse plugstack.conf's "key=value" words into a (defaults first). Returns 0, or -1
+ * with a message starting "dptrain: " in err. */
+int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen);
+
+/* local.c: srun, sbatch and salloc. Validates the config and exports its absolute path. */
+int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp);
+
+/* remote.c: slurmstepd. Decides whether the step is a dptrain step; then, per task, sets the
+ * environment and hands the task to the launcher. */
+int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp);
+int dp_remote_task_init(struct dp_plugin *dp, spank_t sp);
+
+#endif
