@@ -1,0 +1,1103 @@
+/* config.c — reading a job config: the file, JSON, overrides, and the schema-driven decoder
+ * that fills struct cfg and names the JSON path of every error.
+ * What the keys mean (tables, defaults, cross-field checks) is config_schema.c; printing is
+ * config_json.c. No Slurm, PMIx or trainer code here: the SPANK plugin links this file. */
+#include "config_schema.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------------------------
+ * Text helpers for messages. Everything a user wrote is escaped before it is printed, so an
+ * error is always one line of printable text. */
+
+/* Append s (at most max bytes of it) to out with control characters escaped, and with
+ * quotes and backslashes too when it goes between quotes. */
+static void escape_text(char *out, size_t outlen, const char *s, size_t max, int quoted)
+{
+	size_t o = strlen(out);
+	size_t i;
+
+	for (i = 0; s[i] && i < max && o + 8 < outlen; i++) {
+		unsigned char ch = (unsigned char)s[i];
+		if (quoted && (ch == '"' || ch == '\\')) {
+			out[o++] = '\\';
+			out[o++] = (char)ch;
+		} else if (ch < 0x20 || ch == 0x7f) {
+			o += (size_t)snprintf(out + o, outlen - o, "\\u%04x", ch);
+		} else {
+			out[o++] = (char)ch;
+		}
+	}
+	if (s[i] && o + 4 < outlen) {
+		/* Cut on a UTF-8 character boundary. */
+		while (o > 0 && ((unsigned char)out[o - 1] & 0xc0) == 0x80)
+			o--;
+		if (o > 0 && ((unsigned char)out[o - 1] & 0xc0) == 0xc0)
+			o--;
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}
+
+static void escape_into(char *out, size_t outlen, const char *s, size_t max)
+{
+	escape_text(out, outlen, s, max, 1);
+}
+
+void cfg_format_number(double d, char *buf, size_t len)
+{
+	/* Whole numbers without an exponent (300, not 3e+02); others in the shortest form that
+	 * reads back as exactly d (0.1, not 0.10000000000000001). No libm: the SPANK plugin
+	 * links this file with jansson only. */
+	if (d > -1e15 && d < 1e15 && d == (double)(long long)d) {
+		snprintf(buf, len, "%.0f", d == 0 ? 0.0 : d);
+		return;
+	}
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(buf, len, "%.*g", prec, d);
+		if (strtod(buf, NULL) == d)
+			return;
+	}
+}
+
+/* "got ..." text for a JSON value. */
+static void describe(const json_t *v, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		snprintf(buf, len, "an object");
+		break;
+	case JSON_ARRAY:
+		snprintf(buf, len, "an array of %zu value%s", json_array_size(v),
+			 json_array_size(v) == 1 ? "" : "s");
+		break;
+	case JSON_STRING:
+		snprintf(buf, len, "\"");
+		escape_into(buf, len - 1, json_string_value(v), 60);
+		strcat(buf, "\"");
+		break;
+	case JSON_INTEGER:
+		snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+		break;
+	case JSON_REAL:
+		cfg_format_number(json_real_value(v), buf, len);
+		/* 32.0 must not read as the integer 32 in "expected an integer, got 32.0". */
+		if (!strpbrk(buf, ".eEn"))
+			strncat(buf, ".0", len - strlen(buf) - 1);
+		break;
+	case JSON_TRUE:
+		snprintf(buf, len, "true");
+		break;
+	case JSON_FALSE:
+		snprintf(buf, len, "false");
+		break;
+	case JSON_NULL:
+		snprintf(buf, len, "null");
+		break;
+	}
+}
+
+void cfg_join_path(char *out, const char *parent, const char *key)
+{
+	char esc[CFG_JSON_PATH_MAX] = "";
+	size_t n = 0, m;
+
+	escape_into(esc, sizeof(esc), key, 120);
+	if (parent && parent[0]) {
+		n = strnlen(parent, CFG_JSON_PATH_MAX - 2);
+		memmove(out, parent, n);
+		out[n++] = '.';
+	}
+	m = strlen(esc);
+	if (m > CFG_JSON_PATH_MAX - 1 - n)
+		m = CFG_JSON_PATH_MAX - 1 - n;
+	memcpy(out + n, esc, m);
+	out[n + m] = '\0';
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Errors and warnings. */
+
+/* Length of the key part of override i ("a.b" of "a.b=1"). */
+static size_t override_key_len(const char *ov)
+{
+	const char *eq = strchr(ov, '=');
+	return eq ? (size_t)(eq - ov) : strlen(ov);
+}
+
+/* The last override that set path or a value containing it; -1 when the file did. */
+static int override_for(const struct cfg_ctx *x, const char *path)
+{
+	for (int i = x->noverrides - 1; i >= 0; i--) {
+		const char *ov = x->overrides[i];
+		size_t n = override_key_len(ov);
+		if (path && strncmp(path, ov, n) == 0 &&
+		    (path[n] == '\0' || path[n] == '.' || path[n] == '['))
+			return i;
+	}
+	return -1;
+}
+
+static int vfail(struct cfg_ctx *x, int ov, const char *path, const char *fmt, va_list ap)
+{
+	size_t n;
+
+	if (!x->err || x->errlen == 0)
+		return -1;
+	if (path && path[0])
+		snprintf(x->err, x->errlen, "%s: %s: ", x->name, path);
+	else
+		snprintf(x->err, x->errlen, "%s: ", x->name);
+	n = strlen(x->err);
+	vsnprintf(x->err + n, x->errlen - n, fmt, ap);
+	if (ov < 0)
+		ov = override_for(x, path);
+	if (ov >= 0) {
+		n = strlen(x->err);
+		snprintf(x->err + n, x->errlen - n, " (from the override ");
+		escape_text(x->err, x->errlen - 1, x->overrides[ov], 80, 0);
+		strncat(x->err, ")", x->errlen - strlen(x->err) - 1);
+	}
+	return -1;
+}
+
+int cfg_fail(struct cfg_ctx *x, const char *path, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(x, -1, path, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int fail_override(struct cfg_ctx *x, int ov, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail_override(struct cfg_ctx *x, int ov, const char *path, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(x, ov, path, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static int oom(struct cfg_ctx *x)
+{
+	return cfg_fail(x, NULL, "out of memory");
+}
+
+int cfg_warn(struct cfg_ctx *x, const char *path, const char *fmt, ...)
+{
+	struct cfg *c = x->c;
+	char msg[1024];
+	size_t n;
+	char **w;
+	va_list ap;
+
+	snprintf(msg, sizeof(msg), "%s: ", path);
+	n = strlen(msg);
+	va_start(ap, fmt);
+	vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
+	va_end(ap);
+	w = realloc(c->warnings, (size_t)(c->nwarnings + 1) * sizeof(*w));
+	if (!w)
+		return oom(x);
+	c->warnings = w;
+	if (!(w[c->nwarnings] = strdup(msg)))
+		return oom(x);
+	c->nwarnings++;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Did you mean: the nearest candidate by edit distance (adjacent swaps count one), compared
+ * without case, if it is close enough to be a plausible typo. */
+
+static int edit_distance(const char *a, const char *b)
+{
+	enum { MAXLEN = 64 };
+	/* Three rows of the usual table (the swap looks two rows back); small enough for the
+	 * stack of any thread the SPANK plugin runs in. */
+	int rows[3][MAXLEN + 1];
+	int la = (int)strlen(a), lb = (int)strlen(b);
+
+	if (la > MAXLEN || lb > MAXLEN)
+		return INT_MAX;
+	for (int j = 0; j <= lb; j++)
+		rows[0][j] = j;
+	for (int i = 1; i <= la; i++) {
+		int *cur = rows[i % 3], *up = rows[(i - 1) % 3], *up2 = rows[(i + 1) % 3];
+		cur[0] = i;
+		for (int j = 1; j <= lb; j++) {
+			int ai = tolower((unsigned char)a[i - 1]),
+			    bj = tolower((unsigned char)b[j - 1]);
+			int v = up[j] + 1;
+			if (cur[j - 1] + 1 < v)
+				v = cur[j - 1] + 1;
+			if (up[j - 1] + (ai != bj) < v)
+				v = up[j - 1] + (ai != bj);
+			if (i > 1 && j > 1 && ai == tolower((unsigned char)b[j - 2]) &&
+			    tolower((unsigned char)a[i - 2]) == bj && up2[j - 2] + 1 < v)
+				v = up2[j - 2] + 1;
+			cur[j] = v;
+		}
+	}
+	return rows[la % 3][lb];
+}
+
+static const char *suggest(const char *word, const char *const *cands, int n)
+{
+	const char *best = NULL;
+	int bestd = INT_MAX;
+
+	for (int i = 0; i < n; i++) {
+		int len = (int)strlen(cands[i]);
+		int limit = len <= 3 ? 1 : len <= 6 ? 2 : 3;
+		int d = edit_distance(word, cands[i]);
+		/* "input" means "input_shape" more likely than "init". */
+		if (strlen(word) >= 3 && strncasecmp(cands[i], word, strlen(word)) == 0 && d > 1)
+			d = 1;
+		if (d <= limit && d < bestd) {
+			best = cands[i];
+			bestd = d;
+		}
+	}
+	return best;
+}
+
+static int unknown_key(struct cfg_ctx *x, int ov, const struct cfg_key *keys, const char *path,
+		       const char *key)
+{
+	const char *cands[64] = {NULL};
+	char list[512] = "";
+	int n = 0;
+
+	for (const struct cfg_key *k = keys; k->name && n < 64; k++)
+		cands[n++] = k->name;
+	const char *s = suggest(key, cands, n);
+	if (s)
+		return fail_override(x, ov, path, "unknown key; did you mean \"%s\"?", s);
+	for (int i = 0; i < n; i++) {
+		strncat(list, i ? ", " : "", sizeof(list) - strlen(list) - 1);
+		strncat(list, cands[i], sizeof(list) - strlen(list) - 1);
+	}
+	return fail_override(x, ov, path, "unknown key; the keys here are: %s", list);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * What a key expects, in words: "an integer >= 1", "a number in [0, 1)", ... */
+
+static void range_text(const struct cfg_key *k, char *buf, size_t len)
+{
+	char lo[40], hi[40];
+	int has_min = !(k->flags & CFG_F_NO_MIN), has_max = !!(k->flags & CFG_F_HAS_MAX);
+
+	cfg_format_number(k->min, lo, sizeof(lo));
+	cfg_format_number(k->max, hi, sizeof(hi));
+	if (has_min && has_max)
+		snprintf(buf, len, " in %c%s, %s%c", k->flags & CFG_F_MIN_EXCL ? '(' : '[', lo, hi,
+			 k->flags & CFG_F_MAX_EXCL ? ')' : ']');
+	else if (has_min)
+		snprintf(buf, len, " %s %s", k->flags & CFG_F_MIN_EXCL ? ">" : ">=", lo);
+	else if (has_max)
+		snprintf(buf, len, " %s %s", k->flags & CFG_F_MAX_EXCL ? "<" : "<=", hi);
+	else
+		buf[0] = '\0';
+}
+
+static void enum_list(const struct cfg_enum_name *names, char *buf, size_t len)
+{
+	buf[0] = '\0';
+	for (const struct cfg_enum_name *e = names; e->name; e++) {
+		if (e->refuse)
+			continue;
+		size_t n = strlen(buf);
+		snprintf(buf + n, len - n, "%s\"%s\"", n ? ", " : "", e->name);
+	}
+}
+
+static void expected_text(const struct cfg_key *k, char *buf, size_t len)
+{
+	char range[96];
+	const char *incr = k->flags & CFG_F_INCREASING ? ", strictly increasing" : "";
+
+	range_text(k, range, sizeof(range));
+	switch (k->kind) {
+	case CFG_K_OBJECT:
+		snprintf(buf, len, "an object");
+		break;
+	case CFG_K_BOOL:
+		snprintf(buf, len, "true or false");
+		break;
+	case CFG_K_INT:
+	case CFG_K_INT64:
+		snprintf(buf, len, "an integer%s", range);
+		break;
+	case CFG_K_NUMBER:
+		snprintf(buf, len, "a number%s", range);
+		break;
+	case CFG_K_STRING:
+		snprintf(buf, len, "%s",
+			 k->flags & CFG_F_NONEMPTY ? "a non-empty string" : "a string");
+		break;
+	case CFG_K_PATH:
+		snprintf(buf, len, "a file path (a non-empty string)");
+		break;
+	case CFG_K_ENUM:
+		snprintf(buf, len, "one of ");
+		enum_list(k->names, buf + strlen(buf), len - strlen(buf));
+		break;
+	case CFG_K_INT_ARRAY:
+		snprintf(buf, len, "an array of %d integers%s", k->len, range);
+		break;
+	case CFG_K_NUMBER_ARRAY:
+		snprintf(buf, len, "an array of %d numbers%s", k->len, range);
+		break;
+	case CFG_K_INT_LIST:
+		snprintf(buf, len, "an array of integers%s%s", range, incr);
+		break;
+	case CFG_K_NUMBER_LIST:
+		snprintf(buf, len, "an array of numbers%s%s", range, incr);
+		break;
+	case CFG_K_PATH_LIST:
+		snprintf(buf, len, "an array of file paths");
+		break;
+	case CFG_K_LOSS_SCALE:
+		snprintf(buf, len, "\"dynamic\" or a number%s", range);
+		break;
+	case CFG_K_RESUME:
+		snprintf(buf, len, "\"auto\", \"never\" or the path of a checkpoint");
+		break;
+	}
+}
+
+/* Elements of arrays and lists are described as the scalar they are. */
+static enum cfg_kind element_kind(enum cfg_kind kind)
+{
+	switch (kind) {
+	case CFG_K_INT_ARRAY:
+	case CFG_K_INT_LIST:
+		return CFG_K_INT;
+	case CFG_K_NUMBER_ARRAY:
+	case CFG_K_NUMBER_LIST:
+		return CFG_K_NUMBER;
+	case CFG_K_PATH_LIST:
+		return CFG_K_PATH;
+	default:
+		return kind;
+	}
+}
+
+static int expect(struct cfg_ctx *x, const char *path, const struct cfg_key *k, const json_t *v)
+{
+	char want[512], got[128];
+
+	expected_text(k, want, sizeof(want));
+	describe(v, got, sizeof(got));
+	return cfg_fail(x, path, "expected %s, got %s", want, got);
+}
+
+static int expect_element(struct cfg_ctx *x, const char *path, const struct cfg_key *k,
+			  const json_t *v)
+{
+	struct cfg_key el = *k;
+	el.kind = element_kind(k->kind);
+	el.flags &= ~CFG_F_INCREASING;
+	return expect(x, path, &el, v);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Paths. Input paths are made absolute so the job works from any directory. */
+
+/* Clean an absolute path in place: no empty or "." components. ".." is kept: removing it
+ * lexically would be wrong across symbolic links. */
+static void clean_path(char *s)
+{
+	char *out = s, *in = s;
+
+	while (*in) {
+		while (*in == '/')
+			in++;
+		if (!*in)
+			break;
+		char *end = strchr(in, '/');
+		size_t n = end ? (size_t)(end - in) : strlen(in);
+		if (!(n == 1 && in[0] == '.')) {
+			*out++ = '/';
+			memmove(out, in, n);
+			out += n;
+		}
+		in += n;
+	}
+	if (out == s)
+		*out++ = '/';
+	*out = '\0';
+}
+
+static char *absolute_path(const char *dir, const char *p)
+{
+	char *r;
+
+	if (p[0] == '/') {
+		r = strdup(p);
+	} else {
+		size_t n = strlen(dir) + strlen(p) + 2;
+		if ((r = malloc(n)))
+			snprintf(r, n, "%s/%s", dir, p);
+	}
+	if (r)
+		clean_path(r);
+	return r;
+}
+
+char *cfg_resolve_path(const struct cfg_ctx *x, const char *path)
+{
+	return absolute_path(x->dir, path);
+}
+
+/* A path written in an override resolves against the current directory, where the user
+ * typed it; one in the file against the file's directory. */
+static char *resolve_input_path(struct cfg_ctx *x, const char *jpath, const char *p)
+{
+	char cwd[PATH_MAX];
+
+	if (p[0] != '/' && override_for(x, jpath) >= 0) {
+		if (!getcwd(cwd, sizeof(cwd))) {
+			cfg_fail(x, jpath, "cannot resolve \"%s\": current directory: %s", p,
+				 strerror(errno));
+			return NULL;
+		}
+		char *r = absolute_path(cwd, p);
+		if (!r)
+			oom(x);
+		return r;
+	}
+	char *r = cfg_resolve_path(x, p);
+	if (!r)
+		oom(x);
+	return r;
+}
+
+json_t *cfg_json_at(json_t *root, const char *path)
+{
+	char part[CFG_JSON_PATH_MAX];
+	json_t *v = root;
+
+	while (v && *path) {
+		size_t n = strcspn(path, ".");
+		if (n >= sizeof(part) || !json_is_object(v))
+			return NULL;
+		memcpy(part, path, n);
+		part[n] = '\0';
+		v = json_object_get(v, part);
+		path += n;
+		if (*path == '.')
+			path++;
+	}
+	return v;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The decoder: one JSON value into one schema field. */
+
+static int in_range(const struct cfg_key *k, double v)
+{
+	if (!(k->flags & CFG_F_NO_MIN) && (k->flags & CFG_F_MIN_EXCL ? v <= k->min : v < k->min))
+		return 0;
+	if ((k->flags & CFG_F_HAS_MAX) && (k->flags & CFG_F_MAX_EXCL ? v >= k->max : v > k->max))
+		return 0;
+	return 1;
+}
+
+/* An integer field: JSON integer, in the key's range and in [INT64_MIN, type_max]. */
+static int get_integer(struct cfg_ctx *x, const struct cfg_key *k, const json_t *v,
+		       const char *path, long long type_max, long long *out)
+{
+	if (!json_is_integer(v))
+		return expect_element(x, path, k, v);
+	long long n = json_integer_value(v);
+	if (n > type_max || !in_range(k, (double)n))
+		return expect_element(x, path, k, v);
+	*out = n;
+	return 0;
+}
+
+static int get_number(struct cfg_ctx *x, const struct cfg_key *k, const json_t *v, const char *path,
+		      double *out)
+{
+	if (!json_is_number(v))
+		return expect_element(x, path, k, v);
+	double d = json_number_value(v);
+	if (!in_range(k, d))
+		return expect_element(x, path, k, v);
+	*out = d;
+	return 0;
+}
+
+static int get_path(struct cfg_ctx *x, const struct cfg_key *k, const json_t *v, const char *path,
+		    char **out)
+{
+	if (!json_is_string(v) || json_string_length(v) == 0)
+		return expect_element(x, path, k, v);
+	if (!(*out = resolve_input_path(x, path, json_string_value(v))))
+		return -1;
+	return 0;
+}
+
+static int get_enum(struct cfg_ctx *x, const struct cfg_key *k, const json_t *v, const char *path,
+		    int *out)
+{
+	const struct cfg_enum_name *e;
+	const char *cands[32] = {NULL};
+	char want[512], got[128];
+	int n = 0;
+
+	if (!json_is_string(v))
+		return expect(x, path, k, v);
+	const char *s = json_string_value(v);
+	if ((e = cfg_enum_lookup(k->names, s))) {
+		if (e->refuse)
+			return cfg_fail(x, path, "\"%s\" is not supported: %s", e->name, e->refuse);
+		*out = e->value;
+		return 0;
+	}
+	for (e = k->names; e->name && n < 32; e++)
+		if (!e->refuse)
+			cands[n++] = e->name;
+	expected_text(k, want, sizeof(want));
+	describe(v, got, sizeof(got));
+	const char *sug = suggest(s, cands, n);
+	if (sug)
+		return cfg_fail(x, path, "expected %s, got %s; did you mean \"%s\"?", want, got,
+				sug);
+	return cfg_fail(x, path, "expected %s, got %s", want, got);
+}
+
+static int decode_object(struct cfg_ctx *x, const struct cfg_key *keys, void *base, json_t *obj,
+			 const char *path);
+
+/* Arrays and lists: check the length, then each element with its index in the path. */
+static int decode_array(struct cfg_ctx *x, const struct cfg_key *k, void *base, json_t *v,
+			const char *path)
+{
+	char ep[CFG_JSON_PATH_MAX + 24];
+	size_t n = json_array_size(v);
+	int fixed = k->kind == CFG_K_INT_ARRAY || k->kind == CFG_K_NUMBER_ARRAY;
+	void *vals = NULL;
+	size_t i;
+	int rv = -1;
+
+	if (!json_is_array(v) || (fixed && n != (size_t)k->len) ||
+	    (!fixed && (k->flags & CFG_F_NONEMPTY) && n == 0) || n > 65536)
+		return expect(x, path, k, v);
+	if (fixed) {
+		vals = (char *)base + k->off;
+	} else if (n > 0) {
+		size_t elsize = k->kind == CFG_K_INT_LIST      ? sizeof(int)
+				: k->kind == CFG_K_NUMBER_LIST ? sizeof(double)
+							       : sizeof(char *);
+		if (!(vals = calloc(n, elsize)))
+			return oom(x);
+	}
+	for (i = 0; i < n; i++) {
+		json_t *el = json_array_get(v, i);
+		long long iv;
+		double dv;
+		snprintf(ep, sizeof(ep), "%s[%zu]", path, i);
+		switch (element_kind(k->kind)) {
+		case CFG_K_INT:
+			if (get_integer(x, k, el, ep, INT_MAX, &iv) < 0)
+				goto out;
+			if ((k->flags & CFG_F_INCREASING) && i > 0 && iv <= ((int *)vals)[i - 1])
+				goto not_increasing;
+			((int *)vals)[i] = (int)iv;
+			break;
+		case CFG_K_NUMBER:
+			if (get_number(x, k, el, ep, &dv) < 0)
+				goto out;
+			if ((k->flags & CFG_F_INCREASING) && i > 0 && dv <= ((double *)vals)[i - 1])
+				goto not_increasing;
+			((double *)vals)[i] = dv;
+			break;
+		default:
+			if (get_path(x, k, el, ep, &((char **)vals)[i]) < 0)
+				goto out;
+			break;
+		}
+	}
+	if (!fixed) {
+		/* Replace the default only once the whole list is valid. */
+		cfg_field_free(k, base);
+		switch (k->kind) {
+		case CFG_K_INT_LIST:
+			*CFG_AT(struct cfg_int_list, base, k->off) =
+			    (struct cfg_int_list){vals, (int)n};
+			break;
+		case CFG_K_NUMBER_LIST:
+			*CFG_AT(struct cfg_double_list, base, k->off) =
+			    (struct cfg_double_list){vals, (int)n};
+			break;
+		default:
+			*CFG_AT(struct cfg_string_list, base, k->off) =
+			    (struct cfg_string_list){vals, (int)n};
+			break;
+		}
+		vals = NULL;
+	}
+	rv = 0;
+	goto out;
+not_increasing : {
+	/* Element i is not above its predecessor; ep names it. */
+	char prev[40], got[128];
+	if (element_kind(k->kind) == CFG_K_INT)
+		snprintf(prev, sizeof(prev), "%d", ((int *)vals)[i - 1]);
+	else
+		cfg_format_number(((double *)vals)[i - 1], prev, sizeof(prev));
+	describe(json_array_get(v, i), got, sizeof(got));
+	cfg_fail(x, ep, "expected a value greater than the previous one (%s), got %s", prev, got);
+}
+out:
+	if (!fixed && vals) {
+		if (k->kind == CFG_K_PATH_LIST)
+			for (size_t j = 0; j < n; j++)
+				free(((char **)vals)[j]);
+		free(vals);
+	}
+	return rv;
+}
+
+static int decode_value(struct cfg_ctx *x, const struct cfg_key *k, void *base, json_t *v,
+			const char *path)
+{
+	long long iv;
+	double dv;
+	char *s;
+
+	switch (k->kind) {
+	case CFG_K_OBJECT:
+		if (!json_is_object(v))
+			return expect(x, path, k, v);
+		if (k->flags & CFG_F_OPTIONAL)
+			*CFG_AT(bool, base, k->off2) = true;
+		return decode_object(x, k->sub, (char *)base + k->off, v, path);
+	case CFG_K_BOOL:
+		if (!json_is_boolean(v))
+			return expect(x, path, k, v);
+		*CFG_AT(bool, base, k->off) = json_is_true(v);
+		return 0;
+	case CFG_K_INT:
+		if (get_integer(x, k, v, path, INT_MAX, &iv) < 0)
+			return -1;
+		*CFG_AT(int, base, k->off) = (int)iv;
+		return 0;
+	case CFG_K_INT64:
+		if (get_integer(x, k, v, path, INT64_MAX, &iv) < 0)
+			return -1;
+		*CFG_AT(int64_t, base, k->off) = (int64_t)iv;
+		return 0;
+	case CFG_K_NUMBER:
+		if (get_number(x, k, v, path, &dv) < 0)
+			return -1;
+		*CFG_AT(double, base, k->off) = dv;
+		return 0;
+	case CFG_K_STRING:
+		if (!json_is_string(v) || ((k->flags & CFG_F_NONEMPTY) && !json_string_length(v)))
+			return expect(x, path, k, v);
+		if (!(s = strdup(json_string_value(v))))
+			return oom(x);
+		free(*CFG_AT(char *, base, k->off));
+		*CFG_AT(char *, base, k->off) = s;
+		return 0;
+	case CFG_K_PATH:
+		if (get_path(x, k, v, path, &s) < 0)
+			return -1;
+		free(*CFG_AT(char *, base, k->off));
+		*CFG_AT(char *, base, k->off) = s;
+		return 0;
+	case CFG_K_ENUM:
+		return get_enum(x, k, v, path, CFG_AT(int, base, k->off));
+	case CFG_K_INT_ARRAY:
+	case CFG_K_NUMBER_ARRAY:
+	case CFG_K_INT_LIST:
+	case CFG_K_NUMBER_LIST:
+	case CFG_K_PATH_LIST:
+		return decode_array(x, k, base, v, path);
+	case CFG_K_LOSS_SCALE:
+		if (json_is_string(v) && strcmp(json_string_value(v), "dynamic") == 0) {
+			*CFG_AT(bool, base, k->off) = true;
+			return 0;
+		}
+		if (!json_is_number(v) || !in_range(k, json_number_value(v)))
+			return expect(x, path, k, v);
+		*CFG_AT(bool, base, k->off) = false;
+		*CFG_AT(double, base, k->off2) = json_number_value(v);
+		return 0;
+	case CFG_K_RESUME: {
+		enum cfg_resume *r = CFG_AT(enum cfg_resume, base, k->off);
+		char **rp = CFG_AT(char *, base, k->off2);
+		if (!json_is_string(v) || json_string_length(v) == 0)
+			return expect(x, path, k, v);
+		free(*rp);
+		*rp = NULL;
+		if (strcmp(json_string_value(v), "auto") == 0) {
+			*r = CFG_RESUME_AUTO;
+		} else if (strcmp(json_string_value(v), "never") == 0) {
+			*r = CFG_RESUME_NEVER;
+		} else {
+			if (!(*rp = resolve_input_path(x, path, json_string_value(v))))
+				return -1;
+			*r = CFG_RESUME_PATH;
+		}
+		return 0;
+	}
+	}
+	return cfg_fail(x, path, "internal error: key kind %d", (int)k->kind);
+}
+
+static const struct cfg_key *find_key(const struct cfg_key *keys, const char *name)
+{
+	for (const struct cfg_key *k = keys; k->name; k++)
+		if (strcmp(k->name, name) == 0)
+			return k;
+	return NULL;
+}
+
+/* Keys in file order, so the first error reported is the first one in the file; then the
+ * required keys, in schema order (also inside absent objects, to name the deepest one). */
+static int decode_object(struct cfg_ctx *x, const struct cfg_key *keys, void *base, json_t *obj,
+			 const char *path)
+{
+	char sub[CFG_JSON_PATH_MAX];
+	const char *key;
+	json_t *v;
+
+	if (obj) {
+		json_object_foreach(obj, key, v)
+		{
+			const struct cfg_key *k = find_key(keys, key);
+			cfg_join_path(sub, path, key);
+			if (!k)
+				return unknown_key(x, -1, keys, sub, key);
+			if (decode_value(x, k, base, v, sub) < 0)
+				return -1;
+		}
+	}
+	for (const struct cfg_key *k = keys; k->name; k++) {
+		if (obj && json_object_get(obj, k->name))
+			continue;
+		cfg_join_path(sub, path, k->name);
+		if (k->flags & CFG_F_REQUIRED) {
+			char want[512];
+			expected_text(k, want, sizeof(want));
+			return cfg_fail(x, sub, "missing; expected %s", want);
+		}
+		if (k->kind == CFG_K_OBJECT && !(k->flags & CFG_F_OPTIONAL) &&
+		    decode_object(x, k->sub, (char *)base + k->off, NULL, sub) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Overrides: "path.to.key=VALUE" edits the document before it is decoded, so an override
+ * is checked exactly like the same value in the file. */
+
+static int bad_override(struct cfg_ctx *x, const char *ov)
+{
+	char esc[128] = "";
+	escape_into(esc, sizeof(esc), ov, 80);
+	return cfg_fail(x, NULL, "bad override \"%s\": expected path.to.key=VALUE", esc);
+}
+
+static int apply_override(struct cfg_ctx *x, json_t *root, int i)
+{
+	const char *ov = x->overrides[i];
+	const char *eq = strchr(ov, '=');
+	const struct cfg_key *keys = cfg_schema, *k = NULL;
+	char path[CFG_JSON_PATH_MAX] = "", part[CFG_JSON_PATH_MAX];
+	json_t *obj = root, *val;
+	const char *p = ov;
+
+	if (!eq || eq == ov)
+		return bad_override(x, ov);
+	while (p < eq) {
+		size_t n = strcspn(p, ".=");
+		if (n == 0 || n >= sizeof(part) || (p[n] == '.' && p + n + 1 == eq))
+			return bad_override(x, ov);
+		memcpy(part, p, n);
+		part[n] = '\0';
+		p += n;
+		char parent[CFG_JSON_PATH_MAX];
+		memcpy(parent, path, sizeof(parent));
+		cfg_join_path(path, parent, part);
+		if (!(k = find_key(keys, part)))
+			return unknown_key(x, i, keys, path, part);
+		if (p == eq)
+			break;
+		p++; /* the '.' */
+		if (k->kind != CFG_K_OBJECT) {
+			char want[512], next[CFG_JSON_PATH_MAX] = "";
+			expected_text(k, want, sizeof(want));
+			size_t nn = strcspn(p, ".=");
+			memcpy(part, p, nn < sizeof(part) ? nn : sizeof(part) - 1);
+			part[nn < sizeof(part) ? nn : sizeof(part) - 1] = '\0';
+			escape_into(next, sizeof(next), part, 120);
+			return fail_override(
+			    x, i, path, "is %s, not an object: it has no key \"%s\"", want, next);
+		}
+		json_t *child = json_object_get(obj, part);
+		if (!child) {
+			child = json_object();
+			if (!child || json_object_set_new(obj, part, child) < 0)
+				return oom(x);
+		} else if (!json_is_object(child)) {
+			return expect(x, path, k, child);
+		}
+		obj = child;
+		keys = k->sub;
+	}
+	json_error_t jerr;
+	val = json_loads(eq + 1, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+	if (!val && !(val = json_string(eq + 1)))
+		return fail_override(x, i, path, "the value is not valid UTF-8");
+	if (json_is_null(val)) {
+		/* key=null: back to the default. */
+		json_decref(val);
+		json_object_del(obj, part);
+		return 0;
+	}
+	if (json_object_set_new(obj, part, val) < 0)
+		return oom(x);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Entry points. */
+
+static char *dir_of(const char *abspath)
+{
+	const char *slash = strrchr(abspath, '/');
+	size_t n = slash && slash != abspath ? (size_t)(slash - abspath) : 1;
+	char *d = malloc(n + 1);
+	if (d) {
+		memcpy(d, abspath, n);
+		d[n] = '\0';
+	}
+	return d;
+}
+
+static int all_space(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (!isspace((unsigned char)s[i]))
+			return 0;
+	return 1;
+}
+
+/* abspath: the config's absolute path, or NULL for name made absolute against the cwd. */
+static int parse(struct cfg *c, const char *text, size_t len, const char *name, const char *abspath,
+		 int noverrides, char *const overrides[], char *err, size_t errlen)
+{
+	struct cfg_ctx x = {.c = c,
+			    .name = name && name[0] ? name : "config",
+			    .noverrides = noverrides > 0 && overrides ? noverrides : 0,
+			    .overrides = overrides,
+			    .err = err,
+			    .errlen = errlen};
+	char cwd[PATH_MAX], got[128], msg[256] = "";
+	json_error_t jerr;
+	int rv = -1;
+
+	memset(c, 0, sizeof(*c));
+	if (err && errlen)
+		err[0] = '\0';
+	if (cfg_set_defaults(c) < 0) {
+		oom(&x);
+		goto out;
+	}
+	if (!abspath && !getcwd(cwd, sizeof(cwd))) {
+		cfg_fail(&x, NULL, "cannot determine the current directory: %s", strerror(errno));
+		goto out;
+	}
+	c->path = abspath ? strdup(abspath) : absolute_path(cwd, x.name);
+	if (!c->path || !(x.dir = dir_of(c->path))) {
+		oom(&x);
+		goto out;
+	}
+	if (!text || all_space(text, len)) {
+		cfg_fail(&x, NULL, "empty file; expected a JSON object (see dptrain.json(5))");
+		goto out;
+	}
+	x.root = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
+	if (!x.root) {
+		escape_text(msg, sizeof(msg), jerr.text, 160, 0);
+		/* jansson names its own flag; say what the user can change instead. */
+		char *nul = strstr(msg, " is not allowed without JSON_ALLOW_NUL");
+		if (nul)
+			memcpy(nul, " is not allowed in strings",
+			       sizeof(" is not allowed in strings"));
+		cfg_fail(&x, NULL, "line %d column %d: invalid JSON: %s", jerr.line, jerr.column,
+			 msg);
+		goto out;
+	}
+	if (!json_is_object(x.root)) {
+		describe(x.root, got, sizeof(got));
+		cfg_fail(&x, NULL, "expected a JSON object at the top level, got %s", got);
+		goto out;
+	}
+	for (int i = 0; i < x.noverrides; i++)
+		if (apply_override(&x, x.root, i) < 0)
+			goto out;
+	if (decode_object(&x, cfg_schema, c, x.root, "") < 0 || cfg_check(&x) < 0)
+		goto out;
+	rv = 0;
+out:
+	json_decref(x.root);
+	free(x.dir);
+	if (rv < 0)
+		cfg_free(c);
+	return rv;
+}
+
+int cfg_parse(struct cfg *c, const char *text, size_t len, const char *name, int noverrides,
+	      char *const overrides[], char *err, size_t errlen)
+{
+	return parse(c, text, len, name, NULL, noverrides, overrides, err, errlen);
+}
+
+/* The file's directory through realpath (so "../jobs/x.json" gives a clean path), joined
+ * with the file's own name (a symbolic link to a config keeps its directory). NULL when the
+ * directory cannot be resolved. */
+static char *file_abspath(const char *path)
+{
+	const char *slash = strrchr(path, '/');
+	char dir[PATH_MAX], *r = NULL;
+	const char *base = slash ? slash + 1 : path;
+	size_t dlen = slash ? (size_t)(slash - path) : 0;
+
+	if (dlen >= sizeof(dir))
+		return NULL;
+	memcpy(dir, slash ? path : ".", slash ? dlen : 1);
+	dir[slash ? dlen : 1] = '\0';
+	if (slash && dlen == 0)
+		strcpy(dir, "/");
+	char *real = realpath(dir, NULL);
+	if (!real)
+		return NULL;
+	size_t n = strlen(real) + strlen(base) + 2;
+	if ((r = malloc(n)))
+		snprintf(r, n, "%s/%s", strcmp(real, "/") == 0 ? "" : real, base);
+	free(real);
+	return r;
+}
+
+int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[], char *err,
+	     size_t errlen)
+{
+	char *abspath = NULL;
+	char *buf = NULL;
+	size_t len = 0, cap = 0;
+	struct stat st;
+	int fd = -1, rv = -1;
+
+	memset(c, 0, sizeof(*c));
+	if (err && errlen)
+		err[0] = '\0';
+	if (!path || !path[0]) {
+		snprintf(err, errlen, "no config file given");
+		goto out;
+	}
+	/* O_NONBLOCK so that a FIFO without a writer cannot hang the open; reads block again. */
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		goto out;
+	}
+	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(EISDIR));
+		goto out;
+	}
+	int flags = fcntl(fd, F_GETFL);
+	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+		goto out;
+	}
+	for (;;) {
+		if (len == cap) {
+			cap = cap ? cap * 2 : 16384;
+			char *nb = realloc(buf, cap);
+			if (!nb) {
+				snprintf(err, errlen, "%s: out of memory", path);
+				goto out;
+			}
+			buf = nb;
+		}
+		ssize_t n = read(fd, buf + len, cap - len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+			goto out;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (len > CFG_MAX_FILE_SIZE) {
+			snprintf(err, errlen, "%s: too large: a config is at most %u bytes", path,
+				 CFG_MAX_FILE_SIZE);
+			goto out;
+		}
+	}
+	abspath = file_abspath(path);
+	rv = parse(c, buf, len, path, abspath, noverrides, overrides, err, errlen);
+out:
+	free(abspath);
+	if (fd >= 0)
+		close(fd);
+	free(buf);
+	return rv;
+}
+
+int cfg_expand_output_dir(const char *pattern, const char *jobid, const char *stepid, char *buf,
+			  size_t buflen)
+{
+	size_t o = 0;
+
+	for (const char *p = pattern; *p; p++) {
+		const char *piece;
+		char one[2] = {*p, '\0'};
+		if (*p != '%') {
+			piece = one;
+		} else {
+			p++;
+			if (*p == 'j')
+				piece = jobid;
+			else if (*p == 's')
+				piece = stepid;
+			else if (*p == '%')
+				piece = "%";
+			else
+				return -1;
+		}
+		size_t n = strlen(piece);
+		if (o + n >= buflen)
+			return -1;
+		memcpy(buf + o, piece, n);
+		o += n;
+	}
+	if (o >= buflen)
+		return -1;
+	buf[o] = '\0';
+	return (int)o;
+}
