@@ -1,13 +1,15 @@
 /* main.c — the dptrain program: command line, loading the job config, then training.
- * Owns the arguments and the exit codes only: the config is trainer/config*.c, training is
- * the trainer engine's entry point (train()), which this build does not have yet. */
+ * Owns the arguments, where this rank's outputs go, and the exit codes; the config is
+ * trainer/config*.c, the training loop trainer/train.c. */
 #include "config.h"
+#include "train.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifndef DPTRAIN_VERSION
 #define DPTRAIN_VERSION "0.0.0"
@@ -17,7 +19,7 @@ enum {
 	EXIT_OK = 0,
 	EXIT_CONFIG = 1,    /* the config (or an override) is invalid */
 	EXIT_USAGE = 2,	    /* bad command line */
-	EXIT_NO_ENGINE = 3, /* valid config, but nothing here can train it */
+	EXIT_TRAIN = 3,	    /* training stopped: bad data, diverged, out of memory, ... */
 };
 
 struct args {
@@ -42,8 +44,8 @@ static void usage(FILE *f)
 		"parses, else as a string; key=null restores the default. For example:\n"
 		"  dptrain --check lenet-fmnist.json train.epochs=1 data.batch_size=64\n"
 		"\n"
-		"Exit status: 0 success, 1 invalid config, 2 usage error, 3 no training engine in\n"
-		"this build.\n");
+		"Exit status: 0 success, 1 invalid config, 2 usage error, 3 training stopped (a\n"
+		"data or weights file, divergence, out of memory: the message says which).\n");
 }
 
 /* KEY=VALUE with no '/' in KEY is an override; anything else is the config file (write
@@ -130,16 +132,85 @@ static int print_config(const struct cfg *c)
 	return EXIT_OK;
 }
 
-/* The trainer engine's entry point goes here (run_training(c)); until it exists a valid
- * config cannot be trained. */
-static int train(const struct cfg *c, const char *name)
+static int env_int(const char *name, int def)
 {
-	(void)c;
-	fprintf(stderr,
-		"dptrain: %s is valid, but this build has no training engine yet; use --check to "
-		"print the resolved config\n",
-		name);
-	return EXIT_NO_ENGINE;
+	const char *v = getenv(name);
+	char *end;
+	if (!v || !*v)
+		return def;
+	errno = 0;
+	long x = strtol(v, &end, 10);
+	if (errno || *end || x < 0 || x > 1 << 24)
+		return -1;
+	return (int)x;
+}
+
+/* mkdir -p; existing directories are fine. */
+static int make_dirs(const char *path)
+{
+	char buf[4096];
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* The rank and output directory come from dptrain-launch (srun --dptrain, dptrain-run);
+ * run by hand, dptrain is rank 0 of 1 and writes to output.dir with %j = "local". */
+static int train(const struct cfg *c)
+{
+	char outdir[4096], err[4096];
+	const char *od = getenv("DPTRAIN_OUTPUT_DIR");
+	struct train_env env = {.out = stdout};
+	struct train_result res;
+	env.rank = env_int("RANK", 0);
+	env.world_size = env_int("WORLD_SIZE", 1);
+	if (env.rank < 0 || env.world_size < 1 || env.rank >= env.world_size) {
+		fprintf(stderr, "dptrain: RANK=%s WORLD_SIZE=%s: not a rank of a job; unset them or "
+				"start ranks with srun --dptrain or dptrain-run\n",
+			getenv("RANK") ? getenv("RANK") : "", getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "");
+		return EXIT_USAGE;
+	}
+	if (env.world_size > 1) {
+		fprintf(stderr,
+			"dptrain: WORLD_SIZE=%d, but this build trains on a single rank only; run it "
+			"with one task\n",
+			env.world_size);
+		return EXIT_TRAIN;
+	}
+	if (od && *od) {
+		snprintf(outdir, sizeof(outdir), "%s", od);
+	} else if (cfg_expand_output_dir(c->output.dir, "local", "0", outdir, sizeof(outdir)) < 0) {
+		fprintf(stderr, "dptrain: output.dir \"%s\" is too long\n", c->output.dir);
+		return EXIT_CONFIG;
+	}
+	if (make_dirs(outdir) < 0) {
+		fprintf(stderr, "dptrain: cannot create output directory %s: %s\n", outdir,
+			strerror(errno));
+		return EXIT_TRAIN;
+	}
+	env.output_dir = outdir;
+	if (train_run(c, &env, &res, err, sizeof(err)) < 0) {
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		return EXIT_TRAIN;
+	}
+	if (env.rank == 0) {
+		printf("dptrain: done: %ld steps, %d epoch%s in %.1f s", res.steps, res.epochs,
+		       res.epochs == 1 ? "" : "s", res.seconds);
+		if (res.eval_accuracy >= 0)
+			printf("; test accuracy %.4f", res.eval_accuracy);
+		printf("; weights and metrics in %s\n", outdir);
+	}
+	return EXIT_OK;
 }
 
 int main(int argc, char **argv)
@@ -160,7 +231,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < c.nwarnings; i++)
 		fprintf(stderr, "dptrain: warning: %s: %s\n", a.config, c.warnings[i]);
-	rv = a.check ? print_config(&c) : train(&c, a.config);
+	rv = a.check ? print_config(&c) : train(&c);
 out:
 	cfg_free(&c);
 	free(a.overrides);

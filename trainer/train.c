@@ -312,6 +312,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		goto out;
 
 	int accum = c->parallel.grad_accumulation_step;
+	char le0[4096];
+	if (loader_start_epoch(tr.l, 0, 0, le0) < 0) {
+		failf(err, errlen, "data.train: %s", le0);
+		goto out;
+	}
 	long batches = (long)loader_batches(tr.l);
 	long spe = batches / accum;
 	if (spe < 1) {
