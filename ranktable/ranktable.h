@@ -11,6 +11,7 @@
 #define RT_ADDR_MAX 64  /* a textual IPv4/IPv6 address */
 #define RT_ID_MAX   32  /* a job or step id */
 #define RT_ERR_MAX  512
+#define RT_WORLD_MAX (1 << 20) /* most ranks in a table: bounds what bad input can allocate */
 
 /* Which on-disk form a table was read from / is written as. */
 enum rt_schema {
@@ -20,8 +21,9 @@ enum rt_schema {
 };
 
 /* One rank. Fields a schema lacks are filled by the reader: host = server_id,
- * node_rank = index of the server in server_list order, local_rank = position within its
- * server, gpu = -1 (unknown). */
+ * node_rank = index of the server in server_list order (legacy: of its server_id in order of
+ * first appearance), local_rank = position among its server's ranks in rank order,
+ * gpu = -1 (unknown). */
 struct rt_rank {
 	char host[RT_HOST_MAX];      /* hostname of the node (Slurm NodeName) */
 	char server_id[RT_ADDR_MAX]; /* the node's address: HCCL server_id */
@@ -36,7 +38,8 @@ struct ranktable {
 	enum rt_schema schema;
 	int world_size;
 	int node_count;
-	char master_addr[RT_ADDR_MAX]; /* empty when the schema does not carry it */
+	char master_addr[RT_HOST_MAX]; /* an address or a host name; empty when the schema does
+					* not carry it */
 	int master_port;	       /* 0 when unknown */
 	char job_id[RT_ID_MAX];
 	char step_id[RT_ID_MAX];
@@ -46,12 +49,13 @@ struct ranktable {
 /* What the launcher knows about an allocation (pmix/'s struct alloc fills this). */
 struct rt_alloc {
 	int world_size;
-	const char *master_addr;
-	int master_port;
-	const char *job_id;  /* may be NULL */
-	const char *step_id; /* may be NULL */
+	const char *master_addr; /* may be NULL or "" (unknown); an address or a host name */
+	int master_port;         /* 0 when unknown */
+	const char *job_id;      /* may be NULL */
+	const char *step_id;     /* may be NULL */
 	/* Per rank, indexed by rank: host and addr required; node_rank/local_rank as
-	 * discovered; gpu -1 for none. device_id is derived (gpu, else local_rank). */
+	 * discovered; gpu -1 for none. device_id is derived: the GPU where every rank of the
+	 * node has a GPU of its own, else the local rank (HCCL needs it unique per server). */
 	const struct rt_alloc_rank {
 		const char *host;
 		const char *addr;
@@ -73,7 +77,7 @@ int rt_validate(const struct ranktable *rt, char err[RT_ERR_MAX]);
 
 /* Parse a JSON text of any of the three schemas (autodetected); validates. `name` is used in
  * messages (a file path). Errors name the file and the JSON path, e.g.
- * "rank_table.json: server_list[1].device[0].rank_id: duplicate rank 3 (also at ...)". */
+ * "rank_table.json: server_list[1].device[0].rank_id: rank 3 appears twice (also at ...)". */
 int rt_parse(struct ranktable *rt, const char *text, size_t len, const char *name,
 	     char err[RT_ERR_MAX]);
 
@@ -88,7 +92,34 @@ char *rt_to_json(const struct ranktable *rt, enum rt_schema schema, char err[RT_
 int rt_write_atomic(const struct ranktable *rt, const char *path, enum rt_schema schema,
 		    char err[RT_ERR_MAX]);
 
+/* "dptrain", "hccl", "legacy"; rt_schema_from_name returns -1 for any other name. */
 const char *rt_schema_name(enum rt_schema s);
 int rt_schema_from_name(const char *name, enum rt_schema *out);
+
+/* Compare two tables on what `carried` can hold: everything for RT_SCHEMA_DPTRAIN; world size,
+ * nodes and per rank server_id, addr, device_id, node_rank for the other two (what a reader
+ * derives is not compared). 0 when equal, else 1 with the first difference in diff. */
+int rt_compare(const struct ranktable *a, const struct ranktable *b, enum rt_schema carried,
+	       char diff[RT_ERR_MAX]);
+
+/* A host's address as text: the name itself when it is an IPv4/IPv6 literal, else the first
+ * IPv4 (then IPv6) address getaddrinfo gives. -1 with an error naming the host. */
+int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MAX]);
+
+/* The master port used when nobody chose one: derived from job and step id (numeric prefixes;
+ * anything else counts as 0), in 61000..65499, above Linux's default ephemeral range, so
+ * concurrent steps on one node rarely collide and every rank computes the same value. */
+int rt_default_port(const char *job_id, const char *step_id);
+
+/* Build a table from the environment of a job step (what `dptrain-ranktable from-env` does):
+ * RT_ENV_SLURM: SLURM_STEP_NODELIST/SLURM_JOB_NODELIST, SLURM_STEP_TASKS_PER_NODE/
+ * SLURM_TASKS_PER_NODE, SLURM_STEP_NUM_TASKS/SLURM_NTASKS, SLURM_JOB_ID, SLURM_STEP_ID, block
+ * distribution, hosts resolved with rt_resolve_host; RT_ENV_TORCHRUN: WORLD_SIZE,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on this one host; RT_ENV_AUTO: Slurm when a node
+ * list is set, else torchrun-style when WORLD_SIZE is. MASTER_ADDR/MASTER_PORT, when set, win
+ * in both. `used` says which variables were read. */
+enum rt_env_source { RT_ENV_AUTO = 0, RT_ENV_SLURM, RT_ENV_TORCHRUN };
+int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_ERR_MAX],
+		char err[RT_ERR_MAX]);
 
 #endif

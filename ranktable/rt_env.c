@@ -1,0 +1,276 @@
+/* rt_env.c — a rank table from a job step's environment: Slurm's SLURM_* variables (block
+ * distribution over the step's nodes) or torchrun-style WORLD_SIZE/MASTER_* on one host, plus
+ * host-name resolution and the default master port. Reads variables only: no Slurm or PMIx
+ * library, no files. */
+#include "hostlist.h"
+#include "rt_internal.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MAX])
+{
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+	const struct addrinfo *pick = NULL;
+	int rc;
+
+	if (!host || !*host)
+		return rt_errf(err, "cannot resolve an empty host name");
+	if (strlen(host) < RT_ADDR_MAX && rt_is_address(host)) {
+		memcpy(addr, host, strlen(host) + 1);
+		return 0;
+	}
+	if ((rc = getaddrinfo(host, NULL, &hints, &res)) != 0)
+		return rt_errf(err, "cannot resolve host \"%.255s\": %s", host,
+			       rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+	/* IPv4 first: what the collectives and most clusters' interfaces use. */
+	for (const struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
+		if (ai->ai_family == AF_INET)
+			pick = ai;
+	for (const struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
+		if (ai->ai_family == AF_INET6)
+			pick = ai;
+	if (!pick) {
+		freeaddrinfo(res);
+		return rt_errf(err, "cannot resolve host \"%.255s\": no IPv4 or IPv6 address",
+			       host);
+	}
+	const void *sa =
+	    pick->ai_family == AF_INET
+		? (const void *)&((const struct sockaddr_in *)pick->ai_addr)->sin_addr
+		: (const void *)&((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr;
+	inet_ntop(pick->ai_family, sa, addr, RT_ADDR_MAX);
+	freeaddrinfo(res);
+	return 0;
+}
+
+int rt_default_port(const char *job_id, const char *step_id)
+{
+	unsigned long long job = 0, step = 0;
+	for (const char *s = job_id; s && *s >= '0' && *s <= '9'; s++)
+		job = (job * 10 + (unsigned long long)(*s - '0')) % 1000000007ULL;
+	for (const char *s = step_id; s && *s >= '0' && *s <= '9'; s++)
+		step = (step * 10 + (unsigned long long)(*s - '0')) % 1000000007ULL;
+	/* 64 steps per job before two steps of one job share a port. */
+	return 61000 + (int)((job * 64 + step) % 4500);
+}
+
+/* A positive decimal from the environment; 0 when unset, -1 when malformed. */
+static int rt_env_int(const char *name, int max, int *out, char err[RT_ERR_MAX])
+{
+	const char *s = getenv(name);
+	char *end;
+	long v;
+
+	*out = 0;
+	if (!s)
+		return 0;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < 1 || v > max)
+		return rt_errf(err, "%s=\"%.40s\" is not a number from 1 to %d", name, s, max);
+	*out = (int)v;
+	return 0;
+}
+
+/* The first of names that is set; *which says which (the first name when none is). */
+static const char *rt_env_first(const char *const *names, const char **which)
+{
+	*which = names[0];
+	for (; *names; names++) {
+		const char *v = getenv(*names);
+		if (v) {
+			*which = *names;
+			return v;
+		}
+	}
+	return NULL;
+}
+
+/* MASTER_ADDR/MASTER_PORT set by the user win over what the source would choose. */
+static int rt_env_master(const char **addr, int *port, char err[RT_ERR_MAX])
+{
+	const char *a = getenv("MASTER_ADDR");
+	int p;
+	if (rt_env_int("MASTER_PORT", 65535, &p, err) < 0)
+		return -1;
+	if (a && *a) {
+		if (!rt_is_address(a) && !rt_is_hostname(a))
+			return rt_errf(err,
+				       "MASTER_ADDR=\"%.64s\" is not an address or a host name", a);
+		*addr = a;
+	}
+	if (p)
+		*port = p;
+	return 0;
+}
+
+static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[RT_ERR_MAX])
+{
+	/* A step's own variables when inside srun; the job's in a batch script. */
+	static const char *const step_nodes[] = {"SLURM_STEP_NODELIST", NULL};
+	static const char *const job_nodes[] = {"SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL};
+	static const char *const step_tasks[] = {"SLURM_STEP_TASKS_PER_NODE", NULL};
+	static const char *const job_tasks[] = {"SLURM_TASKS_PER_NODE", NULL};
+	static const char *const step_ntasks[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL};
+	static const char *const job_ntasks[] = {"SLURM_NTASKS", "SLURM_NPROCS", NULL};
+	static const char *const job_ids[] = {"SLURM_JOB_ID", "SLURM_JOBID", NULL};
+	static const char *const step_ids[] = {"SLURM_STEP_ID", "SLURM_STEPID", NULL};
+	const char *nodes_var, *tasks_var, *ntasks_var, *job_var, *step_var;
+	const char *nodelist, *tpn, *ntasks_s, *job, *step;
+	char **hosts = NULL, (*addrs)[RT_ADDR_MAX] = NULL, why[RT_ERR_MAX];
+	int nhosts = 0, *counts = NULL, ncounts = 0, world = 0, ntasks = 0, rv = -1;
+	struct rt_alloc_rank *ranks = NULL;
+	struct rt_alloc a = {0};
+
+	int in_step = getenv("SLURM_STEP_NODELIST") != NULL;
+	nodelist = rt_env_first(in_step ? step_nodes : job_nodes, &nodes_var);
+	tpn = rt_env_first(in_step ? step_tasks : job_tasks, &tasks_var);
+	ntasks_s = rt_env_first(in_step ? step_ntasks : job_ntasks, &ntasks_var);
+	job = rt_env_first(job_ids, &job_var);
+	step = rt_env_first(step_ids, &step_var);
+	if (!nodelist)
+		return rt_errf(err, "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set: "
+				    "not inside a Slurm job");
+	if (!tpn)
+		return rt_errf(err,
+			       "%s is set but %s is not: cannot tell how many tasks each node "
+			       "runs",
+			       nodes_var, tasks_var);
+	if (rt_hostlist_expand(nodelist, &hosts, &nhosts, why) < 0) {
+		rt_errf(err, "%s: %s", nodes_var, why);
+		goto out;
+	}
+	if (rt_tasks_per_node_expand(tpn, &counts, &ncounts, why) < 0) {
+		rt_errf(err, "%s: %s", tasks_var, why);
+		goto out;
+	}
+	if (ncounts != nhosts) {
+		rt_errf(err, "%s names %d node%s but %s=\"%.64s\" counts tasks for %d", nodes_var,
+			nhosts, nhosts == 1 ? "" : "s", tasks_var, tpn, ncounts);
+		goto out;
+	}
+	for (int i = 0; i < ncounts; i++) {
+		if (counts[i] > RT_WORLD_MAX - world) {
+			rt_errf(err, "%s=\"%.64s\": more than %d tasks", tasks_var, tpn,
+				RT_WORLD_MAX);
+			goto out;
+		}
+		world += counts[i];
+	}
+	if (ntasks_s && rt_env_int(ntasks_var, RT_WORLD_MAX, &ntasks, err) < 0)
+		goto out;
+	if (ntasks_s && ntasks != world) {
+		rt_errf(err, "%s=%d but %s=\"%.64s\" adds up to %d task%s", ntasks_var, ntasks,
+			tasks_var, tpn, world, world == 1 ? "" : "s");
+		goto out;
+	}
+	addrs = calloc((size_t)nhosts, sizeof(*addrs));
+	ranks = calloc((size_t)world, sizeof(*ranks));
+	if (!addrs || !ranks) {
+		rt_errf(err, "out of memory for %d ranks", world);
+		goto out;
+	}
+	for (int i = 0; i < nhosts; i++) {
+		if (rt_resolve_host(hosts[i], addrs[i], why) < 0) {
+			rt_errf(err, "%s, node %d: %s", nodes_var, i, why);
+			goto out;
+		}
+	}
+	/* Block distribution, as srun's default: node 0 gets ranks 0..counts[0]-1, and so on. */
+	for (int i = 0, r = 0; i < nhosts; i++)
+		for (int l = 0; l < counts[i]; l++, r++)
+			ranks[r] = (struct rt_alloc_rank){hosts[i], addrs[i], i, l, -1};
+	a = (struct rt_alloc){world, addrs[0], 0, job, step, ranks};
+	a.master_port = rt_default_port(job, step);
+	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
+		goto out;
+	/* Each value is cut short, so the whole line fits in RT_ERR_MAX. */
+	int len = snprintf(used, RT_ERR_MAX, "Slurm variables (%s=%.64s, %s=%.64s", nodes_var,
+			   nodelist, tasks_var, tpn);
+	if (job)
+		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", %s=%.32s", job_var, job);
+	if (step)
+		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", %s=%.32s", step_var, step);
+	snprintf(used + len, RT_ERR_MAX - (size_t)len, ")");
+	rv = rt_build(rt, &a, err);
+out:
+	rt_hostlist_free(hosts, nhosts);
+	free(counts);
+	free(addrs);
+	free(ranks);
+	return rv;
+}
+
+static int rt_from_torchrun(struct ranktable *rt, char used[RT_ERR_MAX], char err[RT_ERR_MAX])
+{
+	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], why[RT_ERR_MAX];
+	int world, local;
+	struct rt_alloc_rank *ranks = NULL;
+	struct rt_alloc a = {0};
+	int rv = -1;
+
+	if (rt_env_int("WORLD_SIZE", RT_WORLD_MAX, &world, err) < 0 ||
+	    rt_env_int("LOCAL_WORLD_SIZE", RT_WORLD_MAX, &local, err) < 0)
+		return -1;
+	if (!world)
+		return rt_errf(err, "WORLD_SIZE is not set: no torchrun-style environment");
+	if (local && local != world)
+		return rt_errf(err,
+			       "LOCAL_WORLD_SIZE=%d but WORLD_SIZE=%d: torchrun-style variables "
+			       "describe only this host, so from-env builds single-host tables "
+			       "from them",
+			       local, world);
+	/* torchrun's own defaults for a single host. */
+	a.master_addr = "127.0.0.1";
+	a.master_port = 29500;
+	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
+		return -1;
+	if (gethostname(host, sizeof(host)) < 0)
+		return rt_errf(err, "cannot get this host's name: %s", strerror(errno));
+	host[sizeof(host) - 1] = '\0';
+	/* One host: the master is this host, and its address is every rank's. */
+	if (rt_resolve_host(a.master_addr, addr, why) < 0)
+		return rt_errf(err, "MASTER_ADDR: %s", why);
+	if (!(ranks = calloc((size_t)world, sizeof(*ranks))))
+		return rt_errf(err, "out of memory for %d ranks", world);
+	for (int r = 0; r < world; r++)
+		ranks[r] = (struct rt_alloc_rank){host, addr, 0, r, -1};
+	a.world_size = world;
+	a.ranks = ranks;
+	snprintf(used, RT_ERR_MAX,
+		 "torchrun-style variables (WORLD_SIZE=%d, MASTER_ADDR=%.64s, MASTER_PORT=%d) on "
+		 "this host",
+		 world, a.master_addr, a.master_port);
+	rv = rt_build(rt, &a, err);
+	free(ranks);
+	return rv;
+}
+
+int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_ERR_MAX],
+		char err[RT_ERR_MAX])
+{
+	memset(rt, 0, sizeof(*rt));
+	used[0] = '\0';
+	if (source == RT_ENV_AUTO) {
+		if (getenv("SLURM_STEP_NODELIST") || getenv("SLURM_JOB_NODELIST") ||
+		    getenv("SLURM_NODELIST"))
+			source = RT_ENV_SLURM;
+		else if (getenv("WORLD_SIZE"))
+			source = RT_ENV_TORCHRUN;
+		else
+			return rt_errf(err,
+				       "neither Slurm (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST) "
+				       "nor torchrun-style variables (WORLD_SIZE) are set");
+	}
+	if (source == RT_ENV_SLURM)
+		return rt_from_slurm(rt, used, err);
+	return rt_from_torchrun(rt, used, err);
+}
