@@ -28,7 +28,7 @@ struct be_conv_desc {
 struct be_bn_desc {
 	int n, c, h, w;
 	float eps;
-	int fuse_relu; /* y = relu(bn(x)); backward then needs the op's workspace */
+	int fuse_relu; /* y = relu(bn(x)); backward masks dy with y > 0 */
 };
 
 enum be_pool_kind { BE_POOL_MAX, BE_POOL_AVG };
@@ -47,8 +47,11 @@ struct be_linear_desc {
 };
 
 /* Every op returns 0 on success, -1 with be->err set (a message naming the op and shape).
- * beta: 0 overwrites the output, 1 adds to it (gradient accumulation across micro-steps and
- * across the consumers of a tensor with fan-out). */
+ * beta: 0 overwrites the output (never reading it), 1 adds to it (gradient accumulation across
+ * micro-steps and across the consumers of a tensor with fan-out); other values scale the old
+ * output. Ops keep no data between calls (backward takes what it needs as arguments), so any
+ * number of forwards may run between a forward and its backward. A backend is driven by one
+ * thread at a time; its ops share scratch memory. */
 struct backend_ops {
 	const char *name;
 
@@ -78,15 +81,19 @@ struct backend_ops {
 	int (*bn_fwd_infer)(struct backend *be, struct be_op *op, const float *x,
 			    const float *gamma, const float *beta_, const float *running_mean,
 			    const float *running_var, float *y);
-	/* y is the forward output (needed with fuse_relu). */
+	/* y is the forward output (needed with fuse_relu). dx may be NULL: parameter gradients
+	 * only. */
 	int (*bn_bwd)(struct backend *be, struct be_op *op, const float *x, const float *y,
 		      const float *dy, const float *gamma, const float *save_mean,
 		      const float *save_invstd, float *dx, float *dgamma, float *dbeta, float beta);
 
 	struct be_op *(*pool_create)(struct backend *be, struct be_pool_desc *d);
 	int (*pool_fwd)(struct backend *be, struct be_op *op, const float *x, float *y);
-	int (*pool_bwd)(struct backend *be, struct be_op *op, const float *dy, float *dx,
-			float beta);
+	/* x and y are the forward's input and output (cuDNN needs both). Max pooling routes each
+	 * dy to the first maximum of its window in x in scan order (row by row), as PyTorch's CPU
+	 * kernel does, so ties go where PyTorch sends them. */
+	int (*pool_bwd)(struct backend *be, struct be_op *op, const float *x, const float *y,
+			const float *dy, float *dx, float beta);
 
 	struct be_op *(*linear_create)(struct backend *be, const struct be_linear_desc *d);
 	/* y[n][out] = x[n][in] . W[out][in]^T + b */
@@ -134,7 +141,8 @@ struct backend {
 };
 
 /* Create the CPU backend (oneDNN where built with it, plain C otherwise). threads 0 = default
- * (OMP_NUM_THREADS, else all cores). NULL with *err on failure. */
+ * (OMP_NUM_THREADS, else all cores); it is set with omp_set_num_threads(), which OpenMP keeps
+ * per thread: create the backend in the thread that runs its ops. NULL with *err on failure. */
 struct backend *be_cpu_create(int threads, char *err, size_t errlen);
 /* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
  * right; the test suite checks the other backends against it and against PyTorch. */

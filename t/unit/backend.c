@@ -1,0 +1,715 @@
+/* backend.c — every op of the fast CPU backends checked against the reference backend: forward,
+ * backward and beta = 1 accumulation on fresh random inputs over many shapes, outputs poisoned
+ * with NaN first so an op that forgets to write fails. PyTorch parity is backend_torch.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "backend_ref.h"
+#include "backend_check.h"
+#include "tap.h"
+
+/* The backend under test and the reference, with one op each for the case at hand. */
+struct pair {
+	struct backend *be[2]; /* [0] reference, [1] under test */
+	struct be_op *op[2];
+	struct chk_rng *rng;
+	const char *name; /* of the backend under test */
+};
+
+static void ops_destroy(struct pair *p)
+{
+	for (int i = 0; i < 2; i++) {
+		if (p->op[i])
+			p->be[i]->ops->op_destroy(p->be[i], p->op[i]);
+		p->op[i] = NULL;
+	}
+}
+
+/* Both ops were created; else says why. */
+static int created(struct pair *p, const char *what)
+{
+	if (ok(p->op[0] && p->op[1], "%s %s: created", p->name, what))
+		return 1;
+	for (int i = 0; i < 2; i++)
+		if (!p->op[i])
+			diag("%s: %s", p->be[i]->ops->name, p->be[i]->err);
+	return 0;
+}
+
+static int ran(struct pair *p, int i, int rc, const char *what)
+{
+	if (rc == 0)
+		return 1;
+	fail("%s %s: %s failed: %s", p->name, what, p->be[i]->ops->name, p->be[i]->err);
+	return 0;
+}
+
+/* Compares the backend under test with the reference; the label names both and the op. */
+static void cmp(struct pair *p, const char *op, const char *what, const float *got,
+		const float *want, size_t n)
+{
+	char t[320];
+
+	snprintf(t, sizeof(t), "%s %s %s", p->name, op, what);
+	chk_close(got, want, n, t);
+}
+
+/* beta = 1 onto a prefilled buffer must equal the prefill plus the beta = 0 result. */
+static float *prefill(struct pair *p, size_t n)
+{
+	float *x = chk_alloc(n);
+
+	chk_random(p->rng, x, n, -1.0f, 1.0f);
+	return x;
+}
+
+static void check_acc(const char *backend, const char *op, const char *what, const float *acc,
+		      const float *pre, const float *out0, size_t n)
+{
+	float *want = chk_alloc(n);
+	char t[320];
+
+	for (size_t i = 0; i < n; i++)
+		want[i] = pre[i] + out0[i];
+	snprintf(t, sizeof(t), "%s %s %s beta=1", backend, op, what);
+	chk_close(acc, want, n, t);
+	free(want);
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+static void test_conv(struct pair *p, struct be_conv_desc d)
+{
+	char s[160], w[256];
+	struct be_conv_desc dd[2] = {d, d};
+	float *x = NULL, *wt = NULL, *b = NULL, *dy = NULL, *y[2] = {0}, *dx[2] = {0}, *dw[2] = {0},
+	      *db[2] = {0}, *pre = NULL, *acc = NULL;
+
+	be_conv_str(&d, s, sizeof(s));
+	for (int i = 0; i < 2; i++)
+		p->op[i] = p->be[i]->ops->conv_create(p->be[i], &dd[i]);
+	snprintf(w, sizeof(w), "conv(%s)", s);
+	if (!created(p, w))
+		goto out;
+	if (!ok(dd[1].oh == dd[0].oh && dd[1].ow == dd[0].ow, "%s %s: output %dx%d", p->name, w,
+		dd[1].oh, dd[1].ow))
+		goto out;
+	size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.k * d.c * d.kh * d.kw;
+	size_t ny = (size_t)d.n * d.k * dd[0].oh * dd[0].ow, nb = d.k;
+	x = chk_alloc(nx), wt = chk_alloc(nw), b = chk_alloc(nb), dy = chk_alloc(ny);
+	chk_random(p->rng, x, nx, -1, 1);
+	chk_random(p->rng, wt, nw, -0.5f, 0.5f);
+	chk_random(p->rng, b, nb, -1, 1);
+	chk_random(p->rng, dy, ny, -1, 1);
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx), dw[i] = chk_alloc(nw);
+		db[i] = chk_alloc(nb);
+		chk_poison(y[i], ny), chk_poison(dx[i], nx), chk_poison(dw[i], nw);
+		chk_poison(db[i], nb);
+		if (!ran(p, i, be->ops->conv_fwd(be, p->op[i], x, wt, d.has_bias ? b : NULL, y[i]),
+			 w) ||
+		    !ran(p, i, be->ops->conv_bwd_data(be, p->op[i], dy, wt, dx[i], 0.0f), w) ||
+		    !ran(p, i,
+			 be->ops->conv_bwd_weights(be, p->op[i], x, dy, dw[i],
+						   d.has_bias ? db[i] : NULL, 0.0f),
+			 w))
+			goto out;
+	}
+	cmp(p, w, "fwd y", y[1], y[0], ny);
+	cmp(p, w, "bwd dx", dx[1], dx[0], nx);
+	cmp(p, w, "bwd dw", dw[1], dw[0], nw);
+	if (d.has_bias)
+		cmp(p, w, "bwd db", db[1], db[0], nb);
+
+	/* Same inputs, same bits (the resume test compares losses with !=). */
+	{
+		struct backend *be = p->be[1];
+		float *y2 = chk_alloc(ny), *dw2 = chk_alloc(nw), *db2 = chk_alloc(nb);
+		if (ran(p, 1, be->ops->conv_fwd(be, p->op[1], x, wt, d.has_bias ? b : NULL, y2),
+			w) &&
+		    ran(p, 1,
+			be->ops->conv_bwd_weights(be, p->op[1], x, dy, dw2, d.has_bias ? db2 : NULL,
+						  0.0f),
+			w))
+			ok(memcmp(y2, y[1], ny * sizeof(float)) == 0 &&
+			       memcmp(dw2, dw[1], nw * sizeof(float)) == 0 &&
+			       (!d.has_bias || memcmp(db2, db[1], nb * sizeof(float)) == 0),
+			   "%s %s: fwd and bwd weights repeat bit for bit", p->name, w);
+		free(y2), free(dw2), free(db2);
+	}
+
+	/* Accumulation, on both backends (the reference must be right too). */
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		const char *bn = be->ops->name;
+		pre = prefill(p, nx), acc = chk_copy(pre, nx);
+		if (ran(p, i, be->ops->conv_bwd_data(be, p->op[i], dy, wt, acc, 1.0f), w)) {
+			check_acc(bn, w, "dx", acc, pre, dx[i], nx);
+		}
+		free(pre), free(acc);
+		float *preb = prefill(p, nb), *accb = chk_copy(preb, nb);
+		pre = prefill(p, nw), acc = chk_copy(pre, nw);
+		if (ran(p, i,
+			be->ops->conv_bwd_weights(be, p->op[i], x, dy, acc,
+						  d.has_bias ? accb : NULL, 1.0f),
+			w)) {
+			check_acc(bn, w, "dw", acc, pre, dw[i], nw);
+			if (d.has_bias) {
+				check_acc(bn, w, "db", accb, preb, db[i], nb);
+			}
+		}
+		free(pre), free(acc), free(preb), free(accb);
+		pre = acc = NULL;
+	}
+out:
+	ops_destroy(p);
+	free(x), free(wt), free(b), free(dy);
+	for (int i = 0; i < 2; i++)
+		free(y[i]), free(dx[i]), free(dw[i]), free(db[i]);
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+static void test_bn(struct pair *p, struct be_bn_desc d)
+{
+	char s[160], w[256];
+	size_t nx = (size_t)d.n * d.c * d.h * d.w, nc = d.c;
+	float *x = chk_alloc(nx), *dy = chk_alloc(nx), *g = chk_alloc(nc), *bt = chk_alloc(nc);
+	float *rm0 = chk_alloc(nc), *rv0 = chk_alloc(nc);
+	float *y[2], *ye[2], *sm[2], *si[2], *rm[2], *rv[2], *dx[2], *dg[2], *dbt[2];
+	float momentum = 0.1f;
+
+	be_bn_str(&d, s, sizeof(s));
+	snprintf(w, sizeof(w), "bn(%s)", s);
+	/* Offset and scale per channel, so normalisation has something to undo. */
+	chk_random(p->rng, x, nx, -1, 1);
+	for (size_t i = 0; i < nx; i++)
+		x[i] = x[i] * (1.0f + (i / (d.h * d.w)) % d.c) + 0.5f * ((i / (d.h * d.w)) % d.c);
+	chk_random(p->rng, dy, nx, -1, 1);
+	chk_random(p->rng, g, nc, 0.5f, 1.5f);
+	chk_random(p->rng, bt, nc, -0.5f, 0.5f);
+	chk_random(p->rng, rm0, nc, -0.2f, 0.2f);
+	chk_random(p->rng, rv0, nc, 0.5f, 1.5f);
+	for (int i = 0; i < 2; i++) {
+		y[i] = chk_alloc(nx), ye[i] = chk_alloc(nx), dx[i] = chk_alloc(nx);
+		sm[i] = chk_alloc(nc), si[i] = chk_alloc(nc), dg[i] = chk_alloc(nc);
+		dbt[i] = chk_alloc(nc), rm[i] = chk_copy(rm0, nc), rv[i] = chk_copy(rv0, nc);
+		chk_poison(y[i], nx), chk_poison(ye[i], nx), chk_poison(dx[i], nx);
+		chk_poison(sm[i], nc), chk_poison(si[i], nc), chk_poison(dg[i], nc);
+		chk_poison(dbt[i], nc);
+		p->op[i] = p->be[i]->ops->bn_create(p->be[i], &d);
+	}
+	if (!created(p, w))
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		if (!ran(p, i,
+			 be->ops->bn_fwd_train(be, p->op[i], x, g, bt, y[i], sm[i], si[i], rm[i],
+					       rv[i], momentum),
+			 w) ||
+		    !ran(p, i,
+			 be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], dx[i], dg[i],
+					 dbt[i], 0.0f),
+			 w) ||
+		    !ran(p, i, be->ops->bn_fwd_infer(be, p->op[i], x, g, bt, rm[i], rv[i], ye[i]),
+			 w))
+			goto out;
+	}
+	cmp(p, w, "train y", y[1], y[0], nx);
+	cmp(p, w, "save_mean", sm[1], sm[0], nc);
+	cmp(p, w, "save_invstd", si[1], si[0], nc);
+	cmp(p, w, "running_mean", rm[1], rm[0], nc);
+	cmp(p, w, "running_var", rv[1], rv[0], nc);
+	cmp(p, w, "dx", dx[1], dx[0], nx);
+	cmp(p, w, "dgamma", dg[1], dg[0], nc);
+	cmp(p, w, "dbeta", dbt[1], dbt[0], nc);
+	cmp(p, w, "eval y", ye[1], ye[0], nx);
+
+	/* dx NULL: the parameter gradients alone, the same ones. */
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		float *g2 = chk_alloc(nc), *b2 = chk_alloc(nc);
+		chk_poison(g2, nc), chk_poison(b2, nc);
+		if (ran(p, i,
+			be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], NULL, g2, b2,
+					0.0f),
+			w))
+			ok(memcmp(g2, dg[i], nc * sizeof(float)) == 0 &&
+			       memcmp(b2, dbt[i], nc * sizeof(float)) == 0,
+			   "%s %s: bwd without dx gives the same dgamma, dbeta", be->ops->name, w);
+		free(g2), free(b2);
+	}
+
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		float *pre = prefill(p, nx), *acc = chk_copy(pre, nx);
+		float *preg = prefill(p, nc), *accg = chk_copy(preg, nc);
+		float *preb = prefill(p, nc), *accb = chk_copy(preb, nc);
+		/* The ReLU mask of a fused op belongs to the last training forward. */
+		be->ops->bn_fwd_train(be, p->op[i], x, g, bt, y[i], sm[i], si[i], rm[i], rv[i],
+				      momentum);
+		if (ran(p, i,
+			be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], acc, accg, accb,
+					1.0f),
+			w)) {
+			check_acc(be->ops->name, w, "dx", acc, pre, dx[i], nx);
+			check_acc(be->ops->name, w, "dgamma", accg, preg, dg[i], nc);
+			check_acc(be->ops->name, w, "dbeta", accb, preb, dbt[i], nc);
+		}
+		free(pre), free(acc), free(preg), free(accg), free(preb), free(accb);
+	}
+out:
+	ops_destroy(p);
+	free(x), free(dy), free(g), free(bt), free(rm0), free(rv0);
+	for (int i = 0; i < 2; i++) {
+		free(y[i]), free(ye[i]), free(dx[i]), free(sm[i]), free(si[i]);
+		free(dg[i]), free(dbt[i]), free(rm[i]), free(rv[i]);
+	}
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+/* levels > 0 quantises x to that many values, so max pooling windows hold ties. */
+static void test_pool(struct pair *p, struct be_pool_desc d, int levels)
+{
+	char s[160], w[256];
+	struct be_pool_desc dd[2] = {d, d};
+	float *x = NULL, *dy = NULL, *y[2] = {0}, *dx[2] = {0};
+
+	be_pool_str(&d, s, sizeof(s));
+	snprintf(w, sizeof(w), "pool(%s)%s", s, levels ? " with ties" : "");
+	for (int i = 0; i < 2; i++)
+		p->op[i] = p->be[i]->ops->pool_create(p->be[i], &dd[i]);
+	if (!created(p, w))
+		goto out;
+	if (!ok(dd[1].oh == dd[0].oh && dd[1].ow == dd[0].ow, "%s %s: output %dx%d", p->name, w,
+		dd[1].oh, dd[1].ow))
+		goto out;
+	size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * dd[0].oh * dd[0].ow;
+	x = chk_alloc(nx), dy = chk_alloc(ny);
+	chk_random(p->rng, x, nx, -1, 1);
+	if (levels)
+		for (size_t i = 0; i < nx; i++)
+			x[i] = floorf((x[i] + 1.0f) * 0.5f * levels);
+	chk_random(p->rng, dy, ny, -1, 1);
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx);
+		chk_poison(y[i], ny), chk_poison(dx[i], nx);
+		if (!ran(p, i, be->ops->pool_fwd(be, p->op[i], x, y[i]), w) ||
+		    !ran(p, i, be->ops->pool_bwd(be, p->op[i], x, y[i], dy, dx[i], 0.0f), w))
+			goto out;
+	}
+	cmp(p, w, "fwd y", y[1], y[0], ny);
+	cmp(p, w, "bwd dx", dx[1], dx[0], nx);
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		float *pre = prefill(p, nx), *acc = chk_copy(pre, nx);
+		if (ran(p, i, be->ops->pool_bwd(be, p->op[i], x, y[i], dy, acc, 1.0f), w)) {
+			check_acc(be->ops->name, w, "dx", acc, pre, dx[i], nx);
+		}
+		free(pre), free(acc);
+	}
+out:
+	ops_destroy(p);
+	free(x), free(dy);
+	for (int i = 0; i < 2; i++)
+		free(y[i]), free(dx[i]);
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+static void test_linear(struct pair *p, struct be_linear_desc d)
+{
+	char s[160], w[256];
+	size_t nx = (size_t)d.n * d.in, nw = (size_t)d.out * d.in, ny = (size_t)d.n * d.out;
+	size_t nb = d.out;
+	float *x = chk_alloc(nx), *wt = chk_alloc(nw), *b = chk_alloc(nb), *dy = chk_alloc(ny);
+	float *y[2], *dx[2], *dw[2], *db[2];
+
+	be_linear_str(&d, s, sizeof(s));
+	snprintf(w, sizeof(w), "linear(%s)", s);
+	chk_random(p->rng, x, nx, -1, 1);
+	chk_random(p->rng, wt, nw, -0.5f, 0.5f);
+	chk_random(p->rng, b, nb, -1, 1);
+	chk_random(p->rng, dy, ny, -1, 1);
+	for (int i = 0; i < 2; i++) {
+		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx), dw[i] = chk_alloc(nw);
+		db[i] = chk_alloc(nb);
+		chk_poison(y[i], ny), chk_poison(dx[i], nx), chk_poison(dw[i], nw);
+		chk_poison(db[i], nb);
+		p->op[i] = p->be[i]->ops->linear_create(p->be[i], &d);
+	}
+	if (!created(p, w))
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		if (!ran(p, i,
+			 be->ops->linear_fwd(be, p->op[i], x, wt, d.has_bias ? b : NULL, y[i]),
+			 w) ||
+		    !ran(p, i, be->ops->linear_bwd_data(be, p->op[i], dy, wt, dx[i], 0.0f), w) ||
+		    !ran(p, i,
+			 be->ops->linear_bwd_weights(be, p->op[i], x, dy, dw[i],
+						     d.has_bias ? db[i] : NULL, 0.0f),
+			 w))
+			goto out;
+	}
+	cmp(p, w, "fwd y", y[1], y[0], ny);
+	cmp(p, w, "bwd dx", dx[1], dx[0], nx);
+	cmp(p, w, "bwd dw", dw[1], dw[0], nw);
+	if (d.has_bias)
+		cmp(p, w, "bwd db", db[1], db[0], nb);
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		float *pre = prefill(p, nx), *acc = chk_copy(pre, nx);
+		float *prew = prefill(p, nw), *accw = chk_copy(prew, nw);
+		float *preb = prefill(p, nb), *accb = chk_copy(preb, nb);
+		if (ran(p, i, be->ops->linear_bwd_data(be, p->op[i], dy, wt, acc, 1.0f), w)) {
+			check_acc(be->ops->name, w, "dx", acc, pre, dx[i], nx);
+		}
+		if (ran(p, i,
+			be->ops->linear_bwd_weights(be, p->op[i], x, dy, accw,
+						    d.has_bias ? accb : NULL, 1.0f),
+			w)) {
+			check_acc(be->ops->name, w, "dw", accw, prew, dw[i], nw);
+			if (d.has_bias) {
+				check_acc(be->ops->name, w, "db", accb, preb, db[i], nb);
+			}
+		}
+		free(pre), free(acc), free(prew), free(accw), free(preb), free(accb);
+	}
+out:
+	ops_destroy(p);
+	free(x), free(wt), free(b), free(dy);
+	for (int i = 0; i < 2; i++)
+		free(y[i]), free(dx[i]), free(dw[i]), free(db[i]);
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+static void test_eltwise(struct pair *p, size_t n)
+{
+	float *x = chk_alloc(n), *b = chk_alloc(n), *dy = chk_alloc(n), *pre = prefill(p, n);
+	float *y[2], *dx[2], *acc[2], *sum[2], *ax[2];
+	double ss[2];
+	char w[64];
+
+	chk_random(p->rng, x, n, -1, 1);
+	chk_random(p->rng, b, n, -1, 1);
+	chk_random(p->rng, dy, n, -1, 1);
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		y[i] = chk_alloc(n), dx[i] = chk_alloc(n), sum[i] = chk_alloc(n);
+		acc[i] = chk_copy(pre, n), ax[i] = chk_copy(pre, n);
+		chk_poison(y[i], n), chk_poison(dx[i], n), chk_poison(sum[i], n);
+		be->ops->relu_fwd(be, x, y[i], n);
+		be->ops->relu_bwd(be, y[i], dy, dx[i], n, 0.0f);
+		be->ops->relu_bwd(be, y[i], dy, acc[i], n, 1.0f);
+		be->ops->add(be, x, b, sum[i], n);
+		be->ops->axpby(be, 0.5f, x, 2.0f, ax[i], n);
+		be->ops->sumsq(be, x, n, &ss[i]);
+	}
+	snprintf(w, sizeof(w), "eltwise(n=%zu)", n);
+	cmp(p, w, "relu fwd", y[1], y[0], n);
+	cmp(p, w, "relu bwd", dx[1], dx[0], n);
+	check_acc(p->name, w, "relu bwd", acc[1], pre, dx[1], n);
+	cmp(p, w, "add", sum[1], sum[0], n);
+	cmp(p, w, "axpby", ax[1], ax[0], n);
+	ok(fabs(ss[1] - ss[0]) <= 1e-9 * ss[0], "sumsq: %.12g vs %.12g", ss[1], ss[0]);
+	/* relu: exactly max(x, 0); its gradient flows where y > 0 only. */
+	int exact = 1;
+	for (size_t i = 0; i < n; i++)
+		exact &= y[1][i] == (x[i] > 0 ? x[i] : 0) && dx[1][i] == (x[i] > 0 ? dy[i] : 0);
+	ok(exact, "%s relu fwd/bwd exact over %zu floats", p->name, n);
+	p->be[1]->ops->fill(p->be[1], y[1], 3.25f, n);
+	exact = 1;
+	for (size_t i = 0; i < n; i++)
+		exact &= y[1][i] == 3.25f;
+	ok(exact, "%s fill", p->name);
+	free(x), free(b), free(dy), free(pre);
+	for (int i = 0; i < 2; i++)
+		free(y[i]), free(dx[i]), free(acc[i]), free(sum[i]), free(ax[i]);
+}
+
+static void test_gap(struct pair *p, int n, int c, int hw)
+{
+	size_t nx = (size_t)n * c * hw, ny = (size_t)n * c;
+	float *x = chk_alloc(nx), *dy = chk_alloc(ny), *pre = prefill(p, nx);
+	float *y[2], *dx[2], *acc[2];
+	char t[96];
+
+	chk_random(p->rng, x, nx, -1, 1);
+	chk_random(p->rng, dy, ny, -1, 1);
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx), acc[i] = chk_copy(pre, nx);
+		chk_poison(y[i], ny), chk_poison(dx[i], nx);
+		ran(p, i, be->ops->gap_fwd(be, x, y[i], n, c, hw), "gap_fwd");
+		ran(p, i, be->ops->gap_bwd(be, dy, dx[i], n, c, hw, 0.0f), "gap_bwd");
+		ran(p, i, be->ops->gap_bwd(be, dy, acc[i], n, c, hw, 1.0f), "gap_bwd");
+	}
+	snprintf(t, sizeof(t), "gap(n=%d c=%d hw=%d)", n, c, hw);
+	cmp(p, t, "fwd y", y[1], y[0], ny);
+	cmp(p, t, "bwd dx", dx[1], dx[0], nx);
+	check_acc(p->name, t, "bwd dx", acc[1], pre, dx[1], nx);
+	free(x), free(dy), free(pre);
+	for (int i = 0; i < 2; i++)
+		free(y[i]), free(dx[i]), free(acc[i]);
+}
+
+static void test_xent(struct pair *p, int n, int classes, float smoothing, float scale)
+{
+	size_t nl = (size_t)n * classes;
+	float *l = chk_alloc(nl), *d[2], loss[2];
+	int32_t *lab = malloc(sizeof(*lab) * n);
+	int correct[2];
+	char t[128];
+
+	if (!lab)
+		bail_out("out of memory");
+	chk_random(p->rng, l, nl, -4, 4);
+	for (int i = 0; i < n; i++)
+		lab[i] = (int32_t)(chk_next(p->rng) % classes);
+	/* Some rows predict their label, so correct is not always 0. */
+	for (int i = 0; i < n; i += 3)
+		l[(size_t)i * classes + lab[i]] = 10.0f;
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		d[i] = chk_alloc(nl);
+		chk_poison(d[i], nl);
+		ran(p, i,
+		    be->ops->xent(be, l, lab, n, classes, smoothing, scale, &loss[i], &correct[i],
+				  d[i]),
+		    "xent");
+	}
+	snprintf(t, sizeof(t), "xent(n=%d classes=%d smoothing=%g scale=%g)", n, classes, smoothing,
+		 scale);
+	is_double(loss[1], loss[0], 1e-5 * fabs(loss[0]), "%s %s loss %.6f", p->name, t, loss[1]);
+	is_int(correct[1], correct[0], "%s %s correct %d", p->name, t, correct[1]);
+	cmp(p, t, "dlogits", d[1], d[0], nl);
+	free(l), free(lab), free(d[0]), free(d[1]);
+}
+
+/* Values a reader can check by hand: equal logits give log(C) whatever the smoothing, a
+ * gradient of (1/C - target) / n, and argmax ties go to the lowest index. */
+static void test_xent_known(struct backend *be)
+{
+	enum { N = 2, C = 4 };
+	float l[N * C] = {0}, d[N * C], loss;
+	int32_t lab[N] = {0, 3};
+	int correct = -1;
+
+	if (be->ops->xent(be, l, lab, N, C, 0.1f, 2.0f, &loss, &correct, d) != 0) {
+		fail("%s xent equal logits: %s", be->ops->name, be->err);
+		return;
+	}
+	is_double(loss, log(4.0), 1e-6, "%s xent equal logits: loss log(4)", be->ops->name);
+	is_int(correct, 1, "%s xent: argmax ties go to the lowest index", be->ops->name);
+	/* target = 0.9 * onehot + 0.1/4; d = (0.25 - target) / N * scale */
+	is_double(d[0], (0.25 - 0.925) / N * 2, 1e-6, "%s xent dlogits at the label",
+		  be->ops->name);
+	is_double(d[1], (0.25 - 0.025) / N * 2, 1e-6, "%s xent dlogits off the label",
+		  be->ops->name);
+	ok(be->ops->xent(be, l, lab, N, C, 0.0f, 1.0f, &loss, &correct, NULL) == 0,
+	   "%s xent without dlogits", be->ops->name);
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+/* Bad shapes and arguments: -1 or NULL with a message naming the op and the shape. */
+static void test_errors(struct backend *be)
+{
+	const char *bn = be->ops->name;
+	struct be_conv_desc cd = {
+	    .n = 8, .c = 3, .h = 2, .w = 2, .k = 4, .kh = 7, .kw = 7, .stride = 1};
+	struct be_op *op = be->ops->conv_create(be, &cd);
+	ok(op == NULL, "%s conv_create rejects a kernel larger than the input", bn);
+	like(be->err, "conv_create(n=8 c=3 h=2 w=2 k=4 7x7/1 pad 0)", "%s: message names the shape",
+	     bn);
+	if (op)
+		be->ops->op_destroy(be, op);
+
+	struct be_conv_desc cb = {
+	    .n = 1, .c = 1, .h = 3, .w = 3, .k = 1, .kh = 1, .kw = 1, .stride = 1, .has_bias = 1};
+	float cx[9] = {0}, cw[1] = {1}, cy[9];
+	op = be->ops->conv_create(be, &cb);
+	if (ok(op != NULL, "%s conv_create with bias", bn)) {
+		ok(be->ops->conv_fwd(be, op, cx, cw, NULL, cy) == -1,
+		   "%s conv_fwd refuses a NULL bias when the op has one", bn);
+		like(be->err, "conv_fwd(n=1 c=1 h=3 w=3 k=1 1x1/1 pad 0 bias): the op has a bias",
+		     "%s: message names the op and what is missing", bn);
+		be->ops->op_destroy(be, op);
+	}
+
+	struct be_pool_desc pd = {.kind = BE_POOL_MAX,
+				  .n = 1,
+				  .c = 1,
+				  .h = 8,
+				  .w = 8,
+				  .kh = 2,
+				  .kw = 2,
+				  .stride = 2,
+				  .pad = 2};
+	op = be->ops->pool_create(be, &pd);
+	ok(op == NULL, "%s pool_create rejects pad > kernel/2", bn);
+	like(be->err, "pool_create(max n=1 c=1 h=8 w=8 2x2/2 pad 2)", "%s: message names the shape",
+	     bn);
+	if (op)
+		be->ops->op_destroy(be, op);
+
+	struct be_bn_desc bd = {.n = 1, .c = 2, .h = 1, .w = 1, .eps = 1e-5f};
+	float x[2] = {1, 2}, y[2], g[2] = {1, 1}, b[2] = {0, 0}, sm[2], si[2], rm[2], rv[2];
+	op = be->ops->bn_create(be, &bd);
+	if (ok(op != NULL, "%s bn_create n=1 h=w=1 (inference is fine)", bn)) {
+		ok(be->ops->bn_fwd_train(be, op, x, g, b, y, sm, si, rm, rv, 0.1f) == -1,
+		   "%s bn_fwd_train with one value per channel fails", bn);
+		like(be->err, "more than one value per channel", "%s: message says why", bn);
+		be->ops->op_destroy(be, op);
+	} else {
+		diag("%s", be->err);
+	}
+
+	float l[6] = {0}, loss;
+	int32_t lab[2] = {1, 3};
+	int correct;
+	ok(be->ops->xent(be, l, lab, 2, 3, 0.0f, 1.0f, &loss, &correct, NULL) == -1,
+	   "%s xent rejects a label out of range", bn);
+	like(be->err, "label 3 of sample 1", "%s: message names the sample", bn);
+
+	struct be_linear_desc ld = {.n = 0, .in = 4, .out = 2};
+	op = be->ops->linear_create(be, &ld);
+	ok(op == NULL, "%s linear_create rejects n=0", bn);
+	like(be->err, "linear_create(n=0 in=4 out=2)", "%s: message names the shape", bn);
+	if (op)
+		be->ops->op_destroy(be, op);
+}
+
+/* ------------------------------------------------------------------------------------- */
+
+static void run_suite(struct pair *p, int convs_only)
+{
+	static const struct be_conv_desc convs[] = {
+	    /* n  c   h   w   k  kh kw s  pad bias */
+	    {2, 3, 9, 11, 5, 3, 3, 1, 1, 1, 0, 0},     /* odd sizes, bias */
+	    {1, 5, 7, 7, 6, 3, 3, 2, 1, 0, 0, 0},      /* batch 1, stride 2 */
+	    {3, 8, 6, 6, 12, 1, 1, 1, 0, 0, 0, 0},     /* 1x1 */
+	    {2, 16, 8, 8, 8, 1, 1, 2, 0, 0, 0, 0},     /* 1x1/2 downsample */
+	    {2, 3, 23, 23, 8, 7, 7, 2, 3, 0, 0, 0},    /* 7x7/2 stem */
+	    {4, 17, 10, 10, 19, 3, 3, 1, 1, 0, 0, 0},  /* channels not multiple of 8 */
+	    {2, 32, 14, 14, 32, 3, 3, 1, 1, 0, 0, 0},  /* blocked-friendly */
+	    {2, 64, 7, 7, 128, 3, 3, 2, 1, 0, 0, 0},   /* 3x3/2 widening */
+	    {2, 4, 5, 5, 3, 5, 5, 1, 0, 1, 0, 0},      /* kernel covers the input */
+	    {2, 16, 4, 4, 16, 1, 1, 1, 0, 1, 0, 0},    /* 1x1 with bias */
+	    {2, 64, 12, 12, 256, 1, 1, 1, 0, 0, 0, 0}, /* bottleneck expansion */
+	};
+	static const struct be_bn_desc bns[] = {
+	    {2, 3, 5, 7, 1e-5f, 0},  {2, 3, 5, 7, 1e-5f, 1},   {1, 16, 4, 4, 1e-5f, 1},
+	    {8, 17, 3, 3, 1e-5f, 0}, {4, 32, 8, 8, 1e-3f, 1},  {3, 8, 1, 1, 1e-5f, 0},
+	    {3, 64, 6, 5, 1e-5f, 0}, {16, 24, 2, 2, 1e-5f, 1},
+	};
+	static const struct be_pool_desc pools[] = {
+	    {BE_POOL_MAX, 2, 3, 9, 9, 3, 3, 2, 1, 0, 0},
+	    {BE_POOL_MAX, 2, 3, 7, 7, 2, 2, 2, 0, 0, 0},
+	    {BE_POOL_MAX, 1, 4, 16, 16, 3, 3, 1, 1, 0, 0},
+	    {BE_POOL_MAX, 2, 17, 12, 10, 3, 3, 2, 1, 0, 0},
+	    {BE_POOL_AVG, 2, 3, 8, 8, 2, 2, 2, 0, 0, 0},
+	    {BE_POOL_AVG, 2, 5, 9, 7, 3, 3, 1, 1, 0, 0},
+	    {BE_POOL_AVG, 1, 16, 7, 7, 7, 7, 1, 0, 0, 0},
+	    {BE_POOL_AVG, 2, 3, 11, 11, 3, 3, 2, 1, 0, 0},
+	};
+	static const struct be_linear_desc lins[] = {
+	    {1, 7, 3, 1},
+	    {5, 64, 10, 1},
+	    {8, 33, 17, 0},
+	    {16, 512, 100, 1},
+	};
+
+	for (size_t i = 0; i < sizeof(convs) / sizeof(convs[0]); i++)
+		test_conv(p, convs[i]);
+	if (convs_only)
+		return;
+	for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++)
+		test_bn(p, bns[i]);
+	for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
+		test_pool(p, pools[i], 0);
+	/* Ties (ReLU outputs are full of zeros): both must pick the first maximum. */
+	test_pool(p, pools[0], 3);
+	test_pool(p, pools[3], 2);
+	for (size_t i = 0; i < sizeof(lins) / sizeof(lins[0]); i++)
+		test_linear(p, lins[i]);
+	test_eltwise(p, 1);
+	test_eltwise(p, 1000003);
+	test_gap(p, 2, 3, 5);
+	test_gap(p, 4, 64, 49);
+	test_xent(p, 1, 10, 0.0f, 1.0f);
+	test_xent(p, 16, 10, 0.1f, 1.0f);
+	test_xent(p, 7, 1000, 0.1f, 0.25f);
+	test_xent_known(p->be[1]);
+	test_errors(p->be[1]);
+}
+
+int main(void)
+{
+	char err[512];
+	struct chk_rng rng = {chk_seed()};
+	struct backend *ref = be_ref_create(err, sizeof(err));
+	struct backend *cpu = NULL, *par = NULL;
+
+	if (!ref)
+		bail_out("be_ref_create: %s", err);
+	ok(strcmp(ref->ops->name, "ref") == 0, "reference backend is called ref");
+	test_xent_known(ref);
+	test_errors(ref);
+
+	cpu = be_cpu_create(0, err, sizeof(err));
+	if (!ok(cpu != NULL, "be_cpu_create(0): %s", cpu ? cpu->ops->name : err))
+		goto out;
+	diag("cpu backend: %s, %d threads", cpu->ops->name, cpu->threads);
+	struct pair p = {{ref, cpu}, {NULL, NULL}, &rng, cpu->ops->name};
+	run_suite(&p, 0);
+
+	/* The layouts the CPU backend does not pick by default, forced (DPTRAIN_CPU_CONV). */
+	static const char *layouts[] = {"plain", "blocked"};
+	static const char *names[] = {"cpu (conv=plain)", "cpu (conv=blocked)"};
+	for (int i = 0; i < 2; i++) {
+		setenv("DPTRAIN_CPU_CONV", layouts[i], 1);
+		struct backend *forced = be_cpu_create(0, err, sizeof(err));
+		unsetenv("DPTRAIN_CPU_CONV");
+		if (!ok(forced != NULL, "be_cpu_create with DPTRAIN_CPU_CONV=%s: %s", layouts[i],
+			forced ? forced->ops->name : err))
+			continue;
+		struct pair f = {{ref, forced}, {NULL, NULL}, &rng, names[i]};
+		run_suite(&f, 1);
+		forced->ops->destroy(forced);
+	}
+
+	/* The fallback without oneDNN: the reference kernels on OpenMP threads. */
+	par = be_ref_create_parallel(0, err, sizeof(err));
+	if (!ok(par != NULL, "be_ref_create_parallel: %s", par ? par->ops->name : err))
+		goto out;
+	struct pair q = {{ref, par}, {NULL, NULL}, &rng, par->ops->name};
+	run_suite(&q, 0);
+
+	struct backend *bad = be_cpu_create(-1, err, sizeof(err));
+	ok(bad == NULL, "be_cpu_create(-1) fails");
+	like(err, "threads must be 0 (the default) or more", "and says why");
+	if (bad)
+		bad->ops->destroy(bad);
+	/* Last: OpenMP keeps the thread count for the rest of the process. */
+	struct backend *one = be_cpu_create(1, err, sizeof(err));
+	if (ok(one != NULL, "be_cpu_create(1)"))
+		is_int(one->threads, 1, "runs on 1 thread");
+	if (one)
+		one->ops->destroy(one);
+out:
+	if (par)
+		par->ops->destroy(par);
+	if (cpu)
+		cpu->ops->destroy(cpu);
+	ref->ops->destroy(ref);
+	return done_testing();
+}

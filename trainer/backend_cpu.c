@@ -1,0 +1,983 @@
+/* backend_cpu.c — the CPU backend: oneDNN primitives for convolution, pooling and inner product,
+ * planned once per op (at *_create) and reused; batch norm as own OpenMP loops; element-wise
+ * ops, max pooling's backward, global average pool, cross-entropy and sums are the reference
+ * kernels on OpenMP threads. Built without oneDNN it is the reference backend on OpenMP
+ * threads. Must not change the op semantics the reference backend defines: the tests compare
+ * the two op for op. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "backend_ref.h"
+
+#ifndef HAVE_DNNL
+
+struct backend *be_cpu_create(int threads, char *err, size_t errlen)
+{
+	return be_ref_create_parallel(threads, err, errlen);
+}
+
+#else
+
+#include <oneapi/dnnl/dnnl.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+/* The caller's tensors are plain NCHW / OIHW / [n][features]; a convolution pass may run in
+ * oneDNN's blocked layouts (format `any`), reordering at the op boundary through the arena (see
+ * cpu_conv_create for which passes do). DPTRAIN_CPU_CONV=plain|blocked forces one layout for
+ * every pass, to compare with contrib/bench/ops-bench.c. */
+
+/* Scratch shared by every op of the backend: ops run one at a time on the one stream, so a
+ * single arena, sized for the largest op, holds the blocked copies and the accumulation
+ * temporaries. */
+struct cpu_ctx {
+	dnnl_engine_t eng;
+	dnnl_stream_t stream;
+	char *arena;
+	size_t arena_bytes;
+	enum { CONV_AUTO, CONV_PLAIN, CONV_BLOCKED } conv; /* layouts: DPTRAIN_CPU_CONV */
+};
+
+enum arg_role {
+	ARG_IN,	 /* read; reordered into the primitive's layout when it differs */
+	ARG_OUT, /* written; honours beta and reorders back when the layout differs */
+};
+
+/* One tensor argument of a primitive: the caller's memory (`user`, plain) and the memory the
+ * primitive reads or writes (`prim`: the caller's buffer when possible, else an arena slot). */
+struct cpu_arg {
+	int id; /* DNNL_ARG_* */
+	enum arg_role role;
+	int same; /* the primitive uses the plain layout */
+	dnnl_memory_t user, prim;
+	dnnl_primitive_t to_prim; /* ARG_IN, !same: user -> prim */
+	dnnl_primitive_t to_user; /* ARG_OUT, !same: prim -> user, overwriting */
+	dnnl_primitive_t add;	  /* ARG_OUT: prim -> user, adding (beta = 1) */
+	size_t off;		  /* arena slot */
+	size_t count;		  /* floats in the caller's tensor */
+};
+
+#define CPU_ARGS_MAX 10
+
+/* One primitive with its arguments, in the order the op passes pointers. */
+struct cpu_pass {
+	dnnl_primitive_t prim;
+	int nargs;
+	struct cpu_arg arg[CPU_ARGS_MAX];
+	size_t arena; /* bytes of arena it needs */
+};
+
+/* What a pass is built from: argument ids, roles and the caller's (plain) layout. */
+struct arg_spec {
+	int id;
+	enum arg_role role;
+	const dnnl_memory_desc_t *md;
+};
+
+enum cpu_kind { CPU_CONV, CPU_BN, CPU_POOL, CPU_LINEAR };
+
+/* This file's definition of the opaque op. */
+struct be_op {
+	enum cpu_kind kind;
+	char what[200]; /* "conv(n=8 c=3 ...)" for error messages */
+	union {
+		struct be_conv_desc conv;
+		struct be_bn_desc bn;
+		struct be_pool_desc pool;
+		struct be_linear_desc linear;
+	} d;
+	/* conv, linear: fwd, bwd data, bwd weights. pool: fwd, bwd (avg). bn: none. */
+	struct cpu_pass pass[3];
+};
+
+enum { PASS_FWD = 0, PASS_BWD_DATA = 1, PASS_BWD_WEIGHTS = 2 };
+
+static struct cpu_ctx *ctx_of(struct backend *be)
+{
+	return be->priv;
+}
+
+static int dnnl_fail(struct backend *be, const char *fn, const char *what, const char *call,
+		     dnnl_status_t st)
+{
+	return be_errf(be, "%s%s: %s: %s", fn, what, call, dnnl_status2str(st));
+}
+
+/* Checks a oneDNN call inside a function with `be`, `fn`, `what`, `rv` and an `out` label. */
+#define DNNL_TRY(f, args)                                                                          \
+	do {                                                                                       \
+		dnnl_status_t st_ = f args;                                                        \
+		if (st_ != dnnl_success) {                                                         \
+			dnnl_fail(be, fn, what, #f, st_);                                          \
+			goto out;                                                                  \
+		}                                                                                  \
+	} while (0)
+
+static void md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, dnnl_format_tag_t tag)
+{
+	dnnl_dims_t d;
+
+	for (int i = 0; i < ndims; i++)
+		d[i] = dims[i];
+	dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, tag);
+}
+
+static size_t align64(size_t n)
+{
+	return (n + 63) / 64 * 64;
+}
+
+static int arena_reserve(struct backend *be, size_t bytes, const char *fn, const char *what)
+{
+	struct cpu_ctx *ctx = ctx_of(be);
+	char *p;
+
+	if (bytes <= ctx->arena_bytes)
+		return 0;
+	p = be_host_alloc(bytes);
+	if (!p)
+		return be_errf(be, "%s%s: scratch of %zu bytes: %s", fn, what, bytes,
+			       strerror(errno));
+	be_host_free(ctx->arena);
+	ctx->arena = p;
+	ctx->arena_bytes = bytes;
+	return 0;
+}
+
+static int reorder_create(struct backend *be, dnnl_primitive_t *prim,
+			  const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, int add,
+			  const char *fn, const char *what)
+{
+	struct cpu_ctx *ctx = ctx_of(be);
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_post_ops_t po = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	int rv = -1;
+
+	if (add) {
+		DNNL_TRY(dnnl_post_ops_create, (&po));
+		DNNL_TRY(dnnl_post_ops_append_sum, (po, 1.0f));
+		DNNL_TRY(dnnl_primitive_attr_create, (&attr));
+		DNNL_TRY(dnnl_primitive_attr_set_post_ops, (attr, po));
+	}
+	DNNL_TRY(dnnl_reorder_primitive_desc_create, (&pd, from, ctx->eng, to, ctx->eng, attr));
+	DNNL_TRY(dnnl_primitive_create, (prim, pd));
+	rv = 0;
+out:
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_primitive_attr_destroy(attr);
+	dnnl_post_ops_destroy(po);
+	return rv;
+}
+
+static void pass_destroy(struct cpu_pass *p)
+{
+	for (int i = 0; i < p->nargs; i++) {
+		struct cpu_arg *a = &p->arg[i];
+		dnnl_primitive_destroy(a->to_prim);
+		dnnl_primitive_destroy(a->to_user);
+		dnnl_primitive_destroy(a->add);
+		dnnl_memory_destroy(a->user);
+		dnnl_memory_destroy(a->prim);
+	}
+	dnnl_primitive_destroy(p->prim);
+	memset(p, 0, sizeof(*p));
+}
+
+/* Plans one primitive from its descriptor (hint: the forward's, for backward passes). */
+static int pass_create(struct backend *be, struct be_op *op, struct cpu_pass *p,
+		       const_dnnl_op_desc_t desc, const_dnnl_primitive_desc_t hint,
+		       dnnl_primitive_desc_t *keep_pd, const struct arg_spec *spec, int nspec,
+		       const char *fn)
+{
+	struct cpu_ctx *ctx = ctx_of(be);
+	const char *what = op->what;
+	dnnl_primitive_desc_t pd = NULL;
+	size_t off = 0;
+	int rv = -1;
+
+	DNNL_TRY(dnnl_primitive_desc_create, (&pd, desc, NULL, ctx->eng, hint));
+	DNNL_TRY(dnnl_primitive_create, (&p->prim, pd));
+	for (int i = 0; i < nspec; i++) {
+		struct cpu_arg *a = &p->arg[i];
+		const dnnl_memory_desc_t *pmd =
+		    dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, spec[i].id);
+		const dnnl_memory_desc_t *umd = spec[i].md;
+
+		p->nargs = i + 1;
+		a->id = spec[i].id;
+		a->role = spec[i].role;
+		if (!pmd || pmd->ndims == 0) {
+			be_errf(be, "%s%s: the primitive has no argument %d", fn, what, a->id);
+			goto out;
+		}
+		a->same = dnnl_memory_desc_equal(umd, pmd);
+		a->count = dnnl_memory_desc_get_size(umd) / sizeof(float);
+		DNNL_TRY(dnnl_memory_create, (&a->user, umd, ctx->eng, DNNL_MEMORY_NONE));
+		DNNL_TRY(dnnl_memory_create, (&a->prim, pmd, ctx->eng, DNNL_MEMORY_NONE));
+		if (a->role == ARG_IN && !a->same &&
+		    reorder_create(be, &a->to_prim, umd, pmd, 0, fn, what) < 0)
+			goto out;
+		if (a->role == ARG_OUT && !a->same &&
+		    reorder_create(be, &a->to_user, pmd, umd, 0, fn, what) < 0)
+			goto out;
+		if (a->role == ARG_OUT && reorder_create(be, &a->add, pmd, umd, 1, fn, what) < 0)
+			goto out;
+		if (!a->same || a->role == ARG_OUT) {
+			a->off = off;
+			off += align64(dnnl_memory_desc_get_size(pmd));
+		}
+	}
+	p->arena = off;
+	if (arena_reserve(be, off, fn, what) < 0)
+		goto out;
+	rv = 0;
+out:
+	if (keep_pd && rv == 0)
+		*keep_pd = pd;
+	else
+		dnnl_primitive_desc_destroy(pd);
+	return rv;
+}
+
+static int run_reorder(struct backend *be, dnnl_primitive_t r, dnnl_memory_t from, dnnl_memory_t to,
+		       const char *fn, const char *what)
+{
+	dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+	int rv = -1;
+
+	DNNL_TRY(dnnl_primitive_execute, (r, ctx_of(be)->stream, 2, args));
+	rv = 0;
+out:
+	return rv;
+}
+
+/* Runs a pass on the caller's pointers (in spec order). Inputs are only read: oneDNN takes
+ * non-const handles. beta applies to ARG_OUT arguments: out = result + beta * out. */
+static int pass_run(struct backend *be, struct be_op *op, struct cpu_pass *p, void *const *ptr,
+		    float beta, const char *fn)
+{
+	struct cpu_ctx *ctx = ctx_of(be);
+	const char *what = op->what;
+	dnnl_exec_arg_t args[CPU_ARGS_MAX];
+	int rv = -1;
+
+	for (int i = 0; i < p->nargs; i++) {
+		struct cpu_arg *a = &p->arg[i];
+		int direct = a->same && (a->role == ARG_IN || beta == 0.0f);
+		DNNL_TRY(dnnl_memory_set_data_handle, (a->user, ptr[i]));
+		DNNL_TRY(dnnl_memory_set_data_handle,
+			 (a->prim, direct ? ptr[i] : ctx->arena + a->off));
+		if (a->role == ARG_IN && !a->same &&
+		    run_reorder(be, a->to_prim, a->user, a->prim, fn, what) < 0)
+			goto out;
+		args[i].arg = a->id;
+		args[i].memory = a->prim;
+	}
+	DNNL_TRY(dnnl_primitive_execute, (p->prim, ctx->stream, p->nargs, args));
+	for (int i = 0; i < p->nargs; i++) {
+		struct cpu_arg *a = &p->arg[i];
+		if (a->role != ARG_OUT || (a->same && beta == 0.0f))
+			continue;
+		if (beta != 0.0f && beta != 1.0f) /* the add reorder's sum has scale 1 */
+			be_ref_scale(ptr[i], beta, a->count, 1);
+		if (run_reorder(be, beta == 0.0f ? a->to_user : a->add, a->prim, a->user, fn,
+				what) < 0)
+			goto out;
+	}
+	DNNL_TRY(dnnl_stream_wait, (ctx->stream));
+	rv = 0;
+out:
+	return rv;
+}
+
+static struct be_op *op_new(struct backend *be, enum cpu_kind kind, const char *fn,
+			    const char *shape)
+{
+	struct be_op *op = calloc(1, sizeof(*op));
+
+	if (!op) {
+		be_errf(be, "%s(%s): out of memory", fn, shape);
+		return NULL;
+	}
+	op->kind = kind;
+	snprintf(op->what, sizeof(op->what), "(%s)", shape);
+	return op;
+}
+
+static void cpu_op_destroy(struct backend *be, struct be_op *op)
+{
+	(void)be;
+	if (!op)
+		return;
+	for (int i = 0; i < 3; i++)
+		pass_destroy(&op->pass[i]);
+	free(op);
+}
+
+static int op_is(struct backend *be, const struct be_op *op, enum cpu_kind kind, const char *fn)
+{
+	if (op && op->kind == kind)
+		return 1;
+	be_errf(be, "%s: the op was not created by the matching *_create", fn);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Convolution. */
+
+static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
+{
+	struct cpu_ctx *ctx = ctx_of(be);
+	const char *fn = "conv_create";
+	char shape[160];
+	struct be_op *op = NULL;
+	dnnl_primitive_desc_t fwd_pd = NULL;
+	dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
+	dnnl_convolution_desc_t cd;
+	dnnl_dims_t strides = {d->stride, d->stride}, pl = {d->pad, d->pad}, pr;
+	int rv = -1;
+
+	if (be_conv_check(be, d) < 0)
+		return NULL;
+	be_conv_str(d, shape, sizeof(shape));
+	if (!(op = op_new(be, CPU_CONV, "conv", shape)))
+		return NULL;
+	const char *what = op->what;
+	op->d.conv = *d;
+	/* PyTorch's floor mode leaves the last rows unread: oneDNN expresses that as a right
+	 * padding that may be negative. */
+	pr[0] = (int64_t)(d->oh - 1) * d->stride + d->kh - d->h - d->pad;
+	pr[1] = (int64_t)(d->ow - 1) * d->stride + d->kw - d->w - d->pad;
+	md_plain(&x, 4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_nchw);
+	md_plain(&w, 4, (int64_t[]){d->k, d->c, d->kh, d->kw}, dnnl_oihw);
+	md_plain(&b, 1, (int64_t[]){d->k}, dnnl_a);
+	md_plain(&y, 4, (int64_t[]){d->n, d->k, d->oh, d->ow}, dnnl_nchw);
+	md_plain(&xa, 4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_format_tag_any);
+	md_plain(&wa, 4, (int64_t[]){d->k, d->c, d->kh, d->kw}, dnnl_format_tag_any);
+	md_plain(&ya, 4, (int64_t[]){d->n, d->k, d->oh, d->ow}, dnnl_format_tag_any);
+	/* Per pass, plain NCHW or `any` (oneDNN's blocked layouts, reordered at the boundary).
+	 * Measured with contrib/bench/ops-bench.c (2 threads, batch 64, ResNet-50 layers): a 1x1
+	 * forward or backward-data pass is a plain GEMM, up to 2x faster without the reorders;
+	 * 3x3 passes and every backward-weights pass are 1.5-3x faster blocked. */
+	int gemm = ctx->conv == CONV_PLAIN || (ctx->conv == CONV_AUTO && d->kh == 1 && d->kw == 1);
+	const dnnl_memory_desc_t *fx = gemm ? &x : &xa, *fw = gemm ? &w : &wa,
+				 *fy = gemm ? &y : &ya;
+	int plain_w = ctx->conv == CONV_PLAIN;
+	const dnnl_memory_desc_t *wx = plain_w ? &x : &xa, *ww = plain_w ? &w : &wa;
+	const dnnl_memory_desc_t *wy = plain_w ? &y : &ya;
+
+	DNNL_TRY(dnnl_convolution_forward_desc_init,
+		 (&cd, dnnl_forward_training, dnnl_convolution_direct, fx, fw,
+		  d->has_bias ? &b : NULL, fy, strides, pl, pr));
+	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, &x},
+				 {DNNL_ARG_WEIGHTS, ARG_IN, &w},
+				 {DNNL_ARG_DST, ARG_OUT, &y},
+				 {DNNL_ARG_BIAS, ARG_IN, &b}};
+	if (pass_create(be, op, &op->pass[PASS_FWD], &cd, NULL, &fwd_pd, fwd, 3 + !!d->has_bias,
+			fn) < 0)
+		goto out;
+
+	DNNL_TRY(dnnl_convolution_backward_data_desc_init,
+		 (&cd, dnnl_convolution_direct, fx, fw, fy, strides, pl, pr));
+	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, &y},
+				      {DNNL_ARG_WEIGHTS, ARG_IN, &w},
+				      {DNNL_ARG_DIFF_SRC, ARG_OUT, &x}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &cd, fwd_pd, NULL, bwd_data, 3, fn) < 0)
+		goto out;
+
+	DNNL_TRY(
+	    dnnl_convolution_backward_weights_desc_init,
+	    (&cd, dnnl_convolution_direct, wx, ww, d->has_bias ? &b : NULL, wy, strides, pl, pr));
+	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, &x},
+				   {DNNL_ARG_DIFF_DST, ARG_IN, &y},
+				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, &w},
+				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, &b}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_WEIGHTS], &cd, fwd_pd, NULL, bwd_w,
+			3 + !!d->has_bias, fn) < 0)
+		goto out;
+	rv = 0;
+out:
+	dnnl_primitive_desc_destroy(fwd_pd);
+	if (rv < 0) {
+		cpu_op_destroy(be, op);
+		return NULL;
+	}
+	return op;
+}
+
+static int cpu_conv_fwd(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+			const float *bias, float *y)
+{
+	if (!op_is(be, op, CPU_CONV, "conv_fwd"))
+		return -1;
+	if (op->d.conv.has_bias && !bias)
+		return be_errf(be, "conv_fwd%s: the op has a bias but bias is NULL", op->what);
+	void *ptr[] = {(void *)x, (void *)wgt, y, (void *)bias};
+	return pass_run(be, op, &op->pass[PASS_FWD], ptr, 0.0f, "conv_fwd");
+}
+
+static int cpu_conv_bwd_data(struct backend *be, struct be_op *op, const float *dy,
+			     const float *wgt, float *dx, float beta)
+{
+	if (!op_is(be, op, CPU_CONV, "conv_bwd_data"))
+		return -1;
+	void *ptr[] = {(void *)dy, (void *)wgt, dx};
+	return pass_run(be, op, &op->pass[PASS_BWD_DATA], ptr, beta, "conv_bwd_data");
+}
+
+static int cpu_conv_bwd_weights(struct backend *be, struct be_op *op, const float *x,
+				const float *dy, float *dwgt, float *dbias, float beta)
+{
+	if (!op_is(be, op, CPU_CONV, "conv_bwd_weights"))
+		return -1;
+	if (op->d.conv.has_bias && !dbias)
+		return be_errf(be, "conv_bwd_weights%s: the op has a bias but dbias is NULL",
+			       op->what);
+	void *ptr[] = {(void *)x, (void *)dy, dwgt, dbias};
+	return pass_run(be, op, &op->pass[PASS_BWD_WEIGHTS], ptr, beta, "conv_bwd_weights");
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Batch norm: own loops over NCHW. oneDNN's NCHW batch norm measured 20-50x slower than
+ * these (its fast kernels want blocked layouts, and reordering costs more than the op); a
+ * channel's values over the batch (n x h x w floats) stay in L2 between the passes. Each
+ * plane is summed in float SIMD lanes, planes in double. Stateless: the fused ReLU's backward
+ * takes its mask from y. */
+
+/* Sum of x[i] (d == NULL) or of (x[i] - mean)^2 over one channel's planes. */
+static double bn_channel_sum(const struct be_bn_desc *d, const float *x, int c, float mean,
+			     int square)
+{
+	size_t hw = (size_t)d->h * d->w;
+	double s = 0.0;
+
+	for (int n = 0; n < d->n; n++) {
+		const float *xp = x + ((size_t)n * d->c + c) * hw;
+		float p = 0.0f;
+		if (square) {
+#pragma omp simd reduction(+ : p)
+			for (size_t i = 0; i < hw; i++)
+				p += (xp[i] - mean) * (xp[i] - mean);
+		} else {
+#pragma omp simd reduction(+ : p)
+			for (size_t i = 0; i < hw; i++)
+				p += xp[i];
+		}
+		s += p;
+	}
+	return s;
+}
+
+/* y = x * a + b over one channel, then ReLU when fused. */
+static void bn_channel_apply(const struct be_bn_desc *d, const float *x, float *y, int c, float a,
+			     float b)
+{
+	size_t hw = (size_t)d->h * d->w;
+
+	for (int n = 0; n < d->n; n++) {
+		size_t off = ((size_t)n * d->c + c) * hw;
+		const float *xp = x + off;
+		float *yp = y + off;
+		if (d->fuse_relu) {
+#pragma omp simd
+			for (size_t i = 0; i < hw; i++) {
+				float v = xp[i] * a + b;
+				yp[i] = v > 0.0f ? v : 0.0f;
+			}
+		} else {
+#pragma omp simd
+			for (size_t i = 0; i < hw; i++)
+				yp[i] = xp[i] * a + b;
+		}
+	}
+}
+
+static struct be_op *cpu_bn_create(struct backend *be, const struct be_bn_desc *d)
+{
+	char shape[160];
+	struct be_op *op;
+
+	if (be_bn_check(be, d) < 0)
+		return NULL;
+	if (!(op = op_new(be, CPU_BN, "bn", be_bn_str(d, shape, sizeof(shape)))))
+		return NULL;
+	op->d.bn = *d;
+	return op;
+}
+
+static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x,
+			    const float *gamma, const float *beta_, float *y, float *save_mean,
+			    float *save_invstd, float *running_mean, float *running_var,
+			    float momentum)
+{
+	if (!op_is(be, op, CPU_BN, "bn_fwd_train"))
+		return -1;
+	const struct be_bn_desc *d = &op->d.bn;
+	double m = (double)d->n * d->h * d->w;
+	if (m < 2)
+		return be_errf(be, "bn_fwd_train%s: training needs more than one value per channel",
+			       op->what);
+#pragma omp parallel for schedule(static)
+	for (int c = 0; c < d->c; c++) {
+		double mean = bn_channel_sum(d, x, c, 0.0f, 0) / m;
+		double var = bn_channel_sum(d, x, c, (float)mean, 1) / m;
+		double invstd = 1.0 / sqrt(var + d->eps);
+		double a = gamma[c] * invstd;
+		bn_channel_apply(d, x, y, c, (float)a, (float)(beta_[c] - mean * a));
+		save_mean[c] = (float)mean;
+		save_invstd[c] = (float)invstd;
+		running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
+		running_var[c] =
+		    (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));
+	}
+	return 0;
+}
+
+static int cpu_bn_fwd_infer(struct backend *be, struct be_op *op, const float *x,
+			    const float *gamma, const float *beta_, const float *running_mean,
+			    const float *running_var, float *y)
+{
+	if (!op_is(be, op, CPU_BN, "bn_fwd_infer"))
+		return -1;
+	const struct be_bn_desc *d = &op->d.bn;
+#pragma omp parallel for schedule(static)
+	for (int c = 0; c < d->c; c++) {
+		double a = gamma[c] / sqrt((double)running_var[c] + d->eps);
+		bn_channel_apply(d, x, y, c, (float)a, (float)(beta_[c] - running_mean[c] * a));
+	}
+	return 0;
+}
+
+static int cpu_bn_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
+		      const float *dy, const float *gamma, const float *save_mean,
+		      const float *save_invstd, float *dx, float *dgamma, float *dbeta, float beta)
+{
+	if (!op_is(be, op, CPU_BN, "bn_bwd"))
+		return -1;
+	const struct be_bn_desc *d = &op->d.bn;
+	size_t hw = (size_t)d->h * d->w;
+	double m = (double)d->n * hw;
+	int relu = d->fuse_relu;
+
+	/* dx = gamma * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean))),
+	 * g = dy, masked by y > 0 when the ReLU is fused. */
+#pragma omp parallel for schedule(static)
+	for (int c = 0; c < d->c; c++) {
+		float mean = save_mean[c], invstd = save_invstd[c];
+		double sg = 0.0, sgx = 0.0;
+		for (int n = 0; n < d->n; n++) {
+			size_t off = ((size_t)n * d->c + c) * hw;
+			const float *xp = x + off, *yp = y + off, *gp = dy + off;
+			float pg = 0.0f, pgx = 0.0f;
+#pragma omp simd reduction(+ : pg, pgx)
+			for (size_t i = 0; i < hw; i++) {
+				float g = relu && !(yp[i] > 0.0f) ? 0.0f : gp[i];
+				pg += g;
+				pgx += g * (xp[i] - mean);
+			}
+			sg += pg;
+			sgx += pgx;
+		}
+		float k = gamma[c] * invstd, mg = (float)(sg / m);
+		float kx = (float)(sgx / m) * invstd * invstd;
+		for (int n = 0; dx && n < d->n; n++) {
+			size_t off = ((size_t)n * d->c + c) * hw;
+			const float *xp = x + off, *yp = y + off, *gp = dy + off;
+			float *dxp = dx + off;
+#pragma omp simd
+			for (size_t i = 0; i < hw; i++) {
+				float g = relu && !(yp[i] > 0.0f) ? 0.0f : gp[i];
+				float v = k * (g - mg - (xp[i] - mean) * kx);
+				dxp[i] = beta == 0.0f ? v : v + beta * dxp[i];
+			}
+		}
+		dgamma[c] = (float)(sgx * invstd + (beta == 0.0f ? 0.0 : beta * dgamma[c]));
+		dbeta[c] = (float)(sg + (beta == 0.0f ? 0.0 : beta * dbeta[c]));
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Pooling. Max pooling's backward is the reference kernel on all threads: it finds each
+ * window's first maximum in x again, which sends ties where PyTorch sends them and keeps no
+ * state between forward and backward. */
+
+static struct be_op *cpu_pool_create(struct backend *be, struct be_pool_desc *d)
+{
+	const char *fn = "pool_create";
+	char shape[160];
+	struct be_op *op = NULL;
+	dnnl_primitive_desc_t fwd_pd = NULL;
+	dnnl_memory_desc_t x, y;
+	dnnl_pooling_desc_t pd;
+	dnnl_dims_t strides = {d->stride, d->stride}, kernel = {d->kh, d->kw};
+	dnnl_dims_t pl = {d->pad, d->pad}, pr;
+	int max = d->kind == BE_POOL_MAX;
+	dnnl_alg_kind_t alg = max ? dnnl_pooling_max : dnnl_pooling_avg_include_padding;
+	int rv = -1;
+
+	if (be_pool_check(be, d) < 0)
+		return NULL;
+	be_pool_str(d, shape, sizeof(shape));
+	if (!(op = op_new(be, CPU_POOL, "pool", shape)))
+		return NULL;
+	const char *what = op->what;
+	op->d.pool = *d;
+	pr[0] = (int64_t)(d->oh - 1) * d->stride + d->kh - d->h - d->pad;
+	pr[1] = (int64_t)(d->ow - 1) * d->stride + d->kw - d->w - d->pad;
+	md_plain(&x, 4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_nchw);
+	md_plain(&y, 4, (int64_t[]){d->n, d->c, d->oh, d->ow}, dnnl_nchw);
+
+	/* Inference for max: no workspace to write, backward does not need one. */
+	DNNL_TRY(dnnl_pooling_forward_desc_init,
+		 (&pd, max ? dnnl_forward_inference : dnnl_forward_training, alg, &x, &y, strides,
+		  kernel, pl, pr));
+	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, &x}, {DNNL_ARG_DST, ARG_OUT, &y}};
+	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, NULL, &fwd_pd, fwd, 2, fn) < 0)
+		goto out;
+	if (!max) {
+		DNNL_TRY(dnnl_pooling_backward_desc_init,
+			 (&pd, alg, &x, &y, strides, kernel, pl, pr));
+		struct arg_spec bwd[] = {{DNNL_ARG_DIFF_DST, ARG_IN, &y},
+					 {DNNL_ARG_DIFF_SRC, ARG_OUT, &x}};
+		if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, fwd_pd, NULL, bwd, 2, fn) <
+		    0)
+			goto out;
+	}
+	rv = 0;
+out:
+	dnnl_primitive_desc_destroy(fwd_pd);
+	if (rv < 0) {
+		cpu_op_destroy(be, op);
+		return NULL;
+	}
+	return op;
+}
+
+static int cpu_pool_fwd(struct backend *be, struct be_op *op, const float *x, float *y)
+{
+	if (!op_is(be, op, CPU_POOL, "pool_fwd"))
+		return -1;
+	void *ptr[] = {(void *)x, y};
+	return pass_run(be, op, &op->pass[PASS_FWD], ptr, 0.0f, "pool_fwd");
+}
+
+static int cpu_pool_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
+			const float *dy, float *dx, float beta)
+{
+	(void)y;
+	if (!op_is(be, op, CPU_POOL, "pool_bwd"))
+		return -1;
+	if (op->d.pool.kind == BE_POOL_MAX) {
+		be_ref_pool_bwd(&op->d.pool, x, dy, dx, beta, 1);
+		return 0;
+	}
+	void *ptr[] = {(void *)dy, dx};
+	return pass_run(be, op, &op->pass[PASS_BWD_DATA], ptr, beta, "pool_bwd");
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Inner product (linear). */
+
+static struct be_op *cpu_linear_create(struct backend *be, const struct be_linear_desc *d)
+{
+	const char *fn = "linear_create";
+	char shape[160];
+	struct be_op *op = NULL;
+	dnnl_primitive_desc_t fwd_pd = NULL;
+	dnnl_memory_desc_t x, w, b, y;
+	dnnl_inner_product_desc_t ipd;
+	int rv = -1;
+
+	if (be_linear_check(be, d) < 0)
+		return NULL;
+	be_linear_str(d, shape, sizeof(shape));
+	if (!(op = op_new(be, CPU_LINEAR, "linear", shape)))
+		return NULL;
+	const char *what = op->what;
+	op->d.linear = *d;
+	md_plain(&x, 2, (int64_t[]){d->n, d->in}, dnnl_ab);
+	md_plain(&w, 2, (int64_t[]){d->out, d->in}, dnnl_ab);
+	md_plain(&b, 1, (int64_t[]){d->out}, dnnl_a);
+	md_plain(&y, 2, (int64_t[]){d->n, d->out}, dnnl_ab);
+
+	DNNL_TRY(dnnl_inner_product_forward_desc_init,
+		 (&ipd, dnnl_forward_training, &x, &w, d->has_bias ? &b : NULL, &y));
+	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, &x},
+				 {DNNL_ARG_WEIGHTS, ARG_IN, &w},
+				 {DNNL_ARG_DST, ARG_OUT, &y},
+				 {DNNL_ARG_BIAS, ARG_IN, &b}};
+	if (pass_create(be, op, &op->pass[PASS_FWD], &ipd, NULL, &fwd_pd, fwd, 3 + !!d->has_bias,
+			fn) < 0)
+		goto out;
+	DNNL_TRY(dnnl_inner_product_backward_data_desc_init, (&ipd, &x, &w, &y));
+	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, &y},
+				      {DNNL_ARG_WEIGHTS, ARG_IN, &w},
+				      {DNNL_ARG_DIFF_SRC, ARG_OUT, &x}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &ipd, fwd_pd, NULL, bwd_data, 3, fn) < 0)
+		goto out;
+	DNNL_TRY(dnnl_inner_product_backward_weights_desc_init,
+		 (&ipd, &x, &w, d->has_bias ? &b : NULL, &y));
+	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, &x},
+				   {DNNL_ARG_DIFF_DST, ARG_IN, &y},
+				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, &w},
+				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, &b}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_WEIGHTS], &ipd, fwd_pd, NULL, bwd_w,
+			3 + !!d->has_bias, fn) < 0)
+		goto out;
+	rv = 0;
+out:
+	dnnl_primitive_desc_destroy(fwd_pd);
+	if (rv < 0) {
+		cpu_op_destroy(be, op);
+		return NULL;
+	}
+	return op;
+}
+
+static int cpu_linear_fwd(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+			  const float *bias, float *y)
+{
+	if (!op_is(be, op, CPU_LINEAR, "linear_fwd"))
+		return -1;
+	if (op->d.linear.has_bias && !bias)
+		return be_errf(be, "linear_fwd%s: the op has a bias but bias is NULL", op->what);
+	void *ptr[] = {(void *)x, (void *)wgt, y, (void *)bias};
+	return pass_run(be, op, &op->pass[PASS_FWD], ptr, 0.0f, "linear_fwd");
+}
+
+static int cpu_linear_bwd_data(struct backend *be, struct be_op *op, const float *dy,
+			       const float *wgt, float *dx, float beta)
+{
+	if (!op_is(be, op, CPU_LINEAR, "linear_bwd_data"))
+		return -1;
+	void *ptr[] = {(void *)dy, (void *)wgt, dx};
+	return pass_run(be, op, &op->pass[PASS_BWD_DATA], ptr, beta, "linear_bwd_data");
+}
+
+static int cpu_linear_bwd_weights(struct backend *be, struct be_op *op, const float *x,
+				  const float *dy, float *dwgt, float *dbias, float beta)
+{
+	if (!op_is(be, op, CPU_LINEAR, "linear_bwd_weights"))
+		return -1;
+	if (op->d.linear.has_bias && !dbias)
+		return be_errf(be, "linear_bwd_weights%s: the op has a bias but dbias is NULL",
+			       op->what);
+	void *ptr[] = {(void *)x, (void *)dy, dwgt, dbias};
+	return pass_run(be, op, &op->pass[PASS_BWD_WEIGHTS], ptr, beta, "linear_bwd_weights");
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Memory and the element-wise ops: memory-bound loops, as fast as oneDNN's eltwise without
+ * a primitive per size. */
+
+static void *cpu_alloc(struct backend *be, size_t bytes)
+{
+	void *p = be_host_alloc(bytes);
+
+	if (!p)
+		be_errf(be, "alloc(%zu bytes): %s", bytes, strerror(errno));
+	return p;
+}
+
+static void cpu_free(struct backend *be, void *p)
+{
+	(void)be;
+	be_host_free(p);
+}
+
+static int cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes)
+{
+	(void)be;
+	memcpy(dst, src, bytes);
+	return 0;
+}
+
+static int cpu_fill(struct backend *be, float *x, float value, size_t n)
+{
+	(void)be;
+	be_ref_fill(x, value, n, 1);
+	return 0;
+}
+
+static int cpu_sync(struct backend *be)
+{
+	(void)be;
+	return 0;
+}
+
+static int cpu_relu_fwd(struct backend *be, const float *x, float *y, size_t n)
+{
+	(void)be;
+	be_ref_relu_fwd(x, y, n, 1);
+	return 0;
+}
+
+static int cpu_relu_bwd(struct backend *be, const float *y, const float *dy, float *dx, size_t n,
+			float beta)
+{
+	(void)be;
+	be_ref_relu_bwd(y, dy, dx, n, beta, 1);
+	return 0;
+}
+
+static int cpu_add(struct backend *be, const float *a, const float *b, float *y, size_t n)
+{
+	(void)be;
+	be_ref_add(a, b, y, n, 1);
+	return 0;
+}
+
+static int cpu_axpby(struct backend *be, float alpha, const float *x, float beta, float *y,
+		     size_t n)
+{
+	(void)be;
+	be_ref_axpby(alpha, x, beta, y, n, 1);
+	return 0;
+}
+
+static int cpu_gap_fwd(struct backend *be, const float *x, float *y, int n, int c, int hw)
+{
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return be_errf(be, "gap_fwd(n=%d c=%d hw=%d): sizes must be positive", n, c, hw);
+	be_ref_gap_fwd(x, y, n, c, hw, 1);
+	return 0;
+}
+
+static int cpu_gap_bwd(struct backend *be, const float *dy, float *dx, int n, int c, int hw,
+		       float beta)
+{
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return be_errf(be, "gap_bwd(n=%d c=%d hw=%d): sizes must be positive", n, c, hw);
+	be_ref_gap_bwd(dy, dx, n, c, hw, beta, 1);
+	return 0;
+}
+
+static int cpu_xent(struct backend *be, const float *logits, const int32_t *labels, int n,
+		    int classes, float smoothing, float scale, float *loss, int *correct,
+		    float *dlogits)
+{
+	return be_ref_xent(be, logits, labels, n, classes, smoothing, scale, loss, correct, dlogits,
+			   1);
+}
+
+static int cpu_sumsq(struct backend *be, const float *x, size_t n, double *out)
+{
+	(void)be;
+	*out = be_ref_sumsq(x, n, 1);
+	return 0;
+}
+
+static void cpu_destroy(struct backend *be)
+{
+	struct cpu_ctx *ctx;
+
+	if (!be)
+		return;
+	ctx = be->priv;
+	if (ctx) {
+		dnnl_stream_destroy(ctx->stream);
+		dnnl_engine_destroy(ctx->eng);
+		be_host_free(ctx->arena);
+		free(ctx);
+	}
+	free(be);
+}
+
+static const struct backend_ops cpu_ops = {
+    .name = "cpu",
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .to_host = cpu_copy,
+    .from_host = cpu_copy,
+    .fill = cpu_fill,
+    .sync = cpu_sync,
+    .conv_create = cpu_conv_create,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_data = cpu_conv_bwd_data,
+    .conv_bwd_weights = cpu_conv_bwd_weights,
+    .bn_create = cpu_bn_create,
+    .bn_fwd_train = cpu_bn_fwd_train,
+    .bn_fwd_infer = cpu_bn_fwd_infer,
+    .bn_bwd = cpu_bn_bwd,
+    .pool_create = cpu_pool_create,
+    .pool_fwd = cpu_pool_fwd,
+    .pool_bwd = cpu_pool_bwd,
+    .linear_create = cpu_linear_create,
+    .linear_fwd = cpu_linear_fwd,
+    .linear_bwd_data = cpu_linear_bwd_data,
+    .linear_bwd_weights = cpu_linear_bwd_weights,
+    .op_destroy = cpu_op_destroy,
+    .relu_fwd = cpu_relu_fwd,
+    .relu_bwd = cpu_relu_bwd,
+    .add = cpu_add,
+    .axpby = cpu_axpby,
+    .gap_fwd = cpu_gap_fwd,
+    .gap_bwd = cpu_gap_bwd,
+    .xent = cpu_xent,
+    .sumsq = cpu_sumsq,
+    .destroy = cpu_destroy,
+};
+
+struct backend *be_cpu_create(int threads, char *err, size_t errlen)
+{
+	struct backend *be = calloc(1, sizeof(*be));
+	struct cpu_ctx *ctx = calloc(1, sizeof(*ctx));
+	dnnl_status_t st;
+	const char *conv = getenv("DPTRAIN_CPU_CONV");
+
+	if (!be || !ctx) {
+		snprintf(err, errlen, "cpu backend: out of memory");
+		free(be);
+		free(ctx);
+		return NULL;
+	}
+	be->ops = &cpu_ops;
+	be->priv = ctx;
+	/* For benchmarks: plain or blocked layouts for every convolution pass. */
+	if (conv && strcmp(conv, "plain") == 0)
+		ctx->conv = CONV_PLAIN;
+	else if (conv && strcmp(conv, "blocked") == 0)
+		ctx->conv = CONV_BLOCKED;
+	else if (conv && *conv && strcmp(conv, "auto") != 0) {
+		snprintf(err, errlen,
+			 "cpu backend: DPTRAIN_CPU_CONV=%s: want plain, blocked or auto", conv);
+		goto fail;
+	}
+	if (threads < 0) {
+		snprintf(err, errlen,
+			 "cpu backend: threads must be 0 (the default) or more, not %d", threads);
+		goto fail;
+	}
+#ifdef _OPENMP
+	/* oneDNN's OpenMP runtime runs on omp_get_max_threads() threads. */
+	if (threads > 0)
+		omp_set_num_threads(threads);
+	be->threads = omp_get_max_threads();
+#else
+	be->threads = 1;
+#endif
+	if ((st = dnnl_engine_create(&ctx->eng, dnnl_cpu, 0)) != dnnl_success) {
+		snprintf(err, errlen, "cpu backend: dnnl_engine_create: %s", dnnl_status2str(st));
+		goto fail;
+	}
+	if ((st = dnnl_stream_create(&ctx->stream, ctx->eng, dnnl_stream_default_flags)) !=
+	    dnnl_success) {
+		snprintf(err, errlen, "cpu backend: dnnl_stream_create: %s", dnnl_status2str(st));
+		goto fail;
+	}
+	return be;
+fail:
+	cpu_destroy(be);
+	return NULL;
+}
+
+#endif /* HAVE_DNNL */
