@@ -2,7 +2,8 @@
  * id, local rank and GPU (peers' PMIX_NODEID/PMIX_LOCAL_RANK are not trusted: Slurm before
  * 25.05 lacks them), one fence collects them all. Every wait has a deadline of our own, since
  * Slurm's server ignores PMIX_TIMEOUT once a fence has left the node. Owns the PMIx session
- * from PMIx_Init to PMIx_Finalize; must not run inside slurmstepd (see SLURM-NOTES). */
+ * from PMIx_Init to PMIx_Finalize; must not run inside slurmstepd, whose PMIx server shares
+ * the library: a client call there hangs (see dptrain(8)). */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "alloc_source.h"
 

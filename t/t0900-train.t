@@ -1,0 +1,105 @@
+#!/bin/sh
+test_description='single-rank training on real data: convergence, determinism, bad inputs'
+. "$(dirname "$0")/sharness.sh"
+
+ex="$DPTRAIN_SRC_DIR/contrib/examples"
+
+# accuracy of the last evaluation in a metrics file
+last_accuracy() {
+	grep '"event":"eval"' "$1" | tail -n 1 | sed 's/.*"accuracy":\([0-9.e+-]*\).*/\1/'
+}
+at_least() {
+	awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'
+}
+
+# Under the sanitizers everything runs several times slower: train fewer steps and expect
+# less, but still a model that learned (chance is 0.10).
+if test "$DPTRAIN_SAN" = 1; then
+	mlp_args="train.epochs=0 train.max_steps=300"
+	mlp_min=0.75
+	lenet_args="train.epochs=0 train.max_steps=300"
+	lenet_min=0.70
+else
+	mlp_args=""
+	mlp_min=0.85
+	lenet_args=""
+	lenet_min=0.87
+fi
+
+test_expect_success FMNIST "mlp on Fashion-MNIST reaches $mlp_min test accuracy" '
+	dptrain "$ex/mlp-fmnist.json" output.dir=mlp train.log_every=200 $mlp_args >out 2>err &&
+	cat out &&
+	grep "^epoch: 1 step: 200, loss is " out &&
+	acc=$(last_accuracy mlp/metrics.jsonl) &&
+	echo "accuracy $acc" &&
+	at_least "$acc" $mlp_min &&
+	grep "test accuracy $acc" out || grep "dptrain: done:" out &&
+	test -s mlp/model.safetensors
+'
+
+test_expect_success FMNIST "lenet on Fashion-MNIST reaches $lenet_min test accuracy" '
+	dptrain "$ex/lenet-fmnist.json" output.dir=lenet train.log_every=300 $lenet_args >out 2>err &&
+	cat out &&
+	acc=$(last_accuracy lenet/metrics.jsonl) &&
+	echo "accuracy $acc" &&
+	at_least "$acc" $lenet_min
+'
+
+test_expect_success FMNIST 'the same config and seed twice give identical losses' '
+	args="train.epochs=0 train.max_steps=40 train.log_every=5 data.eval=null" &&
+	dptrain "$ex/lenet-fmnist.json" output.dir=d1 $args >d1.out &&
+	dptrain "$ex/lenet-fmnist.json" output.dir=d2 $args >d2.out &&
+	grep "loss is" d1.out | sed "s/, [0-9.]* img\/s//" >l1 &&
+	grep "loss is" d2.out | sed "s/, [0-9.]* img\/s//" >l2 &&
+	test $(wc -l <l1) -eq 8 &&
+	test_cmp l1 l2 &&
+	cmp d1/model.safetensors d2/model.safetensors
+'
+
+test_expect_success FMNIST 'another seed gives other losses' '
+	dptrain "$ex/lenet-fmnist.json" output.dir=d3 seed=2 train.epochs=0 train.max_steps=40 \
+		train.log_every=5 data.eval=null >d3.out &&
+	grep "loss is" d3.out | sed "s/, [0-9.]* img\/s//" >l3 &&
+	! test_cmp l1 l3
+'
+
+test_expect_success 'a missing data file: exit 3, the file named' '
+	test_expect_code 3 dptrain "$ex/mlp-fmnist.json" data.train.images=/nonexistent/x.gz 2>err &&
+	grep "dptrain: rank 0: data.train: /nonexistent/x.gz: No such file or directory" err
+'
+
+test_expect_success FMNIST 'a truncated idx file: exit 3, what was expected and what was found' '
+	head -c 1000 /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz >trunc.gz &&
+	test_expect_code 3 dptrain "$ex/mlp-fmnist.json" data.train.images="$PWD/trunc.gz" 2>err &&
+	grep "trunc.gz: truncated: expected 47040000 bytes of images" err
+'
+
+test_expect_success FMNIST 'an idx file with the wrong magic: exit 3, the swap suspected' '
+	test_expect_code 3 dptrain "$ex/mlp-fmnist.json" \
+		data.train.images=/usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz 2>err &&
+	grep "not an idx3 image file (magic 0x00000801" err &&
+	grep "are the image and label paths swapped" err
+'
+
+test_expect_success 'a batch larger than the dataset with drop_remainder: exit 3, what to do' '
+	test_expect_code 3 dptrain "$ex/resnet50.json" data.train.size=16 data.batch_size=32 \
+		data.eval=null 2>err &&
+	grep "data.batch_size 32 is larger than the 16 samples rank 0 gets per epoch" err
+'
+
+test_expect_success FMNIST 'a diverging run stops at the step where the loss became nan' '
+	test_expect_code 3 dptrain "$ex/mlp-fmnist.json" optimizer.lr=1e30 train.max_steps=20 \
+		train.log_every=1 output.dir=nan >out 2>err &&
+	grep "dptrain: rank 0: loss is nan at epoch 1 step 2 (global step 2): training stopped" err &&
+	! grep "step: 3," out
+'
+
+test_expect_success 'initial weights from a safetensors file of another model are refused' '
+	dptrain "$ex/mlp-fmnist.json" train.max_steps=1 train.epochs=0 data.eval=null \
+		output.dir=w >/dev/null 2>&1 || true
+	test_expect_code 3 dptrain "$ex/lenet-fmnist.json" model.init="$PWD/w/model.safetensors" \
+		train.max_steps=1 2>err &&
+	grep "model.init: .*w/model.safetensors: tensor \"conv1.weight\" is missing" err
+'
+
+test_done
