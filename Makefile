@@ -176,6 +176,9 @@ $(LIBRT): $(call obj,$(RT_LIB_SRC))
 $(LIBCFG): $(call obj,$(CFG_LIB_SRC))
 $(LIBTAP): $(call obj,$(TAP_SRC))
 $(LIBTRAINER): $(call obj,$(TRAINER_LIB_SRC))
+# gcc's -O2 does not vectorize loops of unknown length, and sqrtf's errno blocks it: the
+# optimizer updates are 2-4x faster with these, bit for bit the same (no FMA contraction).
+$(call obj,$(TRAINER_LIB_SRC)): CFLAGS += -ftree-vectorize -fno-math-errno -ffp-contract=off
 $(LIBLAUNCH): $(call obj,$(LAUNCH_LIB_SRC))
 
 link = @mkdir -p $(@D); $(if $(filter 0,$(V)),echo "  LD      $@";,) $(CC) $(CFLAGS) $(LDFLAGS) -o $@
@@ -269,6 +272,10 @@ fuzz: $(FUZZ_TARGETS)
 # ---------------------------------------------------------------------------------------
 deps:
 	bash contrib/deps.sh
+
+# The README's first command: packages, build, a private Slurm, srun --dptrain jobs.
+demo:
+	bash contrib/demo.sh
 
 # Regenerate the PyTorch reference data (Debian's python3-torch, not a python on PATH).
 REFERENCE_PY ?= /usr/bin/python3

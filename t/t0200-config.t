@@ -172,14 +172,6 @@ test_expect_success 'options may follow the config' '
 	test_cmp mlp-fmnist.out after.json
 '
 
-test_expect_success 'without --check: a valid config, but no training engine (exit 3)' '
-	cp "$data/good/minimal.json" . &&
-	test_expect_code 3 dptrain minimal.json >out 2>err &&
-	test_must_be_empty out &&
-	echo "dptrain: minimal.json is valid, but this build has no training engine yet; use --check to print the resolved config" >expect &&
-	test_cmp expect err
-'
-
 test_expect_success 'without --check an invalid config still exits 1' '
 	cp "$data/bad/lr-zero.json" . &&
 	test_expect_code 1 dptrain lr-zero.json 2>err &&
