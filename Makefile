@@ -154,7 +154,7 @@ PROGRAMS += $(SPANK_SO)
 endif
 endif
 
-.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo reference
+.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo reference bench
 .DEFAULT_GOAL := all
 
 all: $(PROGRAMS) $(UNIT_TESTS)
@@ -231,6 +231,12 @@ $(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(CFG_LIB_SRC)) spa
 
 $(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(LIBTRAINER) $(LIBRT) $(LIBCFG)
 	$(link) $^ $(TRAINER_LIBS) $(LAUNCH_LIBS)
+
+# Benchmarks (contrib/bench/*.c): built by `make bench`, run by the scripts beside them.
+BENCH_PROGS := $(patsubst contrib/bench/%.c,$(O)/bench/%,$(wildcard contrib/bench/*.c))
+$(O)/bench/%: $(O)/obj/contrib/bench/%.o $(LIBTRAINER) $(LIBRT) $(LIBCFG)
+	$(link) $^ $(TRAINER_LIBS)
+bench: all $(BENCH_PROGS)
 
 # ---------------------------------------------------------------------------------------
 # Tests: C unit tests (TAP) and sharness integration tests, all through prove.

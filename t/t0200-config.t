@@ -172,6 +172,11 @@ test_expect_success 'options may follow the config' '
 	test_cmp mlp-fmnist.out after.json
 '
 
+test_expect_success 'setup: a minimal valid config here' '
+	cp "$data/good/minimal.json" . &&
+	dptrain --check minimal.json >/dev/null
+'
+
 test_expect_success 'without --check an invalid config still exits 1' '
 	cp "$data/bad/lr-zero.json" . &&
 	test_expect_code 1 dptrain lr-zero.json 2>err &&
