@@ -156,6 +156,8 @@ endif
 
 .PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo reference bench
 .DEFAULT_GOAL := all
+# Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
+.SECONDARY:
 
 all: $(PROGRAMS) $(UNIT_TESTS)
 
