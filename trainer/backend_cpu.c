@@ -461,15 +461,15 @@ static double bn_channel_sum(const struct be_bn_desc *d, const float *x, int c, 
 
 	for (int n = 0; n < d->n; n++) {
 		const float *xp = x + ((size_t)n * d->c + c) * hw;
-		float p = 0.0f;
+		double p = 0.0; /* double lanes: see cpu_bn_bwd */
 		if (square) {
 #pragma omp simd reduction(+ : p)
 			for (size_t i = 0; i < hw; i++)
-				p += (xp[i] - mean) * (xp[i] - mean);
+				p += (double)(xp[i] - mean) * (double)(xp[i] - mean);
 		} else {
 #pragma omp simd reduction(+ : p)
 			for (size_t i = 0; i < hw; i++)
-				p += xp[i];
+				p += (double)xp[i];
 		}
 		s += p;
 	}
@@ -576,12 +576,14 @@ static int cpu_bn_bwd(struct backend *be, struct be_op *op, const float *x, cons
 		for (int n = 0; n < d->n; n++) {
 			size_t off = ((size_t)n * d->c + c) * hw;
 			const float *xp = x + off, *yp = y + off, *gp = dy + off;
-			float pg = 0.0f, pgx = 0.0f;
+			/* double partial sums: these reductions often nearly cancel (BN biases
+			 * deep in a net), and float lanes then lose whole digits */
+			double pg = 0.0, pgx = 0.0;
 #pragma omp simd reduction(+ : pg, pgx)
 			for (size_t i = 0; i < hw; i++) {
 				float g = relu && !(yp[i] > 0.0f) ? 0.0f : gp[i];
-				pg += g;
-				pgx += g * (xp[i] - mean);
+				pg += (double)g;
+				pgx += (double)g * (double)(xp[i] - mean);
 			}
 			sg += pg;
 			sgx += pgx;
