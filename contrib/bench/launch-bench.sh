@@ -9,6 +9,7 @@ top=$(cd "$(dirname "$0")/../.." && pwd)
 n=${1:-15}
 export DPTRAIN_BUILD_DIR=${DPTRAIN_BUILD_DIR:-$top/build}
 dir=$(mktemp -d /tmp/dptrain-launch-bench.XXXXXX)
+chmod 755 "$dir" # munged refuses a socket under a directory others cannot search
 trap '"$top/contrib/localcluster/cluster" stop -d "$dir/cluster" >/dev/null 2>&1; rm -rf "$dir"' EXIT
 "$top/contrib/localcluster/cluster" start -d "$dir/cluster" -c 8 >/dev/null
 . "$dir/cluster/env.sh"
