@@ -16,7 +16,7 @@ cluster="$work/cluster"
 mkdir -p "$work"
 contrib/localcluster/cluster stop -d "$cluster" >/dev/null 2>&1 || true
 contrib/localcluster/cluster start -d "$cluster" -c 8
-trap 'contrib/localcluster/cluster stop -d "$cluster"' EXIT
+trap '"$top/contrib/localcluster/cluster" stop -d "$cluster"' EXIT
 . "$cluster/env.sh"
 export PATH="$DPTRAIN_BUILD_DIR/bin:$PATH"
 cd "$work"
