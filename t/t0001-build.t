@@ -36,7 +36,8 @@ test_expect_success 'make install DESTDIR= puts programs, plugin, man pages, exa
 	ln -sfn "$dest" root &&
 	test -x root/usr/local/bin/dptrain &&
 	test -x root/usr/local/bin/dptrain-ranktable &&
-	ls root/usr/local/share/man/man1/dptrain-ranktable.1 &&
+	ls root/usr/local/share/man/man1/dptrain-ranktable.1 root/usr/local/share/man/man1/dptrain-run.1 \
+		root/usr/local/share/man/man1/dptrain-launch.1 root/usr/local/share/man/man1/dptrain.1 &&
 	ls root/usr/local/share/man/man5/dptrain.json.5 &&
 	ls root/usr/local/share/dptrain/examples/lenet-fmnist.json &&
 	test -f root/etc/slurm/plugstack.conf.d/dptrain.conf.example &&
@@ -49,6 +50,13 @@ test_expect_success PLUGIN 'the installed plugin is under LIBDIR/slurm and expor
 	nm -D --defined-only root/usr/local/lib/slurm/dptrain.so | awk "{print \$3}" >syms &&
 	! grep -v -E "^(slurm_spank_|spank_|plugin_)" syms &&
 	grep -q "^slurm_spank_init$" syms
+'
+
+test_expect_success 'every man page renders without warnings' '
+	for m in "$DPTRAIN_SRC_DIR"/doc/*.[158]; do
+		MANWIDTH=80 man --warnings -l "$m" >/dev/null 2>warn || return 1
+		test_must_be_empty warn || { echo "$m:"; cat warn; return 1; }
+	done
 '
 
 test_expect_success 'the binaries are hardened (full RELRO, stack protector)' '
