@@ -7,7 +7,7 @@ BUILD="gcc make pkg-config libjansson-dev zlib1g-dev libslurm-dev libpmix-dev li
        clang libclang-rt-14-dev"
 TEST="perl sharness slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
       python3 python3-torch python3-torchvision python3-numpy libopenblas0-openmp dataset-fashion-mnist
-      iproute2 procps psmisc util-linux"
+      iproute2 procps psmisc util-linux man-db groff-base time"
 
 missing=()
 for p in $BUILD $TEST; do
