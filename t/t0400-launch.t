@@ -41,71 +41,16 @@ nothing_left() {
 	return 1
 }
 
-# check DIR N SOURCE: every rank's probe line against Slurm's variables, and the rank table
-# against both (python as an independent reader).
-check() {
-	/usr/bin/python3 - "$@" <<-\EOF
-	import json, sys
-	d, n, source = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-	def fail(msg):
-	    print("check: " + msg, file=sys.stderr)
-	    sys.exit(1)
-	probes = []
-	for r in range(n):
-	    lines = [l for l in open("%s/device%d/train.log" % (d, r)) if l.startswith("probe ")]
-	    if not lines:
-	        fail("no probe line from rank %d" % r)
-	    # the table path may hold blanks (sharness's trash directory): it comes last
-	    head, table = lines[-1].rstrip("\n").split(" table=", 1)
-	    p = dict(kv.split("=", 1) for kv in head.split()[1:])
-	    p["table"] = table
-	    probes.append(p)
-	hosts = [p["host"] for p in probes]
-	for r, p in enumerate(probes):
-	    for ours, slurms in (("rank", "procid"), ("world", "ntasks"), ("local", "localid"),
-	                         ("node", "nodeid"), ("node", "group")):
-	        if p[ours] != p[slurms]:
-	            fail("rank %d: %s=%s but %s=%s" % (r, ours, p[ours], slurms, p[slurms]))
-	    if int(p["rank"]) != r or int(p["world"]) != n:
-	        fail("rank %d: rank/world %s/%s" % (r, p["rank"], p["world"]))
-	    if int(p["lws"]) != hosts.count(p["host"]):
-	        fail("rank %d: LOCAL_WORLD_SIZE %s, %d ranks on %s" % (r, p["lws"], hosts.count(p["host"]), p["host"]))
-	    if p["source"] != source:
-	        fail("rank %d: source %s, expected %s" % (r, p["source"], source))
-	    if p["master"] != probes[0]["master"]:
-	        fail("rank %d: master %s, rank 0 has %s" % (r, p["master"], probes[0]["master"]))
-	    if p["table"] != probes[0]["table"] or not p["table"].endswith("/rank_table.json"):
-	        fail("rank %d: RANK_TABLE_FILE %s" % (r, p["table"]))
-	t = json.load(open(probes[0]["table"]))
-	x = t["dptrain"]
-	if x["world_size"] != n or "%s:%s" % (x["master_addr"], x["master_port"]) != probes[0]["master"]:
-	    fail("rank table world/master: %s %s:%s" % (x["world_size"], x["master_addr"], x["master_port"]))
-	if int(t["server_count"]) != len(set(hosts)) or len(t["server_list"]) != len(set(hosts)):
-	    fail("rank table has %s servers for hosts %s" % (t["server_count"], hosts))
-	if sorted(int(dev["rank_id"]) for s in t["server_list"] for dev in s["device"]) != list(range(n)):
-	    fail("rank table rank_ids are not 0..%d" % (n - 1))
-	for r, p in enumerate(probes):
-	    e = x["ranks"][r]
-	    if e["rank"] != r or e["host"] != p["host"] or str(e["node_rank"]) != p["nodeid"] or str(e["local_rank"]) != p["localid"]:
-	        fail("rank table entry %d %s does not match Slurm's %s" % (r, e, p))
-	print("check: %d ranks on %s agree with Slurm" % (n, sorted(set(hosts))))
-	EOF
-}
-
 test_expect_success 'setup: a two-node Slurm without the plugin, a probe' '
 	dp_cluster_start --no-plugin -N 2 &&
-	cat >probe.sh <<-\EOF &&
-	#!/bin/sh
-	echo "probe rank=$RANK procid=$SLURM_PROCID world=$WORLD_SIZE ntasks=$SLURM_NTASKS local=$LOCAL_RANK localid=$SLURM_LOCALID node=$NODE_RANK nodeid=$SLURM_NODEID group=$GROUP_RANK lws=$LOCAL_WORLD_SIZE host=$SLURMD_NODENAME master=$MASTER_ADDR:$MASTER_PORT source=$DPTRAIN_SOURCE gds=$PMIX_MCA_gds table=$RANK_TABLE_FILE"
-	EOF
-	chmod +x probe.sh
+	dp_write_probe probe.sh
 '
 
 test_expect_success 'srun --mpi=pmix -n4: the variables match Slurm' '
 	DPTRAIN_OUTPUT_DIR=pmix1 timeout 60 srun --mpi=pmix -n4 dptrain-launch ./probe.sh >out &&
 	grep "^probe rank=0 " out &&
 	test $(grep -c "^probe" out) = 1 &&
-	check pmix1 4 pmix &&
+	dp_check_ranks pmix1 4 pmix &&
 	grep "gds=hash" pmix1/device3/train.log
 '
 
@@ -118,7 +63,7 @@ test_expect_success 'the PMIx master is rank 0 with a port picked on its node' '
 
 test_expect_success 'srun --mpi=pmix -N2 -n4: two nodes, node and local ranks match Slurm' '
 	DPTRAIN_OUTPUT_DIR=pmix2 timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 dptrain-launch ./probe.sh >out &&
-	check pmix2 4 pmix &&
+	dp_check_ranks pmix2 4 pmix &&
 	test "$(dp_json pmix2/rank_table.json "d[\"server_count\"]")" = 2 &&
 	grep "node=1 nodeid=1" pmix2/device3/train.log &&
 	dptrain-ranktable validate pmix2/rank_table.json
@@ -126,13 +71,13 @@ test_expect_success 'srun --mpi=pmix -N2 -n4: two nodes, node and local ranks ma
 
 test_expect_success 'srun -N2 -n4 with Slurm uneven (3+1): still matches' '
 	DPTRAIN_OUTPUT_DIR=pmix3 timeout 60 srun --mpi=pmix -N2 -n4 dptrain-launch ./probe.sh >out &&
-	check pmix3 4 pmix
+	dp_check_ranks pmix3 4 pmix
 '
 
 test_expect_success 'srun --mpi=none -n4: the SLURM_* fallback, derived port' '
 	MASTER_ADDR=127.0.0.1 DPTRAIN_OUTPUT_DIR=none1 timeout 60 srun --mpi=none -n4 \
 		dptrain-launch ./probe.sh >out &&
-	check none1 4 slurm &&
+	dp_check_ranks none1 4 slurm &&
 	port=$(dp_json none1/rank_table.json "d[\"dptrain\"][\"master_port\"]") &&
 	test "$port" -gt 60999 && test "$port" -le 65535
 '
@@ -140,7 +85,7 @@ test_expect_success 'srun --mpi=none -n4: the SLURM_* fallback, derived port' '
 test_expect_success 'srun --mpi=none -N2 -n4: two nodes from SLURM_STEP_NODELIST' '
 	MASTER_ADDR=127.0.0.1 DPTRAIN_OUTPUT_DIR=none2 timeout 60 srun --mpi=none -N2 \
 		--ntasks-per-node=2 dptrain-launch ./probe.sh >out &&
-	check none2 4 slurm
+	dp_check_ranks none2 4 slurm
 '
 
 test_expect_success 'without PMIx an unresolvable first node needs MASTER_ADDR, and says so' '
@@ -152,7 +97,7 @@ test_expect_success 'without PMIx an unresolvable first node needs MASTER_ADDR, 
 test_expect_success 'DPTRAIN_SOURCE=slurm under PMIx uses SLURM_*' '
 	MASTER_ADDR=127.0.0.1 DPTRAIN_SOURCE=slurm DPTRAIN_OUTPUT_DIR=forced timeout 60 \
 		srun --mpi=pmix -n2 dptrain-launch ./probe.sh >out &&
-	check forced 2 slurm
+	dp_check_ranks forced 2 slurm
 '
 
 test_expect_success 'srun exits with the command'"'"'s status' '

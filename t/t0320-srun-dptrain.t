@@ -1,0 +1,101 @@
+#!/bin/sh
+# t0320-srun-dptrain.t — the whole chain as a user runs it: srun/sbatch --dptrain through the
+# plugin and the real dptrain-launch (from the build tree's plugstack.conf), PMIx and
+# SLURM_* on one and two emulated nodes, checked against Slurm's own variables and the rank
+# table; then the bundled trainer as the command. Owns its trash directory and cluster.
+
+test_description='srun --dptrain end to end: plugin, launcher, trainer'
+
+. "$(dirname "$0")/sharness.sh"
+
+if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
+	skip_all='the plugin or dptrain-launch is not built'
+	test_done
+fi
+if ! test_have_prereq LOCALCLUSTER; then
+	skip_all='needs root, slurm-wlm and munge for a local Slurm (make deps)'
+	test_done
+fi
+
+# newest DIR: the most recent step directory under DIR
+newest() {
+	ls -dt "$1"/*.* | head -n 1
+}
+
+test_expect_success 'setup: a two-node Slurm with the plugin, a config, a probe' '
+	dp_cluster_start -N 2 &&
+	/usr/bin/python3 - "$DPTRAIN_SRC_DIR/contrib/examples/mlp-fmnist.json" >job.json <<-\EOF &&
+	import json, sys
+	c = json.load(open(sys.argv[1]))
+	c["output"] = {"dir": "steps/%j.%s"}
+	json.dump(c, sys.stdout)
+	EOF
+	dp_write_probe probe.sh
+'
+
+test_expect_success 'srun --dptrain -n4 (PMIx): every rank got its variables, rank table, device dir' '
+	timeout 60 srun --mpi=pmix -n4 --dptrain=job.json ./probe.sh >out &&
+	d=$(newest steps) &&
+	dp_check_ranks "$d" 4 pmix &&
+	test $(grep -c "^probe" out) = 1 &&
+	for r in 0 1 2 3; do
+		grep "^RANK=$r$" "$d/device$r/env.log" &&
+		grep "^DPTRAIN_CONFIG=$PWD/job.json$" "$d/device$r/env.log" || return 1
+	done
+'
+
+test_expect_success 'srun --dptrain -N2 -n4 (PMIx): two nodes' '
+	timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=job.json ./probe.sh >out &&
+	d=$(newest steps) &&
+	dp_check_ranks "$d" 4 pmix &&
+	dptrain-ranktable validate "$d/rank_table.json"
+'
+
+test_expect_success 'srun --dptrain -N2 -n4 --mpi=none: the SLURM_* fallback' '
+	MASTER_ADDR=127.0.0.1 timeout 60 srun --mpi=none -N2 --ntasks-per-node=2 \
+		--dptrain=job.json ./probe.sh >out &&
+	dp_check_ranks "$(newest steps)" 4 slurm
+'
+
+test_expect_success 'sbatch with #SBATCH --dptrain: the script runs as itself, its srun goes through dptrain' '
+	# relative paths: the trash directory has a blank, and the job runs where it was submitted
+	cat >batch.sh <<-\EOF &&
+	#!/bin/sh
+	#SBATCH --dptrain=job.json
+	#SBATCH -n 2
+	echo "batch script ran: RANK=${RANK:-unset}" >batch.out
+	srun ./probe.sh
+	EOF
+	job=$(sbatch --parsable -o slurm-%j.out batch.sh) &&
+	for i in $(seq 300); do
+		squeue -h -j "$job" 2>/dev/null | grep -q . || break
+		sleep 0.1
+	done &&
+	grep "batch script ran: RANK=unset" batch.out &&
+	dp_check_ranks "$(newest steps)" 2 pmix
+'
+
+test_expect_success FMNIST 'srun --dptrain -n1 dptrain: the bundled trainer trains and writes its outputs' '
+	timeout 300 srun -n1 --dptrain=job.json dptrain train.epochs=0 train.max_steps=30 \
+		train.log_every=10 data.eval=null >out 2>err &&
+	grep "^epoch: 1 step: 30, loss is " out &&
+	grep "^dptrain: done: 30 steps" out &&
+	d=$(newest steps) &&
+	test -s "$d/model.safetensors" &&
+	grep "\"event\":\"end\"" "$d/metrics.jsonl" &&
+	grep "^epoch: 1 step: 30, loss is " "$d/device0/train.log"
+'
+
+test_expect_success 'srun --dptrain -n2 dptrain: this trainer refuses more than one rank, clearly' '
+	test_must_fail timeout 60 srun -n2 --dptrain=job.json dptrain >out 2>err &&
+	grep "dptrain: WORLD_SIZE=2, but this build trains on a single rank only" "$(newest steps)/device1/train.log"
+'
+
+test_expect_success 'a bad config is refused by srun before anything runs' '
+	echo "{\"modle\": {}}" >bad.json &&
+	test_expect_code 1 timeout 60 srun -n2 --dptrain=bad.json ./probe.sh >out 2>err &&
+	grep "modle: unknown key; did you mean \"model\"" err &&
+	test_must_be_empty out
+'
+
+test_done
