@@ -26,20 +26,6 @@ int launch_exec_status(int errnum)
 	return errnum == ENOENT || errnum == ENOTDIR ? 127 : 126;
 }
 
-static int write_all(int fd, const char *p, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 /* exec, and on failure say why on `fd` (and on `fd2` when >= 0). Returns the exit status. */
 static int do_exec(const struct launch_exec *e, int fd, int fd2)
 {
@@ -55,10 +41,10 @@ static int do_exec(const struct launch_exec *e, int fd, int fd2)
 		     e->path ? e->path : e->argv[0], strerror(errnum));
 	if (n > (int)sizeof(msg) - 1)
 		n = (int)sizeof(msg) - 1;
-	if (write_all(fd, msg, (size_t)n) != 0 && fd2 < 0)
+	if (launch_write_all(fd, msg, (size_t)n) != 0 && fd2 < 0)
 		fd2 = STDERR_FILENO;
 	if (fd2 >= 0 && fd2 != fd)
-		(void)write_all(fd2, msg, (size_t)n);
+		(void)launch_write_all(fd2, msg, (size_t)n);
 	return launch_exec_status(errnum);
 }
 
@@ -74,8 +60,8 @@ static int open_log(const struct launch_exec *e)
 	}
 	if (e->header) {
 		size_t n = strlen(e->header);
-		if (write_all(fd, e->header, n) != 0 ||
-		    (n && e->header[n - 1] != '\n' && write_all(fd, "\n", 1) != 0)) {
+		if (launch_write_all(fd, e->header, n) != 0 ||
+		    (n && e->header[n - 1] != '\n' && launch_write_all(fd, "\n", 1) != 0)) {
 			fprintf(stderr, "dptrain-launch: %s: cannot write %s: %s\n", e->ident,
 				e->train_log, strerror(errno));
 			close(fd);
@@ -123,12 +109,12 @@ static void tee_loop(pid_t child, int out_r, int err_r, int log_fd, const char *
 				open_fds--;
 				continue;
 			}
-			if (log_ok && write_all(log_fd, buf, (size_t)n) != 0) {
+			if (log_ok && launch_write_all(log_fd, buf, (size_t)n) != 0) {
 				log_ok = 0;
 				fprintf(stderr, "dptrain-launch: %s: cannot write %s: %s\n", ident,
 					log_path, strerror(errno));
 			}
-			if (console_ok[i] && write_all(console[i], buf, (size_t)n) != 0)
+			if (console_ok[i] && launch_write_all(console[i], buf, (size_t)n) != 0)
 				console_ok[i] = 0;
 		}
 	}

@@ -24,6 +24,9 @@ int launch_outdir_expand(const char *pattern, const char *job, const char *step,
 int launch_mkdir_p(const char *path, char *err, size_t errlen);
 
 /* Write a file others read: temporary in the same directory, fsync, rename, fsync dir. */
+/* write(2) all of p[0..len), retrying after EINTR and short writes; 0 or -1 (errno). */
+int launch_write_all(int fd, const char *p, size_t len);
+
 int launch_write_atomic(const char *path, const char *data, size_t len, char *err, size_t errlen);
 
 /* --- environment (env_export.c) ------------------------------------------------------- */

@@ -107,7 +107,7 @@ int launch_mkdir_p(const char *path, char *err, size_t errlen)
 	return 0;
 }
 
-static int write_all(int fd, const char *p, size_t len)
+int launch_write_all(int fd, const char *p, size_t len)
 {
 	while (len > 0) {
 		ssize_t n = write(fd, p, len);
@@ -136,7 +136,7 @@ int launch_write_atomic(const char *path, const char *data, size_t len, char *er
 			 strerror(errno));
 		return -1;
 	}
-	if (write_all(fd, data, len) != 0 || fchmod(fd, 0644) != 0 || fsync(fd) != 0) {
+	if (launch_write_all(fd, data, len) != 0 || fchmod(fd, 0644) != 0 || fsync(fd) != 0) {
 		snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
 		goto out;
 	}

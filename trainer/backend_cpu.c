@@ -781,28 +781,6 @@ static int cpu_linear_bwd_weights(struct backend *be, struct be_op *op, const fl
  * Memory and the element-wise ops: memory-bound loops, as fast as oneDNN's eltwise without
  * a primitive per size. */
 
-static void *cpu_alloc(struct backend *be, size_t bytes)
-{
-	void *p = be_host_alloc(bytes);
-
-	if (!p)
-		be_errf(be, "alloc(%zu bytes): %s", bytes, strerror(errno));
-	return p;
-}
-
-static void cpu_free(struct backend *be, void *p)
-{
-	(void)be;
-	be_host_free(p);
-}
-
-static int cpu_copy(struct backend *be, void *dst, const void *src, size_t bytes)
-{
-	(void)be;
-	memcpy(dst, src, bytes);
-	return 0;
-}
-
 static int cpu_fill(struct backend *be, float *x, float value, size_t n)
 {
 	(void)be;
@@ -896,10 +874,10 @@ static void cpu_destroy(struct backend *be)
 
 static const struct backend_ops cpu_ops = {
     .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .to_host = cpu_copy,
-    .from_host = cpu_copy,
+    .alloc = be_host_op_alloc,
+    .free = be_host_op_free,
+    .to_host = be_host_op_copy,
+    .from_host = be_host_op_copy,
     .fill = cpu_fill,
     .sync = cpu_sync,
     .conv_create = cpu_conv_create,

@@ -658,7 +658,7 @@ static int par_of(struct backend *be)
 	return ((struct ref_ctx *)be->priv)->par;
 }
 
-static void *ref_alloc(struct backend *be, size_t bytes)
+void *be_host_op_alloc(struct backend *be, size_t bytes)
 {
 	void *p = be_host_alloc(bytes);
 
@@ -667,13 +667,13 @@ static void *ref_alloc(struct backend *be, size_t bytes)
 	return p;
 }
 
-static void ref_free(struct backend *be, void *p)
+void be_host_op_free(struct backend *be, void *p)
 {
 	(void)be;
 	be_host_free(p);
 }
 
-static int ref_copy(struct backend *be, void *dst, const void *src, size_t bytes)
+int be_host_op_copy(struct backend *be, void *dst, const void *src, size_t bytes)
 {
 	(void)be;
 	memcpy(dst, src, bytes);
@@ -992,7 +992,8 @@ static void ref_destroy(struct backend *be)
 }
 
 #define REF_OPS_INIT                                                                               \
-	.alloc = ref_alloc, .free = ref_free, .to_host = ref_copy, .from_host = ref_copy,          \
+	.alloc = be_host_op_alloc, .free = be_host_op_free, .to_host = be_host_op_copy,             \
+	.from_host = be_host_op_copy,                                                              \
 	.fill = ref_fill, .sync = ref_sync, .conv_create = ref_conv_create,                        \
 	.conv_fwd = ref_conv_fwd, .conv_bwd_data = ref_conv_bwd_data,                              \
 	.conv_bwd_weights = ref_conv_bwd_weights, .bn_create = ref_bn_create,                      \

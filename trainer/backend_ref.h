@@ -26,6 +26,11 @@ int be_linear_check(struct backend *be, const struct be_linear_desc *d);
 /* 64-byte aligned host memory (oneDNN's and AVX-512's preference). */
 void *be_host_alloc(size_t bytes);
 void be_host_free(void *p);
+/* The op-table entries for host memory, shared by the CPU backends: alloc (NULL with be->err
+ * set), free, and memcpy for to_host/from_host. */
+void *be_host_op_alloc(struct backend *be, size_t bytes);
+void be_host_op_free(struct backend *be, void *p);
+int be_host_op_copy(struct backend *be, void *dst, const void *src, size_t bytes);
 
 /* Kernels. par = 1 runs the outer loop on OpenMP threads with a static schedule; every
  * reduction is summed in a fixed order, so results do not depend on the thread count.
