@@ -1,15 +1,21 @@
 /* main.c — the dptrain program: command line, loading the job config, then training.
  * Owns the arguments, where this rank's outputs go, and the exit codes; the config is
  * trainer/config*.c, the training loop trainer/train.c. */
+#define _GNU_SOURCE
+#include "comm.h"
 #include "config.h"
+#include "ranktable.h"
+#include "store.h"
 #include "train.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifndef DPTRAIN_VERSION
 #define DPTRAIN_VERSION "0.0.0"
@@ -164,6 +170,91 @@ static int make_dirs(const char *path)
 	return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* The ranks of a job: the rendezvous store at MASTER_ADDR:MASTER_PORT (served by rank 0) and
+ * the collectives over it. Host names and the job's identity come from the rank table when
+ * the launcher made one. */
+struct dist {
+	struct store *st;
+	struct comm *comm;
+};
+
+static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_size, char *err,
+		     size_t errlen)
+{
+	const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+	const char *rtpath = getenv("DPTRAIN_RANK_TABLE");
+	struct ranktable rt = {0};
+	char rterr[RT_ERR_MAX], job[2 * RT_ID_MAX + 2] = "", e2[2048];
+	const char **hosts = NULL;
+	int p = env_int("MASTER_PORT", 0), rv = -1;
+	if (!addr || !*addr || !port || !*port || p < 1 || p > 65535) {
+		snprintf(err, errlen,
+			 "WORLD_SIZE=%d but MASTER_ADDR/MASTER_PORT (\"%s\", \"%s\") do not name rank "
+			 "0's rendezvous endpoint; start the ranks with srun --dptrain or "
+			 "dptrain-run, or set both as torchrun does",
+			 world_size, addr ? addr : "", port ? port : "");
+		return -1;
+	}
+	if (rtpath && *rtpath && rt_read(&rt, rtpath, rterr) == 0 && rt.world_size == world_size) {
+		hosts = calloc((size_t)world_size, sizeof(*hosts));
+		for (int i = 0; hosts && i < world_size; i++)
+			hosts[i] = rt.ranks[i].host;
+		if (rt.job_id[0])
+			snprintf(job, sizeof(job), "%s.%s", rt.job_id, rt.step_id);
+	}
+	struct store_opts so = {
+		.master_addr = addr,
+		.master_port = p,
+		.rank = rank,
+		.world_size = world_size,
+		.job = job,
+		.hosts = hosts,
+		.timeout_s = c->timeouts.rendezvous_s,
+	};
+	if (store_open(&d->st, &so, e2, sizeof(e2)) < 0) {
+		snprintf(err, errlen, "%s", e2);
+		goto out;
+	}
+	struct comm_cpu_opts co = {.timeout_s = c->timeouts.collective_s};
+	if (comm_cpu_create(&d->comm, d->st, &co, e2, sizeof(e2)) < 0) {
+		snprintf(err, errlen, "collectives: %s", e2);
+		goto out;
+	}
+	rv = 0;
+out:
+	free(hosts);
+	rt_free(&rt);
+	return rv;
+}
+
+/* clean: every rank finished; rank 0 keeps the store up until the others said goodbye. */
+static void dist_close(struct dist *d, const struct cfg *c, int clean)
+{
+	if (d->comm)
+		d->comm->ops->destroy(d->comm);
+	d->comm = NULL;
+	store_close(d->st, clean ? c->timeouts.shutdown_s : 0);
+	d->st = NULL;
+}
+
+/* train.threads 0 and no OMP_NUM_THREADS: the CPUs this rank may run on, shared with the
+ * other ranks of the node when nothing bound the ranks to CPUs of their own (torchrun sets
+ * OMP_NUM_THREADS=1 for the same reason: oversubscribed OpenMP threads spin against each
+ * other). */
+static int default_threads(void)
+{
+	cpu_set_t set;
+	const char *omp = getenv("OMP_NUM_THREADS");
+	int local = env_int("LOCAL_WORLD_SIZE", 1);
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	if ((omp && *omp) || sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 0;
+	int mine = CPU_COUNT(&set);
+	if (local > 1 && mine >= online)
+		mine /= local;
+	return mine < 1 ? 1 : mine;
+}
+
 /* The rank and output directory come from dptrain-launch (srun --dptrain, dptrain-run);
  * run by hand, dptrain is rank 0 of 1 and writes to output.dir with %j = "local". */
 static int train(const struct cfg *c)
@@ -172,6 +263,7 @@ static int train(const struct cfg *c)
 	const char *od = getenv("DPTRAIN_OUTPUT_DIR");
 	struct train_env env = {.out = stdout};
 	struct train_result res;
+	env.threads = default_threads();
 	env.rank = env_int("RANK", 0);
 	env.world_size = env_int("WORLD_SIZE", 1);
 	if (env.rank < 0 || env.world_size < 1 || env.rank >= env.world_size) {
@@ -179,13 +271,6 @@ static int train(const struct cfg *c)
 				"start ranks with srun --dptrain or dptrain-run\n",
 			getenv("RANK") ? getenv("RANK") : "", getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "");
 		return EXIT_USAGE;
-	}
-	if (env.world_size > 1) {
-		fprintf(stderr,
-			"dptrain: WORLD_SIZE=%d, but this build trains on a single rank only; run it "
-			"with one task\n",
-			env.world_size);
-		return EXIT_TRAIN;
 	}
 	if (od && *od) {
 		snprintf(outdir, sizeof(outdir), "%s", od);
@@ -199,10 +284,20 @@ static int train(const struct cfg *c)
 		return EXIT_TRAIN;
 	}
 	env.output_dir = outdir;
-	if (train_run(c, &env, &res, err, sizeof(err)) < 0) {
+	struct dist dist = {0};
+	if (env.world_size > 1 && dist_open(&dist, c, env.rank, env.world_size, err,
+					    sizeof(err)) < 0) {
 		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		dist_close(&dist, c, 0);
 		return EXIT_TRAIN;
 	}
+	env.comm = dist.comm;
+	if (train_run(c, &env, &res, err, sizeof(err)) < 0) {
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		dist_close(&dist, c, 0);
+		return EXIT_TRAIN;
+	}
+	dist_close(&dist, c, 1);
 	if (env.rank == 0) {
 		printf("dptrain: done: %ld steps, %d epoch%s in %.1f s", res.steps, res.epochs,
 		       res.epochs == 1 ? "" : "s", res.seconds);

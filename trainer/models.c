@@ -10,7 +10,7 @@
 static int mlp(struct builder *b, const int *hidden, int nhidden, char *err, size_t errlen)
 {
 	static const int tutorial[2] = {512, 512};
-	if (!hidden || nhidden == 0) {
+	if (!hidden) { /* not given; an empty list is a linear classifier */
 		hidden = tutorial;
 		nhidden = 2;
 	}

@@ -68,7 +68,8 @@ struct nn_act {
 	int grad_written; /* during backward: 0 until the first consumer writes its gradient */
 };
 
-/* What to build: mlp (hidden widths, default 512-512), lenet, resnet18/34/50/101/152 (stem
+/* What to build: mlp (hidden widths; hidden NULL: 512-512; an empty list: a linear
+ * classifier), lenet, resnet18/34/50/101/152 (stem
  * "imagenet", "small", or NULL for small when h <= 64) for c x h x w inputs. */
 struct nn_spec {
 	const char *name;

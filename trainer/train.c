@@ -1,6 +1,7 @@
 /* train.c — the training loop: config -> backend, model, data, optimizer, schedule; then
  * epochs of (micro-)steps with MindSpore-style loss lines, evaluation, a metrics JSONL file
- * and the final weights. Single process here; data parallelism hooks in around the step. */
+ * and the final weights. With several ranks, ddp reduces the gradients during backward, the
+ * evaluation is sharded and reduced, and rank 0 reports the global figures. */
 #define _GNU_SOURCE
 #include "train.h"
 
@@ -13,7 +14,9 @@
 #include <time.h>
 
 #include "backend.h"
+#include "comm.h"
 #include "data.h"
+#include "ddp.h"
 #include "loader.h"
 #include "lr_schedule.h"
 #include "nn.h"
@@ -221,9 +224,10 @@ static void metrics_line(struct metrics *mt, const char *fmt, ...)
 }
 
 /* Evaluate on this rank's shard of the eval set: sum of per-sample losses and correct
- * predictions, and the count. */
-static int evaluate(struct nn_model *m, struct split *ev, const struct cfg *c, double *loss_sum,
-		    long *correct, long *count, char *err, size_t errlen)
+ * predictions, and the count; with a comm, summed over the ranks' shards. */
+static int evaluate(struct nn_model *m, struct split *ev, const struct cfg *c,
+		    struct comm *comm, double *loss_sum, long *correct, long *count, char *err,
+		    size_t errlen)
 {
 	char e2[4096];
 	struct loader_batch *b;
@@ -254,6 +258,14 @@ static int evaluate(struct nn_model *m, struct split *ev, const struct cfg *c, d
 	(void)c;
 	if (rv < 0)
 		return failf(err, errlen, "data.eval: %s", e2);
+	if (comm) { /* every sample was seen by exactly one rank: the sums are the whole set's */
+		double sums[3] = {*loss_sum, (double)*correct, (double)*count};
+		if (comm->ops->allreduce(comm, sums, 3, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
+			return failf(err, errlen, "evaluation: %s", e2);
+		*loss_sum = sums[0];
+		*correct = (long)sums[1];
+		*count = (long)sums[2];
+	}
 	return 0;
 }
 
@@ -261,6 +273,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	      char *err, size_t errlen)
 {
 	int rv = -1, have_model = 0, have_optim = 0;
+	struct ddp *ddp = NULL;
 	struct backend *be = NULL;
 	struct nn_model m;
 	struct split tr = {0}, ev = {0};
@@ -278,7 +291,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		failf(err, errlen, "device.kind: cuda is not available in this build; use cpu or auto");
 		goto out;
 	}
-	be = be_cpu_create(c->train.threads, e2, sizeof(e2));
+	be = be_cpu_create(c->train.threads ? c->train.threads : env->threads, e2, sizeof(e2));
 	if (!be) {
 		failf(err, errlen, "cpu backend: %s", e2);
 		goto out;
@@ -291,7 +304,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		.w = c->model.input_shape[2],
 		.classes = c->model.num_classes,
 		.stem = c->model.stem == CFG_STEM_IMAGENET ? "imagenet" : "small",
-		.hidden = c->model.hidden.v,
+		.hidden = c->model.hidden.n ? c->model.hidden.v : (const int[]){0}, /* [] */
 		.nhidden = c->model.hidden.n,
 	};
 	if (nn_build(&m, be, &spec, err, errlen) < 0)
@@ -306,6 +319,21 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		goto out;
 	}
 
+	if (env->comm) {
+		const struct cfg_parallel *p = &c->parallel;
+		size_t cap = (size_t)(p->bucket_cap_mb * 1024 * 1024);
+		struct ddp_opts dop = {
+			.gradients_mean = p->gradients_mean,
+			.bucket_bytes = cap,
+			.first_bucket_bytes = cap < DDP_FIRST_BUCKET_BYTES ? cap : DDP_FIRST_BUCKET_BYTES,
+			.fusion_split = p->all_reduce_fusion_config.v,
+			.nfusion_split = p->all_reduce_fusion_config.n,
+		};
+		if (ddp_create(&ddp, &m, env->comm, &dop, err, errlen) < 0)
+			goto out;
+		if (p->parameter_broadcast && ddp_broadcast_params(ddp, err, errlen) < 0)
+			goto out;
+	}
 	if (split_open(&tr, c, env, 1, err, errlen) < 0)
 		goto out;
 	if (c->data.eval.present && split_open(&ev, c, env, 0, err, errlen) < 0)
@@ -352,6 +380,14 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			"%d), %d epoch%s, %ld steps, backend %s\n",
 			m.name, nn_param_count(&m), tr.ds.count, spe, c->data.batch_size, accum,
 			epochs, epochs == 1 ? "" : "s", total, be->ops->name);
+	if (ddp && rank0)
+		fprintf(out,
+			"dptrain: %d ranks, %s of %s on %s, %d gradient bucket%s, %d x %d samples per "
+			"step\n",
+			env->world_size, c->parallel.gradients_mean ? "average" : "sum",
+			"gradients", env->comm->ops->name, ddp_bucket_count(ddp),
+			ddp_bucket_count(ddp) == 1 ? "" : "s", env->world_size,
+			c->data.batch_size * accum);
 	metrics_line(&mt,
 		     "{\"event\":\"start\",\"model\":\"%s\",\"parameters\":%zu,\"world_size\":%d,"
 		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
@@ -380,6 +416,10 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				}
 				float *logits, loss;
 				int ok;
+				if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0) {
+					loader_release(tr.l, b);
+					goto out;
+				}
 				if (nn_forward(&m, b->x, b->n, &logits, err, errlen) < 0 ||
 				    nn_loss(&m, b->y, b->n, (float)c->train.label_smoothing, scale,
 					    &loss, &ok, err, errlen) < 0) {
@@ -395,7 +435,10 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1, step + 1);
 					goto out;
 				}
-				if (nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0) {
+				if (ddp)
+					ddp_begin_backward(ddp, micro == accum - 1);
+				if (nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
+				    (ddp && micro == accum - 1 && ddp_finish(ddp, err, errlen) < 0)) {
 					loader_release(tr.l, b);
 					goto out;
 				}
@@ -413,15 +456,32 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			if (c->train.log_every > 0 &&
 			    (step % c->train.log_every == 0 || step == total)) {
 				double t = now(), ips = imgs_since_log / (t - tlog + 1e-12);
-				fprintf(out, "epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f img/s\n",
-					epoch + 1, s + 1, step_loss, lr, ips * env->world_size);
+				/* this rank's loss on its line; rank 0 also reports the mean over
+				 * the ranks, the loss of the global batch */
+				double gl[2] = {step_loss, loss_since_log / n_since_log};
+				if (env->comm && env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64,
+									   COMM_AVG, le,
+									   sizeof(le)) < 0) {
+					failf(err, errlen, "reducing the loss at step %ld: %s", step, le);
+					goto out;
+				}
+				if (env->comm && rank0)
+					fprintf(out,
+						"epoch: %d step: %ld, loss is %.6f, global loss %.6f, "
+						"lr %.6g, %.1f img/s\n",
+						epoch + 1, s + 1, step_loss, gl[0], lr,
+						ips * env->world_size);
+				else
+					fprintf(out,
+						"epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f img/s\n",
+						epoch + 1, s + 1, step_loss, lr, ips * env->world_size);
 				fflush(out);
 				metrics_line(&mt,
 					     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
 					     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
-					     "\"lr\":%.9g,\"img_per_s\":%.3f}",
-					     epoch + 1, s + 1, step, step_loss,
-					     loss_since_log / n_since_log, lr, ips * env->world_size);
+					     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f}",
+					     epoch + 1, s + 1, step, gl[0], gl[1], step_loss, lr,
+					     ips * env->world_size);
 				tlog = t;
 				imgs_since_log = 0;
 				loss_since_log = 0;
@@ -434,7 +494,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		if (ev.l && (due || last)) {
 			double lsum;
 			long corr, cnt;
-			if (evaluate(&m, &ev, c, &lsum, &corr, &cnt, err, errlen) < 0)
+			/* every rank evaluates its shard with rank 0's BatchNorm statistics, the
+			 * ones saved with the weights */
+			if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0)
+				goto out;
+			if (evaluate(&m, &ev, c, env->comm, &lsum, &corr, &cnt, err, errlen) < 0)
 				goto out;
 			res->eval_accuracy = cnt ? (double)corr / (double)cnt : 0;
 			res->eval_loss = cnt ? lsum / (double)cnt : 0;
@@ -468,6 +532,12 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		     res->steps, res->epochs, res->seconds, res->eval_accuracy);
 	rv = 0;
 out:
+	if (rv < 0 && env->comm) { /* the other ranks stop too, told why */
+		char why[4200];
+		snprintf(why, sizeof(why), "rank %d stopped: %s", env->rank, err);
+		env->comm->ops->abort(env->comm, why);
+	}
+	ddp_destroy(ddp);
 	if (mt.f)
 		fclose(mt.f);
 	if (have_optim)

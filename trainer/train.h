@@ -9,8 +9,12 @@
 
 #include "config.h"
 
+struct comm;
+
 struct train_env {
 	int rank, world_size; /* this process among the data-parallel ranks */
+	struct comm *comm;    /* collectives between the ranks; NULL for a single rank */
+	int threads;	      /* compute threads when train.threads is 0 (0: the backend's) */
 	const char *output_dir; /* exists; metrics.jsonl and model.safetensors go here */
 	FILE *out;		/* progress lines (stdout) */
 };

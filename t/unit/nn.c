@@ -50,6 +50,14 @@ static void param_counts(void)
 		   strcmp(m.params[m.nparams - 1].name, "fc3.bias") == 0,
 	   "last layer's bias is first in the flat buffer (reverse execution order)");
 	nn_free(&m);
+	/* regression: an empty model.hidden built the default 512-512 instead */
+	static const int none[1] = {0};
+	s.hidden = none;
+	s.nhidden = 0;
+	ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build mlp with hidden []");
+	is_int((long long)nn_param_count(&m), 784 * 10 + 10, "mlp with hidden [] is linear");
+	nn_free(&m);
+	s.hidden = NULL;
 	s.name = "lenet";
 	ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build lenet");
 	is_int((long long)nn_param_count(&m), 156 + 2416 + 48120 + 10164 + 850,

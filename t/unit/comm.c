@@ -1,0 +1,637 @@
+/* comm.c — unit tests for the CPU collective engine (trainer/comm_cpu.c): every operation for
+ * world sizes 1 to 5 against a direct computation in the ring's order, bitwise equal on every
+ * rank and run; then a rank that dies, stalls, or aborts mid-job, named on the others.
+ * Ranks are forked processes on 127.0.0.1; the parent waits with a deadline and kills leftovers. */
+#define _GNU_SOURCE
+#include "comm.h"
+#include "store.h"
+#include "tap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXW 8
+#define MSG  4096
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Forked ranks. */
+
+struct rank_out {
+	int status; /* exit status; 128 + signal if killed; -1 if killed at the deadline */
+	char msg[MSG];
+};
+
+struct job {
+	int world, port;
+	double timeout; /* the comm's timeout_s */
+	int special;	/* the rank the scenario does something to */
+};
+
+typedef int (*rank_fn)(const struct job *j, int rank, char *msg, size_t len);
+
+static int free_port(void)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+		bail_out("cannot find a free port");
+	close(fd);
+	return ntohs(a.sin_port);
+}
+
+/* Runs fn as j->world processes. Waits up to deadline_s for every rank but `nowait` (-1:
+ * none), then kills what is left. */
+static void run_ranks(struct job *j, rank_fn fn, int nowait, double deadline_s,
+		      struct rank_out *out)
+{
+	pid_t pid[MAXW];
+	int fd[MAXW], done[MAXW] = {0};
+	size_t got[MAXW] = {0};
+	j->port = free_port();
+	fflush(stdout);
+	fflush(stderr);
+	for (int r = 0; r < j->world; r++) {
+		int p[2];
+		if (pipe(p) < 0)
+			bail_out("pipe");
+		out[r].status = -1;
+		out[r].msg[0] = 0;
+		pid[r] = fork();
+		if (pid[r] < 0)
+			bail_out("fork");
+		if (pid[r] == 0) {
+			char msg[MSG] = "";
+			close(p[0]);
+			for (int k = 0; k < r; k++)
+				close(fd[k]);
+			int rv = fn(j, r, msg, sizeof(msg));
+			if (write(p[1], msg, strlen(msg)) < 0)
+				rv = -1;
+			_exit(rv < 0 ? 1 : 0);
+		}
+		close(p[1]);
+		fcntl(p[0], F_SETFL, O_NONBLOCK);
+		fd[r] = p[0];
+	}
+	double deadline = now_s() + deadline_s;
+	for (;;) {
+		int waiting = 0;
+		for (int r = 0; r < j->world; r++) {
+			if (!done[r]) {
+				int st;
+				if (waitpid(pid[r], &st, WNOHANG) == pid[r]) {
+					done[r] = 1;
+					out[r].status =
+					    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+				}
+			}
+			if (fd[r] >= 0) {
+				ssize_t n = read(fd[r], out[r].msg + got[r], MSG - 1 - got[r]);
+				if (n > 0)
+					got[r] += (size_t)n;
+				else if ((n == 0 || got[r] >= MSG - 1) ||
+					 (errno != EAGAIN && errno != EINTR)) {
+					close(fd[r]);
+					fd[r] = -1;
+				}
+				out[r].msg[got[r]] = 0;
+			}
+			if (r != nowait && (!done[r] || fd[r] >= 0))
+				waiting = 1;
+		}
+		if (!waiting || now_s() >= deadline)
+			break;
+		struct pollfd p[MAXW];
+		int np = 0;
+		for (int r = 0; r < j->world; r++)
+			if (fd[r] >= 0)
+				p[np++] = (struct pollfd){.fd = fd[r], .events = POLLIN};
+		poll(p, (nfds_t)np, 20);
+	}
+	for (int r = 0; r < j->world; r++) {
+		if (fd[r] >= 0)
+			close(fd[r]);
+		if (!done[r]) {
+			kill(pid[r], SIGKILL);
+			kill(pid[r], SIGCONT);
+			waitpid(pid[r], NULL, 0);
+		}
+	}
+}
+
+static int open_all(const struct job *j, int rank, struct store **st, struct comm **c, size_t chunk,
+		    char *msg, size_t len)
+{
+	struct store_opts so = {.master_addr = "127.0.0.1",
+				.master_port = j->port,
+				.rank = rank,
+				.world_size = j->world,
+				.job = "comm-test",
+				.timeout_s = 10};
+	struct comm_cpu_opts co = {.timeout_s = j->timeout, .chunk_bytes = chunk};
+	*c = NULL;
+	if (store_open(st, &so, msg, len) < 0)
+		return -1;
+	if (comm_cpu_create(c, *st, &co, msg, len) < 0) {
+		store_close(*st, 1);
+		return -1;
+	}
+	return 0;
+}
+
+static void close_all(struct store *st, struct comm *c, double timeout)
+{
+	if (c)
+		c->ops->destroy(c);
+	store_close(st, timeout);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Every operation against a direct computation. */
+
+/* Deterministic inputs in [-1, 1) with a spread of magnitudes, per rank, element and salt. */
+static double gen(int rank, size_t i, int salt)
+{
+	uint64_t x = (uint64_t)rank * 0x9e3779b97f4a7c15ull ^ (uint64_t)i * 0xbf58476d1ce4e5b9ull ^
+		     (uint64_t)salt * 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	x *= 0xd6e9b3a5c2f1e4b7ull;
+	x ^= x >> 29;
+	double u = (double)(x >> 11) / 9007199254740992.0;
+	return (2 * u - 1) * (1 + (double)(x & 7));
+}
+
+/* Which allreduce block element i of count is in (see comm_cpu.c). */
+static int block_of(size_t i, size_t count, int w)
+{
+	size_t base = count / (size_t)w, rem = count % (size_t)w;
+	size_t big = rem * (base + 1);
+	if (i < big)
+		return (int)(i / (base + 1));
+	return (int)(rem + (i - big) / base);
+}
+
+/* The ring's sum of block b: x[b+1] + x[b+2] + ... + x[b], in that order. */
+static double want_f64(size_t i, int b, int w, int salt, int avg, double *dsum, double *mag)
+{
+	double s = 0;
+	*dsum = *mag = 0;
+	for (int k = 1; k <= w; k++) {
+		double v = gen((b + k) % w, i, salt);
+		s = k == 1 ? v : s + v;
+		*dsum += v;
+		*mag += fabs(v);
+	}
+	return avg ? s / w : s;
+}
+
+static float want_f32(size_t i, int b, int w, int salt, int avg, double *dsum, double *mag)
+{
+	float s = 0;
+	*dsum = *mag = 0;
+	for (int k = 1; k <= w; k++) {
+		float v = (float)gen((b + k) % w, i, salt);
+		s = k == 1 ? v : s + v;
+		*dsum += v;
+		*mag += fabs(v);
+	}
+	return avg ? s / (float)w : s;
+}
+
+struct check {
+	char *msg;
+	size_t len;
+	int failed, n;
+	uint64_t digest; /* over the results every rank must share */
+};
+
+static void check_fail(struct check *k, const char *what, size_t count, size_t i, double got,
+		       double want)
+{
+	k->n++;
+	if (k->failed++)
+		return;
+	snprintf(k->msg, k->len, "%s count %zu: element %zu is %.17g, want %.17g", what, count, i,
+		 got, want);
+}
+
+static void digest(struct check *k, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		k->digest = (k->digest ^ b[i]) * 0x100000001b3ull;
+}
+
+static int comm_fail(struct check *k, const char *what, const char *err)
+{
+	if (!k->failed++)
+		snprintf(k->msg, k->len, "%s: %s", what, err);
+	return -1;
+}
+
+/* allreduce: elements in the ring's order bit for bit, near the exact sum, twice the same. */
+static int check_allreduce(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
+			   enum comm_redop op)
+{
+	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 10 + 2 * t + avg;
+	size_t es = comm_dtype_size(t);
+	char what[64], err[1024];
+	snprintf(what, sizeof(what), "allreduce %s %s", avg ? "avg" : "sum",
+		 t == COMM_F64 ? "f64" : "f32");
+	unsigned char *buf = malloc(count * es + 1), *again = malloc(count * es + 1);
+	int rv = -1;
+	for (size_t i = 0; i < count; i++) {
+		if (t == COMM_F64)
+			((double *)buf)[i] = gen(r, i, salt);
+		else
+			((float *)buf)[i] = (float)gen(r, i, salt);
+	}
+	memcpy(again, buf, count * es);
+	if (c->ops->allreduce(c, buf, count, t, op, err, sizeof(err)) < 0 ||
+	    c->ops->allreduce(c, again, count, t, op, err, sizeof(err)) < 0) {
+		comm_fail(k, what, err);
+		goto out;
+	}
+	for (size_t i = 0; i < count; i++) {
+		double dsum, mag, got, want;
+		int b = block_of(i, count, w);
+		if (t == COMM_F64) {
+			got = ((double *)buf)[i];
+			want = want_f64(i, b, w, salt, avg, &dsum, &mag);
+			if (got != want || fabs(got - dsum / (avg ? w : 1)) > 1e-14 * mag)
+				check_fail(k, what, count, i, got, want);
+		} else {
+			float g = ((float *)buf)[i], wf = want_f32(i, b, w, salt, avg, &dsum, &mag);
+			got = g;
+			want = wf;
+			if (memcmp(&g, &wf, 4) != 0 ||
+			    fabs(got - dsum / (avg ? w : 1)) > 1e-6 * mag)
+				check_fail(k, what, count, i, got, want);
+		}
+	}
+	if (memcmp(buf, again, count * es) != 0)
+		check_fail(k, "allreduce run twice", count, 0, 0, 0);
+	digest(k, buf, count * es);
+	k->n++;
+	rv = 0;
+out:
+	free(buf);
+	free(again);
+	return rv;
+}
+
+static int check_reduce_scatter(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
+				enum comm_redop op, int in_place)
+{
+	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 20 + 2 * t + avg;
+	size_t es = comm_dtype_size(t), n = count * (size_t)w;
+	char what[64], err[1024];
+	snprintf(what, sizeof(what), "reduce_scatter %s %s%s", avg ? "avg" : "sum",
+		 t == COMM_F64 ? "f64" : "f32", in_place ? " in place" : "");
+	unsigned char *in = malloc(n * es + 1), *out = malloc(count * es + 1);
+	int rv = -1;
+	for (size_t i = 0; i < n; i++) {
+		if (t == COMM_F64)
+			((double *)in)[i] = gen(r, i, salt);
+		else
+			((float *)in)[i] = (float)gen(r, i, salt);
+	}
+	unsigned char *dst = in_place ? in + (size_t)r * count * es : out;
+	if (c->ops->reduce_scatter(c, in, dst, count, t, op, err, sizeof(err)) < 0) {
+		comm_fail(k, what, err);
+		goto out;
+	}
+	for (size_t j = 0; j < count; j++) {
+		size_t i = (size_t)r * count + j;
+		double dsum, mag, got, want;
+		if (t == COMM_F64) {
+			got = ((double *)dst)[j];
+			want = want_f64(i, r, w, salt, avg, &dsum, &mag);
+			if (got != want)
+				check_fail(k, what, count, j, got, want);
+		} else {
+			float g = ((float *)dst)[j], wf = want_f32(i, r, w, salt, avg, &dsum, &mag);
+			got = g;
+			want = wf;
+			if (memcmp(&g, &wf, 4) != 0)
+				check_fail(k, what, count, j, got, want);
+		}
+	}
+	k->n++;
+	rv = 0;
+out:
+	free(in);
+	free(out);
+	return rv;
+}
+
+static int check_allgather(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
+			   int in_place)
+{
+	int r = c->rank, w = c->world_size, salt = 30 + t;
+	size_t es = comm_dtype_size(t);
+	char what[64], err[1024];
+	snprintf(what, sizeof(what), "allgather %s%s", t == COMM_F64 ? "f64" : "f32",
+		 in_place ? " in place" : "");
+	unsigned char *in = malloc(count * es + 1), *out = malloc(count * es * (size_t)w + 1);
+	int rv = -1;
+	unsigned char *src = in_place ? out + (size_t)r * count * es : in;
+	for (size_t i = 0; i < count; i++) {
+		if (t == COMM_F64)
+			((double *)src)[i] = gen(r, i, salt);
+		else
+			((float *)src)[i] = (float)gen(r, i, salt);
+	}
+	if (c->ops->allgather(c, src, out, count, t, err, sizeof(err)) < 0) {
+		comm_fail(k, what, err);
+		goto out;
+	}
+	for (int q = 0; q < w; q++)
+		for (size_t i = 0; i < count; i++) {
+			double got, want = gen(q, i, salt);
+			if (t == COMM_F64)
+				got = ((double *)out)[(size_t)q * count + i];
+			else
+				got = ((float *)out)[(size_t)q * count + i], want = (float)want;
+			if (got != want)
+				check_fail(k, what, count, (size_t)q * count + i, got, want);
+		}
+	digest(k, out, count * es * (size_t)w);
+	k->n++;
+	rv = 0;
+out:
+	free(in);
+	free(out);
+	return rv;
+}
+
+static int check_broadcast(struct comm *c, struct check *k, size_t bytes, int root)
+{
+	char what[64], err[1024];
+	snprintf(what, sizeof(what), "broadcast from %d", root);
+	unsigned char *buf = malloc(bytes + 1);
+	int rv = -1;
+	for (size_t i = 0; i < bytes; i++)
+		buf[i] = c->rank == root ? (unsigned char)(gen(root, i, 40) * 100) : 0xee;
+	if (c->ops->broadcast(c, buf, bytes, root, err, sizeof(err)) < 0) {
+		comm_fail(k, what, err);
+		goto out;
+	}
+	for (size_t i = 0; i < bytes; i++)
+		if (buf[i] != (unsigned char)(gen(root, i, 40) * 100))
+			check_fail(k, what, bytes, i, buf[i],
+				   (unsigned char)(gen(root, i, 40) * 100));
+	digest(k, buf, bytes);
+	k->n++;
+	rv = 0;
+out:
+	free(buf);
+	return rv;
+}
+
+static int rank_ops(const struct job *j, int rank, char *msg, size_t len)
+{
+	struct store *st;
+	struct comm *c;
+	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
+	char err[1024];
+	/* 12345 elements: every rank's block is more than one 4096-byte chunk */
+	static const size_t counts[] = {0, 1, 7, 12345};
+	if (open_all(j, rank, &st, &c, 4096, msg, len) < 0)
+		return -1;
+	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]) && !k.failed; ci++) {
+		size_t n = counts[ci];
+		for (int t = COMM_F32; t <= COMM_F64; t++) {
+			check_allreduce(c, &k, n, t, COMM_SUM);
+			check_allreduce(c, &k, n, t, COMM_AVG);
+			check_reduce_scatter(c, &k, n, t, COMM_SUM, 0);
+			check_reduce_scatter(c, &k, n, t, COMM_AVG, 1);
+			check_allgather(c, &k, n, t, 0);
+			check_allgather(c, &k, n, t, 1);
+		}
+		for (int root = 0; root < j->world; root++)
+			check_broadcast(c, &k, n * 4 + (n ? 3 : 0), root);
+		if (c->ops->barrier(c, err, sizeof(err)) < 0)
+			comm_fail(&k, "barrier", err);
+		k.n++;
+	}
+	close_all(st, c, 10);
+	if (!k.failed)
+		snprintf(msg, len, "%d checks, digest %016llx", k.n, (unsigned long long)k.digest);
+	return k.failed ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Failures. Survivors loop allreduce until it fails; msg gets "<seconds the failing call
+ * took>|<its message>|<the message of the call after it>". */
+
+static int survive(struct comm *c, size_t count, int iters, char *msg, size_t len)
+{
+	float *buf = calloc(count, sizeof(float));
+	char err[1024], again[1024];
+	int rv = -1;
+	for (int it = 0; it < iters; it++) {
+		double t0 = now_s();
+		if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, err, sizeof(err)) < 0) {
+			double t = now_s() - t0;
+			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, again, sizeof(again));
+			snprintf(msg, len, "%.2f|%s|%s", t, err, again);
+			rv = 0;
+			break;
+		}
+	}
+	if (rv < 0)
+		snprintf(msg, len, "no failure in %d allreduces", iters);
+	free(buf);
+	return rv;
+}
+
+struct loop_arg {
+	struct comm *c;
+};
+
+static void *loop_thread(void *p)
+{
+	struct loop_arg *a = p;
+	float *buf = calloc(1 << 18, sizeof(float));
+	char err[1024];
+	for (;;)
+		if (a->c->ops->allreduce(a->c, buf, 1 << 18, COMM_F32, COMM_SUM, err, sizeof(err)) <
+		    0)
+			break;
+	free(buf);
+	return NULL;
+}
+
+/* The special rank _exit()s while its thread is in the middle of allreduces. */
+static int rank_dies(const struct job *j, int rank, char *msg, size_t len)
+{
+	struct store *st;
+	struct comm *c;
+	if (open_all(j, rank, &st, &c, 0, msg, len) < 0)
+		return -1;
+	if (rank == j->special) {
+		struct loop_arg a = {c};
+		pthread_t th;
+		pthread_create(&th, NULL, loop_thread, &a);
+		struct timespec ts = {0, 300 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+		_exit(3);
+	}
+	int rv = survive(c, 1 << 18, 100000, msg, len);
+	close_all(st, c, 1);
+	return rv;
+}
+
+/* The special rank stops (SIGSTOP: its store thread too, if it is rank 0) or sleeps. */
+static int rank_stalls(const struct job *j, int rank, char *msg, size_t len)
+{
+	struct store *st;
+	struct comm *c;
+	if (open_all(j, rank, &st, &c, 0, msg, len) < 0)
+		return -1;
+	if (rank == j->special) {
+		float x[16] = {0};
+		char err[1024];
+		for (int i = 0; i < 3; i++)
+			c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, err, sizeof(err));
+		if (getenv("COMM_TEST_SLEEP"))
+			sleep(60);
+		raise(SIGSTOP);
+		_exit(0);
+	}
+	int rv = survive(c, 16, 100000, msg, len);
+	close_all(st, c, 0.5);
+	return rv;
+}
+
+/* The special rank aborts the job after two allreduces; everyone's next call fails. */
+static int rank_aborts(const struct job *j, int rank, char *msg, size_t len)
+{
+	struct store *st;
+	struct comm *c;
+	if (open_all(j, rank, &st, &c, 0, msg, len) < 0)
+		return -1;
+	if (rank == j->special) {
+		float x[16] = {0};
+		char err[1024];
+		for (int i = 0; i < 2; i++)
+			c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, err, sizeof(err));
+		c->ops->abort(c, "rank 1: loss is nan");
+	}
+	int rv = survive(c, 16, 100000, msg, len);
+	close_all(st, c, 1);
+	return rv;
+}
+
+/* "<t>|<msg>|<again>": the failing call's seconds, message, and whether the next matched. */
+static void check_failure(const char *name, const struct job *j, const struct rank_out *out,
+			  const char *want1, const char *want2, double max_s)
+{
+	for (int r = 0; r < j->world; r++) {
+		if (r == j->special)
+			continue;
+		const char *m = out[r].msg;
+		double t = atof(m);
+		const char *bar = strchr(m, '|');
+		const char *bar2 = bar ? strchr(bar + 1, '|') : NULL;
+		char first[MSG] = "";
+		if (bar && bar2)
+			snprintf(first, sizeof(first), "%.*s", (int)(bar2 - bar - 1), bar + 1);
+		if (!ok(out[r].status == 0 && bar2, "%s: rank %d failed (exit %d)", name, r,
+			out[r].status))
+			diag("rank %d: %s", r, m);
+		else if (r == (j->special + 1) % j->world)
+			note("%s: rank %d: %s", name, r, first);
+		like(first, want1, "%s: rank %d's message names it", name, r);
+		like(first, want2, "%s: rank %d's message says what happened", name, r);
+		ok(t < max_s, "%s: rank %d failed within %.0f s (%.2f s)", name, r, max_s, t);
+		ok(bar2 && strcmp(first, bar2 + 1) == 0, "%s: rank %d: the comm stays failed", name,
+		   r);
+	}
+}
+
+int main(void)
+{
+	struct rank_out out[MAXW];
+	double t0 = now_s();
+
+	for (int w = 1; w <= 5; w++) {
+		struct job j = {.world = w, .timeout = 10, .special = -1};
+		run_ranks(&j, rank_ops, -1, 60, out);
+		int all = 1, same = 1;
+		for (int r = 0; r < w; r++) {
+			if (out[r].status != 0) {
+				all = 0;
+				diag("world %d rank %d (exit %d): %s", w, r, out[r].status,
+				     out[r].msg);
+			}
+			const char *d0 = strstr(out[0].msg, "digest"),
+				   *d = strstr(out[r].msg, "digest");
+			if (!d0 || !d || strcmp(d0, d) != 0)
+				same = 0;
+		}
+		ok(all, "world %d: every operation on every rank matches the ring-order sum (%s)",
+		   w, out[0].msg);
+		ok(same, "world %d: every rank holds the same bits", w);
+	}
+
+	{
+		struct job j = {.world = 4, .timeout = 10, .special = 2};
+		run_ranks(&j, rank_dies, -1, 20, out);
+		check_failure("rank 2 dies", &j, out, "rank 2", "died", 3);
+	}
+	{
+		struct job j = {.world = 3, .timeout = 10, .special = 0};
+		run_ranks(&j, rank_dies, -1, 20, out);
+		check_failure("rank 0 dies", &j, out, "rank 0", "died", 3);
+	}
+	{
+		struct job j = {.world = 3, .timeout = 1.5, .special = 1};
+		run_ranks(&j, rank_stalls, 1, 20, out);
+		check_failure("rank 1 stops", &j, out, "rank 1", "stopped taking part", 6);
+	}
+	{
+		struct job j = {.world = 3, .timeout = 1.5, .special = 0};
+		setenv("COMM_TEST_SLEEP", "1", 1);
+		run_ranks(&j, rank_stalls, 0, 20, out);
+		unsetenv("COMM_TEST_SLEEP");
+		check_failure("rank 0 sleeps", &j, out, "rank 0", "stopped taking part", 6);
+	}
+	{
+		struct job j = {.world = 3, .timeout = 1.5, .special = 0};
+		run_ranks(&j, rank_stalls, 0, 20, out);
+		check_failure("rank 0 stops", &j, out, "rank 0", "not responding", 8);
+	}
+	{
+		struct job j = {.world = 3, .timeout = 10, .special = 1};
+		run_ranks(&j, rank_aborts, -1, 20, out);
+		check_failure("rank 1 aborts", &j, out, "loss is nan", "rank 1", 3);
+		like(out[1].msg, "aborted: rank 1: loss is nan",
+		     "rank 1 aborts: its own comm fails");
+	}
+	diag("comm tests took %.1f s", now_s() - t0);
+	return done_testing();
+}

@@ -1,0 +1,67 @@
+/* comm.h — collectives between the data-parallel ranks behind one interface: the CPU engine
+ * (TCP ring between the ranks, comm_cpu.c) and, on GPUs, NCCL. Owns the wire protocol, the
+ * reduction order and the abort path; knows nothing of models or optimizers.
+ *
+ * Semantics follow NCCL. Buffers are host memory for the CPU engine. Every operation is
+ * collective: all ranks call the same operations in the same order with the same counts.
+ * One thread at a time per comm. Results are bitwise identical on every rank and from run to
+ * run (the ring fixes who adds what in which order). A failure (a rank died, a rank stopped
+ * taking part, the timeout passed, an abort) returns -1 with a message naming the rank; the
+ * comm is then unusable and every later call fails at once with the same message. */
+#ifndef DPTRAIN_COMM_H
+#define DPTRAIN_COMM_H
+
+#include <stddef.h>
+
+struct store;
+
+enum comm_dtype { COMM_F32, COMM_F64 };
+enum comm_redop { COMM_SUM, COMM_AVG };
+
+struct comm;
+
+struct comm_ops {
+	const char *name; /* "cpu", "nccl" */
+	/* In place: buf holds count elements on every rank; afterwards the sum (average). */
+	int (*allreduce)(struct comm *c, void *buf, size_t count, enum comm_dtype t,
+			 enum comm_redop op, char *err, size_t errlen);
+	/* in: count * world_size elements; out: count elements, this rank's block (block r is
+	 * in[r * count .. (r + 1) * count)) reduced over ranks. out may be in + rank * count. */
+	int (*reduce_scatter)(struct comm *c, const void *in, void *out, size_t count,
+			      enum comm_dtype t, enum comm_redop op, char *err, size_t errlen);
+	/* in: count elements; out: count * world_size, rank r's in at block r. in may be
+	 * out + rank * count. */
+	int (*allgather)(struct comm *c, const void *in, void *out, size_t count,
+			 enum comm_dtype t, char *err, size_t errlen);
+	/* bytes from root's buf to every rank's buf. */
+	int (*broadcast)(struct comm *c, void *buf, size_t bytes, int root, char *err,
+			 size_t errlen);
+	int (*barrier)(struct comm *c, char *err, size_t errlen);
+	/* From any thread: make operations in progress and later ones fail with reason, and tell
+	 * the other ranks (through the store). */
+	void (*abort)(struct comm *c, const char *reason);
+	void (*destroy)(struct comm *c);
+};
+
+struct comm {
+	const struct comm_ops *ops;
+	int rank, world_size;
+};
+
+struct comm_cpu_opts {
+	double timeout_s;   /* one operation; 0: 300 */
+	size_t chunk_bytes; /* pipelining unit; 0: the default (see comm_cpu.c) */
+};
+
+/* The CPU engine over the store's job: each rank listens on an ephemeral port on the address
+ * its store connection uses, publishes it in the store, and connects to the next rank of the
+ * ring. st stays owned by the caller and must outlive the comm. */
+int comm_cpu_create(struct comm **c, struct store *st, const struct comm_cpu_opts *o, char *err,
+		    size_t errlen);
+
+static inline size_t comm_dtype_size(enum comm_dtype t)
+{
+	return t == COMM_F64 ? 8 : 4;
+}
+
+#endif

@@ -1,0 +1,331 @@
+/* ddp.c — gradient buckets, the communication thread that reduces them while backward runs,
+ * and the parameter/buffer broadcasts of data-parallel training. The main thread only marks
+ * parameters final (from the nn grad hook) and waits at the end of backward. */
+#define _GNU_SOURCE
+#include "ddp.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DDP_ERR_MAX 1024
+#define DDP_COMM_ERR_MAX 960 /* room for the bucket prefix */
+
+struct ddp {
+	struct nn_model *m;
+	struct comm *c;
+	struct ddp_opts o;
+	int nparams;
+	int *order;	    /* parameter indices sorted by offset (the order backward finishes them) */
+	int *bucket_of;	    /* per position in order: its bucket */
+	int nbuckets;
+	struct ddp_bucket *b;
+
+	pthread_t thread;
+	int have_thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	/* under mu */
+	int sync;	  /* this backward reduces */
+	int ready;	  /* buckets 0..ready-1 may be reduced (handed over in index order) */
+	int *is_ready;	  /* per bucket: all its gradients are final */
+	int next;	  /* buckets reduced so far this step (the thread's next one) */
+	int stop;
+	int failed;
+	char err[DDP_ERR_MAX];
+	double wait_s;
+};
+
+static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int failf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *comm_thread(void *arg)
+{
+	struct ddp *d = arg;
+	char err[DDP_COMM_ERR_MAX];
+	pthread_mutex_lock(&d->mu);
+	for (;;) {
+		while (!d->stop && !d->failed && d->next >= d->ready)
+			pthread_cond_wait(&d->cv, &d->mu);
+		if (d->stop || d->failed)
+			break;
+		int i = d->next;
+		struct ddp_bucket *b = &d->b[i];
+		pthread_mutex_unlock(&d->mu);
+		int rv = d->c->ops->allreduce(d->c, d->m->grads + b->lo, b->hi - b->lo, COMM_F32,
+					      d->o.gradients_mean ? COMM_AVG : COMM_SUM, err,
+					      sizeof(err));
+		pthread_mutex_lock(&d->mu);
+		if (rv < 0) {
+			d->failed = 1;
+			snprintf(d->err, sizeof(d->err), "gradient bucket %d of %d: %s", i + 1,
+				 d->nbuckets, err);
+			pthread_cond_broadcast(&d->cv);
+			break;
+		}
+		d->next = i + 1;
+		pthread_cond_broadcast(&d->cv);
+	}
+	pthread_mutex_unlock(&d->mu);
+	return NULL;
+}
+
+/* Hand buckets over in index order: bucket i goes once it and all before it are final. */
+static void advance_ready(struct ddp *d)
+{
+	int r = d->ready;
+	while (r < d->nbuckets && d->is_ready[r])
+		r++;
+	if (r != d->ready) {
+		d->ready = r;
+		pthread_cond_broadcast(&d->cv);
+	}
+}
+
+/* nn grad hook: the parameters in [offset, offset + count) are final. */
+static void on_grad(void *ctx, size_t offset, size_t count)
+{
+	struct ddp *d = ctx;
+	if (!d->sync)
+		return;
+	/* first parameter (in offset order) at or after offset */
+	int lo = 0, hi = d->nparams;
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (d->m->params[d->order[mid]].offset < offset)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	pthread_mutex_lock(&d->mu);
+	for (int i = lo; i < d->nparams && d->m->params[d->order[i]].offset < offset + count; i++) {
+		struct ddp_bucket *b = &d->b[d->bucket_of[i]];
+		size_t n = d->m->params[d->order[i]].count;
+		b->pending = b->pending > n ? b->pending - n : 0;
+		if (b->pending == 0)
+			d->is_ready[d->bucket_of[i]] = 1;
+	}
+	advance_ready(d);
+	pthread_mutex_unlock(&d->mu);
+}
+
+static int by_offset(const void *a, const void *b, void *ctx)
+{
+	const struct nn_model *m = ctx;
+	size_t x = m->params[*(const int *)a].offset, y = m->params[*(const int *)b].offset;
+	return x < y ? -1 : x > y;
+}
+
+static int plan_buckets(struct ddp *d, char *err, size_t errlen)
+{
+	const struct nn_model *m = d->m;
+	int n = d->nparams;
+	d->b = calloc((size_t)n + 1, sizeof(*d->b));
+	if (!d->b)
+		return failf(err, errlen, "out of memory");
+	for (int i = 0; i < d->o.nfusion_split; i++)
+		if (d->o.fusion_split[i] >= n)
+			return failf(err, errlen,
+				     "parallel.all_reduce_fusion_config: split index %d, but %s has %d "
+				     "parameters (indices 0-%d); use smaller indices",
+				     d->o.fusion_split[i], m->name, n, n - 1);
+	size_t cap = d->o.first_bucket_bytes ? d->o.first_bucket_bytes : d->o.bucket_bytes;
+	int nb = 0, split = 0;
+	size_t bytes = 0;
+	for (int i = 0; i < n; i++) {
+		const struct nn_param *p = &m->params[d->order[i]];
+		int cut = 0;
+		if (i > 0) {
+			if (d->o.nfusion_split > 0) {
+				if (split < d->o.nfusion_split && d->o.fusion_split[split] == i) {
+					cut = 1;
+					split++;
+				}
+			} else if (bytes + p->count * sizeof(float) > cap) {
+				cut = 1;
+			}
+		}
+		if (i == 0 || cut) {
+			if (i > 0) {
+				d->b[nb - 1].last = i - 1;
+				cap = d->o.bucket_bytes;
+			}
+			d->b[nb].first = i;
+			d->b[nb].lo = i == 0 ? 0 : p->offset;
+			nb++;
+			bytes = 0;
+		}
+		bytes += p->count * sizeof(float);
+		d->bucket_of[i] = nb - 1;
+	}
+	if (nb == 0) { /* a model without parameters: nothing to reduce */
+		d->nbuckets = 0;
+		return 0;
+	}
+	d->b[nb - 1].last = n - 1;
+	for (int i = 0; i < nb; i++)
+		d->b[i].hi = i + 1 < nb ? d->b[i + 1].lo : m->param_total;
+	d->nbuckets = nb;
+	return 0;
+}
+
+int ddp_create(struct ddp **out, struct nn_model *m, struct comm *c, const struct ddp_opts *o,
+	       char *err, size_t errlen)
+{
+	struct ddp *d = calloc(1, sizeof(*d));
+	int rv = -1;
+	*out = NULL;
+	if (!d)
+		return failf(err, errlen, "out of memory");
+	d->m = m;
+	d->c = c;
+	d->o = *o;
+	if (d->o.bucket_bytes == 0)
+		d->o.bucket_bytes = 25u << 20;
+	d->nparams = m->nparams;
+	d->order = calloc((size_t)m->nparams + 1, sizeof(int));
+	d->bucket_of = calloc((size_t)m->nparams + 1, sizeof(int));
+	d->is_ready = calloc((size_t)m->nparams + 1, sizeof(int));
+	pthread_mutex_init(&d->mu, NULL);
+	pthread_cond_init(&d->cv, NULL);
+	if (!d->order || !d->bucket_of || !d->is_ready) {
+		failf(err, errlen, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < m->nparams; i++)
+		d->order[i] = i;
+	qsort_r(d->order, (size_t)m->nparams, sizeof(int), by_offset, m);
+	if (plan_buckets(d, err, errlen) < 0)
+		goto out;
+	if (pthread_create(&d->thread, NULL, comm_thread, d) != 0) {
+		failf(err, errlen, "cannot start the communication thread");
+		goto out;
+	}
+	d->have_thread = 1;
+	nn_set_grad_hook(m, on_grad, d);
+	*out = d;
+	rv = 0;
+out:
+	if (rv < 0)
+		ddp_destroy(d);
+	return rv;
+}
+
+void ddp_destroy(struct ddp *d)
+{
+	if (!d)
+		return;
+	if (d->have_thread) {
+		pthread_mutex_lock(&d->mu);
+		d->stop = 1;
+		pthread_cond_broadcast(&d->cv);
+		pthread_mutex_unlock(&d->mu);
+		pthread_join(d->thread, NULL);
+	}
+	if (d->m && d->m->hook_ctx == d)
+		nn_set_grad_hook(d->m, NULL, NULL);
+	pthread_mutex_destroy(&d->mu);
+	pthread_cond_destroy(&d->cv);
+	free(d->order);
+	free(d->bucket_of);
+	free(d->is_ready);
+	free(d->b);
+	free(d);
+}
+
+int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen)
+{
+	struct nn_model *m = d->m;
+	char e2[DDP_ERR_MAX];
+	if (m->state_total == 0)
+		return 0;
+	if (d->c->ops->broadcast(d->c, m->state, m->state_total * sizeof(float), 0, e2,
+				 sizeof(e2)) < 0 ||
+	    d->c->ops->broadcast(d->c, &m->batches_tracked, sizeof(m->batches_tracked), 0, e2,
+				 sizeof(e2)) < 0)
+		return failf(err, errlen, "broadcasting BatchNorm statistics from rank 0: %s", e2);
+	return 0;
+}
+
+int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen)
+{
+	struct nn_model *m = d->m;
+	char e2[DDP_ERR_MAX];
+	if (d->c->ops->broadcast(d->c, m->weights, m->param_total * sizeof(float), 0, e2,
+				 sizeof(e2)) < 0)
+		return failf(err, errlen, "broadcasting the parameters from rank 0: %s", e2);
+	return ddp_broadcast_buffers(d, err, errlen);
+}
+
+void ddp_begin_backward(struct ddp *d, int sync)
+{
+	pthread_mutex_lock(&d->mu);
+	d->sync = sync;
+	if (sync) {
+		for (int i = 0; i < d->nbuckets; i++) {
+			struct ddp_bucket *b = &d->b[i];
+			b->pending = 0;
+			for (int j = b->first; j <= b->last; j++)
+				b->pending += d->m->params[d->order[j]].count;
+			d->is_ready[i] = b->pending == 0;
+		}
+		/* the thread is idle: the last ddp_finish saw it reduce every bucket */
+		d->ready = 0;
+		d->next = 0;
+		advance_ready(d);
+	}
+	pthread_mutex_unlock(&d->mu);
+}
+
+int ddp_finish(struct ddp *d, char *err, size_t errlen)
+{
+	double t0 = now();
+	int rv = 0;
+	pthread_mutex_lock(&d->mu);
+	if (d->sync) {
+		/* Backward is over: every gradient is final, whatever the hooks said. */
+		for (int i = 0; i < d->nbuckets; i++)
+			d->is_ready[i] = 1;
+		advance_ready(d);
+		while (!d->failed && d->next < d->nbuckets)
+			pthread_cond_wait(&d->cv, &d->mu);
+		d->sync = 0;
+	}
+	if (d->failed)
+		rv = failf(err, errlen, "%s", d->err);
+	pthread_mutex_unlock(&d->mu);
+	d->wait_s = now() - t0;
+	return rv;
+}
+
+int ddp_bucket_count(const struct ddp *d)
+{
+	return d->nbuckets;
+}
+
+const struct ddp_bucket *ddp_bucket(const struct ddp *d, int i)
+{
+	return i >= 0 && i < d->nbuckets ? &d->b[i] : NULL;
+}
+
+double ddp_last_wait(const struct ddp *d)
+{
+	return d->wait_s;
+}

@@ -1,0 +1,64 @@
+/* ddp.h — data parallelism over a model and a comm, as PyTorch's DistributedDataParallel:
+ * parameter broadcast, gradient buckets reduced on a communication thread while backward is
+ * still running, averaging or summing, no communication on accumulation micro-steps.
+ * Owns the bucket layout and the communication thread; must not touch the optimizer, the
+ * data or the loss.
+ *
+ * Buckets. The model keeps parameters (and so gradients) in one flat buffer in reverse
+ * execution order, which is the order backward produces them. Buckets are contiguous ranges
+ * of that buffer cut at parameter boundaries: either every bucket_bytes (the first one
+ * first_bucket_bytes, like DDP's 1 MiB first bucket, so communication starts early), or at
+ * MindSpore's all_reduce_fusion_config split indices (indices into the parameter list in
+ * that same order). The nn gradient hook tells which parameters are final; a bucket is handed
+ * to the communication thread once all of its parameters are, and buckets are reduced strictly
+ * in index order — the same on every rank. */
+#ifndef DPTRAIN_DDP_H
+#define DPTRAIN_DDP_H
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "nn.h"
+
+#define DDP_FIRST_BUCKET_BYTES (1u << 20) /* PyTorch's _DEFAULT_FIRST_BUCKET_BYTES */
+
+struct ddp_opts {
+	int gradients_mean;	   /* 1: average over ranks (PyTorch); 0: sum (MindSpore) */
+	size_t bucket_bytes;	   /* cap per bucket */
+	size_t first_bucket_bytes; /* cap of the first bucket; 0: bucket_bytes */
+	const int *fusion_split;   /* all_reduce_fusion_config, or NULL */
+	int nfusion_split;
+};
+
+struct ddp_bucket {
+	size_t lo, hi;	  /* range of the flat gradient buffer (floats) */
+	int first, last;  /* parameters (in offset order) it holds */
+	size_t pending;	  /* parameter floats whose gradients are not final yet this step */
+};
+
+struct ddp;
+
+/* Builds the buckets and starts the communication thread; installs the model's grad hook.
+ * The model must outlive the ddp. */
+int ddp_create(struct ddp **d, struct nn_model *m, struct comm *c, const struct ddp_opts *o,
+	       char *err, size_t errlen);
+void ddp_destroy(struct ddp *d);
+
+/* Rank 0's parameters and buffers (BN running statistics and num_batches_tracked) to all. */
+int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen);
+/* Rank 0's buffers to all (DDP's broadcast_buffers, before each training forward). */
+int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen);
+
+/* Before a micro-step's backward: sync 1 on the last micro-step of an optimizer step (its
+ * buckets are reduced as backward produces them), 0 on the others (no communication). */
+void ddp_begin_backward(struct ddp *d, int sync);
+/* After the backward of a sync micro-step: waits until every bucket is reduced. Gradients
+ * are then the same on every rank. */
+int ddp_finish(struct ddp *d, char *err, size_t errlen);
+
+int ddp_bucket_count(const struct ddp *d);
+const struct ddp_bucket *ddp_bucket(const struct ddp *d, int i);
+/* Seconds this step's ddp_finish spent waiting for communication (exposed communication). */
+double ddp_last_wait(const struct ddp *d);
+
+#endif

@@ -1,0 +1,1823 @@
+/* store.c — the rendezvous store of store.h: the key/value server that runs in a thread of
+ * rank 0, the client every rank uses, their length-prefixed binary protocol, and the job's
+ * liveness verdicts. Knows nothing of collectives; keeps no global state.
+ *
+ * A frame is u32 length (of what follows, big-endian), u8 type, u32 request id, then the
+ * fields: u32/u64 big-endian integers and u32-length-prefixed byte strings. The server
+ * answers a request with a REPLY carrying the request's id; it sends ABORT (id 0) unasked. */
+#define _GNU_SOURCE
+#include "store.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+enum {
+	MSG_HELLO = 1,
+	MSG_SET,
+	MSG_GET,
+	MSG_ADD,
+	MSG_BARRIER,
+	MSG_ABORT,
+	MSG_REPORT,
+	MSG_GOODBYE,
+	MSG_REPLY = 64,
+};
+enum { REPLY_OK = 0, REPLY_TIMEOUT = 1, REPLY_ERROR = 2 };
+
+#define FRAME_HEAD     9 /* u32 length, u8 type, u32 id */
+#define FRAME_MAX      (STORE_VALUE_MAX + 2 * STORE_KEY_MAX + 64)
+#define HOST_MAX       256
+#define MSG_MAX	       1024
+#define REPLY_MARGIN_S 5.0 /* beyond a server-side deadline before the server counts as mute */
+#define OPEN_BARRIER   "dptrain.store.open"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int ms_until(double deadline)
+{
+	double left = deadline - now_s();
+	if (left <= 0)
+		return 0;
+	if (left > 3600)
+		return 3600 * 1000;
+	return (int)(left * 1000) + 1;
+}
+
+static int failf(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int failf(char *err, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Byte buffers and frames. */
+
+struct sbuf {
+	char *p;
+	size_t off, len, cap; /* bytes [off, len) are pending */
+	int bad;	      /* an allocation failed */
+};
+
+static int sbuf_reserve(struct sbuf *b, size_t n)
+{
+	if (b->off == b->len)
+		b->off = b->len = 0;
+	if (b->len + n <= b->cap)
+		return 0;
+	if (b->off > 0) {
+		memmove(b->p, b->p + b->off, b->len - b->off);
+		b->len -= b->off;
+		b->off = 0;
+		if (b->len + n <= b->cap)
+			return 0;
+	}
+	size_t cap = b->cap ? b->cap : 256;
+	while (cap < b->len + n)
+		cap *= 2;
+	char *p = realloc(b->p, cap);
+	if (!p) {
+		b->bad = 1;
+		return -1;
+	}
+	b->p = p;
+	b->cap = cap;
+	return 0;
+}
+
+static void sbuf_put(struct sbuf *b, const void *d, size_t n)
+{
+	if (sbuf_reserve(b, n) < 0)
+		return;
+	if (n)
+		memcpy(b->p + b->len, d, n);
+	b->len += n;
+}
+
+static void sbuf_free(struct sbuf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+static void put_u8(struct sbuf *b, uint8_t v)
+{
+	sbuf_put(b, &v, 1);
+}
+
+static void put_u32(struct sbuf *b, uint32_t v)
+{
+	uint32_t be = htonl(v);
+	sbuf_put(b, &be, 4);
+}
+
+static void put_u64(struct sbuf *b, uint64_t v)
+{
+	put_u32(b, (uint32_t)(v >> 32));
+	put_u32(b, (uint32_t)v);
+}
+
+static void put_blob(struct sbuf *b, const void *d, size_t n)
+{
+	put_u32(b, (uint32_t)n);
+	sbuf_put(b, d, n);
+}
+
+static void put_str(struct sbuf *b, const char *s)
+{
+	put_blob(b, s, strlen(s));
+}
+
+/* Starts a frame in b; returns where its length goes, for frame_end. */
+static size_t frame_begin(struct sbuf *b, int type, uint32_t id)
+{
+	size_t at = b->len;
+	put_u32(b, 0);
+	put_u8(b, (uint8_t)type);
+	put_u32(b, id);
+	return at;
+}
+
+static void frame_end(struct sbuf *b, size_t at)
+{
+	if (b->bad)
+		return;
+	uint32_t be = htonl((uint32_t)(b->len - at - 4));
+	memcpy(b->p + at, &be, 4);
+}
+
+struct rd {
+	const unsigned char *p;
+	size_t n, off;
+	int bad;
+};
+
+static uint32_t rd_u32(struct rd *r)
+{
+	if (r->n - r->off < 4) {
+		r->bad = 1;
+		return 0;
+	}
+	uint32_t be;
+	memcpy(&be, r->p + r->off, 4);
+	r->off += 4;
+	return ntohl(be);
+}
+
+static uint64_t rd_u64(struct rd *r)
+{
+	uint64_t hi = rd_u32(r);
+	return hi << 32 | rd_u32(r);
+}
+
+static const char *rd_blob(struct rd *r, size_t *len)
+{
+	size_t n = rd_u32(r);
+	if (r->bad || r->n - r->off < n) {
+		r->bad = 1;
+		*len = 0;
+		return "";
+	}
+	const char *p = (const char *)r->p + r->off;
+	r->off += n;
+	*len = n;
+	return p;
+}
+
+/* A copy of a blob as a C string (keys, names, messages). */
+static char *rd_strdup(struct rd *r)
+{
+	size_t n;
+	const char *p = rd_blob(r, &n);
+	char *s = malloc(n + 1);
+	if (!s) {
+		r->bad = 1;
+		return NULL;
+	}
+	memcpy(s, p, n);
+	s[n] = 0;
+	return s;
+}
+
+/* One complete frame at the front of b, or 0; -1 for a frame no peer of ours sends. */
+static int frame_next(struct sbuf *b, int *type, uint32_t *id, struct rd *body)
+{
+	size_t have = b->len - b->off;
+	if (have < 4)
+		return 0;
+	uint32_t be;
+	memcpy(&be, b->p + b->off, 4);
+	size_t len = ntohl(be);
+	if (len < FRAME_HEAD - 4 || len > FRAME_MAX)
+		return -1;
+	if (have < 4 + len)
+		return 0;
+	const unsigned char *f = (const unsigned char *)b->p + b->off;
+	*type = f[4];
+	memcpy(&be, f + 5, 4);
+	*id = ntohl(be);
+	body->p = f + FRAME_HEAD;
+	body->n = len - (FRAME_HEAD - 4);
+	body->off = 0;
+	body->bad = 0;
+	b->off += 4 + len;
+	return 1;
+}
+
+/* Reads what the socket has into b (nonblocking). 1: read some, 0: nothing now, -1: EOF or
+ * error (errno; 0 for EOF). */
+static int sbuf_fill(struct sbuf *b, int fd)
+{
+	int got = 0;
+	for (;;) {
+		if (sbuf_reserve(b, 65536) < 0) {
+			errno = ENOMEM;
+			return -1;
+		}
+		ssize_t n = recv(fd, b->p + b->len, b->cap - b->len, MSG_DONTWAIT);
+		if (n > 0) {
+			b->len += (size_t)n;
+			got = 1;
+			if ((size_t)n < 65536)
+				return got;
+			continue;
+		}
+		if (n == 0) {
+			errno = 0;
+			return -1;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN || errno == EWOULDBLOCK)
+			return got;
+		return -1;
+	}
+}
+
+/* Sends what b holds (nonblocking). 0: all or some sent, -1: error. */
+static int sbuf_flush(struct sbuf *b, int fd)
+{
+	while (b->off < b->len) {
+		ssize_t n = send(fd, b->p + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			b->off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		return -1;
+	}
+	b->off = b->len = 0;
+	return 0;
+}
+
+static void rank_label(char *buf, size_t len, int rank, const char *host)
+{
+	if (host && *host)
+		snprintf(buf, len, "rank %d (%s)", rank, host);
+	else
+		snprintf(buf, len, "rank %d", rank);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The server: one thread of rank 0, one poll loop over the listening socket, the clients
+ * and a wake-up pipe; every wait in it is a deadline in that loop. */
+
+struct srv_conn {
+	int fd;
+	int rank; /* -1 until its hello was accepted */
+	struct sbuf in, out;
+	int goodbye;
+	int closing; /* close once out is flushed (a refused hello) */
+	int dead;
+};
+
+struct srv_kv {
+	char *key;
+	char *val;
+	size_t len;
+};
+
+struct srv_get {
+	int rank;
+	uint32_t id;
+	char *key;
+	double deadline;
+};
+
+struct srv_barrier {
+	char *name;
+	int count;
+	char *arrived;	  /* per rank */
+	char *waiting;	  /* per rank: a reply is owed */
+	uint32_t *id;	  /* per rank */
+	double *deadline; /* per rank */
+	double *timeout;  /* per rank, for the message */
+};
+
+struct store_server {
+	int lfd;
+	int wake[2];
+	pthread_t thread;
+	int world, port;
+	char *job;
+	char hostname[HOST_MAX];
+	char **hosts;	   /* the rank table's names, or NULL */
+	char **hello_host; /* per rank, from its hello */
+
+	struct srv_conn **conns;
+	size_t nconns, capconns;
+	struct srv_conn **by_rank;
+	char *left; /* per rank: said goodbye or dropped */
+
+	struct srv_kv *kv;
+	size_t nkv, capkv;
+	struct srv_get *gets;
+	size_t ngets, capgets;
+	struct srv_barrier **bars;
+	size_t nbars, capbars;
+
+	/* the timeout episode (store_report_timeout) */
+	int rep_active;
+	double rep_deadline;
+	char *reported;
+	unsigned long rep_seq;
+	char rep_what[64];
+	int rep_rank, rep_waiting;
+	double rep_timeout;
+
+	char *abort_msg; /* the first abort: the job's verdict */
+
+	pthread_mutex_t lock; /* guards stop and stop_deadline */
+	int stop;
+	double stop_deadline;
+};
+
+static const char *srv_host(const struct store_server *s, int rank)
+{
+	if (s->hosts && s->hosts[rank])
+		return s->hosts[rank];
+	return s->hello_host[rank];
+}
+
+static void srv_name(const struct store_server *s, int rank, char *buf, size_t len)
+{
+	rank_label(buf, len, rank, srv_host(s, rank));
+}
+
+/* "rank 2 (n1), rank 3 (n2)" for the ranks with flag[r] == want; returns their number. */
+static int srv_rank_list(const struct store_server *s, const char *flag, int want, char *buf,
+			 size_t len)
+{
+	int n = 0;
+	size_t at = 0;
+	buf[0] = 0;
+	for (int r = 0; r < s->world; r++) {
+		if ((flag[r] != 0) != want)
+			continue;
+		n++;
+		if (n > 8)
+			continue;
+		char name[HOST_MAX + 32];
+		srv_name(s, r, name, sizeof(name));
+		if (at < len)
+			at += (size_t)snprintf(buf + at, len - at, "%s%s", n > 1 ? ", " : "", name);
+	}
+	if (n > 8 && at < len)
+		snprintf(buf + at, len - at, " and %d more", n - 8);
+	return n;
+}
+
+static void srv_send(struct srv_conn *c, struct sbuf *frame)
+{
+	if (c->dead || frame->bad)
+		return;
+	sbuf_put(&c->out, frame->p + frame->off, frame->len - frame->off);
+	if (c->out.bad || sbuf_flush(&c->out, c->fd) < 0)
+		c->dead = 1;
+}
+
+static void srv_reply(struct srv_conn *c, uint32_t id, int status, const void *data, size_t n)
+{
+	struct sbuf f = {0};
+	size_t at = frame_begin(&f, MSG_REPLY, id);
+	put_u32(&f, (uint32_t)status);
+	put_blob(&f, data, n);
+	frame_end(&f, at);
+	srv_send(c, &f);
+	sbuf_free(&f);
+}
+
+static void srv_reply_str(struct srv_conn *c, uint32_t id, int status, const char *msg)
+{
+	srv_reply(c, id, status, msg, strlen(msg));
+}
+
+/* Records the job's first abort and tells every rank but skip (-1: all). */
+static void srv_abort(struct store_server *s, const char *msg, int skip)
+{
+	if (s->abort_msg)
+		return;
+	s->abort_msg = strdup(msg);
+	struct sbuf f = {0};
+	size_t at = frame_begin(&f, MSG_ABORT, 0);
+	put_str(&f, msg);
+	frame_end(&f, at);
+	for (int r = 0; r < s->world; r++)
+		if (r != skip && s->by_rank[r])
+			srv_send(s->by_rank[r], &f);
+	sbuf_free(&f);
+}
+
+static struct srv_kv *srv_kv_find(struct store_server *s, const char *key)
+{
+	for (size_t i = 0; i < s->nkv; i++)
+		if (strcmp(s->kv[i].key, key) == 0)
+			return &s->kv[i];
+	return NULL;
+}
+
+/* Takes val (malloc'd, NUL-terminated past len). */
+static int srv_kv_set(struct store_server *s, const char *key, char *val, size_t len)
+{
+	struct srv_kv *e = srv_kv_find(s, key);
+	if (!e) {
+		if (s->nkv == s->capkv) {
+			size_t cap = s->capkv ? 2 * s->capkv : 16;
+			struct srv_kv *kv = realloc(s->kv, cap * sizeof(*kv));
+			if (!kv)
+				return -1;
+			s->kv = kv;
+			s->capkv = cap;
+		}
+		e = &s->kv[s->nkv];
+		e->key = strdup(key);
+		if (!e->key)
+			return -1;
+		e->val = NULL;
+		s->nkv++;
+	}
+	free(e->val);
+	e->val = val;
+	e->len = len;
+	/* answer the gets that wait for it */
+	for (size_t i = 0; i < s->ngets;) {
+		struct srv_get *g = &s->gets[i];
+		if (strcmp(g->key, key) != 0) {
+			i++;
+			continue;
+		}
+		if (s->by_rank[g->rank])
+			srv_reply(s->by_rank[g->rank], g->id, REPLY_OK, val, len);
+		free(g->key);
+		s->gets[i] = s->gets[--s->ngets];
+	}
+	return 0;
+}
+
+static void srv_barrier_free(struct srv_barrier *b)
+{
+	if (!b)
+		return;
+	free(b->name);
+	free(b->arrived);
+	free(b->waiting);
+	free(b->id);
+	free(b->deadline);
+	free(b->timeout);
+	free(b);
+}
+
+static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32_t id,
+			      const char *name, double timeout)
+{
+	struct srv_barrier *b = NULL;
+	size_t bi;
+	for (bi = 0; bi < s->nbars; bi++)
+		if (strcmp(s->bars[bi]->name, name) == 0) {
+			b = s->bars[bi];
+			break;
+		}
+	if (!b) {
+		if (s->nbars == s->capbars) {
+			size_t cap = s->capbars ? 2 * s->capbars : 8;
+			struct srv_barrier **bars = realloc(s->bars, cap * sizeof(*bars));
+			if (!bars)
+				goto oom;
+			s->bars = bars;
+			s->capbars = cap;
+		}
+		size_t w = (size_t)s->world;
+		b = calloc(1, sizeof(*b));
+		if (!b)
+			goto oom;
+		b->name = strdup(name);
+		b->arrived = calloc(w, 1);
+		b->waiting = calloc(w, 1);
+		b->id = calloc(w, sizeof(*b->id));
+		b->deadline = calloc(w, sizeof(*b->deadline));
+		b->timeout = calloc(w, sizeof(*b->timeout));
+		if (!b->name || !b->arrived || !b->waiting || !b->id || !b->deadline ||
+		    !b->timeout) {
+			srv_barrier_free(b);
+			goto oom;
+		}
+		bi = s->nbars;
+		s->bars[s->nbars++] = b;
+	}
+	if (!b->arrived[c->rank]) {
+		b->arrived[c->rank] = 1;
+		b->count++;
+	}
+	b->waiting[c->rank] = 1;
+	b->id[c->rank] = id;
+	b->deadline[c->rank] = now_s() + timeout;
+	b->timeout[c->rank] = timeout;
+	if (b->count < s->world)
+		return;
+	/* the rendezvous barrier tells every rank the others' host names */
+	struct sbuf hosts = {0};
+	if (strcmp(name, OPEN_BARRIER) == 0)
+		for (int r = 0; r < s->world; r++)
+			put_str(&hosts, s->hello_host[r] ? s->hello_host[r] : "");
+	for (int r = 0; r < s->world; r++)
+		if (b->waiting[r] && s->by_rank[r])
+			srv_reply(s->by_rank[r], b->id[r], REPLY_OK, hosts.p, hosts.len);
+	sbuf_free(&hosts);
+	srv_barrier_free(b);
+	s->bars[bi] = s->bars[--s->nbars];
+	return;
+oom:
+	srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
+}
+
+/* The timeout episode's verdict: who did not report. */
+static void srv_verdict(struct store_server *s)
+{
+	char list[2048], waiter[HOST_MAX + 32], waited[HOST_MAX + 32], msg[MSG_MAX + 2048];
+	int missing = srv_rank_list(s, s->reported, 0, list, sizeof(list));
+	int reporters = s->world - missing;
+	srv_name(s, s->rep_rank, waiter, sizeof(waiter));
+	srv_name(s, s->rep_waiting, waited, sizeof(waited));
+	if (missing > 0)
+		snprintf(msg, sizeof(msg),
+			 "%s stopped taking part: %d of %d ranks timed out after %g s in %s #%lu "
+			 "and %s did not (stalled, or elsewhere in the program)",
+			 list, reporters, s->world, s->rep_timeout, s->rep_what, s->rep_seq,
+			 missing > 1 ? "they" : "it");
+	else
+		snprintf(msg, sizeof(msg),
+			 "all %d ranks timed out after %g s in %s #%lu (%s waiting for %s): "
+			 "none stopped, so the connections between them may be stuck",
+			 s->world, s->rep_timeout, s->rep_what, s->rep_seq, waiter, waited);
+	s->rep_active = 0;
+	srv_abort(s, msg, -1);
+}
+
+static void srv_drop(struct store_server *s, struct srv_conn *c)
+{
+	c->dead = 1;
+	if (c->rank < 0)
+		return;
+	int r = c->rank;
+	c->rank = -1;
+	s->by_rank[r] = NULL;
+	for (size_t i = 0; i < s->ngets;) {
+		if (s->gets[i].rank == r) {
+			free(s->gets[i].key);
+			s->gets[i] = s->gets[--s->ngets];
+		} else {
+			i++;
+		}
+	}
+	for (size_t i = 0; i < s->nbars; i++)
+		s->bars[i]->waiting[r] = 0;
+	if (!s->left[r] && !c->goodbye) {
+		char name[HOST_MAX + 32], msg[MSG_MAX];
+		srv_name(s, r, name, sizeof(name));
+		snprintf(msg, sizeof(msg),
+			 "%s died (its connection to the rendezvous store closed)", name);
+		srv_abort(s, msg, r);
+	}
+	s->left[r] = 1;
+}
+
+static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
+{
+	int rank = (int)rd_u32(b), world = (int)rd_u32(b);
+	char *job = rd_strdup(b), *host = rd_strdup(b);
+	char msg[MSG_MAX], name[HOST_MAX + 32];
+	if (b->bad || c->rank >= 0) {
+		c->dead = 1;
+		goto out;
+	}
+	rank_label(name, sizeof(name), rank, host);
+	if (strcmp(job, s->job) != 0)
+		snprintf(msg, sizeof(msg),
+			 "%s belongs to job '%s' but the store at port %d on %s serves job '%s' "
+			 "(two jobs on one MASTER_PORT?)",
+			 name, job, s->port, s->hostname, s->job);
+	else if (world != s->world)
+		snprintf(msg, sizeof(msg),
+			 "%s says the job has %d ranks but rank 0 says %d: every rank must be "
+			 "started with the same world size",
+			 name, world, s->world);
+	else if (rank < 0 || rank >= s->world)
+		snprintf(msg, sizeof(msg), "rank %d is out of range for a job of %d ranks", rank,
+			 s->world);
+	else if (s->by_rank[rank])
+		snprintf(
+		    msg, sizeof(msg),
+		    "%s: rank %d is already connected from %s (two ranks with the same number, "
+		    "or a leftover process?)",
+		    name, rank, s->hello_host[rank] ? s->hello_host[rank] : "?");
+	else if (s->left[rank])
+		snprintf(msg, sizeof(msg), "%s: rank %d already left this job", name, rank);
+	else
+		msg[0] = 0;
+	if (msg[0]) {
+		srv_reply_str(c, id, REPLY_ERROR, msg);
+		c->closing = 1;
+		goto out;
+	}
+	c->rank = rank;
+	s->by_rank[rank] = c;
+	free(s->hello_host[rank]);
+	s->hello_host[rank] = host;
+	host = NULL;
+	srv_reply(c, id, REPLY_OK, NULL, 0);
+	if (s->abort_msg) {
+		struct sbuf f = {0};
+		size_t at = frame_begin(&f, MSG_ABORT, 0);
+		put_str(&f, s->abort_msg);
+		frame_end(&f, at);
+		srv_send(c, &f);
+		sbuf_free(&f);
+	}
+out:
+	free(job);
+	free(host);
+}
+
+static void srv_request(struct store_server *s, struct srv_conn *c, int type, uint32_t id,
+			struct rd *b)
+{
+	if (type == MSG_HELLO) {
+		srv_hello(s, c, id, b);
+		return;
+	}
+	if (c->rank < 0) { /* nothing but a hello before the hello */
+		c->dead = 1;
+		return;
+	}
+	switch (type) {
+	case MSG_SET: {
+		char *key = rd_strdup(b);
+		size_t n;
+		const char *v = rd_blob(b, &n);
+		char *val = b->bad ? NULL : malloc(n + 1);
+		if (val) {
+			memcpy(val, v, n);
+			val[n] = 0;
+		}
+		if (b->bad) {
+			c->dead = 1;
+		} else if (!val || srv_kv_set(s, key, val, n) < 0) {
+			free(val);
+			srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
+		} else {
+			srv_reply(c, id, REPLY_OK, NULL, 0);
+		}
+		free(key);
+		break;
+	}
+	case MSG_GET: {
+		char *key = rd_strdup(b);
+		double timeout = (double)rd_u64(b) / 1e3;
+		if (b->bad) {
+			c->dead = 1;
+			free(key);
+			break;
+		}
+		struct srv_kv *e = srv_kv_find(s, key);
+		if (e) {
+			srv_reply(c, id, REPLY_OK, e->val, e->len);
+			free(key);
+			break;
+		}
+		if (s->ngets == s->capgets) {
+			size_t cap = s->capgets ? 2 * s->capgets : 16;
+			struct srv_get *g = realloc(s->gets, cap * sizeof(*g));
+			if (!g) {
+				srv_reply_str(c, id, REPLY_ERROR,
+					      "the store on rank 0 is out of memory");
+				free(key);
+				break;
+			}
+			s->gets = g;
+			s->capgets = cap;
+		}
+		s->gets[s->ngets++] = (struct srv_get){c->rank, id, key, now_s() + timeout};
+		break;
+	}
+	case MSG_ADD: {
+		char *key = rd_strdup(b);
+		long delta = (long)(int64_t)rd_u64(b);
+		if (b->bad) {
+			c->dead = 1;
+			free(key);
+			break;
+		}
+		struct srv_kv *e = srv_kv_find(s, key);
+		long v = 0;
+		char *end = NULL;
+		if (e) {
+			errno = 0;
+			v = strtol(e->val, &end, 10);
+			if (errno || end == e->val || *end) {
+				char msg[MSG_MAX];
+				snprintf(msg, sizeof(msg), "key '%s' does not hold an integer",
+					 key);
+				srv_reply_str(c, id, REPLY_ERROR, msg);
+				free(key);
+				break;
+			}
+		}
+		v += delta;
+		char *val = malloc(32);
+		if (!val || srv_kv_set(s, key, val, (size_t)snprintf(val, 32, "%ld", v)) < 0) {
+			free(val);
+			srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
+		} else {
+			struct sbuf r = {0};
+			put_u64(&r, (uint64_t)(int64_t)v);
+			srv_reply(c, id, REPLY_OK, r.p, r.len);
+			sbuf_free(&r);
+		}
+		free(key);
+		break;
+	}
+	case MSG_BARRIER: {
+		char *name = rd_strdup(b);
+		double timeout = (double)rd_u64(b) / 1e3;
+		if (b->bad)
+			c->dead = 1;
+		else
+			srv_barrier_enter(s, c, id, name, timeout);
+		free(name);
+		break;
+	}
+	case MSG_ABORT: {
+		char *reason = rd_strdup(b);
+		if (!b->bad)
+			srv_abort(s, reason, c->rank);
+		free(reason);
+		break;
+	}
+	case MSG_REPORT: {
+		unsigned long seq = (unsigned long)rd_u64(b);
+		char *what = rd_strdup(b);
+		int waiting = (int)rd_u32(b);
+		double timeout = (double)rd_u64(b) / 1e3, grace = (double)rd_u64(b) / 1e3;
+		if (b->bad || waiting < 0 || waiting >= s->world) {
+			c->dead = 1;
+		} else if (s->abort_msg) {
+			struct sbuf f = {0};
+			size_t at = frame_begin(&f, MSG_ABORT, 0);
+			put_str(&f, s->abort_msg);
+			frame_end(&f, at);
+			srv_send(c, &f);
+			sbuf_free(&f);
+		} else {
+			if (!s->rep_active) {
+				s->rep_active = 1;
+				s->rep_deadline = now_s() + grace;
+				memset(s->reported, 0, (size_t)s->world);
+				s->rep_seq = seq;
+				snprintf(s->rep_what, sizeof(s->rep_what), "%s", what);
+				s->rep_rank = c->rank;
+				s->rep_waiting = waiting;
+				s->rep_timeout = timeout;
+			}
+			s->reported[c->rank] = 1;
+			if (memchr(s->reported, 0, (size_t)s->world) == NULL)
+				srv_verdict(s);
+		}
+		free(what);
+		break;
+	}
+	case MSG_GOODBYE:
+		c->goodbye = 1;
+		s->left[c->rank] = 1;
+		srv_reply(c, id, REPLY_OK, NULL, 0);
+		break;
+	default:
+		c->dead = 1;
+	}
+}
+
+static void srv_read(struct store_server *s, struct srv_conn *c)
+{
+	int rc = sbuf_fill(&c->in, c->fd);
+	for (;;) {
+		int type;
+		uint32_t id;
+		struct rd body;
+		int f = frame_next(&c->in, &type, &id, &body);
+		if (f < 0)
+			c->dead = 1;
+		if (f <= 0 || c->dead || c->closing)
+			break;
+		srv_request(s, c, type, id, &body);
+	}
+	if (rc < 0)
+		c->dead = 1;
+}
+
+/* Answers the gets and barrier waits whose deadline passed; ends a timeout episode. Returns
+ * the next deadline. */
+static double srv_timers(struct store_server *s)
+{
+	double t = now_s(), next = t + 1.0;
+	for (size_t i = 0; i < s->ngets;) {
+		struct srv_get *g = &s->gets[i];
+		if (g->deadline > t) {
+			next = g->deadline < next ? g->deadline : next;
+			i++;
+			continue;
+		}
+		if (s->by_rank[g->rank])
+			srv_reply(s->by_rank[g->rank], g->id, REPLY_TIMEOUT, NULL, 0);
+		free(g->key);
+		s->gets[i] = s->gets[--s->ngets];
+	}
+	for (size_t i = 0; i < s->nbars; i++) {
+		struct srv_barrier *b = s->bars[i];
+		for (int r = 0; r < s->world; r++) {
+			if (!b->waiting[r])
+				continue;
+			if (b->deadline[r] > t) {
+				next = b->deadline[r] < next ? b->deadline[r] : next;
+				continue;
+			}
+			/* it stays arrived: the message of a later timeout names only the
+			 * ranks that never came */
+			b->waiting[r] = 0;
+			if (!s->by_rank[r])
+				continue;
+			char list[2048];
+			int missing = srv_rank_list(s, b->arrived, 0, list, sizeof(list));
+			struct sbuf d = {0};
+			put_u32(&d, (uint32_t)missing);
+			put_str(&d, list);
+			srv_reply(s->by_rank[r], b->id[r], REPLY_TIMEOUT, d.p, d.len);
+			sbuf_free(&d);
+		}
+	}
+	if (s->rep_active) {
+		if (s->rep_deadline <= t)
+			srv_verdict(s);
+		else
+			next = s->rep_deadline < next ? s->rep_deadline : next;
+	}
+	return next;
+}
+
+static void srv_accept(struct store_server *s)
+{
+	for (;;) {
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		if (s->nconns == s->capconns) {
+			size_t cap = s->capconns ? 2 * s->capconns : 16;
+			struct srv_conn **cs = realloc(s->conns, cap * sizeof(*cs));
+			if (!cs) {
+				close(fd);
+				return;
+			}
+			s->conns = cs;
+			s->capconns = cap;
+		}
+		struct srv_conn *c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			return;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->fd = fd;
+		c->rank = -1;
+		s->conns[s->nconns++] = c;
+	}
+}
+
+static void srv_conn_free(struct srv_conn *c)
+{
+	close(c->fd);
+	sbuf_free(&c->in);
+	sbuf_free(&c->out);
+	free(c);
+}
+
+static void *srv_main(void *arg)
+{
+	struct store_server *s = arg;
+	struct pollfd *pfd = NULL;
+	size_t cap = 0;
+	for (;;) {
+		double next = srv_timers(s);
+		pthread_mutex_lock(&s->lock);
+		int stop = s->stop;
+		double stop_deadline = s->stop_deadline;
+		pthread_mutex_unlock(&s->lock);
+		if (stop) {
+			if (memchr(s->left, 0, (size_t)s->world) == NULL ||
+			    now_s() >= stop_deadline)
+				break;
+			next = stop_deadline < next ? stop_deadline : next;
+		}
+		if (cap < s->nconns + 2) {
+			cap = s->nconns + 16;
+			struct pollfd *p = realloc(pfd, cap * sizeof(*p));
+			if (!p) {
+				cap = 0;
+				struct timespec ts = {0, 10 * 1000 * 1000};
+				nanosleep(&ts, NULL);
+				continue;
+			}
+			pfd = p;
+		}
+		pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+		pfd[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
+		for (size_t i = 0; i < s->nconns; i++) {
+			struct srv_conn *c = s->conns[i];
+			pfd[2 + i] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+			if (c->out.off < c->out.len)
+				pfd[2 + i].events |= POLLOUT;
+		}
+		size_t n = s->nconns;
+		if (poll(pfd, n + 2, ms_until(next)) < 0 && errno != EINTR)
+			break;
+		if (pfd[0].revents) {
+			char buf[64];
+			while (read(s->wake[0], buf, sizeof(buf)) > 0)
+				;
+		}
+		for (size_t i = 0; i < n; i++) {
+			struct srv_conn *c = s->conns[i];
+			short re = pfd[2 + i].revents;
+			if ((re & POLLOUT) && sbuf_flush(&c->out, c->fd) < 0)
+				c->dead = 1;
+			if ((re & (POLLIN | POLLHUP | POLLERR)) && !c->dead)
+				srv_read(s, c);
+		}
+		if (pfd[1].revents)
+			srv_accept(s);
+		/* drop the dead, and refused connections once told why */
+		for (size_t i = 0; i < s->nconns;) {
+			struct srv_conn *c = s->conns[i];
+			if (c->closing && !c->dead && c->out.off == c->out.len)
+				c->dead = 1;
+			if (!c->dead) {
+				i++;
+				continue;
+			}
+			srv_drop(s, c);
+			srv_conn_free(c);
+			s->conns[i] = s->conns[--s->nconns];
+		}
+	}
+	free(pfd);
+	return NULL;
+}
+
+static void srv_free(struct store_server *s)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < s->nconns; i++)
+		srv_conn_free(s->conns[i]);
+	free(s->conns);
+	for (size_t i = 0; i < s->nkv; i++) {
+		free(s->kv[i].key);
+		free(s->kv[i].val);
+	}
+	free(s->kv);
+	for (size_t i = 0; i < s->ngets; i++)
+		free(s->gets[i].key);
+	free(s->gets);
+	for (size_t i = 0; i < s->nbars; i++)
+		srv_barrier_free(s->bars[i]);
+	free(s->bars);
+	if (s->hosts)
+		for (int r = 0; r < s->world; r++)
+			free(s->hosts[r]);
+	free(s->hosts);
+	if (s->hello_host)
+		for (int r = 0; r < s->world; r++)
+			free(s->hello_host[r]);
+	free(s->hello_host);
+	free(s->by_rank);
+	free(s->left);
+	free(s->reported);
+	free(s->abort_msg);
+	free(s->job);
+	if (s->lfd >= 0)
+		close(s->lfd);
+	if (s->wake[0] >= 0)
+		close(s->wake[0]);
+	if (s->wake[1] >= 0)
+		close(s->wake[1]);
+	pthread_mutex_destroy(&s->lock);
+	free(s);
+}
+
+/* Binds the port on every address: IPv6 with IPv4 mapped where the host has IPv6. */
+static int srv_listen(int port, const char *host, char *err, size_t errlen)
+{
+	int one = 1, zero = 0, e = 0;
+	for (int pass = 0; pass < 2; pass++) {
+		int fd = socket(pass == 0 ? AF_INET6 : AF_INET,
+				SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			e = errno;
+			continue;
+		}
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		int rc;
+		if (pass == 0) {
+			setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+			struct sockaddr_in6 a = {.sin6_family = AF_INET6,
+						 .sin6_port = htons((uint16_t)port),
+						 .sin6_addr = in6addr_any};
+			rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+		} else {
+			struct sockaddr_in a = {.sin_family = AF_INET,
+						.sin_port = htons((uint16_t)port),
+						.sin_addr.s_addr = htonl(INADDR_ANY)};
+			rc = bind(fd, (struct sockaddr *)&a, sizeof(a));
+		}
+		if (rc == 0 && listen(fd, SOMAXCONN) == 0)
+			return fd;
+		e = errno;
+		close(fd);
+		if (e == EADDRINUSE)
+			break;
+	}
+	if (e == EADDRINUSE)
+		return failf(err, errlen,
+			     "rendezvous: port %d on %s is already in use (another job, or a stale "
+			     "process?): pick another MASTER_PORT or wait",
+			     port, host);
+	return failf(err, errlen, "rendezvous: cannot listen on port %d on %s: %s", port, host,
+		     strerror(e));
+}
+
+static int srv_start(struct store_server **out, const struct store_opts *o, char *err,
+		     size_t errlen)
+{
+	struct store_server *s = calloc(1, sizeof(*s));
+	size_t w = (size_t)o->world_size;
+	int rv = -1;
+	if (!s)
+		return failf(err, errlen, "rendezvous: out of memory");
+	s->lfd = s->wake[0] = s->wake[1] = -1;
+	pthread_mutex_init(&s->lock, NULL);
+	s->world = o->world_size;
+	s->port = o->master_port;
+	if (gethostname(s->hostname, sizeof(s->hostname)) < 0)
+		snprintf(s->hostname, sizeof(s->hostname), "localhost");
+	s->hostname[sizeof(s->hostname) - 1] = 0;
+	s->job = strdup(o->job ? o->job : "");
+	s->by_rank = calloc(w, sizeof(*s->by_rank));
+	s->left = calloc(w, 1);
+	s->reported = calloc(w, 1);
+	s->hello_host = calloc(w, sizeof(*s->hello_host));
+	if (!s->job || !s->by_rank || !s->left || !s->reported || !s->hello_host) {
+		failf(err, errlen, "rendezvous: out of memory");
+		goto out;
+	}
+	if (o->hosts) {
+		s->hosts = calloc(w, sizeof(*s->hosts));
+		if (!s->hosts) {
+			failf(err, errlen, "rendezvous: out of memory");
+			goto out;
+		}
+		for (size_t r = 0; r < w; r++)
+			if (o->hosts[r] && !(s->hosts[r] = strdup(o->hosts[r]))) {
+				failf(err, errlen, "rendezvous: out of memory");
+				goto out;
+			}
+	}
+	if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
+		failf(err, errlen, "rendezvous: pipe: %s", strerror(errno));
+		goto out;
+	}
+	s->lfd = srv_listen(o->master_port, s->hostname, err, errlen);
+	if (s->lfd < 0)
+		goto out;
+	int e = pthread_create(&s->thread, NULL, srv_main, s);
+	if (e) {
+		failf(err, errlen, "rendezvous: cannot start the store thread: %s", strerror(e));
+		goto out;
+	}
+	*out = s;
+	s = NULL;
+	rv = 0;
+out:
+	srv_free(s);
+	return rv;
+}
+
+/* Lets the server run until every rank said goodbye (or dropped), or the deadline. */
+static void srv_stop(struct store_server *s, double timeout_s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->stop = 1;
+	s->stop_deadline = now_s() + timeout_s;
+	pthread_mutex_unlock(&s->lock);
+	char c = 1;
+	if (write(s->wake[1], &c, 1) < 0) {
+		/* the pipe is full: the server wakes anyway */
+	}
+	pthread_join(s->thread, NULL);
+	srv_free(s);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The client. Requests and their replies happen in the calling thread; only store_abort may
+ * be called from another thread, so sends and the abort state are under lock. */
+
+struct store {
+	int fd;
+	int rank, world;
+	char *job;
+	char **hosts; /* per rank: the rank table's name, or the one its hello gave */
+	char master[HOST_MAX];
+	int port;
+	char local_addr[INET6_ADDRSTRLEN];
+	char hostname[HOST_MAX];
+	struct store_server *srv;
+	uint32_t next_id;
+	struct sbuf in;
+
+	pthread_mutex_t lock; /* guards sends on fd, aborted and abort_msg */
+	int aborted;
+	char abort_msg[MSG_MAX];
+};
+
+static void cl_set_abort(struct store *st, const char *msg)
+{
+	pthread_mutex_lock(&st->lock);
+	if (!st->aborted) {
+		st->aborted = 1;
+		snprintf(st->abort_msg, sizeof(st->abort_msg), "%s", msg);
+	}
+	pthread_mutex_unlock(&st->lock);
+}
+
+static int cl_get_abort(struct store *st, char *err, size_t errlen)
+{
+	pthread_mutex_lock(&st->lock);
+	int a = st->aborted;
+	if (a && err)
+		snprintf(err, errlen, "%s", st->abort_msg);
+	pthread_mutex_unlock(&st->lock);
+	return a;
+}
+
+static void cl_store_lost(struct store *st, int e)
+{
+	char name[HOST_MAX + 32], msg[MSG_MAX];
+	store_rank_name(st, 0, name, sizeof(name));
+	snprintf(
+	    msg, sizeof(msg),
+	    "%s died or left (the rendezvous store it runs at %s:%d closed the connection%s%s)",
+	    name, st->master, st->port, e ? ": " : "", e ? strerror(e) : "");
+	cl_set_abort(st, msg);
+}
+
+static void cl_mute(struct store *st, double waited, char *err, size_t errlen)
+{
+	char name[HOST_MAX + 32];
+	store_rank_name(st, 0, name, sizeof(name));
+	failf(err, errlen,
+	      "rendezvous: the store at %s:%d did not answer within %.3g s: %s is not responding "
+	      "(stalled?)",
+	      st->master, st->port, waited, name);
+}
+
+/* Sends a whole frame by the deadline. */
+static int cl_send(struct store *st, struct sbuf *f, double deadline, char *err, size_t errlen)
+{
+	int rv = -1;
+	double t0 = now_s();
+	if (f->bad)
+		return failf(err, errlen, "rendezvous: out of memory");
+	pthread_mutex_lock(&st->lock);
+	while (f->off < f->len) {
+		ssize_t n =
+		    send(st->fd, f->p + f->off, f->len - f->off, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			f->off += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			struct pollfd p = {.fd = st->fd, .events = POLLOUT};
+			if (poll(&p, 1, ms_until(deadline)) == 0) {
+				pthread_mutex_unlock(&st->lock);
+				cl_mute(st, now_s() - t0, err, errlen);
+				return -1;
+			}
+			continue;
+		}
+		int e = errno;
+		pthread_mutex_unlock(&st->lock);
+		cl_store_lost(st, e);
+		cl_get_abort(st, err, errlen);
+		return -1;
+	}
+	rv = 0;
+	pthread_mutex_unlock(&st->lock);
+	return rv;
+}
+
+/* Reads what arrived and handles aborts. Returns 1 with the reply to `want` (0: none wanted)
+ * in *status and *body (valid until the next read), 0 if none yet, -1 if the store is lost.
+ * Stale replies (of requests given up on) are dropped. */
+static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body)
+{
+	for (;;) {
+		for (;;) {
+			int type;
+			uint32_t id;
+			struct rd b;
+			int f = frame_next(&st->in, &type, &id, &b);
+			if (f < 0) {
+				cl_store_lost(st, EPROTO);
+				return -1;
+			}
+			if (f == 0)
+				break;
+			if (type == MSG_ABORT) {
+				size_t n;
+				const char *m = rd_blob(&b, &n);
+				char msg[MSG_MAX];
+				snprintf(msg, sizeof(msg), "%.*s", (int)n, m);
+				cl_set_abort(st, msg);
+			} else if (type == MSG_REPLY && want && id == want) {
+				size_t n;
+				*status = (int)rd_u32(&b);
+				const char *d = rd_blob(&b, &n);
+				*body = (struct rd){(const unsigned char *)d, n, 0, b.bad};
+				return 1;
+			}
+		}
+		int rc = sbuf_fill(&st->in, st->fd);
+		if (rc < 0) {
+			cl_store_lost(st, errno);
+			return -1;
+		}
+		if (rc == 0)
+			return 0;
+	}
+}
+
+/* Waits for the reply to id by the deadline. An abort fails it, unless ignore_abort. */
+static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_abort, int *status,
+		   struct rd *body, char *err, size_t errlen)
+{
+	double t0 = now_s();
+	for (;;) {
+		int rc = cl_pump(st, id, status, body);
+		if (rc < 0 || (!ignore_abort && cl_get_abort(st, NULL, 0))) {
+			cl_get_abort(st, err, errlen);
+			return -1;
+		}
+		if (rc > 0)
+			return 0;
+		struct pollfd p = {.fd = st->fd, .events = POLLIN};
+		int n = poll(&p, 1, ms_until(deadline));
+		if (n == 0 && now_s() >= deadline) {
+			cl_mute(st, now_s() - t0, err, errlen);
+			return -1;
+		}
+	}
+}
+
+/* One request: sends the frame in f and waits for its reply by deadline. */
+static int cl_call(struct store *st, struct sbuf *f, uint32_t id, double deadline, int *status,
+		   struct rd *body, char *err, size_t errlen)
+{
+	if (cl_get_abort(st, err, errlen))
+		return -1;
+	if (cl_send(st, f, deadline, err, errlen) < 0)
+		return -1;
+	return cl_wait(st, id, deadline, 0, status, body, err, errlen);
+}
+
+static uint32_t cl_id(struct store *st)
+{
+	if (++st->next_id == 0)
+		st->next_id = 1;
+	return st->next_id;
+}
+
+static int cl_connect(struct store *st, double timeout_s, char *err, size_t errlen)
+{
+	double deadline = now_s() + timeout_s;
+	char port[16], why[256] = "no answer";
+	snprintf(port, sizeof(port), "%d", st->port);
+	for (;;) {
+		struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+		int g = getaddrinfo(st->master, port, &hints, &res);
+		if (g != 0)
+			snprintf(why, sizeof(why), "%s", gai_strerror(g));
+		for (struct addrinfo *a = g == 0 ? res : NULL; a; a = a->ai_next) {
+			int fd =
+			    socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+			if (fd < 0) {
+				snprintf(why, sizeof(why), "%s", strerror(errno));
+				continue;
+			}
+			int e = 0;
+			if (connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+				e = errno;
+				if (e == EINPROGRESS) {
+					struct pollfd p = {.fd = fd, .events = POLLOUT};
+					double d =
+					    now_s() + 2.0 < deadline ? now_s() + 2.0 : deadline;
+					socklen_t l = sizeof(e);
+					if (poll(&p, 1, ms_until(d)) <= 0)
+						e = ETIMEDOUT;
+					else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) < 0)
+						e = errno;
+				}
+			}
+			if (e == 0) {
+				freeaddrinfo(res);
+				st->fd = fd;
+				return 0;
+			}
+			snprintf(why, sizeof(why), "%s", strerror(e));
+			close(fd);
+		}
+		if (res)
+			freeaddrinfo(res);
+		if (now_s() >= deadline)
+			break;
+		struct timespec ts = {0, 100 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	return failf(
+	    err, errlen,
+	    "rendezvous: cannot connect to rank 0's store at %s:%d within %g s: %s (rank 0 "
+	    "may not have started yet, or MASTER_ADDR/MASTER_PORT are wrong)",
+	    st->master, st->port, timeout_s, why);
+}
+
+static void store_free(struct store *st)
+{
+	if (!st)
+		return;
+	if (st->fd >= 0)
+		close(st->fd);
+	if (st->hosts)
+		for (int r = 0; r < st->world; r++)
+			free(st->hosts[r]);
+	free(st->hosts);
+	free(st->job);
+	sbuf_free(&st->in);
+	pthread_mutex_destroy(&st->lock);
+	free(st);
+}
+
+/* The barrier request: 0, or -1 with err; missing > 0 when ranks did not arrive. */
+static int cl_barrier(struct store *st, const char *name, double timeout_s, int *missing,
+		      char *list, size_t listlen, char *err, size_t errlen)
+{
+	struct sbuf f = {0};
+	uint32_t id = cl_id(st);
+	size_t at = frame_begin(&f, MSG_BARRIER, id);
+	int status, rv = -1;
+	struct rd body;
+	put_str(&f, name);
+	put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	frame_end(&f, at);
+	*missing = 0;
+	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err, errlen) <
+	    0)
+		goto out;
+	if (status == REPLY_TIMEOUT) {
+		size_t n;
+		*missing = (int)rd_u32(&body);
+		const char *l = rd_blob(&body, &n);
+		snprintf(list, listlen, "%.*s", (int)n, l);
+		if (*missing < 1)
+			*missing = 1;
+	} else if (status != REPLY_OK) {
+		failf(err, errlen, "rendezvous: barrier %s: %.*s", name, (int)body.n,
+		      (const char *)body.p);
+		goto out;
+	} else if (strcmp(name, OPEN_BARRIER) == 0) {
+		for (int r = 0; r < st->world; r++) {
+			size_t n;
+			const char *h = rd_blob(&body, &n);
+			if (body.bad)
+				break;
+			if (!st->hosts[r] && n && !(st->hosts[r] = strndup(h, n))) {
+				failf(err, errlen, "rendezvous: out of memory");
+				goto out;
+			}
+		}
+	}
+	rv = 0;
+out:
+	sbuf_free(&f);
+	return rv;
+}
+
+int store_open(struct store **out, const struct store_opts *o, char *err, size_t errlen)
+{
+	struct store *st = NULL;
+	struct sbuf f = {0};
+	int rv = -1, status;
+	struct rd body;
+	double t0 = now_s(), timeout = o->timeout_s > 0 ? o->timeout_s : 300;
+	*out = NULL;
+	if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
+		return failf(err, errlen, "rendezvous: rank %d is out of range for %d ranks",
+			     o->rank, o->world_size);
+	if (o->master_port < 1 || o->master_port > 65535)
+		return failf(err, errlen, "rendezvous: MASTER_PORT %d is not a port (1-65535)",
+			     o->master_port);
+	if (!o->master_addr || !*o->master_addr)
+		return failf(err, errlen, "rendezvous: no MASTER_ADDR given");
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return failf(err, errlen, "rendezvous: out of memory");
+	st->fd = -1;
+	pthread_mutex_init(&st->lock, NULL);
+	st->rank = o->rank;
+	st->world = o->world_size;
+	st->port = o->master_port;
+	snprintf(st->master, sizeof(st->master), "%s", o->master_addr);
+	if (gethostname(st->hostname, sizeof(st->hostname)) < 0)
+		snprintf(st->hostname, sizeof(st->hostname), "localhost");
+	st->hostname[sizeof(st->hostname) - 1] = 0;
+	st->job = strdup(o->job ? o->job : "");
+	st->hosts = calloc((size_t)st->world, sizeof(*st->hosts));
+	if (!st->job || !st->hosts) {
+		failf(err, errlen, "rendezvous: out of memory");
+		goto out;
+	}
+	if (o->hosts)
+		for (int r = 0; r < st->world; r++)
+			if (o->hosts[r] && !(st->hosts[r] = strdup(o->hosts[r]))) {
+				failf(err, errlen, "rendezvous: out of memory");
+				goto out;
+			}
+	if (st->rank == 0 && srv_start(&st->srv, o, err, errlen) < 0)
+		goto out;
+	if (cl_connect(st, timeout, err, errlen) < 0)
+		goto out;
+	int one = 1;
+	setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	struct sockaddr_storage la;
+	socklen_t ll = sizeof(la);
+	if (getsockname(st->fd, (struct sockaddr *)&la, &ll) == 0) {
+		if (la.ss_family == AF_INET6) {
+			struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&la;
+			if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
+				inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], st->local_addr,
+					  sizeof(st->local_addr));
+			else
+				inet_ntop(AF_INET6, &a6->sin6_addr, st->local_addr,
+					  sizeof(st->local_addr));
+		} else {
+			inet_ntop(AF_INET, &((struct sockaddr_in *)&la)->sin_addr, st->local_addr,
+				  sizeof(st->local_addr));
+		}
+	}
+
+	uint32_t id = cl_id(st);
+	size_t at = frame_begin(&f, MSG_HELLO, id);
+	put_u32(&f, (uint32_t)st->rank);
+	put_u32(&f, (uint32_t)st->world);
+	put_str(&f, st->job);
+	put_str(&f, st->hostname);
+	frame_end(&f, at);
+	double left = timeout - (now_s() - t0);
+	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1) + REPLY_MARGIN_S, &status, &body,
+		    err, errlen) < 0)
+		goto out;
+	if (status != REPLY_OK) {
+		size_t n;
+		const char *m = (const char *)body.p;
+		n = body.n;
+		failf(err, errlen, "rendezvous: the store at %s:%d refused rank %d: %.*s",
+		      st->master, st->port, st->rank, (int)n, m);
+		goto out;
+	}
+
+	char list[2048];
+	int missing;
+	left = timeout - (now_s() - t0);
+	if (cl_barrier(st, OPEN_BARRIER, left > 0.1 ? left : 0.1, &missing, list, sizeof(list), err,
+		       errlen) < 0)
+		goto out;
+	if (missing) {
+		failf(err, errlen, "rendezvous: %d of %d ranks did not connect within %g s: %s",
+		      missing, st->world, timeout, list);
+		goto out;
+	}
+
+	*out = st;
+	st = NULL;
+	rv = 0;
+out:
+	sbuf_free(&f);
+	if (st) {
+		struct store_server *srv = st->srv;
+		st->srv = NULL;
+		store_free(st);
+		if (srv)
+			srv_stop(srv, 0);
+	}
+	return rv;
+}
+
+static int check_key(const char *key, char *err, size_t errlen)
+{
+	size_t n = strlen(key);
+	if (n == 0 || n >= STORE_KEY_MAX)
+		return failf(err, errlen, "rendezvous: key '%.64s' must be 1 to %d bytes long", key,
+			     STORE_KEY_MAX - 1);
+	return 0;
+}
+
+int store_set(struct store *st, const char *key, const void *val, size_t len, char *err,
+	      size_t errlen)
+{
+	struct sbuf f = {0};
+	int status, rv = -1;
+	struct rd body;
+	if (check_key(key, err, errlen) < 0)
+		return -1;
+	if (len > STORE_VALUE_MAX)
+		return failf(err, errlen, "rendezvous: set %s: %zu bytes is more than %u", key, len,
+			     STORE_VALUE_MAX);
+	uint32_t id = cl_id(st);
+	size_t at = frame_begin(&f, MSG_SET, id);
+	put_str(&f, key);
+	put_blob(&f, val, len);
+	frame_end(&f, at);
+	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err, errlen) < 0)
+		goto out;
+	if (status != REPLY_OK) {
+		size_t n;
+		const char *m = (const char *)body.p;
+		n = body.n;
+		failf(err, errlen, "rendezvous: set %s: %.*s", key, (int)n, m);
+		goto out;
+	}
+	rv = 0;
+out:
+	sbuf_free(&f);
+	return rv;
+}
+
+int store_get(struct store *st, const char *key, void **val, size_t *len, double timeout_s,
+	      char *err, size_t errlen)
+{
+	struct sbuf f = {0};
+	int status, rv = -1;
+	struct rd body;
+	*val = NULL;
+	*len = 0;
+	if (check_key(key, err, errlen) < 0)
+		return -1;
+	uint32_t id = cl_id(st);
+	size_t at = frame_begin(&f, MSG_GET, id);
+	put_str(&f, key);
+	put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	frame_end(&f, at);
+	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err, errlen) <
+	    0)
+		goto out;
+	size_t n = body.n;
+	const char *v = (const char *)body.p;
+	if (status == REPLY_TIMEOUT) {
+		failf(err, errlen, "rendezvous: key %s was not set within %g s", key, timeout_s);
+		goto out;
+	}
+	if (status != REPLY_OK) {
+		failf(err, errlen, "rendezvous: get %s: %.*s", key, (int)n, v);
+		goto out;
+	}
+	char *p = malloc(n + 1);
+	if (!p) {
+		failf(err, errlen, "rendezvous: get %s: out of memory (%zu bytes)", key, n);
+		goto out;
+	}
+	memcpy(p, v, n);
+	p[n] = 0;
+	*val = p;
+	*len = n;
+	rv = 0;
+out:
+	sbuf_free(&f);
+	return rv;
+}
+
+int store_add(struct store *st, const char *key, long delta, long *result, char *err, size_t errlen)
+{
+	struct sbuf f = {0};
+	int status, rv = -1;
+	struct rd body;
+	if (check_key(key, err, errlen) < 0)
+		return -1;
+	uint32_t id = cl_id(st);
+	size_t at = frame_begin(&f, MSG_ADD, id);
+	put_str(&f, key);
+	put_u64(&f, (uint64_t)(int64_t)delta);
+	frame_end(&f, at);
+	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err, errlen) < 0)
+		goto out;
+	if (status != REPLY_OK) {
+		failf(err, errlen, "rendezvous: add %s: %.*s", key, (int)body.n,
+		      (const char *)body.p);
+		goto out;
+	}
+	long res = (long)(int64_t)rd_u64(&body);
+	if (result)
+		*result = res;
+	rv = 0;
+out:
+	sbuf_free(&f);
+	return rv;
+}
+
+int store_barrier(struct store *st, const char *name, double timeout_s, char *err, size_t errlen)
+{
+	char list[2048];
+	int missing;
+	if (check_key(name, err, errlen) < 0)
+		return -1;
+	if (cl_barrier(st, name, timeout_s, &missing, list, sizeof(list), err, errlen) < 0)
+		return -1;
+	if (missing)
+		return failf(err, errlen,
+			     "barrier %s: %d of %d ranks did not arrive within %g s: %s", name,
+			     missing, st->world, timeout_s, list);
+	return 0;
+}
+
+int store_fd(const struct store *st)
+{
+	return st->fd;
+}
+
+int store_poll_abort(struct store *st, double wait_s, char *err, size_t errlen)
+{
+	double deadline = now_s() + wait_s;
+	for (;;) {
+		int status;
+		struct rd body;
+		if (cl_get_abort(st, err, errlen))
+			return 1;
+		if (cl_pump(st, 0, &status, &body) < 0)
+			return cl_get_abort(st, err, errlen);
+		if (cl_get_abort(st, err, errlen))
+			return 1;
+		struct pollfd p = {.fd = st->fd, .events = POLLIN};
+		int ms = ms_until(deadline);
+		if (ms == 0 || poll(&p, 1, ms) == 0)
+			return 0;
+	}
+}
+
+void store_abort(struct store *st, const char *reason)
+{
+	struct sbuf f = {0};
+	char err[MSG_MAX];
+	if (cl_get_abort(st, NULL, 0))
+		return;
+	size_t at = frame_begin(&f, MSG_ABORT, 0);
+	put_str(&f, reason);
+	frame_end(&f, at);
+	cl_send(st, &f, now_s() + 5, err, sizeof(err));
+	cl_set_abort(st, reason);
+	sbuf_free(&f);
+}
+
+void store_report_timeout(struct store *st, unsigned long seq, const char *what, int waiting_for,
+			  double timeout_s, double grace_s, char *err, size_t errlen)
+{
+	struct sbuf f = {0};
+	char name[HOST_MAX + 32], zero[HOST_MAX + 32], e2[MSG_MAX];
+	if (cl_get_abort(st, err, errlen))
+		return;
+	if (waiting_for < 0 || waiting_for >= st->world)
+		waiting_for = 0;
+	size_t at = frame_begin(&f, MSG_REPORT, 0);
+	put_u64(&f, seq);
+	put_str(&f, what);
+	put_u32(&f, (uint32_t)waiting_for);
+	put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	put_u64(&f, (uint64_t)(grace_s * 1e3));
+	frame_end(&f, at);
+	if (cl_send(st, &f, now_s() + 2, e2, sizeof(e2)) == 0 &&
+	    store_poll_abort(st, grace_s + 2.0, err, errlen) == 1)
+		goto out;
+	if (cl_get_abort(st, err, errlen))
+		goto out;
+	store_rank_name(st, waiting_for, name, sizeof(name));
+	store_rank_name(st, 0, zero, sizeof(zero));
+	if (waiting_for == 0)
+		snprintf(err, errlen,
+			 "timed out after %g s in %s #%lu waiting for %s, which is not responding: "
+			 "neither is the rendezvous store it runs (is rank 0 stalled?)",
+			 timeout_s, what, seq, name);
+	else
+		snprintf(
+		    err, errlen,
+		    "timed out after %g s in %s #%lu waiting for %s; the rendezvous store on %s "
+		    "is not responding either (is rank 0 stalled?)",
+		    timeout_s, what, seq, name, zero);
+out:
+	sbuf_free(&f);
+}
+
+const char *store_rank_name(const struct store *st, int rank, char *buf, size_t len)
+{
+	const char *h = rank >= 0 && rank < st->world && st->hosts ? st->hosts[rank] : NULL;
+	rank_label(buf, len, rank, h);
+	return buf;
+}
+
+int store_rank(const struct store *st)
+{
+	return st->rank;
+}
+
+int store_world_size(const struct store *st)
+{
+	return st->world;
+}
+
+const char *store_local_addr(const struct store *st)
+{
+	return st->local_addr;
+}
+
+void store_close(struct store *st, double timeout_s)
+{
+	if (!st)
+		return;
+	struct sbuf f = {0};
+	char err[MSG_MAX];
+	int status;
+	struct rd body;
+	uint32_t id = cl_id(st);
+	size_t at = frame_begin(&f, MSG_GOODBYE, id);
+	frame_end(&f, at);
+	/* the server's answer: our goodbye arrived before our connection closes */
+	double deadline = now_s() + (timeout_s < 5 ? timeout_s : 5);
+	if (cl_send(st, &f, deadline, err, sizeof(err)) == 0)
+		cl_wait(st, id, deadline, 1, &status, &body, err, sizeof(err));
+	sbuf_free(&f);
+	struct store_server *srv = st->srv;
+	st->srv = NULL;
+	if (srv)
+		srv_stop(srv, timeout_s);
+	store_free(st);
+}
