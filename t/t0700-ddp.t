@@ -197,6 +197,22 @@ test_expect_success FMNIST,TORCH 'resnet18 (BatchNorm): 2 ranks x 16 is not 1 ra
 		rt.torch/model.safetensors --rtol 1e-2
 '
 
+# The example job on 4 local ranks without Slurm reaches the single-process target (t0900);
+# under the sanitizers fewer steps and a lower bar.
+if test "$DPTRAIN_SAN" = 1; then
+	lenet_args="train.epochs=0 train.max_steps=150" lenet_min=0.65
+else
+	lenet_args="" lenet_min=0.87
+fi
+test_expect_success FMNIST "dptrain-run -n 4 lenet-fmnist.json reaches $lenet_min test accuracy" '
+	dptrain-run -n 4 -o e4 "$DPTRAIN_SRC_DIR/contrib/examples/lenet-fmnist.json" dptrain \
+		"$DPTRAIN_SRC_DIR/contrib/examples/lenet-fmnist.json" train.log_every=200 $lenet_args >e4.out 2>&1 &&
+	cat e4.out &&
+	acc=$(grep "\"event\":\"eval\"" e4/metrics.jsonl | tail -n 1 | sed "s/.*\"accuracy\":\([0-9.]*\).*/\1/") &&
+	echo "accuracy $acc" &&
+	awk -v a="$acc" -v b="$lenet_min" "BEGIN { exit !(a + 0 >= b + 0) }"
+'
+
 # Failures, with ranks started by hand as torchrun-style processes (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT): the trainer itself must notice, name the rank and exit, without
 # a launcher stopping it. Every wait has a deadline; nothing is left running.
