@@ -138,6 +138,27 @@ test_expect_success FMNIST 'two runs of 2 ranks give bitwise the same weights' '
 	cmp l2/model.safetensors l2b/model.safetensors
 '
 
+test_expect_success FMNIST 'enable_parallel_optimizer (ZeRO-1): momentum and AdamW give bitwise the same weights' '
+	dptrain-run -n 2 -o z2 lenet.json dptrain lenet.json data.batch_size=32 \
+		parallel.enable_parallel_optimizer=true >z2.out 2>&1 &&
+	grep "optimizer state sharded over 2 ranks" z2.out &&
+	/usr/bin/python3 "$ref/st_compare.py" z2/model.safetensors l2/model.safetensors --rtol 0 &&
+	dptrain-run -n 3 -o za mlp.json dptrain mlp.json data.batch_size=16 optimizer.name=adamw \
+		optimizer.lr=0.001 optimizer.weight_decay=0.01 >za.out 2>&1 &&
+	dptrain-run -n 3 -o zb mlp.json dptrain mlp.json data.batch_size=16 optimizer.name=adamw \
+		optimizer.lr=0.001 optimizer.weight_decay=0.01 parallel.enable_parallel_optimizer=true >zb.out 2>&1 &&
+	/usr/bin/python3 "$ref/st_compare.py" zb/model.safetensors za/model.safetensors --rtol 0
+'
+
+test_expect_success FMNIST 'enable_parallel_optimizer with LAMB: per-tensor norms over the shards' '
+	dptrain-run -n 3 -o la mlp.json dptrain mlp.json data.batch_size=16 optimizer.name=lamb \
+		optimizer.lr=0.01 >la.out 2>&1 &&
+	dptrain-run -n 3 -o lb mlp.json dptrain mlp.json data.batch_size=16 optimizer.name=lamb \
+		optimizer.lr=0.01 parallel.enable_parallel_optimizer=true >lb.out 2>&1 &&
+	/usr/bin/python3 "$ref/st_compare.py" lb/model.safetensors la/model.safetensors --rtol 1e-5 &&
+	test_must_fail /usr/bin/python3 "$ref/st_compare.py" lb/model.safetensors m4/model.safetensors --rtol 1e-2
+'
+
 # PyTorch DDP (gloo, env://, Debian's python3-torch) from the same weights and data order.
 torch_losses() { # DIR RANK: "step loss" lines of a ddp_torch.py run
 	/usr/bin/python3 -c 'import json,sys

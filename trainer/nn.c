@@ -690,6 +690,17 @@ static void node_param_range(const struct nn_model *m, const struct nn_node *n, 
 	}
 }
 
+/* The hook: node n's parameter gradients are final (conv and linear call it before their
+ * input gradient, so communication overlaps that too). */
+static void grads_final(struct nn_model *m, const struct nn_node *n)
+{
+	if (m->hook && (n->w >= 0 || n->b >= 0)) {
+		size_t lo, hi;
+		node_param_range(m, n, &lo, &hi);
+		m->hook(m->hook_ctx, lo, hi - lo);
+	}
+}
+
 int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t errlen)
 {
 	struct backend *be = m->be;
@@ -717,6 +728,7 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 		switch (n->kind) {
 		case NN_CONV:
 			BE_CALL(be->ops->conv_bwd_weights(be, op, x, dy, G(m, n->w), G(m, n->b), beta));
+			grads_final(m, n); /* DDP may send them while the input gradient is computed */
 			if (dx)
 				BE_CALL(be->ops->conv_bwd_data(be, op, dy, P(m, n->w), dx, bx));
 			break;
@@ -762,6 +774,7 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 			break;
 		case NN_LINEAR:
 			BE_CALL(be->ops->linear_bwd_weights(be, op, x, dy, G(m, n->w), G(m, n->b), beta));
+			grads_final(m, n);
 			if (dx)
 				BE_CALL(be->ops->linear_bwd_data(be, op, dy, P(m, n->w), dx, bx));
 			break;
@@ -779,11 +792,8 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 		}
 		if (r0 != 0)
 			m->acts[r0].grad_written = 1;
-		if (m->hook && (n->w >= 0 || n->b >= 0)) {
-			size_t lo, hi;
-			node_param_range(m, n, &lo, &hi);
-			m->hook(m->hook_ctx, lo, hi - lo);
-		}
+		if (n->kind == NN_BN)
+			grads_final(m, n);
 	}
 	rv = 0;
 out:

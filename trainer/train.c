@@ -146,8 +146,10 @@ static int split_open(struct split *sp, const struct cfg *c, const struct train_
 	return 0;
 }
 
+/* [lo, hi) is the part of the flat buffers this rank updates: all of it, or with
+ * parallel.enable_parallel_optimizer its equal contiguous share (ZeRO-1). */
 static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_model *m,
-			  char *err, size_t errlen)
+			  size_t lo, size_t hi, char *err, size_t errlen)
 {
 	struct optim_params p;
 	enum optim_kind kind = c->optimizer.name == CFG_OPT_ADAMW  ? OPTIM_ADAMW
@@ -171,7 +173,10 @@ static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_
 		segs[i].decay = p.weight_decay != 0.0 &&
 				!(c->optimizer.no_decay_bn_bias && m->params[i].is_bn_or_bias);
 	}
-	int rv = optim_init(o, &p, segs, m->nparams, m->param_total, err, errlen);
+	int rv = lo == 0 && hi == m->param_total
+			 ? optim_init(o, &p, segs, m->nparams, m->param_total, err, errlen)
+			 : optim_init_shard(o, &p, segs, m->nparams, m->param_total, lo, hi, err,
+					    errlen);
 	free(segs);
 	return rv;
 }
@@ -203,6 +208,50 @@ static int make_schedule(struct lr_schedule *s, const struct cfg *c, long steps_
 	if (lr_schedule_init(s, &p, err, errlen) < 0)
 		return -1;
 	return 0;
+}
+
+static size_t shard_lo(size_t total, int rank, int world)
+{
+	return (size_t)((unsigned long long)total * (unsigned)rank / (unsigned)world);
+}
+
+/* One optimizer step with the state sharded over the ranks (optim.h's protocol): every rank
+ * has the whole reduced gradient (DDP), updates its shard of the parameters, and the shards
+ * are then sent to everyone. Exact for SGD and AdamW (element-wise); LAMB's per-tensor norms
+ * are summed over the shards. */
+static int zero_step(struct optim *o, struct nn_model *m, struct comm *comm, double lr, char *err,
+		     size_t errlen)
+{
+	char e2[2048];
+	double norm = 0, *sums = NULL;
+	int ns = optim_nsums(o), rv = -1;
+	if (optim_needs_grad_norm(o)) {
+		double gsq = optim_grad_sumsq(o, m->grads);
+		if (comm->ops->allreduce(comm, &gsq, 1, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
+			goto fail;
+		norm = sqrt(gsq);
+	}
+	if (!(sums = calloc((size_t)ns + 1, sizeof(*sums))))
+		return failf(err, errlen, "out of memory");
+	optim_prepare(o, m->weights, m->grads, norm, sums);
+	if (ns > 0 && comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, e2,
+					   sizeof(e2)) < 0)
+		goto fail;
+	optim_apply(o, m->weights, m->grads, lr, sums);
+	for (int r = 0; r < comm->world_size; r++) {
+		size_t lo = shard_lo(m->param_total, r, comm->world_size);
+		size_t hi = shard_lo(m->param_total, r + 1, comm->world_size);
+		if (comm->ops->broadcast(comm, m->weights + lo, (hi - lo) * sizeof(float), r, e2,
+					 sizeof(e2)) < 0)
+			goto fail;
+	}
+	rv = 0;
+	goto out;
+fail:
+	failf(err, errlen, "sharded optimizer step: %s", e2);
+out:
+	free(sums);
+	return rv;
 }
 
 struct metrics {
@@ -359,7 +408,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		total = c->train.max_steps;
 	int epochs = (int)((total + spe - 1) / spe);
 
-	if (make_optimizer(&opt, c, &m, err, errlen) < 0)
+	/* ZeRO-1: rank r keeps optimizer state for and updates only [shard_lo(r), shard_lo(r+1)) */
+	int zero = env->comm && c->parallel.enable_parallel_optimizer;
+	size_t zlo = zero ? shard_lo(m.param_total, env->rank, env->world_size) : 0;
+	size_t zhi = zero ? shard_lo(m.param_total, env->rank + 1, env->world_size) : m.param_total;
+	if (make_optimizer(&opt, c, &m, zlo, zhi, err, errlen) < 0)
 		goto out;
 	have_optim = 1;
 	if (make_schedule(&sched, c, spe, total, err, errlen) < 0)
@@ -388,6 +441,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			"gradients", env->comm->ops->name, ddp_bucket_count(ddp),
 			ddp_bucket_count(ddp) == 1 ? "" : "s", env->world_size,
 			c->data.batch_size * accum);
+	if (zero && rank0)
+		fprintf(out,
+			"dptrain: optimizer state sharded over %d ranks (ZeRO-1): rank 0 updates %zu "
+			"of %zu parameters\n",
+			env->world_size, zhi - zlo, m.param_total);
 	metrics_line(&mt,
 		     "{\"event\":\"start\",\"model\":\"%s\",\"parameters\":%zu,\"world_size\":%d,"
 		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
@@ -395,7 +453,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 
 	double t0 = now(), tlog = t0;
 	long step = 0, imgs_since_log = 0;
-	double loss_since_log = 0;
+	double loss_since_log = 0, wait_since_log = 0;
 	int n_since_log = 0;
 	float scale = 1.0f / (float)accum;
 	for (int epoch = 0; epoch < epochs && step < total; epoch++) {
@@ -446,8 +504,13 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				imgs_since_log += b->n;
 				loader_release(tr.l, b);
 			}
+			if (ddp)
+				wait_since_log += ddp_last_wait(ddp);
 			double lr = lr_at(&sched, step);
-			optim_step(&opt, m.weights, m.grads, lr);
+			if (!zero)
+				optim_step(&opt, m.weights, m.grads, lr);
+			else if (zero_step(&opt, &m, env->comm, lr, err, errlen) < 0)
+				goto out;
 			step++;
 			step_loss /= accum;
 			res->last_loss = step_loss;
@@ -479,12 +542,14 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				metrics_line(&mt,
 					     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
 					     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
-					     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f}",
+					     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f,"
+					     "\"comm_wait_ms\":%.4f}",
 					     epoch + 1, s + 1, step, gl[0], gl[1], step_loss, lr,
-					     ips * env->world_size);
+					     ips * env->world_size, 1e3 * wait_since_log / n_since_log);
 				tlog = t;
 				imgs_since_log = 0;
 				loss_since_log = 0;
+				wait_since_log = 0;
 				n_since_log = 0;
 			}
 		}

@@ -72,7 +72,7 @@ def measure(name, args, dist, torch):
     ex = example(name)
     gm = gen_model()
     torch.manual_seed(1)
-    model = DDP(gm.MLP(10) if name == "mlp" else gm.LeNet(10))
+    model = DDP(gm.MLP(10) if name == "mlp" else gm.LeNet(10), bucket_cap_mb=args.bucket_cap_mb)
     opt = torch.optim.SGD(model.parameters(), lr=ex["lr"], momentum=ex["momentum"],
                           weight_decay=ex["weight_decay"])
     g = torch.Generator().manual_seed(100 + dist.get_rank())
@@ -140,7 +140,7 @@ def launch(args):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--result", result,
                "--models", ",".join(args.models), "--steps", str(args.steps),
                "--warmup", str(args.warmup), "--threads", str(args.threads),
-               "--timeout", str(args.timeout)]
+               "--timeout", str(args.timeout), "--bucket-cap-mb", str(args.bucket_cap_mb)]
         procs = []
         for r in range(args.nproc):
             env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
@@ -184,6 +184,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=20, help="untimed steps first (default 20)")
     ap.add_argument("--timeout", type=int, default=600, help="seconds for everything (default 600)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                    help="DDP's bucket_cap_mb (default 25, PyTorch's)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--result", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -191,8 +193,8 @@ def main():
     for m in args.models:
         if m not in MODELS:
             ap.error("unknown model %r; choose from %s" % (m, ", ".join(MODELS)))
-    if args.nproc < 2 or args.threads < 1 or args.steps < 1 or args.warmup < 0:
-        ap.error("need --nproc >= 2, --threads >= 1, --steps >= 1, --warmup >= 0")
+    if args.nproc < 1 or args.threads < 1 or args.steps < 1 or args.warmup < 0:
+        ap.error("need --nproc >= 1, --threads >= 1, --steps >= 1, --warmup >= 0")
     if args.worker:
         worker(args)
         return
@@ -203,8 +205,8 @@ def main():
     if args.json:
         print(json.dumps(report, indent=1))
         return
-    print("PyTorch %s DDP, gloo, %d ranks x %d thread(s), median of %d steps"
-          % (r["torch"], args.nproc, args.threads, args.steps))
+    print("PyTorch %s DDP, gloo, %d ranks x %d thread(s), bucket_cap_mb %g, median of %d steps"
+          % (r["torch"], args.nproc, args.threads, args.bucket_cap_mb, args.steps))
     print("| model | batch/rank | grads MB | step sync ms | step no_sync ms | exposed |")
     print("|-------|-----------:|---------:|-------------:|----------------:|--------:|")
     for m, v in r["results"].items():
