@@ -10,6 +10,7 @@
  * are count / world_size elements, the first count % world_size of them one more. */
 #define _GNU_SOURCE
 #include "comm.h"
+#include "failf.h"
 #include "store.h"
 
 #include <arpa/inet.h>
@@ -56,33 +57,6 @@ struct comm_cpu {
 	char fail_msg[CPU_MSG_MAX];
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int ms_until(double deadline)
-{
-	double left = deadline - now_s();
-	if (left <= 0)
-		return 0;
-	if (left > 3600)
-		return 3600 * 1000;
-	return (int)(left * 1000) + 1;
-}
-
-static int failf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 /* Poisons the comm: this and every later call fail with "<op>: <message>". */
 static int cpu_fail(struct comm_cpu *c, char *err, size_t errlen, const char *fmt, ...)

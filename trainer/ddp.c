@@ -3,6 +3,7 @@
  * parameters final (from the nn grad hook) and waits at the end of backward. */
 #define _GNU_SOURCE
 #include "ddp.h"
+#include "failf.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -39,22 +40,6 @@ struct ddp {
 	double wait_s;
 };
 
-static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void *comm_thread(void *arg)
 {
@@ -296,7 +281,7 @@ void ddp_begin_backward(struct ddp *d, int sync)
 
 int ddp_finish(struct ddp *d, char *err, size_t errlen)
 {
-	double t0 = now();
+	double t0 = now_s();
 	int rv = 0;
 	pthread_mutex_lock(&d->mu);
 	if (d->sync) {
@@ -311,7 +296,7 @@ int ddp_finish(struct ddp *d, char *err, size_t errlen)
 	if (d->failed)
 		rv = failf(err, errlen, "%s", d->err);
 	pthread_mutex_unlock(&d->mu);
-	d->wait_s = now() - t0;
+	d->wait_s = now_s() - t0;
 	return rv;
 }
 

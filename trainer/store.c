@@ -7,6 +7,7 @@
  * answers a request with a REPLY carrying the request's id; it sends ABORT (id 0) unasked. */
 #define _GNU_SOURCE
 #include "store.h"
+#include "failf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -45,33 +46,6 @@ enum { REPLY_OK = 0, REPLY_TIMEOUT = 1, REPLY_ERROR = 2 };
 #define REPLY_MARGIN_S 5.0 /* beyond a server-side deadline before the server counts as mute */
 #define OPEN_BARRIER   "dptrain.store.open"
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int ms_until(double deadline)
-{
-	double left = deadline - now_s();
-	if (left <= 0)
-		return 0;
-	if (left > 3600)
-		return 3600 * 1000;
-	return (int)(left * 1000) + 1;
-}
-
-static int failf(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 /* ---------------------------------------------------------------------------------------
  * Byte buffers and frames. */

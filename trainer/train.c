@@ -17,6 +17,7 @@
 #include "comm.h"
 #include "data.h"
 #include "ddp.h"
+#include "failf.h"
 #include "loader.h"
 #include "lr_schedule.h"
 #include "nn.h"
@@ -27,22 +28,6 @@
 static const char *const model_names[] = {"mlp",      "lenet",	   "resnet18", "resnet34",
 					  "resnet50", "resnet101", "resnet152"};
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int failf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int failf(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
 struct split {
@@ -451,7 +436,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
 		     m.name, nn_param_count(&m), env->world_size, spe, total);
 
-	double t0 = now(), tlog = t0;
+	double t0 = now_s(), tlog = t0;
 	long step = 0, imgs_since_log = 0;
 	double loss_since_log = 0, wait_since_log = 0;
 	int n_since_log = 0;
@@ -518,7 +503,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			n_since_log++;
 			if (c->train.log_every > 0 &&
 			    (step % c->train.log_every == 0 || step == total)) {
-				double t = now(), ips = imgs_since_log / (t - tlog + 1e-12);
+				double t = now_s(), ips = imgs_since_log / (t - tlog + 1e-12);
 				/* this rank's loss on its line; rank 0 also reports the mean over
 				 * the ranks, the loss of the global batch */
 				double gl[2] = {step_loss, loss_since_log / n_since_log};
@@ -579,7 +564,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		}
 	}
 	res->steps = step;
-	res->seconds = now() - t0;
+	res->seconds = now_s() - t0;
 
 	if (rank0 && env->output_dir) {
 		char path[4096], meta[256];
