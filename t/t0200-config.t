@@ -26,7 +26,7 @@ test_expect_success 'the printed config has the defaults filled in' '
 	test "$(dp_json lenet-fmnist.out "d[\"checkpoint\"][\"resume\"]")" = auto &&
 	test "$(dp_json lenet-fmnist.out "d[\"parallel\"][\"gradients_mean\"]")" = True &&
 	test "$(dp_json lenet-fmnist.out "d[\"parallel\"][\"bucket_cap_mb\"]")" = 25 &&
-	test "$(dp_json lenet-fmnist.out "d[\"data\"][\"eval_batch_size\"]")" = 64 &&
+	test "$(dp_json lenet-fmnist.out "d[\"data\"][\"eval_batch_size\"]")" = 32 &&
 	test "$(dp_json lenet-fmnist.out "d[\"data\"][\"seed\"]")" = 1 &&
 	test "$(dp_json lenet-fmnist.out "d[\"model\"][\"num_classes\"]")" = 10
 '
