@@ -119,7 +119,7 @@ CFG_LIB_SRC := $(wildcard trainer/config*.c)
 TRAINER_LIB_SRC := $(filter-out $(CFG_LIB_SRC) trainer/main.c,$(wildcard trainer/*.c))
 LAUNCH_LIB_SRC  := $(filter-out pmix/launch.c pmix/run.c,$(wildcard pmix/*.c))
 SPANK_SRC   := $(wildcard spank/*.c)
-TAP_SRC     := t/lib/tap.c
+TAP_SRC     := $(wildcard t/lib/*.c)
 UNIT_SRC    := $(wildcard t/unit/*.c)
 
 obj = $(patsubst %.c,$(O)/obj/%.o,$(1))

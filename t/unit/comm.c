@@ -4,153 +4,40 @@
  * Ranks are forked processes on 127.0.0.1; the parent waits with a deadline and kills leftovers. */
 #define _GNU_SOURCE
 #include "comm.h"
+#include "ranks.h"
 #include "store.h"
 #include "tap.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#define MAXW 8
-#define MSG  4096
+enum fault { FAULT_NONE, FAULT_DIES, FAULT_STOPS, FAULT_SLEEPS, FAULT_ABORTS };
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-/* ---------------------------------------------------------------------------------------
- * Forked ranks. */
-
-struct rank_out {
-	int status; /* exit status; 128 + signal if killed; -1 if killed at the deadline */
-	char msg[MSG];
-};
-
+/* A scenario (the ranks' ranks_job.arg): the comm's timeout, and what it does to which rank. */
 struct job {
-	int world, port;
-	double timeout; /* the comm's timeout_s */
-	int special;	/* the rank the scenario does something to */
+	double timeout;
+	int special; /* the rank the fault happens to; -1: none */
+	enum fault fault;
 };
 
-typedef int (*rank_fn)(const struct job *j, int rank, char *msg, size_t len);
-
-static int free_port(void)
+static int open_all(const struct ranks_job *j, int rank, struct store **st, struct comm **c,
+		    size_t chunk, char *msg, size_t len)
 {
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t l = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&a, &l) < 0)
-		bail_out("cannot find a free port");
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-/* Runs fn as j->world processes. Waits up to deadline_s for every rank but `nowait` (-1:
- * none), then kills what is left. */
-static void run_ranks(struct job *j, rank_fn fn, int nowait, double deadline_s,
-		      struct rank_out *out)
-{
-	pid_t pid[MAXW];
-	int fd[MAXW], done[MAXW] = {0};
-	size_t got[MAXW] = {0};
-	j->port = free_port();
-	fflush(stdout);
-	fflush(stderr);
-	for (int r = 0; r < j->world; r++) {
-		int p[2];
-		if (pipe(p) < 0)
-			bail_out("pipe");
-		out[r].status = -1;
-		out[r].msg[0] = 0;
-		pid[r] = fork();
-		if (pid[r] < 0)
-			bail_out("fork");
-		if (pid[r] == 0) {
-			char msg[MSG] = "";
-			close(p[0]);
-			for (int k = 0; k < r; k++)
-				close(fd[k]);
-			int rv = fn(j, r, msg, sizeof(msg));
-			if (write(p[1], msg, strlen(msg)) < 0)
-				rv = -1;
-			_exit(rv < 0 ? 1 : 0);
-		}
-		close(p[1]);
-		fcntl(p[0], F_SETFL, O_NONBLOCK);
-		fd[r] = p[0];
-	}
-	double deadline = now_s() + deadline_s;
-	for (;;) {
-		int waiting = 0;
-		for (int r = 0; r < j->world; r++) {
-			if (!done[r]) {
-				int st;
-				if (waitpid(pid[r], &st, WNOHANG) == pid[r]) {
-					done[r] = 1;
-					out[r].status =
-					    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-				}
-			}
-			if (fd[r] >= 0) {
-				ssize_t n = read(fd[r], out[r].msg + got[r], MSG - 1 - got[r]);
-				if (n > 0)
-					got[r] += (size_t)n;
-				else if ((n == 0 || got[r] >= MSG - 1) ||
-					 (errno != EAGAIN && errno != EINTR)) {
-					close(fd[r]);
-					fd[r] = -1;
-				}
-				out[r].msg[got[r]] = 0;
-			}
-			if (r != nowait && (!done[r] || fd[r] >= 0))
-				waiting = 1;
-		}
-		if (!waiting || now_s() >= deadline)
-			break;
-		struct pollfd p[MAXW];
-		int np = 0;
-		for (int r = 0; r < j->world; r++)
-			if (fd[r] >= 0)
-				p[np++] = (struct pollfd){.fd = fd[r], .events = POLLIN};
-		poll(p, (nfds_t)np, 20);
-	}
-	for (int r = 0; r < j->world; r++) {
-		if (fd[r] >= 0)
-			close(fd[r]);
-		if (!done[r]) {
-			kill(pid[r], SIGKILL);
-			kill(pid[r], SIGCONT);
-			waitpid(pid[r], NULL, 0);
-		}
-	}
-}
-
-static int open_all(const struct job *j, int rank, struct store **st, struct comm **c, size_t chunk,
-		    char *msg, size_t len)
-{
+	const struct job *s = j->arg;
 	struct store_opts so = {.master_addr = "127.0.0.1",
 				.master_port = j->port,
 				.rank = rank,
 				.world_size = j->world,
 				.job = "comm-test",
 				.timeout_s = 10};
-	struct comm_cpu_opts co = {.timeout_s = j->timeout, .chunk_bytes = chunk};
+	struct comm_cpu_opts co = {.timeout_s = s->timeout, .chunk_bytes = chunk};
 	*c = NULL;
 	if (store_open(st, &so, msg, len) < 0)
 		return -1;
@@ -220,6 +107,17 @@ static float want_f32(size_t i, int b, int w, int salt, int avg, double *dsum, d
 	return avg ? s / (float)w : s;
 }
 
+/* p[0..n) = this rank's inputs as type t. */
+static void fill(void *p, size_t n, enum comm_dtype t, int rank, int salt)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (t == COMM_F64)
+			((double *)p)[i] = gen(rank, i, salt);
+		else
+			((float *)p)[i] = (float)gen(rank, i, salt);
+	}
+}
+
 struct check {
 	char *msg;
 	size_t len;
@@ -262,12 +160,7 @@ static int check_allreduce(struct comm *c, struct check *k, size_t count, enum c
 		 t == COMM_F64 ? "f64" : "f32");
 	unsigned char *buf = malloc(count * es + 1), *again = malloc(count * es + 1);
 	int rv = -1;
-	for (size_t i = 0; i < count; i++) {
-		if (t == COMM_F64)
-			((double *)buf)[i] = gen(r, i, salt);
-		else
-			((float *)buf)[i] = (float)gen(r, i, salt);
-	}
+	fill(buf, count, t, r, salt);
 	memcpy(again, buf, count * es);
 	if (c->ops->allreduce(c, buf, count, t, op, err, sizeof(err)) < 0 ||
 	    c->ops->allreduce(c, again, count, t, op, err, sizeof(err)) < 0) {
@@ -312,12 +205,7 @@ static int check_reduce_scatter(struct comm *c, struct check *k, size_t count, e
 		 t == COMM_F64 ? "f64" : "f32", in_place ? " in place" : "");
 	unsigned char *in = malloc(n * es + 1), *out = malloc(count * es + 1);
 	int rv = -1;
-	for (size_t i = 0; i < n; i++) {
-		if (t == COMM_F64)
-			((double *)in)[i] = gen(r, i, salt);
-		else
-			((float *)in)[i] = (float)gen(r, i, salt);
-	}
+	fill(in, n, t, r, salt);
 	unsigned char *dst = in_place ? in + (size_t)r * count * es : out;
 	if (c->ops->reduce_scatter(c, in, dst, count, t, op, err, sizeof(err)) < 0) {
 		comm_fail(k, what, err);
@@ -358,12 +246,7 @@ static int check_allgather(struct comm *c, struct check *k, size_t count, enum c
 	unsigned char *in = malloc(count * es + 1), *out = malloc(count * es * (size_t)w + 1);
 	int rv = -1;
 	unsigned char *src = in_place ? out + (size_t)r * count * es : in;
-	for (size_t i = 0; i < count; i++) {
-		if (t == COMM_F64)
-			((double *)src)[i] = gen(r, i, salt);
-		else
-			((float *)src)[i] = (float)gen(r, i, salt);
-	}
+	fill(src, count, t, r, salt);
 	if (c->ops->allgather(c, src, out, count, t, err, sizeof(err)) < 0) {
 		comm_fail(k, what, err);
 		goto out;
@@ -411,7 +294,7 @@ out:
 	return rv;
 }
 
-static int rank_ops(const struct job *j, int rank, char *msg, size_t len)
+static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
 	struct comm *c;
@@ -453,9 +336,9 @@ static int survive(struct comm *c, size_t count, int iters, char *msg, size_t le
 	char err[1024], again[1024];
 	int rv = -1;
 	for (int it = 0; it < iters; it++) {
-		double t0 = now_s();
+		double t0 = ranks_now();
 		if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, err, sizeof(err)) < 0) {
-			double t = now_s() - t0;
+			double t = ranks_now() - t0;
 			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, again, sizeof(again));
 			snprintf(msg, len, "%.2f|%s|%s", t, err, again);
 			rv = 0;
@@ -485,89 +368,97 @@ static void *loop_thread(void *p)
 	return NULL;
 }
 
-/* The special rank _exit()s while its thread is in the middle of allreduces. */
-static int rank_dies(const struct job *j, int rank, char *msg, size_t len)
+/* A few small allreduces, so that the fault comes mid-job. */
+static void allreduces(struct comm *c, int n)
 {
+	float x[16] = {0};
+	char err[1024];
+	for (int i = 0; i < n; i++)
+		c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, err, sizeof(err));
+}
+
+/* The special rank does the job's fault; everyone else survive()s it. One that dies _exit()s
+ * while its thread is in the middle of allreduces; one that stops stops whole (SIGSTOP: its store
+ * thread too, if it is rank 0); one that sleeps leaves its store thread running; one that aborts
+ * aborts the job after two allreduces and then, like everyone, finds its next call failing. */
+static int rank_fault(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	const struct job *s = j->arg;
 	struct store *st;
 	struct comm *c;
 	if (open_all(j, rank, &st, &c, 0, msg, len) < 0)
 		return -1;
-	if (rank == j->special) {
-		struct loop_arg a = {c};
-		pthread_t th;
-		pthread_create(&th, NULL, loop_thread, &a);
-		struct timespec ts = {0, 300 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-		_exit(3);
+	if (rank == s->special) {
+		switch (s->fault) {
+		case FAULT_DIES: {
+			struct loop_arg a = {c};
+			pthread_t th;
+			pthread_create(&th, NULL, loop_thread, &a);
+			ranks_sleep(0.3);
+			_exit(3);
+		}
+		case FAULT_STOPS:
+		case FAULT_SLEEPS:
+			allreduces(c, 3);
+			if (s->fault == FAULT_SLEEPS)
+				sleep(60);
+			raise(SIGSTOP);
+			_exit(0);
+		case FAULT_ABORTS:
+			allreduces(c, 2);
+			c->ops->abort(c, "rank 1: loss is nan");
+			break;
+		case FAULT_NONE:
+			break;
+		}
 	}
-	int rv = survive(c, 1 << 18, 100000, msg, len);
-	close_all(st, c, 1);
+	int rv = survive(c, s->fault == FAULT_DIES ? 1 << 18 : 16, 100000, msg, len);
+	close_all(st, c, s->fault == FAULT_STOPS || s->fault == FAULT_SLEEPS ? 0.5 : 1);
 	return rv;
 }
 
-/* The special rank stops (SIGSTOP: its store thread too, if it is rank 0) or sleeps. */
-static int rank_stalls(const struct job *j, int rank, char *msg, size_t len)
-{
-	struct store *st;
-	struct comm *c;
-	if (open_all(j, rank, &st, &c, 0, msg, len) < 0)
-		return -1;
-	if (rank == j->special) {
-		float x[16] = {0};
-		char err[1024];
-		for (int i = 0; i < 3; i++)
-			c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, err, sizeof(err));
-		if (getenv("COMM_TEST_SLEEP"))
-			sleep(60);
-		raise(SIGSTOP);
-		_exit(0);
-	}
-	int rv = survive(c, 16, 100000, msg, len);
-	close_all(st, c, 0.5);
-	return rv;
-}
+/* A fault and what every survivor's message must say about it. */
+struct fault_case {
+	const char *name;
+	int world;
+	int nowait; /* the rank not waited for (a stalled one); -1: none */
+	struct job job;
+	const char *want1, *want2;
+	double max_s; /* how long the survivors' failing call may take */
+};
 
-/* The special rank aborts the job after two allreduces; everyone's next call fails. */
-static int rank_aborts(const struct job *j, int rank, char *msg, size_t len)
-{
-	struct store *st;
-	struct comm *c;
-	if (open_all(j, rank, &st, &c, 0, msg, len) < 0)
-		return -1;
-	if (rank == j->special) {
-		float x[16] = {0};
-		char err[1024];
-		for (int i = 0; i < 2; i++)
-			c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, err, sizeof(err));
-		c->ops->abort(c, "rank 1: loss is nan");
-	}
-	int rv = survive(c, 16, 100000, msg, len);
-	close_all(st, c, 1);
-	return rv;
-}
+static const struct fault_case faults[] = {
+    {"rank 2 dies", 4, -1, {10, 2, FAULT_DIES}, "rank 2", "died", 3},
+    {"rank 0 dies", 3, -1, {10, 0, FAULT_DIES}, "rank 0", "died", 3},
+    {"rank 1 stops", 3, 1, {1.5, 1, FAULT_STOPS}, "rank 1", "stopped taking part", 6},
+    {"rank 0 sleeps", 3, 0, {1.5, 0, FAULT_SLEEPS}, "rank 0", "stopped taking part", 6},
+    {"rank 0 stops", 3, 0, {1.5, 0, FAULT_STOPS}, "rank 0", "not responding", 8},
+    {"rank 1 aborts", 3, -1, {10, 1, FAULT_ABORTS}, "loss is nan", "rank 1", 3},
+};
 
 /* "<t>|<msg>|<again>": the failing call's seconds, message, and whether the next matched. */
-static void check_failure(const char *name, const struct job *j, const struct rank_out *out,
-			  const char *want1, const char *want2, double max_s)
+static void check_failure(const struct fault_case *f, const struct ranks_out *out)
 {
-	for (int r = 0; r < j->world; r++) {
-		if (r == j->special)
+	const char *name = f->name;
+	int special = f->job.special;
+	for (int r = 0; r < f->world; r++) {
+		if (r == special)
 			continue;
 		const char *m = out[r].msg;
 		double t = atof(m);
 		const char *bar = strchr(m, '|');
 		const char *bar2 = bar ? strchr(bar + 1, '|') : NULL;
-		char first[MSG] = "";
+		char first[RANKS_MSG] = "";
 		if (bar && bar2)
 			snprintf(first, sizeof(first), "%.*s", (int)(bar2 - bar - 1), bar + 1);
 		if (!ok(out[r].status == 0 && bar2, "%s: rank %d failed (exit %d)", name, r,
 			out[r].status))
 			diag("rank %d: %s", r, m);
-		else if (r == (j->special + 1) % j->world)
+		else if (r == (special + 1) % f->world)
 			note("%s: rank %d: %s", name, r, first);
-		like(first, want1, "%s: rank %d's message names it", name, r);
-		like(first, want2, "%s: rank %d's message says what happened", name, r);
-		ok(t < max_s, "%s: rank %d failed within %.0f s (%.2f s)", name, r, max_s, t);
+		like(first, f->want1, "%s: rank %d's message names it", name, r);
+		like(first, f->want2, "%s: rank %d's message says what happened", name, r);
+		ok(t < f->max_s, "%s: rank %d failed within %.0f s (%.2f s)", name, r, f->max_s, t);
 		ok(bar2 && strcmp(first, bar2 + 1) == 0, "%s: rank %d: the comm stays failed", name,
 		   r);
 	}
@@ -575,12 +466,13 @@ static void check_failure(const char *name, const struct job *j, const struct ra
 
 int main(void)
 {
-	struct rank_out out[MAXW];
-	double t0 = now_s();
+	struct ranks_out out[RANKS_MAX];
+	double t0 = ranks_now();
+	struct job ops = {.timeout = 10, .special = -1, .fault = FAULT_NONE};
 
 	for (int w = 1; w <= 5; w++) {
-		struct job j = {.world = w, .timeout = 10, .special = -1};
-		run_ranks(&j, rank_ops, -1, 60, out);
+		struct ranks_job j = {.world = w, .arg = &ops};
+		ranks_run(&j, rank_ops, -1, 60, out);
 		int all = 1, same = 1;
 		for (int r = 0; r < w; r++) {
 			if (out[r].status != 0) {
@@ -598,40 +490,15 @@ int main(void)
 		ok(same, "world %d: every rank holds the same bits", w);
 	}
 
-	{
-		struct job j = {.world = 4, .timeout = 10, .special = 2};
-		run_ranks(&j, rank_dies, -1, 20, out);
-		check_failure("rank 2 dies", &j, out, "rank 2", "died", 3);
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+		const struct fault_case *f = &faults[i];
+		struct ranks_job j = {.world = f->world, .arg = &f->job};
+		ranks_run(&j, rank_fault, f->nowait, 20, out);
+		check_failure(f, out);
+		if (f->job.fault == FAULT_ABORTS)
+			like(out[f->job.special].msg, "aborted: rank 1: loss is nan",
+			     "%s: its own comm fails", f->name);
 	}
-	{
-		struct job j = {.world = 3, .timeout = 10, .special = 0};
-		run_ranks(&j, rank_dies, -1, 20, out);
-		check_failure("rank 0 dies", &j, out, "rank 0", "died", 3);
-	}
-	{
-		struct job j = {.world = 3, .timeout = 1.5, .special = 1};
-		run_ranks(&j, rank_stalls, 1, 20, out);
-		check_failure("rank 1 stops", &j, out, "rank 1", "stopped taking part", 6);
-	}
-	{
-		struct job j = {.world = 3, .timeout = 1.5, .special = 0};
-		setenv("COMM_TEST_SLEEP", "1", 1);
-		run_ranks(&j, rank_stalls, 0, 20, out);
-		unsetenv("COMM_TEST_SLEEP");
-		check_failure("rank 0 sleeps", &j, out, "rank 0", "stopped taking part", 6);
-	}
-	{
-		struct job j = {.world = 3, .timeout = 1.5, .special = 0};
-		run_ranks(&j, rank_stalls, 0, 20, out);
-		check_failure("rank 0 stops", &j, out, "rank 0", "not responding", 8);
-	}
-	{
-		struct job j = {.world = 3, .timeout = 10, .special = 1};
-		run_ranks(&j, rank_aborts, -1, 20, out);
-		check_failure("rank 1 aborts", &j, out, "loss is nan", "rank 1", 3);
-		like(out[1].msg, "aborted: rank 1: loss is nan",
-		     "rank 1 aborts: its own comm fails");
-	}
-	diag("comm tests took %.1f s", now_s() - t0);
+	diag("comm tests took %.1f s", ranks_now() - t0);
 	return done_testing();
 }

@@ -3,141 +3,19 @@
  * master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that dies, a
  * rank that does not report a timeout, an abort). The parent kills whatever is left. */
 #define _GNU_SOURCE
+#include "ranks.h"
 #include "store.h"
 #include "tap.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define MAXW 8
-#define MSG  4096
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void sleep_s(double s)
-{
-	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-	nanosleep(&ts, NULL);
-}
-
-/* ---------------------------------------------------------------------------------------
- * Forked ranks (as in t/unit/comm.c). */
-
-struct rank_out {
-	int status; /* exit status; 128 + signal; -1 if killed at the deadline */
-	char msg[MSG];
-};
-
-struct job {
-	int nproc, port;
-};
-
-typedef int (*rank_fn)(const struct job *j, int rank, char *msg, size_t len);
-
-static int free_port(void)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t l = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&a, &l) < 0)
-		bail_out("cannot find a free port");
-	close(fd);
-	return ntohs(a.sin_port);
-}
-
-static void run_ranks(struct job *j, rank_fn fn, double deadline_s, struct rank_out *out)
-{
-	pid_t pid[MAXW];
-	int fd[MAXW], done[MAXW] = {0};
-	size_t got[MAXW] = {0};
-	j->port = free_port();
-	fflush(stdout);
-	fflush(stderr);
-	for (int r = 0; r < j->nproc; r++) {
-		int p[2];
-		if (pipe(p) < 0)
-			bail_out("pipe");
-		out[r].status = -1;
-		out[r].msg[0] = 0;
-		pid[r] = fork();
-		if (pid[r] < 0)
-			bail_out("fork");
-		if (pid[r] == 0) {
-			char msg[MSG] = "";
-			close(p[0]);
-			for (int k = 0; k < r; k++)
-				close(fd[k]);
-			int rv = fn(j, r, msg, sizeof(msg));
-			if (write(p[1], msg, strlen(msg)) < 0)
-				rv = -1;
-			_exit(rv < 0 ? 1 : 0);
-		}
-		close(p[1]);
-		fcntl(p[0], F_SETFL, O_NONBLOCK);
-		fd[r] = p[0];
-	}
-	double deadline = now_s() + deadline_s;
-	for (;;) {
-		int waiting = 0;
-		for (int r = 0; r < j->nproc; r++) {
-			if (!done[r]) {
-				int st;
-				if (waitpid(pid[r], &st, WNOHANG) == pid[r]) {
-					done[r] = 1;
-					out[r].status =
-					    WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-				}
-			}
-			if (fd[r] >= 0) {
-				ssize_t n = read(fd[r], out[r].msg + got[r], MSG - 1 - got[r]);
-				if (n > 0)
-					got[r] += (size_t)n;
-				else if (n == 0 || got[r] >= MSG - 1 ||
-					 (errno != EAGAIN && errno != EINTR)) {
-					close(fd[r]);
-					fd[r] = -1;
-				}
-				out[r].msg[got[r]] = 0;
-			}
-			if (!done[r] || fd[r] >= 0)
-				waiting = 1;
-		}
-		if (!waiting || now_s() >= deadline)
-			break;
-		struct pollfd p[MAXW];
-		int np = 0;
-		for (int r = 0; r < j->nproc; r++)
-			if (fd[r] >= 0)
-				p[np++] = (struct pollfd){.fd = fd[r], .events = POLLIN};
-		poll(p, (nfds_t)np, 20);
-	}
-	for (int r = 0; r < j->nproc; r++) {
-		if (fd[r] >= 0)
-			close(fd[r]);
-		if (!done[r]) {
-			kill(pid[r], SIGKILL);
-			waitpid(pid[r], NULL, 0);
-		}
-	}
-}
-
-static struct store_opts opts(const struct job *j, int rank, int world, const char *job,
+static struct store_opts opts(const struct ranks_job *j, int rank, int world, const char *job,
 			      double timeout)
 {
 	return (struct store_opts){.master_addr = "127.0.0.1",
@@ -146,6 +24,18 @@ static struct store_opts opts(const struct job *j, int rank, int world, const ch
 				   .world_size = world,
 				   .job = job,
 				   .timeout_s = timeout};
+}
+
+/* Opens rank's store in an unnamed job of 3 ranks; if it cannot, msg says why. */
+static int open3(const struct ranks_job *j, int rank, struct store **st, char *msg, size_t len)
+{
+	struct store_opts o = opts(j, rank, 3, "", 10);
+	char err[1024];
+	*st = NULL;
+	if (store_open(st, &o, err, sizeof(err)) == 0)
+		return 0;
+	snprintf(msg, len, "open: %s", err);
+	return -1;
 }
 
 /* In a rank: the first failed expectation goes to msg. */
@@ -161,7 +51,7 @@ static struct store_opts opts(const struct job *j, int rank, int world, const ch
 /* ---------------------------------------------------------------------------------------
  * Scenarios. */
 
-static int rank_kv(const struct job *j, int rank, char *msg, size_t len)
+static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st = NULL;
 	struct store_opts o = opts(j, rank, 3, "1234.0", 10);
@@ -184,13 +74,13 @@ static int rank_kv(const struct job *j, int rank, char *msg, size_t len)
 
 	/* get waits for a later set */
 	if (rank == 2) {
-		sleep_s(0.3);
+		ranks_sleep(0.3);
 		EXPECT(store_set(st, "late", "x\0y", 3, err, sizeof(err)) == 0, "set: %s", err);
 	} else {
-		double t0 = now_s();
+		double t0 = ranks_now();
 		EXPECT(store_get(st, "late", &v, &n, 5, err, sizeof(err)) == 0, "get late: %s",
 		       err);
-		EXPECT(now_s() - t0 > 0.2, "get late returned after %.2f s", now_s() - t0);
+		EXPECT(ranks_now() - t0 > 0.2, "get late returned after %.2f s", ranks_now() - t0);
 		EXPECT(n == 3 && memcmp(v, "x\0y", 4) == 0, "get late: wrong value");
 		free(v);
 		v = NULL;
@@ -246,12 +136,12 @@ out:
 }
 
 /* Rank 0 serves job A; rank 1 is of job B; a third process claims rank 1 again. */
-static int rank_foreign(const struct job *j, int rank, char *msg, size_t len)
+static int rank_foreign(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st = NULL;
 	struct store_opts o = opts(j, rank == 2 ? 1 : rank, 2, rank == 1 ? "B" : "A", 2);
 	if (rank == 1)
-		sleep_s(0.2);
+		ranks_sleep(0.2);
 	if (rank == 2)
 		o.world_size = 3;
 	if (store_open(&st, &o, msg, len) == 0) {
@@ -261,37 +151,37 @@ static int rank_foreign(const struct job *j, int rank, char *msg, size_t len)
 	return 0;
 }
 
-static int rank_duplicate(const struct job *j, int rank, char *msg, size_t len)
+static int rank_duplicate(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st = NULL;
 	struct store_opts o = opts(j, rank == 2 ? 1 : rank, 2, "A", 3);
 	if (rank == 2)
-		sleep_s(0.5); /* after the real rank 1 */
+		ranks_sleep(0.5); /* after the real rank 1 */
 	if (store_open(&st, &o, msg, len) == 0) {
 		snprintf(msg, len, "opened");
-		sleep_s(1.0);
+		ranks_sleep(1.0);
 		store_close(st, 1);
 	}
 	return 0;
 }
 
 /* Rank 2 dies without goodbye; the others hear of it at once. */
-static int rank_death(const struct job *j, int rank, char *msg, size_t len)
+static int rank_death(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
-	struct store *st = NULL;
-	struct store_opts o = opts(j, rank, 3, "", 10);
+	struct store *st;
 	char err[1024];
 	int rv = 0;
-	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	if (open3(j, rank, &st, msg, len) < 0)
+		return -1;
 	if (rank == 2) {
-		sleep_s(0.2);
+		ranks_sleep(0.2);
 		_exit(9);
 	}
-	double t0 = now_s();
+	double t0 = ranks_now();
 	struct pollfd p = {.fd = store_fd(st), .events = POLLIN};
 	EXPECT(poll(&p, 1, 5000) == 1, "the store's descriptor did not become readable");
 	EXPECT(store_poll_abort(st, 5, err, sizeof(err)) == 1, "no abort");
-	snprintf(msg, len, "%.2f|%s", now_s() - t0, err);
+	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
 	EXPECT(store_set(st, "k", "v", 1, err, sizeof(err)) < 0, "set after the abort worked");
 out:
 	store_close(st, 1);
@@ -299,34 +189,32 @@ out:
 }
 
 /* Ranks 0 and 2 time out in a collective; rank 1 does not report: it is named. */
-static int rank_report(const struct job *j, int rank, char *msg, size_t len)
+static int rank_report(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
-	struct store *st = NULL;
-	struct store_opts o = opts(j, rank, 3, "", 10);
+	struct store *st;
 	char err[1024];
-	int rv = 0;
-	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	if (open3(j, rank, &st, msg, len) < 0)
+		return -1;
 	if (rank == 1) {
-		sleep_s(2.5);
+		ranks_sleep(2.5);
 	} else {
-		double t0 = now_s();
+		double t0 = ranks_now();
 		store_report_timeout(st, 17, "allreduce", rank == 0 ? 2 : 1, 30, 1.0, err,
 				     sizeof(err));
-		snprintf(msg, len, "%.2f|%s", now_s() - t0, err);
+		snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
 	}
-out:
 	store_close(st, 3);
-	return rv;
+	return 0;
 }
 
 /* Rank 1 aborts the job. */
-static int rank_abort(const struct job *j, int rank, char *msg, size_t len)
+static int rank_abort(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
-	struct store *st = NULL;
-	struct store_opts o = opts(j, rank, 3, "", 10);
+	struct store *st;
 	char err[1024];
 	int rv = 0;
-	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	if (open3(j, rank, &st, msg, len) < 0)
+		return -1;
 	if (rank == 1) {
 		store_abort(st, "rank 1: loss is nan");
 		snprintf(msg, len, "aborted");
@@ -340,40 +228,46 @@ out:
 }
 
 /* Rank 0 closes first; rank 2 still uses the store for a while before its goodbye. */
-static int rank_close(const struct job *j, int rank, char *msg, size_t len)
+static int rank_close(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
-	struct store *st = NULL;
-	struct store_opts o = opts(j, rank, 3, "", 10);
+	struct store *st;
 	char err[1024];
 	void *v = NULL;
 	size_t n;
 	int rv = 0;
-	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	if (open3(j, rank, &st, msg, len) < 0)
+		return -1;
 	if (rank == 2) {
-		sleep_s(0.5);
+		ranks_sleep(0.5);
 		EXPECT(store_set(st, "late", "1", 1, err, sizeof(err)) == 0, "set: %s", err);
 		EXPECT(store_get(st, "late", &v, &n, 1, err, sizeof(err)) == 0, "get: %s", err);
 		EXPECT(store_poll_abort(st, 0, err, sizeof(err)) == 0, "an abort: %s", err);
 	}
-	double t0 = now_s();
+	double t0 = ranks_now();
 	store_close(st, 5);
 	st = NULL;
-	snprintf(msg, len, "%.2f", now_s() - t0);
+	snprintf(msg, len, "%.2f", ranks_now() - t0);
 out:
 	free(v);
 	store_close(st, 1);
 	return rv;
 }
 
+/* Runs fn as the 3 ranks of a job, for up to 20 s. */
+static void run3(ranks_fn fn, struct ranks_out *out)
+{
+	struct ranks_job j = {.world = 3};
+	ranks_run(&j, fn, -1, 20, out);
+}
+
 int main(void)
 {
-	struct rank_out out[MAXW];
+	struct ranks_out out[RANKS_MAX];
 	char err[1024];
-	double t0 = now_s();
+	double t0 = ranks_now();
 
 	{
-		struct job j = {.nproc = 3};
-		run_ranks(&j, rank_kv, 20, out);
+		run3(rank_kv, out);
 		for (int r = 0; r < 3; r++)
 			ok(out[r].status == 0, "set/get/add/barrier on rank %d%s%s", r,
 			   out[r].status ? ": " : "", out[r].status ? out[r].msg : "");
@@ -387,7 +281,7 @@ int main(void)
 	}
 	{
 		/* someone else has the port */
-		struct job j = {.port = free_port()};
+		struct ranks_job j = {.port = ranks_free_port()};
 		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)j.port)};
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
 		struct store *st = NULL;
@@ -404,13 +298,13 @@ int main(void)
 	}
 	{
 		/* nobody listens */
-		struct job j = {.port = free_port()};
+		struct ranks_job j = {.port = ranks_free_port()};
 		struct store *st = NULL;
 		struct store_opts o = opts(&j, 1, 2, "", 1);
 		char where[64];
-		double t = now_s();
+		double t = ranks_now();
 		ok(store_open(&st, &o, err, sizeof(err)) < 0, "no rank 0: open fails");
-		t = now_s() - t;
+		t = ranks_now() - t;
 		ok(t >= 0.9 && t < 3, "after the timeout (%.2f s)", t);
 		snprintf(where, sizeof(where), "127.0.0.1:%d", j.port);
 		like(err, where, "the message names the master's address");
@@ -419,8 +313,7 @@ int main(void)
 		note("%s", err);
 	}
 	{
-		struct job j = {.nproc = 3};
-		run_ranks(&j, rank_foreign, 20, out);
+		run3(rank_foreign, out);
 		like(out[1].msg, "belongs to job 'B'", "a rank of another job is refused");
 		like(out[1].msg, "serves job 'A'", "the message names both jobs");
 		note("%s", out[1].msg);
@@ -431,16 +324,14 @@ int main(void)
 		note("%s", out[0].msg);
 	}
 	{
-		struct job j = {.nproc = 3};
-		run_ranks(&j, rank_duplicate, 20, out);
+		run3(rank_duplicate, out);
 		is(out[0].msg, "opened", "rank 0 opens");
 		is(out[1].msg, "opened", "rank 1 opens");
 		like(out[2].msg, "rank 1 is already connected", "a second rank 1 is refused");
 		note("%s", out[2].msg);
 	}
 	{
-		struct job j = {.nproc = 3};
-		run_ranks(&j, rank_death, 20, out);
+		run3(rank_death, out);
 		for (int r = 0; r < 2; r++) {
 			like(out[r].msg, "|rank 2 (", "a death: rank %d hears it", r);
 			like(out[r].msg, "died (its connection to the rendezvous store closed)",
@@ -451,8 +342,7 @@ int main(void)
 		note("%s", out[0].msg);
 	}
 	{
-		struct job j = {.nproc = 3};
-		run_ranks(&j, rank_report, 20, out);
+		run3(rank_report, out);
 		for (int r = 0; r < 3; r += 2) {
 			like(out[r].msg, "rank 1 (", "a timeout: rank %d's verdict names rank 1",
 			     r);
@@ -466,19 +356,17 @@ int main(void)
 		note("%s", out[0].msg);
 	}
 	{
-		struct job j = {.nproc = 3};
-		run_ranks(&j, rank_abort, 20, out);
+		run3(rank_abort, out);
 		is(out[0].msg, "rank 1: loss is nan", "an abort reaches rank 0");
 		is(out[2].msg, "rank 1: loss is nan", "an abort reaches rank 2");
 	}
 	{
-		struct job j = {.nproc = 3};
-		run_ranks(&j, rank_close, 20, out);
+		run3(rank_close, out);
 		if (!ok(out[2].status == 0, "a rank still uses the store after rank 0 closed it"))
 			diag("%s", out[2].msg);
 		ok(atof(out[0].msg) > 0.3, "rank 0's close waited for the others (%s s)",
 		   out[0].msg);
 	}
-	diag("store tests took %.1f s", now_s() - t0);
+	diag("store tests took %.1f s", ranks_now() - t0);
 	return done_testing();
 }
