@@ -496,8 +496,7 @@ int cfg_set_defaults(struct cfg *c)
 	c->precision.initial_loss_scale = 65536;
 	c->precision.growth_interval = 2000;
 
-	if (!(c->checkpoint.dir = strdup("checkpoints")))
-		return -1;
+	/* checkpoint.dir stays NULL: "checkpoints" in the output directory (see dptrain.json(5)) */
 	c->checkpoint.every_epochs = 1;
 	c->checkpoint.keep = 3;
 	c->checkpoint.resume = CFG_RESUME_AUTO;

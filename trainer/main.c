@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -26,13 +27,37 @@ enum {
 	EXIT_CONFIG = 1,    /* the config (or an override) is invalid */
 	EXIT_USAGE = 2,	    /* bad command line */
 	EXIT_TRAIN = 3,	    /* training stopped: bad data, diverged, out of memory, ... */
+	EXIT_STOPPED = 4,   /* stopped on SIGTERM/SIGUSR1 after writing a checkpoint */
 };
+
+/* SIGTERM (Slurm's preemption and time limit, scancel) and SIGUSR1 (sbatch --signal): finish
+ * the step, checkpoint, stop. The one piece of global state: a signal handler has no other
+ * way to say it ran. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+static void catch_stop_signals(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGUSR1, &sa, NULL);
+}
 
 struct args {
 	const char *config; /* as given, for messages */
 	int noverrides;
 	char **overrides;
 	int check;
+	char *resume; /* --resume PATH as an override, applied after the others */
 };
 
 static void usage(FILE *f)
@@ -43,6 +68,8 @@ static void usage(FILE *f)
 		"says. CONFIG defaults to $DPTRAIN_CONFIG, which srun --dptrain sets.\n"
 		"\n"
 		"  -c, --check     validate CONFIG, print the resolved config as JSON and exit\n"
+		"  -r, --resume PATH  resume from the checkpoint directory PATH (a step-N); the\n"
+		"                  same as checkpoint.resume=PATH\n"
 		"  -h, --help      show this help and exit\n"
 		"  -V, --version   show the version and exit\n"
 		"\n"
@@ -67,16 +94,27 @@ static int parse_args(int argc, char **argv, struct args *a)
 	static const struct option opts[] = {
 	    {"check", no_argument, NULL, 'c'},
 	    {"help", no_argument, NULL, 'h'},
+	    {"resume", required_argument, NULL, 'r'},
 	    {"version", no_argument, NULL, 'V'},
 	    {NULL, 0, NULL, 0},
 	};
 	int ch;
 
 	opterr = 0;
-	while ((ch = getopt_long(argc, argv, "chV", opts, NULL)) != -1) {
+	if (!(a->overrides = calloc((size_t)argc + 1, sizeof(char *)))) {
+		fprintf(stderr, "dptrain: out of memory\n");
+		return -1;
+	}
+	while ((ch = getopt_long(argc, argv, "chr:V", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
 			a->check = 1;
+			break;
+		case 'r': /* the same as the override, which the config parser checks */
+			if (asprintf(&a->resume, "checkpoint.resume=%s", optarg) < 0) {
+				fprintf(stderr, "dptrain: out of memory\n");
+				return -1;
+			}
 			break;
 		case 'h':
 			usage(stdout);
@@ -89,10 +127,6 @@ static int parse_args(int argc, char **argv, struct args *a)
 				argv[optind - 1]);
 			return -1;
 		}
-	}
-	if (!(a->overrides = calloc((size_t)argc, sizeof(char *)))) {
-		fprintf(stderr, "dptrain: out of memory\n");
-		return -1;
 	}
 	for (int i = optind; i < argc; i++) {
 		if (is_override(argv[i])) {
@@ -107,6 +141,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 			a->config = argv[i];
 		}
 	}
+	if (a->resume)
+		a->overrides[a->noverrides++] = a->resume;
 	if (!a->config) {
 		const char *env = getenv("DPTRAIN_CONFIG");
 		if (!env || !env[0]) {
@@ -264,6 +300,8 @@ static int train(const struct cfg *c)
 	struct train_env env = {.out = stdout};
 	struct train_result res;
 	env.threads = default_threads();
+	env.stop = &stop_requested;
+	catch_stop_signals();
 	env.rank = env_int("RANK", 0);
 	env.world_size = env_int("WORLD_SIZE", 1);
 	if (env.rank < 0 || env.world_size < 1 || env.rank >= env.world_size) {
@@ -298,6 +336,13 @@ static int train(const struct cfg *c)
 		return EXIT_TRAIN;
 	}
 	dist_close(&dist, c, 1);
+	if (res.stopped) {
+		if (env.rank == 0)
+			printf("dptrain: stopped at step %ld on request; run the job again to continue "
+			       "from its checkpoint\n",
+			       res.steps);
+		return EXIT_STOPPED;
+	}
 	if (env.rank == 0) {
 		printf("dptrain: done: %ld steps, %d epoch%s in %.1f s", res.steps, res.epochs,
 		       res.epochs == 1 ? "" : "s", res.seconds);
@@ -330,5 +375,6 @@ int main(int argc, char **argv)
 out:
 	cfg_free(&c);
 	free(a.overrides);
+	free(a.resume);
 	return rv;
 }

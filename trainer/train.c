@@ -23,6 +23,7 @@
 #include "nn.h"
 #include "optim.h"
 #include "sampler.h"
+#include "train_ckpt.h"
 #include "transform.h"
 
 static const char *const model_names[] = {"mlp",      "lenet",	   "resnet18", "resnet34",
@@ -320,6 +321,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 
 	memset(res, 0, sizeof(*res));
 	res->eval_accuracy = -1;
+	res->resumed_at = -1;
 	memset(&m, 0, sizeof(m));
 	if (c->device.kind == CFG_DEVICE_CUDA) {
 		failf(err, errlen, "device.kind: cuda is not available in this build; use cpu or auto");
@@ -403,6 +405,23 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	if (make_schedule(&sched, c, spe, total, err, errlen) < 0)
 		goto out;
 
+	struct train_ckpt ck;
+	struct train_pos pos = {0};
+	char from[1024];
+	train_ckpt_init(&ck, c, env->output_dir, &m, &opt, env->comm, env->rank, env->world_size);
+	int resumed = train_ckpt_resume(&ck, &pos, from, sizeof(from), err, errlen);
+	if (resumed < 0)
+		goto out;
+	/* rank 0 read the weights: everyone takes them, whatever parameter_broadcast says */
+	if (resumed && ddp && ddp_broadcast_params(ddp, err, errlen) < 0)
+		goto out;
+	if (resumed) {
+		res->resumed_at = pos.step;
+		if (rank0)
+			fprintf(out, "dptrain: resuming from %s: step %ld, epoch %d, sample %zu\n",
+				from, pos.step, pos.epoch + 1, pos.offset);
+	}
+
 	if (rank0 && c->output.metrics && env->output_dir) {
 		char path[4096];
 		snprintf(path, sizeof(path), "%s/metrics.jsonl", env->output_dir);
@@ -437,18 +456,25 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		     m.name, nn_param_count(&m), env->world_size, spe, total);
 
 	double t0 = now_s(), tlog = t0;
-	long step = 0, imgs_since_log = 0;
+	long step = pos.step, imgs_since_log = 0;
 	double loss_since_log = 0, wait_since_log = 0;
 	int n_since_log = 0;
 	float scale = 1.0f / (float)accum;
-	for (int epoch = 0; epoch < epochs && step < total; epoch++) {
+	const struct cfg_checkpoint *cc = &c->checkpoint;
+	for (int epoch = pos.epoch; epoch < epochs && step < total; epoch++) {
 		struct loader_batch *b;
 		char le[4096];
-		if (loader_start_epoch(tr.l, epoch, 0, le) < 0) {
+		size_t start = epoch == pos.epoch ? pos.offset : 0;
+		if (loader_start_epoch(tr.l, epoch, start, le) < 0) {
 			failf(err, errlen, "data.train: %s", le);
 			goto out;
 		}
-		for (long s = 0; s < spe && step < total; s++) {
+		/* steps left in this epoch, and where it started (for the epoch's step numbers) */
+		long nsteps = (long)loader_batches(tr.l) / accum;
+		long s0 = (long)(start / ((size_t)c->data.batch_size * (size_t)accum *
+					  (size_t)env->world_size));
+		long s;
+		for (s = s0; s < s0 + nsteps && step < total; s++) {
 			double step_loss = 0;
 			for (int micro = 0; micro < accum; micro++) {
 				int got = loader_next(tr.l, &b, le);
@@ -537,6 +563,44 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				wait_since_log = 0;
 				n_since_log = 0;
 			}
+			/* a stop request (SIGTERM, SIGUSR1) on any rank stops every rank after
+			 * this same step */
+			int stop = 0;
+			if (env->stop && (stop = *env->stop != 0, env->comm)) {
+				double f = stop;
+				if (env->comm->ops->allreduce(env->comm, &f, 1, COMM_F64, COMM_SUM, le,
+							      sizeof(le)) < 0) {
+					failf(err, errlen, "step %ld: %s", step, le);
+					goto out;
+				}
+				stop = f > 0;
+			}
+			int epoch_end = s + 1 == s0 + nsteps || step == total;
+			if (stop || (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
+				struct train_pos at = {
+					.step = step,
+					.epoch = epoch,
+					.offset = sampler_offset_after(
+					    &tr.s, (size_t)(s + 1 - s0) * (size_t)c->data.batch_size *
+						       (size_t)accum),
+				};
+				if (s + 1 == s0 + nsteps) /* the epoch is done */
+					at = (struct train_pos){.step = step, .epoch = epoch + 1};
+				if (train_ckpt_save(&ck, &at, err, errlen) < 0)
+					goto out;
+				if (stop) {
+					if (rank0)
+						fprintf(out,
+							"dptrain: stopping on request at step %ld; "
+							"checkpoint %s/step-%ld\n",
+							step, ck.root, step);
+					res->stopped = 1;
+					res->steps = step;
+					res->seconds = now_s() - t0;
+					rv = 0;
+					goto out;
+				}
+			}
 		}
 		res->epochs = epoch + 1;
 		int last = epoch + 1 == epochs || step >= total;
@@ -561,6 +625,22 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				     "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
 				     "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
 				     epoch + 1, step, res->eval_accuracy, res->eval_loss, corr, cnt);
+		}
+		/* at the end of the epoch, or of training (max_steps may end it mid-epoch) */
+		int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
+			   (cc->every_steps > 0 && step % cc->every_steps == 0) || last;
+		if (save && ck.last_saved != step) {
+			struct train_pos at = {.step = step, .epoch = epoch + 1, .offset = 0};
+			if (s < s0 + nsteps)
+				at = (struct train_pos){
+				    .step = step,
+				    .epoch = epoch,
+				    .offset = sampler_offset_after(&tr.s,
+								   (size_t)(s - s0) *
+								       (size_t)c->data.batch_size *
+								       (size_t)accum)};
+			if (train_ckpt_save(&ck, &at, err, errlen) < 0)
+				goto out;
 		}
 	}
 	res->steps = step;

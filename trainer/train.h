@@ -4,6 +4,7 @@
 #ifndef DPTRAIN_TRAIN_H
 #define DPTRAIN_TRAIN_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -15,6 +16,9 @@ struct train_env {
 	int rank, world_size; /* this process among the data-parallel ranks */
 	struct comm *comm;    /* collectives between the ranks; NULL for a single rank */
 	int threads;	      /* compute threads when train.threads is 0 (0: the backend's) */
+	/* set asynchronously (SIGTERM, SIGUSR1): the ranks agree on a step, checkpoint there
+	 * and stop; NULL: never */
+	volatile sig_atomic_t *stop;
 	const char *output_dir; /* exists; metrics.jsonl and model.safetensors go here */
 	FILE *out;		/* progress lines (stdout) */
 };
@@ -27,6 +31,8 @@ struct train_result {
 	double eval_accuracy; /* -1 when never evaluated */
 	double eval_loss;
 	double seconds;
+	long resumed_at;   /* the step a checkpoint put us at, -1 when we started fresh */
+	int stopped;	   /* 1: stopped early on request, after writing a checkpoint */
 };
 
 /* 0 on success; -1 with err naming what failed (a file, a key, a step) and what to do. */

@@ -92,7 +92,7 @@ static void test_defaults(void)
 	ok(!c.precision.dynamic_loss_scale && c.precision.loss_scale == 1, "loss scale 1");
 	is_double(c.precision.initial_loss_scale, 65536, 0, "initial_loss_scale");
 	is_int(c.precision.growth_interval, 2000, "growth_interval");
-	is(c.checkpoint.dir, "checkpoints", "checkpoint.dir");
+	ok(c.checkpoint.dir == NULL, "checkpoint.dir unset: checkpoints in the output directory");
 	is_int(c.checkpoint.every_steps, 0, "every_steps 0");
 	is_int(c.checkpoint.every_epochs, 1, "every_epochs 1");
 	is_int(c.checkpoint.keep, 3, "keep 3");

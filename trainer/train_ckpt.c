@@ -1,0 +1,351 @@
+/* train_ckpt.c — the training loop's checkpoints: which files, what state.json's "state" says,
+ * and moving both between rank 0 (which alone touches the files) and the other ranks. The
+ * directory mechanics (atomic steps, checksums, latest, keep-K) are ckpt.c's. */
+#define _GNU_SOURCE
+#include "train_ckpt.h"
+
+#include <jansson.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "ckpt.h"
+#include "failf.h"
+#include "safetensors.h"
+
+#define MSG_MAX 2048
+
+void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,
+		     struct nn_model *m, struct optim *o, struct comm *comm, int rank,
+		     int world_size)
+{
+	memset(k, 0, sizeof(*k));
+	k->c = c;
+	k->m = m;
+	k->o = o;
+	k->comm = comm;
+	k->rank = rank;
+	k->world_size = world_size;
+	k->last_saved = -1;
+	if (c->checkpoint.dir)
+		snprintf(k->root, sizeof(k->root), "%s", c->checkpoint.dir);
+	else
+		snprintf(k->root, sizeof(k->root), "%s/checkpoints", output_dir ? output_dir : ".");
+	/* What a checkpoint must agree on to be resumed: the model's shape and the optimizer's
+	 * kind (its state buffers). World size, batch size, learning rate and epochs may
+	 * change. */
+	snprintf(k->fingerprint, sizeof(k->fingerprint),
+		 "%s %dx%dx%d->%d, %zu parameters, optimizer %s", m->name, m->in_c, m->in_h, m->in_w,
+		 m->classes, nn_param_count(m), optim_kind_name(o->p.kind));
+}
+
+/* crc32 of the parameter names and shapes: two models with the same count but another
+ * layout differ. */
+static unsigned long layout_hash(const struct nn_model *m)
+{
+	uLong h = crc32(0L, Z_NULL, 0);
+	for (int i = 0; i < m->nparams; i++) {
+		const struct nn_param *p = &m->params[i];
+		h = crc32(h, (const Bytef *)p->name, (uInt)strlen(p->name));
+		h = crc32(h, (const Bytef *)p->shape, (uInt)(sizeof(int) * (size_t)p->ndim));
+	}
+	return h;
+}
+
+/* ---- writing ---- */
+
+struct optim_full {
+	const char *name[OPTIM_MAX_STATE];
+	float *data[OPTIM_MAX_STATE];
+	int n;
+	size_t total;
+	long step;
+	const char *kind;
+};
+
+static int write_model(void *ctx, const char *path, char *err, size_t errlen)
+{
+	struct train_ckpt *k = ctx;
+	char meta[256];
+	snprintf(meta, sizeof(meta),
+		 "{\"format\":\"pt\",\"model\":\"%s\",\"producer\":\"dptrain %s\"}", k->m->name,
+		 DPTRAIN_VERSION);
+	return nn_save_weights(k->m, path, meta, err, errlen);
+}
+
+static int write_optim(void *ctx, const char *path, char *err, size_t errlen)
+{
+	const struct optim_full *f = ctx;
+	struct st_entry e[OPTIM_MAX_STATE];
+	int64_t shape[1] = {(int64_t)f->total};
+	char meta[256];
+	for (int i = 0; i < f->n; i++)
+		e[i] = (struct st_entry){.name = f->name[i], .dtype = "F32", .ndim = 1, .shape = shape,
+					 .data = f->data[i], .nbytes = f->total * sizeof(float)};
+	snprintf(meta, sizeof(meta), "{\"optimizer\":\"%s\",\"step\":\"%ld\"}", f->kind, f->step);
+	return st_write_atomic(path, e, f->n, meta, err, errlen);
+}
+
+/* The whole of every optimizer state buffer on every rank (ZeRO-1 shards are gathered). */
+static int gather_optim(struct train_ckpt *k, struct optim_full *f, char *err, size_t errlen)
+{
+	int n;
+	struct optim_state_buf *sb = optim_state(k->o, &n);
+	memset(f, 0, sizeof(*f));
+	f->n = n;
+	f->total = k->m->param_total;
+	f->step = k->o->step;
+	f->kind = optim_kind_name(k->o->p.kind);
+	for (int i = 0; i < n; i++) {
+		f->name[i] = sb[i].name;
+		if (!(f->data[i] = calloc(f->total ? f->total : 1, sizeof(float))))
+			return failf(err, errlen, "out of memory for the optimizer state");
+		memcpy(f->data[i] + sb[i].offset, sb[i].data, sb[i].count * sizeof(float));
+		if (!k->comm || (sb[i].offset == 0 && sb[i].count == f->total))
+			continue;
+		for (int r = 0; r < k->world_size; r++) {
+			/* rank r's shard: the same split train.c made */
+			size_t lo = (size_t)((unsigned long long)f->total * (unsigned)r /
+					     (unsigned)k->world_size);
+			size_t hi = (size_t)((unsigned long long)f->total * (unsigned)(r + 1) /
+					     (unsigned)k->world_size);
+			char e2[MSG_MAX];
+			if (k->comm->ops->broadcast(k->comm, f->data[i] + lo, (hi - lo) * sizeof(float),
+						    r, e2, sizeof(e2)) < 0)
+				return failf(err, errlen, "gathering the optimizer state: %s", e2);
+		}
+	}
+	return 0;
+}
+
+static void free_optim(struct optim_full *f)
+{
+	for (int i = 0; i < f->n; i++)
+		free(f->data[i]);
+}
+
+/* Rank 0's status (0 or -1 with its message) to every rank. */
+static int share_status(struct train_ckpt *k, int rv, char *msg, size_t msglen, char *err,
+			size_t errlen)
+{
+	if (!k->comm)
+		return rv;
+	char e2[MSG_MAX], buf[MSG_MAX + 8];
+	memset(buf, 0, sizeof(buf));
+	buf[0] = rv < 0;
+	if (k->rank == 0 && rv < 0)
+		snprintf(buf + 1, sizeof(buf) - 1, "%s", msg);
+	if (k->comm->ops->broadcast(k->comm, buf, sizeof(buf), 0, e2, sizeof(e2)) < 0)
+		return failf(err, errlen, "checkpoint: %s", e2);
+	if (buf[0] && k->rank != 0)
+		snprintf(msg, msglen, "rank 0: %.1900s", buf + 1);
+	return buf[0] ? -1 : 0;
+}
+
+int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err, size_t errlen)
+{
+	struct optim_full f;
+	char msg[MSG_MAX] = "";
+	int rv = gather_optim(k, &f, msg, sizeof(msg));
+	if (rv == 0 && k->rank == 0) {
+		char state[2048];
+		snprintf(state, sizeof(state),
+			 "{\"step\":%ld,\"epoch\":%d,\"offset\":%zu,\"world_size\":%d,"
+			 "\"batch_size\":%d,\"grad_accumulation_step\":%d,\"optimizer_step\":%ld,"
+			 "\"config\":\"%s\",\"layout_crc32\":\"%08lx\",\"loss_scale\":1,"
+			 "\"rng\":{\"kind\":\"counter\",\"seed\":%lld,\"data_seed\":%lld}}",
+			 pos->step, pos->epoch, pos->offset, k->world_size, k->c->data.batch_size,
+			 k->c->parallel.grad_accumulation_step, k->o->step, k->fingerprint,
+			 layout_hash(k->m), (long long)k->c->seed, (long long)k->c->data.seed);
+		struct ckpt_file files[2] = {{"model.safetensors", write_model, k},
+					     {"optim.safetensors", write_optim, &f}};
+		rv = ckpt_write(k->root, pos->step, files, f.n > 0 ? 2 : 1, state,
+				k->c->checkpoint.keep, msg, sizeof(msg));
+	}
+	free_optim(&f);
+	rv = share_status(k, rv, msg, sizeof(msg), err, errlen);
+	if (rv < 0)
+		return failf(err, errlen, "writing checkpoint step-%ld in %s: %s", pos->step, k->root,
+			     msg);
+	k->last_saved = pos->step;
+	return 0;
+}
+
+/* ---- reading ---- */
+
+/* What rank 0 learned, sent to every rank as one block. */
+struct resume_head {
+	int32_t failed, found, epoch;
+	int64_t step, optim_step;
+	uint64_t offset;
+	char from[1024];
+	char msg[MSG_MAX];
+};
+
+static int json_long(json_t *o, const char *key, long *v)
+{
+	json_t *x = json_object_get(o, key);
+	if (!json_is_integer(x))
+		return -1;
+	*v = (long)json_integer_value(x);
+	return 0;
+}
+
+/* Rank 0: find and check the checkpoint, load the weights, keep optim.safetensors open. */
+static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_file *of,
+		       int *have_of)
+{
+	const struct cfg_checkpoint *cc = &k->c->checkpoint;
+	struct ckpt ck = {0};
+	char warn[4096] = "", e2[MSG_MAX];
+	int rv = -1;
+	json_t *st = NULL;
+	if (cc->resume == CFG_RESUME_PATH) {
+		if (ckpt_open(&ck, cc->resume_path, e2, sizeof(e2)) < 0) {
+			snprintf(h->msg, sizeof(h->msg),
+				 "checkpoint.resume %.600s: %.1200s; give a valid checkpoint or \"auto\"",
+				 cc->resume_path, e2);
+			return -1;
+		}
+	} else {
+		int found = ckpt_find_latest(k->root, &ck, warn, sizeof(warn), e2, sizeof(e2));
+		for (char *l = warn, *nl; *l; l = nl ? nl + 1 : l + strlen(l)) {
+			nl = strchr(l, '\n');
+			fprintf(stderr, "dptrain: warning: %.*s\n", nl ? (int)(nl - l) : (int)strlen(l),
+				l);
+		}
+		if (found < 0) {
+			snprintf(h->msg, sizeof(h->msg), "%s", e2);
+			return -1;
+		}
+		if (found == 0)
+			return 0;
+	}
+	json_error_t je;
+	st = json_loads(ck.state_json, 0, &je);
+	long step, epoch, offset, ostep;
+	const char *conf = json_string_value(json_object_get(st, "config"));
+	const char *lay = json_string_value(json_object_get(st, "layout_crc32"));
+	char ours[16];
+	snprintf(ours, sizeof(ours), "%08lx", layout_hash(k->m));
+	if (!st || json_long(st, "step", &step) < 0 || json_long(st, "epoch", &epoch) < 0 ||
+	    json_long(st, "offset", &offset) < 0 || json_long(st, "optimizer_step", &ostep) < 0 ||
+	    !conf || !lay || step < 0 || epoch < 0 || offset < 0) {
+		snprintf(h->msg, sizeof(h->msg), "%.1500s: state.json lacks step/epoch/offset/config",
+			 ck.path);
+		goto out;
+	}
+	if (strcmp(conf, k->fingerprint) != 0 || strcmp(lay, ours) != 0) {
+		snprintf(h->msg, sizeof(h->msg),
+			 "%.800s was written for %.400s; this job trains %.400s: point checkpoint.dir elsewhere "
+			 "or set checkpoint.resume to \"never\"",
+			 ck.path, conf, k->fingerprint);
+		goto out;
+	}
+	char p[CKPT_PATH_MAX + 32];
+	snprintf(p, sizeof(p), "%s/model.safetensors", ck.path);
+	if (nn_load_weights(k->m, p, e2, sizeof(e2)) < 0) {
+		snprintf(h->msg, sizeof(h->msg), "%s", e2);
+		goto out;
+	}
+	int n;
+	optim_state(k->o, &n);
+	if (n > 0) {
+		snprintf(p, sizeof(p), "%s/optim.safetensors", ck.path);
+		if (st_open(of, p, e2, sizeof(e2)) < 0) {
+			snprintf(h->msg, sizeof(h->msg), "%.2000s", e2);
+			goto out;
+		}
+		*have_of = 1;
+	}
+	h->found = 1;
+	h->step = step;
+	h->epoch = (int32_t)epoch;
+	h->offset = (uint64_t)offset;
+	h->optim_step = ostep;
+	snprintf(h->from, sizeof(h->from), "%.1000s", ck.path);
+	rv = 0;
+out:
+	json_decref(st);
+	ckpt_close(&ck);
+	return rv;
+}
+
+int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, size_t fromlen,
+		      char *err, size_t errlen)
+{
+	struct resume_head *h = calloc(1, sizeof(*h));
+	struct st_file of;
+	int have_of = 0, rv = -1;
+	char e2[MSG_MAX];
+	float *full = NULL;
+	memset(&of, 0, sizeof(of));
+	if (!h)
+		return failf(err, errlen, "out of memory");
+	if (k->c->checkpoint.resume == CFG_RESUME_NEVER) {
+		free(h);
+		return 0;
+	}
+	if (k->rank == 0)
+		h->failed = resume_read(k, h, &of, &have_of) < 0;
+	if (k->comm && k->comm->ops->broadcast(k->comm, h, sizeof(*h), 0, e2, sizeof(e2)) < 0) {
+		failf(err, errlen, "resuming: %s", e2);
+		goto out;
+	}
+	if (h->failed) {
+		failf(err, errlen, "%s%s", k->rank ? "rank 0: " : "", h->msg);
+		goto out;
+	}
+	if (!h->found) {
+		rv = 0;
+		goto out;
+	}
+	/* the optimizer state: rank 0 sends each whole buffer, every rank keeps its shard */
+	int n;
+	struct optim_state_buf *sb = optim_state(k->o, &n);
+	size_t total = k->m->param_total;
+	if (n > 0 && !(full = calloc(total ? total : 1, sizeof(float)))) {
+		failf(err, errlen, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		int bad = 0;
+		if (k->rank == 0) {
+			const struct st_tensor *t = st_find(&of, sb[i].name);
+			if (!t || strcmp(t->dtype, "F32") != 0 || t->end - t->begin != total * 4)
+				bad = 1;
+			else
+				memcpy(full, st_data(&of, t), total * sizeof(float));
+		}
+		if (k->comm && (k->comm->ops->broadcast(k->comm, &bad, sizeof(bad), 0, e2,
+							sizeof(e2)) < 0 ||
+				k->comm->ops->broadcast(k->comm, full, total * sizeof(float), 0, e2,
+							sizeof(e2)) < 0)) {
+			failf(err, errlen, "resuming: %s", e2);
+			goto out;
+		}
+		if (bad) {
+			failf(err, errlen,
+			      "%s/optim.safetensors: no F32 tensor \"%s\" of %zu floats; the "
+			      "checkpoint does not fit this optimizer",
+			      h->from, sb[i].name, total);
+			goto out;
+		}
+		memcpy(sb[i].data, full + sb[i].offset, sb[i].count * sizeof(float));
+	}
+	k->o->step = h->optim_step;
+	pos->step = h->step;
+	pos->epoch = h->epoch;
+	pos->offset = h->offset;
+	snprintf(from, fromlen, "%s", h->from);
+	k->last_saved = h->step;
+	rv = 1;
+out:
+	if (have_of)
+		st_close(&of);
+	free(full);
+	free(h);
+	return rv;
+}

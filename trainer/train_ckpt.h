@@ -1,0 +1,48 @@
+/* train_ckpt.h — what the training loop saves in a checkpoint and restores from one: weights
+ * (model.safetensors), optimizer state (optim.safetensors, whole even when ZeRO-1 shards it),
+ * and the position (step, epoch, sampler offset) with a fingerprint of the config parts that
+ * must not change. Every function is collective over the ranks: rank 0 reads and writes
+ * the files, the others receive what it read (no shared file system needed). */
+#ifndef DPTRAIN_TRAIN_CKPT_H
+#define DPTRAIN_TRAIN_CKPT_H
+
+#include <stddef.h>
+
+#include "comm.h"
+#include "config.h"
+#include "nn.h"
+#include "optim.h"
+
+struct train_ckpt {
+	const struct cfg *c;
+	struct nn_model *m;
+	struct optim *o;
+	struct comm *comm; /* NULL for one rank */
+	int rank, world_size;
+	char root[4096]; /* the checkpoint directory */
+	char fingerprint[512];
+	long last_saved; /* step of the last checkpoint written, -1 */
+};
+
+/* Where we are: after `step` optimizer steps, in epoch `epoch` (0-based) at global sampler
+ * offset `offset` (0 with epoch + 1 at an epoch's end). */
+struct train_pos {
+	long step;
+	int epoch;
+	size_t offset;
+};
+
+void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,
+		     struct nn_model *m, struct optim *o, struct comm *comm, int rank,
+		     int world_size);
+
+/* Per checkpoint.resume: nothing (0), or the weights, optimizer state and position restored
+ * on every rank (1, *pos and *from set). auto skips invalid checkpoints with a warning on
+ * stderr; a checkpoint of another model is an error. */
+int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, size_t fromlen,
+		      char *err, size_t errlen);
+
+/* Writes a checkpoint of the current weights and optimizer state at pos. */
+int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err, size_t errlen);
+
+#endif
