@@ -1,0 +1,133 @@
+#!/bin/sh
+# t0820-preempt.t — preemption under the project's local Slurm: scancel --signal=USR1, a time
+# limit with sbatch --signal=USR1@N, and a requeued --requeue job that resumes by itself from
+# its checkpoint (same job id, same output directory). Owns its trash directory and cluster.
+
+test_description='SIGUSR1/SIGTERM from Slurm: checkpoint, exit 4, requeue resumes'
+
+. "$(dirname "$0")/sharness.sh"
+
+if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
+	skip_all='the plugin or dptrain-launch is not built'
+	test_done
+fi
+if ! test_have_prereq LOCALCLUSTER || ! test_have_prereq FMNIST; then
+	skip_all='needs root, slurm-wlm, munge (make deps) and dataset-fashion-mnist'
+	test_done
+fi
+
+# wait_for FILE PATTERN SECONDS
+wait_for() {
+	_i=0
+	while ! grep -q "$2" "$1" 2>/dev/null && [ $_i -lt $(($3 * 10)) ]; do
+		sleep 0.1; _i=$((_i + 1))
+	done
+	grep -q "$2" "$1"
+}
+# wait_pending JOBID SECONDS: the job is back in the queue, waiting
+wait_pending() {
+	_i=0
+	while [ "$(squeue -h -j "$1" -o %T 2>/dev/null)" != PENDING ] && [ $_i -lt $(($2 * 10)) ]; do
+		sleep 0.1; _i=$((_i + 1))
+	done
+	[ "$(squeue -h -j "$1" -o %T 2>/dev/null)" = PENDING ]
+}
+# wait_gone JOBID SECONDS: the job left the queue
+wait_gone() {
+	_i=0
+	while [ -n "$(squeue -h -j "$1" -o %T 2>/dev/null)" ] && [ $_i -lt $(($2 * 10)) ]; do
+		sleep 0.1; _i=$((_i + 1))
+	done
+	[ -z "$(squeue -h -j "$1" -o %T 2>/dev/null)" ]
+}
+
+test_expect_success 'setup: a Slurm with the plugin, a long job' '
+	dp_cluster_start -c 4 &&
+	cat >job.json <<-EOF
+	{
+	  "seed": 7,
+	  "model": {"name": "mlp", "num_classes": 10, "input_shape": [1, 28, 28], "hidden": [128, 64]},
+	  "data": {"format": "idx", "dir": "/usr/share/datasets/fashion-mnist", "batch_size": 32,
+	           "drop_remainder": true},
+	  "optimizer": {"name": "momentum", "lr": 0.05, "momentum": 0.9},
+	  "train": {"epochs": 0, "max_steps": 10000000, "log_every": 10, "threads": 1},
+	  "output": {"dir": "$PWD/out/%j.%s"}
+	}
+	EOF
+	dptrain --check job.json >/dev/null
+'
+
+test_expect_success 'scancel --signal=USR1: both ranks stop after one step, checkpoint, exit 4' '
+	{ timeout 120 srun -n2 --dptrain=job.json dptrain >s.out 2>s.err & } &&
+	srun_pid=$! &&
+	wait_for s.out "step: 50," 60 &&
+	jid=$(squeue -h -o %i | head -n 1) &&
+	scancel --signal=USR1 "$jid" &&
+	{ wait $srun_pid; s=$?; } && echo "srun exit $s" && cat s.err &&
+	grep "tasks 0-1: Exited with exit code 4" s.err &&
+	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" s.out) &&
+	test -f "out/$jid.0/checkpoints/step-$at/state.json" &&
+	grep "stopped at step $at on request" s.out
+'
+
+test_expect_success 'the next job resumes from it with --resume' '
+	ck=$(ls -d out/*.0/checkpoints/step-* | head -n 1) &&
+	timeout 120 srun -n2 --dptrain=job.json dptrain --resume "$PWD/$ck" train.max_steps=$((at + 10)) >r.out 2>&1 &&
+	grep "resuming from $PWD/$ck: step $at" r.out &&
+	grep "dptrain: done: $((at + 10)) steps" r.out
+'
+
+test_expect_success 'a time limit with sbatch --signal=USR1@50: checkpoint before the end' '
+	cat >limit.sh <<-\EOF &&
+	#!/bin/sh
+	#SBATCH -n 2
+	#SBATCH --time=1
+	#SBATCH --signal=USR1@50
+	srun dptrain
+	echo "srun exit $?"
+	EOF
+	jid=$(sbatch --parsable --dptrain=job.json -o limit.out limit.sh) &&
+	wait_gone "$jid" 90 &&
+	cat limit.out &&
+	grep "stopping on request at step" limit.out &&
+	grep "^srun exit 4" limit.out &&
+	ls "out/$jid.0/checkpoints/" | grep step-
+'
+
+test_expect_success 'sbatch --requeue: a requeued job resumes by itself and finishes' '
+	cat >requeue.sh <<-\EOF &&
+	#!/bin/sh
+	#SBATCH -n 2
+	#SBATCH --requeue
+	# the first run trains "forever"; the requeued one (same job id, same output directory)
+	# resumes by itself and is asked for 20 more steps so the test ends
+	steps=
+	if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then
+		last=$(cat "out/$SLURM_JOB_ID.0/checkpoints/latest")
+		steps="train.max_steps=$((${last#step-} + 20))"
+	fi
+	echo "run ${SLURM_RESTART_COUNT:-0}"
+	srun dptrain $steps
+	echo "srun exit $?"
+	EOF
+	jid=$(sbatch --parsable --dptrain=job.json -o requeue.out --open-mode=append requeue.sh) &&
+	wait_for requeue.out "step: 50," 60 &&
+	scontrol requeue "$jid" &&
+	wait_for requeue.out "stopped at step .* on request" 60 &&
+	wait_pending "$jid" 30 &&
+	# Slurm holds a requeued job for a while (BeginTime); an admin may release it at once
+	scontrol update JobId="$jid" StartTime=now &&
+	wait_gone "$jid" 90 &&
+	cat requeue.out &&
+	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" requeue.out) &&
+	grep "^run 1" requeue.out &&
+	grep "resuming from .*out/$jid.0/checkpoints/step-$at: step $at" requeue.out &&
+	grep "dptrain: done: $((at + 20)) steps" requeue.out &&
+	grep "^srun exit 0" requeue.out
+'
+
+test_expect_success 'stop the cluster; nothing left running' '
+	dp_cluster_stop
+'
+
+test_done
