@@ -131,6 +131,22 @@ test_expect_success FMNIST 'checkpoint.resume=never starts fresh; keep=2 keeps t
 	ls r1/checkpoints >list && test "$(cat list | tr "\n" " ")" = "latest step-30 step-40 "
 '
 
+test_expect_success FMNIST,ROOT 'a full disk: a clear error, exit 3, the previous checkpoint intact' '
+	mkdir full &&
+	mount -t tmpfs -o size=1200k tmpfs full &&
+	test_when_finished "umount full" &&
+	test_expect_code 3 dptrain mlp.json output.dir=d1 checkpoint.dir=full/ck \
+		checkpoint.every_steps=5 >d1.out 2>d1.err &&
+	cat d1.err &&
+	grep "step-10.*disk is full" d1.err &&
+	ls full/ck >list && test "$(cat list | tr "\n" " ")" = "latest step-5 " &&
+	/usr/bin/python3 -c "import sys, json, zlib
+d = json.load(open(sys.argv[1] + \"/state.json\"))
+for n, f in d[\"files\"].items():
+    b = open(sys.argv[1] + \"/\" + n, \"rb\").read()
+    assert len(b) == f[\"bytes\"] and zlib.crc32(b) == f[\"crc32\"], n" full/ck/step-5
+'
+
 test_expect_success FMNIST,LAUNCH 'SIGTERM: every rank stops after the same step, checkpoints, exits 4; resuming is bit-exact' '
 	dptrain-run -n 2 -o g mlp.json dptrain mlp.json data.batch_size=32 train.max_steps=3000 \
 		train.log_every=1 >g.out 2>&1 &
