@@ -302,7 +302,7 @@ install: all
 	for m in doc/*.1; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man1/; done; true
 	for m in doc/*.5; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man5/; done; true
 	for m in doc/*.8; do [ -e "$$m" ] && install -m 644 $$m $(DESTDIR)$(MANDIR)/man8/; done; true
-	install -m 644 contrib/examples/*.json $(DESTDIR)$(DATADIR)/examples/
+	install -m 644 contrib/examples/*.json contrib/examples/*.sbatch $(DESTDIR)$(DATADIR)/examples/
 	sed 's|@LIBDIR@|$(LIBDIR)|g; s|@BINDIR@|$(BINDIR)|g' contrib/plugstack.conf.in \
 		> $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/dptrain.conf.example
 	chmod 644 $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/dptrain.conf.example

@@ -71,27 +71,23 @@ test_expect_success 'scancel --signal=USR1: both ranks stop after one step, chec
 '
 
 test_expect_success 'the next job resumes from it with --resume' '
-	ck=$(ls -d out/*.0/checkpoints/step-* | head -n 1) &&
+	ck=out/$jid.0/checkpoints/step-$at &&
 	timeout 120 srun -n2 --dptrain=job.json dptrain --resume "$PWD/$ck" train.max_steps=$((at + 10)) >r.out 2>&1 &&
 	grep "resuming from $PWD/$ck: step $at" r.out &&
 	grep "dptrain: done: $((at + 10)) steps" r.out
 '
 
-test_expect_success 'a time limit with sbatch --signal=USR1@50: checkpoint before the end' '
-	cat >limit.sh <<-\EOF &&
-	#!/bin/sh
-	#SBATCH -n 2
-	#SBATCH --time=1
-	#SBATCH --signal=USR1@50
-	srun dptrain
-	echo "srun exit $?"
-	EOF
-	jid=$(sbatch --parsable --dptrain=job.json -o limit.out limit.sh) &&
-	wait_gone "$jid" 90 &&
+test_expect_success 'contrib/examples/requeue.sbatch at a time limit: USR1, checkpoint, requeues itself, resumes' '
+	jid=$(sbatch --parsable --dptrain=job.json --ntasks=2 --time=1 --signal=USR1@50 \
+		-o limit.out "$DPTRAIN_SRC_DIR/contrib/examples/requeue.sbatch") &&
+	wait_for limit.out "requeueing job $jid" 90 &&
+	wait_pending "$jid" 30 &&
+	scontrol update JobId="$jid" StartTime=now &&
+	wait_for limit.out "resuming from" 60 &&
+	scancel "$jid" && wait_gone "$jid" 60 &&
 	cat limit.out &&
-	grep "stopping on request at step" limit.out &&
-	grep "^srun exit 4" limit.out &&
-	ls "out/$jid.0/checkpoints/" | grep step-
+	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" limit.out | head -n 1) &&
+	grep "resuming from .*out/$jid.0/checkpoints/step-$at: step $at" limit.out
 '
 
 test_expect_success 'sbatch --requeue: a requeued job resumes by itself and finishes' '
