@@ -200,6 +200,31 @@ endif
 CFLAGS += -fopenmp
 LDFLAGS += -fopenmp
 
+# The CUDA backend and NCCL: trainer/*.cu through nvcc (sm_90 code plus PTX for newer GPUs),
+# CUDA-side C files against the toolkit's headers. Built wherever the toolkit is, GPU or not.
+CUDA_SRC := $(wildcard trainer/*.cu)
+ifeq ($(HAVE_CUDA)$(if $(NVCC),yes,no),yesyes)
+CPPFLAGS     += -DHAVE_CUDA=1 $(CUDA_CFLAGS)
+TRAINER_LIBS += $(CUDA_LIBS) -lcudart -lcublas
+ifeq ($(HAVE_CUDNN),yes)
+CPPFLAGS     += -DHAVE_CUDNN=1
+TRAINER_LIBS += -lcudnn
+endif
+ifeq ($(HAVE_NCCL),yes)
+CPPFLAGS     += -DHAVE_NCCL=1
+TRAINER_LIBS += -lnccl
+endif
+NVCC_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -Werror all-warnings
+$(O)/obj/%.o: %.cu
+	@mkdir -p $(@D)
+	@$(if $(filter 0,$(V)),echo "  NVCC    $<",:)
+	$(Q)$(NVCC) $(filter -D% -I%,$(CPPFLAGS)) -Itrainer $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+$(LIBTRAINER): $(call obj,$(CUDA_SRC:.cu=.c))
+else
+CUDA_SRC :=
+endif
+
 $(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
 	$(link) $^ $(TRAINER_LIBS)
 
