@@ -64,7 +64,8 @@ test_expect_success 'scancel --signal=USR1: both ranks stop after one step, chec
 	jid=$(squeue -h -o %i | head -n 1) &&
 	scancel --signal=USR1 "$jid" &&
 	{ wait $srun_pid; s=$?; } && echo "srun exit $s" && cat s.err &&
-	grep "tasks 0-1: Exited with exit code 4" s.err &&
+	test $s = 4 &&
+	grep "Exited with exit code 4" s.err && ! grep "Exited with exit code [0-35-9]" s.err &&
 	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" s.out) &&
 	test -f "out/$jid.0/checkpoints/step-$at/state.json" &&
 	grep "stopped at step $at on request" s.out
@@ -77,17 +78,34 @@ test_expect_success 'the next job resumes from it with --resume' '
 	grep "dptrain: done: $((at + 10)) steps" r.out
 '
 
-test_expect_success 'contrib/examples/requeue.sbatch at a time limit: USR1, checkpoint, requeues itself, resumes' '
-	jid=$(sbatch --parsable --dptrain=job.json --ntasks=2 --time=1 --signal=USR1@50 \
-		-o limit.out "$DPTRAIN_SRC_DIR/contrib/examples/requeue.sbatch") &&
-	wait_for limit.out "requeueing job $jid" 90 &&
-	wait_pending "$jid" 30 &&
-	scontrol update JobId="$jid" StartTime=now &&
-	wait_for limit.out "resuming from" 60 &&
-	scancel "$jid" && wait_gone "$jid" 60 &&
+test_expect_success 'a time limit with sbatch --signal=USR1@50: checkpoint before the end' '
+	cat >limit.sh <<-\EOF &&
+	#!/bin/sh
+	#SBATCH -n 2
+	srun dptrain
+	echo "srun exit $?"
+	EOF
+	jid=$(sbatch --parsable --dptrain=job.json --time=1 --signal=USR1@50 -o limit.out limit.sh) &&
+	wait_gone "$jid" 120 &&
 	cat limit.out &&
-	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" limit.out | head -n 1) &&
-	grep "resuming from .*out/$jid.0/checkpoints/step-$at: step $at" limit.out
+	grep "stopping on request at step" limit.out &&
+	grep "^srun exit 4" limit.out &&
+	ls "out/$jid.0/checkpoints/" | grep step-
+'
+
+test_expect_success 'contrib/examples/requeue.sbatch: stopped by USR1, it requeues itself and resumes' '
+	jid=$(sbatch --parsable --dptrain=job.json --ntasks=2 -o example.out \
+		"$DPTRAIN_SRC_DIR/contrib/examples/requeue.sbatch") &&
+	wait_for example.out "step: 50," 60 &&
+	scancel --signal=USR1 "$jid" &&
+	wait_for example.out "requeueing job $jid" 60 &&
+	wait_pending "$jid" 60 &&
+	scontrol update JobId="$jid" StartTime=now &&
+	{ wait_for example.out "resuming from" 90 || { squeue -j "$jid"; false; }; } &&
+	scancel "$jid" && wait_gone "$jid" 60 &&
+	cat example.out &&
+	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" example.out | head -n 1) &&
+	grep "resuming from .*out/$jid.0/checkpoints/step-$at: step $at" example.out
 '
 
 test_expect_success 'sbatch --requeue: a requeued job resumes by itself and finishes' '
