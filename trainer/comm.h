@@ -64,4 +64,17 @@ static inline size_t comm_dtype_size(enum comm_dtype t)
 	return t == COMM_F64 ? 8 : 4;
 }
 
+struct comm_nccl_opts {
+	int device;	  /* this rank's GPU: one per rank, never shared */
+	double timeout_s; /* one operation, and the creation; 0: 300 */
+};
+
+/* NCCL between the ranks of the store's job, one GPU per rank (device), buffers in device
+ * memory; on builds or machines without NCCL or a GPU it fails (*c = NULL) with a message.
+ * An operation runs on the comm's own stream: what the caller's streams write to its buffers
+ * must be finished when it is called (synchronize them); its results are there when it
+ * returns. st stays owned by the caller and must outlive the comm. */
+int comm_nccl_create(struct comm **c, struct store *st, const struct comm_nccl_opts *o, char *err,
+		     size_t errlen);
+
 #endif

@@ -1,0 +1,630 @@
+/* comm_nccl.c — the NCCL engine of comm.h: one GPU per rank, buffers in device memory. Every
+ * operation is enqueued on the comm's own stream and waited for by polling, so that a dead or
+ * stalled rank, the timeout or an abort ends it with a message naming the rank (the store's
+ * verdict). Owns its NCCL communicator, stream and barrier word; not the store, not the device.
+ *
+ * Threads. NCCL allows one thread at a time on a communicator, and the abort may come from any
+ * thread: every NCCL call on it is made under `lock`, and the abort frees it (ncclCommAbort) and
+ * sets it to NULL there, so the operation's thread finds it gone at its next look. */
+#define _GNU_SOURCE
+#include "comm.h"
+#include "failf.h"
+#include "store.h"
+
+#include <stddef.h>
+
+#if defined(HAVE_NCCL) && defined(HAVE_CUDA)
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NCCL_MSG_MAX	  1024
+#define NCCL_PEER_WAIT_S  1.0	   /* after an NCCL error: for the store to name a dead rank */
+#define NCCL_SLEEP_MIN_NS 2000L	   /* the wait loop's sleep starts here and doubles ... */
+#define NCCL_SLEEP_MAX_NS 1000000L /* ... up to 1 ms */
+#define NCCL_HOST_MAX	  256
+#define NCCL_PCI_MAX	  64
+
+struct comm_nccl {
+	struct comm base; /* first: the struct comm * the caller holds */
+	struct store *st;
+	int device;
+	double timeout_s, grace_s;
+	unsigned long seq;
+	const char *op; /* the operation in progress, for messages */
+	double t0;	/* when it started: its deadline is t0 + timeout_s */
+
+	pthread_mutex_t lock; /* guards nc: one NCCL call at a time */
+	ncclComm_t nc;	      /* NULL once aborted */
+	cudaStream_t stream;
+	int *word; /* the barrier's allreduce, in device memory */
+
+	atomic_int aborted;
+	char abort_reason[NCCL_MSG_MAX]; /* written once, before aborted is set */
+
+	int failed;
+	char fail_msg[NCCL_MSG_MAX];
+};
+
+static void nccl_sleep(long *ns)
+{
+	struct timespec ts = {0, *ns};
+	nanosleep(&ts, NULL);
+	*ns = *ns * 2 > NCCL_SLEEP_MAX_NS ? NCCL_SLEEP_MAX_NS : *ns * 2;
+}
+
+/* Frees the NCCL communicator, stopping its kernels, from whichever thread; keeps the caller's
+ * current device. Under c->lock. */
+static void nc_abort_locked(struct comm_nccl *c)
+{
+	if (!c->nc)
+		return;
+	int dev = -1;
+	if (cudaGetDevice(&dev) != cudaSuccess)
+		dev = -1;
+	if (dev != c->device)
+		cudaSetDevice(c->device);
+	ncclCommAbort(c->nc); /* blocking even for a nonblocking comm; nothing to do if it fails */
+	c->nc = NULL;
+	if (dev >= 0 && dev != c->device)
+		cudaSetDevice(dev);
+}
+
+static void nc_abort(struct comm_nccl *c)
+{
+	pthread_mutex_lock(&c->lock);
+	nc_abort_locked(c);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Poisons the comm: this and every later call fail with "<op>: <message>"; the NCCL
+ * communicator is aborted, so nothing of this operation runs on. */
+static int nccl_fail(struct comm_nccl *c, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int nccl_fail(struct comm_nccl *c, char *err, size_t errlen, const char *fmt, ...)
+{
+	char msg[NCCL_MSG_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	nc_abort(c);
+	if (!c->failed) {
+		c->failed = 1;
+		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s: %.1000s", c->op, msg);
+	}
+	snprintf(err, errlen, "%s", c->fail_msg);
+	return -1;
+}
+
+static int nccl_fail_abort(struct comm_nccl *c, char *err, size_t errlen)
+{
+	return nccl_fail(c, err, errlen, "aborted: %s", c->abort_reason);
+}
+
+/* NCCL (or CUDA) failed in `call`: a dead rank is the likely cause if the store names one
+ * within a moment; otherwise the fault is this rank's, and the others are told at once rather
+ * than at their timeout. */
+static int nccl_fail_error(struct comm_nccl *c, const char *call, const char *what,
+			   const char *detail, char *err, size_t errlen)
+{
+	char verdict[NCCL_MSG_MAX], d[700] = "", me[300], msg[NCCL_MSG_MAX + 400];
+	if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+		return nccl_fail_abort(c, err, errlen);
+	if (store_poll_abort(c->st, NCCL_PEER_WAIT_S, verdict, sizeof(verdict)) == 1)
+		return nccl_fail(c, err, errlen, "%s", verdict);
+	if (detail && *detail)
+		snprintf(d, sizeof(d), " (%.600s)", detail);
+	nccl_fail(c, err, errlen, "%s failed on GPU %d: %s%s", call, c->device, what, d);
+	snprintf(msg, sizeof(msg), "%s: %s", store_rank_name(c->st, c->base.rank, me, sizeof(me)),
+		 c->fail_msg);
+	store_abort(c->st, msg);
+	return -1;
+}
+
+static int nccl_fail_nccl(struct comm_nccl *c, const char *call, ncclResult_t r, char *err,
+			  size_t errlen)
+{
+	char last[600] = "";
+	pthread_mutex_lock(&c->lock);
+	const char *l = c->nc ? ncclGetLastError(c->nc) : NULL;
+	snprintf(last, sizeof(last), "%s", l ? l : "");
+	pthread_mutex_unlock(&c->lock);
+	return nccl_fail_error(c, call, ncclGetErrorString(r), last, err, errlen);
+}
+
+static int nccl_fail_cuda(struct comm_nccl *c, const char *call, cudaError_t e, char *err,
+			  size_t errlen)
+{
+	return nccl_fail_error(c, call, cudaGetErrorString(e), cudaGetErrorName(e), err, errlen);
+}
+
+/* The operation's time is up: the store's verdict names who did not take part (the others
+ * report too, and the communicator runs on until then, so that theirs is not broken first). */
+static int nccl_timeout(struct comm_nccl *c, char *err, size_t errlen)
+{
+	char msg[NCCL_MSG_MAX];
+	int waiting_for = c->base.rank == 0 ? 1 % c->base.world_size : 0; /* NCCL does not say */
+	store_report_timeout(c->st, c->seq, c->op, waiting_for, c->timeout_s, c->grace_s, msg,
+			     sizeof(msg));
+	return nccl_fail(c, err, errlen, "%s", msg);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The operations. */
+
+static ncclDataType_t nccl_type(enum comm_dtype t)
+{
+	return t == COMM_F64 ? ncclFloat64 : ncclFloat32;
+}
+
+/* Common entry: the poison and abort checks, the op name, the sequence number, the clock. */
+static int nccl_begin(struct comm_nccl *c, const char *op, char *err, size_t errlen)
+{
+	c->op = op;
+	c->seq++;
+	c->t0 = now_s();
+	if (c->failed)
+		return failf(err, errlen, "%s", c->fail_msg);
+	if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+		return nccl_fail_abort(c, err, errlen);
+	cudaError_t e = cudaSetDevice(c->device);
+	if (e != cudaSuccess)
+		return nccl_fail_cuda(c, "cudaSetDevice", e, err, errlen);
+	return 0;
+}
+
+/* Waits for the operation that `call` enqueued (it returned enq): until the communicator is
+ * past ncclInProgress and the stream is idle, an error, the store's abort, this comm's abort,
+ * or the deadline. */
+static int nccl_wait(struct comm_nccl *c, const char *call, ncclResult_t enq, char *err,
+		     size_t errlen)
+{
+	long ns = NCCL_SLEEP_MIN_NS;
+	char msg[NCCL_MSG_MAX];
+	if (enq != ncclSuccess && enq != ncclInProgress)
+		return nccl_fail_nccl(c, call, enq, err, errlen);
+	for (;;) {
+		if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+			return nccl_fail_abort(c, err, errlen);
+		ncclResult_t r = ncclSuccess, state = ncclInProgress;
+		cudaError_t q = cudaErrorNotReady;
+		pthread_mutex_lock(&c->lock);
+		if (c->nc) {
+			r = ncclCommGetAsyncError(c->nc, &state);
+			/* until ncclSuccess the work may not be on the stream yet */
+			if (r == ncclSuccess && state == ncclSuccess)
+				q = cudaStreamQuery(c->stream);
+		}
+		int gone = !c->nc;
+		pthread_mutex_unlock(&c->lock);
+		if (gone)
+			return nccl_fail_abort(c, err, errlen);
+		if (r != ncclSuccess)
+			return nccl_fail_nccl(c, "ncclCommGetAsyncError", r, err, errlen);
+		if (state != ncclSuccess && state != ncclInProgress)
+			return nccl_fail_nccl(c, call, state, err, errlen);
+		if (q == cudaSuccess)
+			return 0;
+		if (q != cudaErrorNotReady)
+			return nccl_fail_cuda(c, "cudaStreamQuery", q, err, errlen);
+		if (store_poll_abort(c->st, 0, msg, sizeof(msg)) == 1)
+			return nccl_fail(c, err, errlen, "%s", msg);
+		if (now_s() >= c->t0 + c->timeout_s)
+			return nccl_timeout(c, err, errlen);
+		nccl_sleep(&ns);
+	}
+}
+
+/* The communicator, locked for one enqueue, or NULL (not locked) if an abort freed it. */
+static ncclComm_t nccl_hold(struct comm_nccl *c)
+{
+	pthread_mutex_lock(&c->lock);
+	ncclComm_t nc = c->nc;
+	if (!nc)
+		pthread_mutex_unlock(&c->lock);
+	return nc;
+}
+
+static int nccl_allreduce(struct comm *base, void *buf, size_t count, enum comm_dtype t,
+			  enum comm_redop op, char *err, size_t errlen)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	if (nccl_begin(c, "allreduce", err, errlen) < 0)
+		return -1;
+	if (count == 0)
+		return 0;
+	ncclComm_t nc = nccl_hold(c);
+	if (!nc)
+		return nccl_fail_abort(c, err, errlen);
+	ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t),
+				       op == COMM_AVG ? ncclAvg : ncclSum, nc, c->stream);
+	pthread_mutex_unlock(&c->lock);
+	return nccl_wait(c, "ncclAllReduce", r, err, errlen);
+}
+
+static int nccl_reduce_scatter(struct comm *base, const void *in, void *out, size_t count,
+			       enum comm_dtype t, enum comm_redop op, char *err, size_t errlen)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	if (nccl_begin(c, "reduce_scatter", err, errlen) < 0)
+		return -1;
+	if (count == 0)
+		return 0;
+	ncclComm_t nc = nccl_hold(c);
+	if (!nc)
+		return nccl_fail_abort(c, err, errlen);
+	/* out == in + rank * count is NCCL's in-place form */
+	ncclResult_t r = ncclReduceScatter(in, out, count, nccl_type(t),
+					   op == COMM_AVG ? ncclAvg : ncclSum, nc, c->stream);
+	pthread_mutex_unlock(&c->lock);
+	return nccl_wait(c, "ncclReduceScatter", r, err, errlen);
+}
+
+static int nccl_allgather(struct comm *base, const void *in, void *out, size_t count,
+			  enum comm_dtype t, char *err, size_t errlen)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	if (nccl_begin(c, "allgather", err, errlen) < 0)
+		return -1;
+	if (count == 0)
+		return 0;
+	ncclComm_t nc = nccl_hold(c);
+	if (!nc)
+		return nccl_fail_abort(c, err, errlen);
+	/* in == out + rank * count is NCCL's in-place form */
+	ncclResult_t r = ncclAllGather(in, out, count, nccl_type(t), nc, c->stream);
+	pthread_mutex_unlock(&c->lock);
+	return nccl_wait(c, "ncclAllGather", r, err, errlen);
+}
+
+static int nccl_broadcast(struct comm *base, void *buf, size_t bytes, int root, char *err,
+			  size_t errlen)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	int w = base->world_size;
+	if (nccl_begin(c, "broadcast", err, errlen) < 0)
+		return -1;
+	if (root < 0 || root >= w)
+		return nccl_fail(c, err, errlen, "root %d is not a rank (0-%d)", root, w - 1);
+	if (bytes == 0)
+		return 0;
+	ncclComm_t nc = nccl_hold(c);
+	if (!nc)
+		return nccl_fail_abort(c, err, errlen);
+	ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc, c->stream);
+	pthread_mutex_unlock(&c->lock);
+	return nccl_wait(c, "ncclBroadcast", r, err, errlen);
+}
+
+static int nccl_barrier(struct comm *base, char *err, size_t errlen)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	if (nccl_begin(c, "barrier", err, errlen) < 0)
+		return -1;
+	ncclComm_t nc = nccl_hold(c);
+	if (!nc)
+		return nccl_fail_abort(c, err, errlen);
+	ncclResult_t r = ncclAllReduce(c->word, c->word, 1, ncclInt32, ncclSum, nc, c->stream);
+	pthread_mutex_unlock(&c->lock);
+	return nccl_wait(c, "ncclAllReduce", r, err, errlen);
+}
+
+static void nccl_abort(struct comm *base, const char *reason)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	pthread_mutex_lock(&c->lock);
+	int first = !atomic_load(&c->aborted);
+	if (first) {
+		snprintf(c->abort_reason, sizeof(c->abort_reason), "%s", reason);
+		atomic_store_explicit(&c->aborted, 1, memory_order_release);
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (!first)
+		return;
+	store_abort(c->st, reason); /* first: the others hear of it while NCCL tears down */
+	nc_abort(c);
+}
+
+/* Finalize (flushes what was enqueued), then destroy; abort where that fails or hangs. */
+static void nccl_destroy(struct comm *base)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (c->nc && !c->failed && !atomic_load(&c->aborted) &&
+	    cudaSetDevice(c->device) == cudaSuccess) {
+		char msg[NCCL_MSG_MAX];
+		/* finalize waits for the comm to be quiet; a peer that left without it must not
+		 * hold the program's exit for long */
+		double deadline = now_s() + (c->timeout_s < 30 ? c->timeout_s : 30);
+		long ns = NCCL_SLEEP_MIN_NS;
+		ncclResult_t r = ncclCommFinalize(c->nc), state = r;
+		while (r == ncclSuccess || r == ncclInProgress) {
+			r = ncclCommGetAsyncError(c->nc, &state);
+			if (r != ncclSuccess || state != ncclInProgress)
+				break;
+			if (now_s() >= deadline ||
+			    store_poll_abort(c->st, 0, msg, sizeof(msg)) == 1) {
+				state = ncclInProgress;
+				break;
+			}
+			nccl_sleep(&ns);
+		}
+		if (r == ncclSuccess && state == ncclSuccess &&
+		    ncclCommDestroy(c->nc) == ncclSuccess)
+			c->nc = NULL;
+	}
+	nc_abort_locked(c);
+	pthread_mutex_unlock(&c->lock);
+	if (c->word)
+		cudaFree(c->word);
+	if (c->stream)
+		cudaStreamDestroy(c->stream);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+static const struct comm_ops nccl_ops = {
+    .name = "nccl",
+    .allreduce = nccl_allreduce,
+    .reduce_scatter = nccl_reduce_scatter,
+    .allgather = nccl_allgather,
+    .broadcast = nccl_broadcast,
+    .barrier = nccl_barrier,
+    .abort = nccl_abort,
+    .destroy = nccl_destroy,
+};
+
+/* ---------------------------------------------------------------------------------------
+ * Creation. Every rank publishes its GPU ("host\ndevice\nPCI bus id", or "E" and why it has
+ * none); rank 0 checks them all and publishes "I" + the NCCL unique id, or "E" + what is
+ * wrong, so that every rank fails with the same message; then every rank joins the NCCL
+ * communicator. */
+
+static int cuda_failf(char *err, size_t errlen, const char *call, int device, cudaError_t e)
+{
+	return failf(err, errlen, "%s for GPU %d failed: %s (%s)", call, device,
+		     cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+/* This rank's GPU, and the comm's stream and barrier word on it; info: its record. */
+static int gpu_open(struct comm_nccl *c, char *info, size_t infolen, char *err, size_t errlen)
+{
+	char host[NCCL_HOST_MAX] = "", pci[NCCL_PCI_MAX] = "";
+	int n = 0;
+	cudaError_t e = cudaGetDeviceCount(&n);
+	if (e != cudaSuccess)
+		return failf(err, errlen, "no GPU for NCCL: cudaGetDeviceCount: %s (%s)",
+			     cudaGetErrorString(e), cudaGetErrorName(e));
+	if (c->device < 0 || c->device >= n)
+		return failf(err, errlen, "no GPU %d for NCCL: this rank sees %d GPU%s", c->device,
+			     n, n == 1 ? "" : "s");
+	if ((e = cudaSetDevice(c->device)) != cudaSuccess)
+		return cuda_failf(err, errlen, "cudaSetDevice", c->device, e);
+	if ((e = cudaDeviceGetPCIBusId(pci, sizeof(pci), c->device)) != cudaSuccess)
+		return cuda_failf(err, errlen, "cudaDeviceGetPCIBusId", c->device, e);
+	if ((e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+		c->stream = NULL;
+		return cuda_failf(err, errlen, "cudaStreamCreateWithFlags", c->device, e);
+	}
+	if ((e = cudaMalloc((void **)&c->word, sizeof(int))) != cudaSuccess) {
+		c->word = NULL;
+		return cuda_failf(err, errlen, "cudaMalloc", c->device, e);
+	}
+	if ((e = cudaMemsetAsync(c->word, 0, sizeof(int), c->stream)) != cudaSuccess)
+		return cuda_failf(err, errlen, "cudaMemsetAsync", c->device, e);
+	if ((e = cudaStreamSynchronize(c->stream)) != cudaSuccess)
+		return cuda_failf(err, errlen, "cudaStreamSynchronize", c->device, e);
+	if (gethostname(host, sizeof(host) - 1) < 0 || !host[0])
+		snprintf(host, sizeof(host), "?");
+	snprintf(info, infolen, "%s\n%d\n%s", host, c->device, pci);
+	return 0;
+}
+
+struct gpu_rec {
+	char host[NCCL_HOST_MAX], pci[NCCL_PCI_MAX];
+	int device;
+};
+
+/* Rank 0: every rank's GPU record; what is wrong in why if a rank has no GPU or two ranks
+ * of a host share one. */
+static int gpus_check(struct comm_nccl *c, long gen, char *why, size_t whylen)
+{
+	int w = c->base.world_size, rv = -1;
+	/* ranks create their comms at about the same time: the creation's timeout, for all */
+	double deadline = now_s() + c->timeout_s;
+	struct gpu_rec *g = calloc((size_t)w, sizeof(*g));
+	void *v = NULL;
+	if (!g)
+		return failf(why, whylen, "out of memory (%d GPU records)", w);
+	for (int r = 0; r < w; r++) {
+		char key[128], name[300], e2[NCCL_MSG_MAX];
+		size_t len;
+		snprintf(key, sizeof(key), "dptrain.nccl.gpu.%ld.%d", gen, r);
+		store_rank_name(c->st, r, name, sizeof(name));
+		free(v);
+		v = NULL;
+		double left = deadline - now_s();
+		if (store_get(c->st, key, &v, &len, left > 0.1 ? left : 0.1, e2, sizeof(e2)) < 0) {
+			failf(why, whylen, "%s did not say which GPU it uses: %s", name, e2);
+			goto out;
+		}
+		const char *s = v;
+		if (s[0] == 'E') {
+			failf(why, whylen, "%s: %s", name, s + 1);
+			goto out;
+		}
+		const char *nl1 = strchr(s, '\n'), *nl2 = nl1 ? strchr(nl1 + 1, '\n') : NULL;
+		if (!nl2) {
+			failf(why, whylen, "%s published a bad GPU record under %s", name, key);
+			goto out;
+		}
+		snprintf(g[r].host, sizeof(g[r].host), "%.*s", (int)(nl1 - s), s);
+		g[r].device = atoi(nl1 + 1);
+		snprintf(g[r].pci, sizeof(g[r].pci), "%s", nl2 + 1);
+		for (int q = 0; q < r; q++) {
+			if (strcmp(g[q].host, g[r].host) != 0 ||
+			    strcasecmp(g[q].pci, g[r].pci) != 0)
+				continue;
+			if (g[q].device == g[r].device)
+				failf(why, whylen,
+				      "ranks %d and %d on %s both use GPU %d (PCI %s); give each "
+				      "rank its own GPU (srun --gpus-per-task=1)",
+				      q, r, g[r].host, g[r].device, g[r].pci);
+			else
+				failf(why, whylen,
+				      "ranks %d and %d on %s both use the GPU at PCI %s (their GPU "
+				      "%d and %d); give each rank its own GPU (srun "
+				      "--gpus-per-task=1)",
+				      q, r, g[r].host, g[r].pci, g[q].device, g[r].device);
+			goto out;
+		}
+	}
+	rv = 0;
+out:
+	free(v);
+	free(g);
+	return rv;
+}
+
+/* Every rank: publishes its record (info, or why it has no GPU) and gets the unique id from
+ * rank 0, or rank 0's message saying what is wrong. */
+static int nccl_rendezvous(struct comm_nccl *c, const char *info, const char *why, ncclUniqueId *id,
+			   char *err, size_t errlen)
+{
+	char key[128], rec[NCCL_MSG_MAX + 2];
+	unsigned char ans[1 + NCCL_MSG_MAX];
+	void *v = NULL;
+	size_t len;
+	long gen;
+	int rank = c->base.rank, rv = -1;
+	/* the comms this rank made before: the same count on every rank */
+	snprintf(key, sizeof(key), "dptrain.nccl.created.%d", rank);
+	if (store_add(c->st, key, 1, &gen, err, errlen) < 0)
+		return -1;
+	snprintf(key, sizeof(key), "dptrain.nccl.gpu.%ld.%d", gen, rank);
+	snprintf(rec, sizeof(rec), "%s%s", info ? "" : "E", info ? info : why);
+	if (store_set(c->st, key, rec, strlen(rec), err, errlen) < 0)
+		return -1;
+	snprintf(key, sizeof(key), "dptrain.nccl.id.%ld", gen);
+	if (rank == 0) {
+		ncclResult_t r;
+		size_t n;
+		ans[0] = 'E';
+		if (gpus_check(c, gen, (char *)ans + 1, sizeof(ans) - 1) < 0) {
+			n = 1 + strlen((char *)ans + 1);
+		} else if ((r = ncclGetUniqueId(id)) != ncclSuccess) {
+			snprintf((char *)ans + 1, sizeof(ans) - 1,
+				 "ncclGetUniqueId failed on rank 0: %s (%.600s)",
+				 ncclGetErrorString(r), ncclGetLastError(NULL));
+			n = 1 + strlen((char *)ans + 1);
+		} else {
+			ans[0] = 'I';
+			memcpy(ans + 1, id, sizeof(*id));
+			n = 1 + sizeof(*id);
+		}
+		if (store_set(c->st, key, ans, n, err, errlen) < 0)
+			return -1;
+		if (ans[0] == 'E')
+			return failf(err, errlen, "%s", (char *)ans + 1);
+		return 0;
+	}
+	/* rank 0 answers when the last record is in, or after timeout_s without it */
+	if (store_get(c->st, key, &v, &len, 2 * c->timeout_s + 10, err, errlen) < 0)
+		return -1;
+	const char *s = v;
+	if (len >= 1 && s[0] == 'E')
+		failf(err, errlen, "%s", s + 1);
+	else if (len != 1 + sizeof(*id) || s[0] != 'I')
+		failf(err, errlen, "rank 0 published a bad NCCL id under %s", key);
+	else if (!info) /* rank 0 names it; here only if its record was not read */
+		failf(err, errlen, "%s", why);
+	else {
+		memcpy(id, s + 1, sizeof(*id));
+		rv = 0;
+	}
+	free(v);
+	return rv;
+}
+
+/* ncclCommInitRankConfig, nonblocking, waited for like an operation. */
+static int nccl_init(struct comm_nccl *c, ncclUniqueId id, char *err, size_t errlen)
+{
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	cfg.blocking = 0;
+	c->op = "NCCL init";
+	c->t0 = now_s();
+	pthread_mutex_lock(&c->lock);
+	ncclResult_t r = ncclCommInitRankConfig(&c->nc, c->base.world_size, id, c->base.rank, &cfg);
+	pthread_mutex_unlock(&c->lock);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nccl_fail_nccl(c, "ncclCommInitRankConfig", r, err, errlen);
+	if (!c->nc)
+		return nccl_fail(c, err, errlen, "ncclCommInitRankConfig made no communicator");
+	/* done when the state leaves ncclInProgress; the stream is idle, so nccl_wait's
+	 * look at it passes at once */
+	return nccl_wait(c, "ncclCommInitRankConfig", r, err, errlen);
+}
+
+int comm_nccl_create(struct comm **out, struct store *st, const struct comm_nccl_opts *o, char *err,
+		     size_t errlen)
+{
+	char info[NCCL_HOST_MAX + NCCL_PCI_MAX + 32], why[NCCL_MSG_MAX] = "", e2[NCCL_MSG_MAX];
+	ncclUniqueId id;
+	int rv = -1;
+	*out = NULL;
+	struct comm_nccl *c = calloc(1, sizeof(*c));
+	if (!c)
+		return failf(err, errlen, "comm: out of memory");
+	c->base.ops = &nccl_ops;
+	c->base.rank = store_rank(st);
+	c->base.world_size = store_world_size(st);
+	c->st = st;
+	c->device = o ? o->device : 0;
+	c->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
+	/* the others time out within moments of each other: a short grace suffices */
+	c->grace_s = c->timeout_s / 10 < 1 ? 1 : c->timeout_s / 10 > 10 ? 10 : c->timeout_s / 10;
+	c->op = "comm";
+	pthread_mutex_init(&c->lock, NULL);
+
+	/* a rank without its GPU still takes part, so that rank 0 names it to everyone */
+	int have_gpu = gpu_open(c, info, sizeof(info), why, sizeof(why)) == 0;
+	if (nccl_rendezvous(c, have_gpu ? info : NULL, why, &id, e2, sizeof(e2)) < 0 ||
+	    nccl_init(c, id, e2, sizeof(e2)) < 0) {
+		failf(err, errlen, "comm: %s", e2);
+		goto out;
+	}
+	c->op = "comm";
+	*out = &c->base;
+	c = NULL;
+	rv = 0;
+out:
+	if (c)
+		nccl_destroy(&c->base);
+	return rv;
+}
+
+#else /* no NCCL or no CUDA */
+
+int comm_nccl_create(struct comm **out, struct store *st, const struct comm_nccl_opts *o, char *err,
+		     size_t errlen)
+{
+	(void)st;
+	(void)o;
+	*out = NULL;
+	return failf(err, errlen,
+		     "comm: this build has no NCCL (build dptrain where the CUDA toolkit and NCCL "
+		     "are installed, or use the CPU engine)");
+}
+
+#endif
