@@ -205,7 +205,7 @@ LDFLAGS += -fopenmp
 CUDA_SRC := $(wildcard trainer/*.cu)
 ifeq ($(HAVE_CUDA)$(if $(NVCC),yes,no),yesyes)
 CPPFLAGS     += -DHAVE_CUDA=1 $(CUDA_CFLAGS)
-TRAINER_LIBS += $(CUDA_LIBS) -lcudart -lcublas
+TRAINER_LIBS += $(CUDA_LIBS) -lcudart -lcublas -lstdc++
 ifeq ($(HAVE_CUDNN),yes)
 CPPFLAGS     += -DHAVE_CUDNN=1
 TRAINER_LIBS += -lcudnn

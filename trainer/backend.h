@@ -147,5 +147,8 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen);
 /* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
  * right; the test suite checks the other backends against it and against PyTorch. */
 struct backend *be_ref_create(char *err, size_t errlen);
+/* The CUDA backend on GPU `device` (cuDNN, cuBLAS, own kernels); NULL with err where this
+ * build or machine has none. */
+struct backend *be_cuda_create(int device, char *err, size_t errlen);
 
 #endif
