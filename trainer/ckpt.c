@@ -619,6 +619,16 @@ static void ck_prune(const char *root, long just, int keep)
 				kept++;
 				continue;
 			}
+			/* Out of the step-<N> namespace first: removing its files one by one
+			 * must never leave a step-<N>/ that a crash turns into a broken one. */
+			char gone[300];
+			snprintf(gone, sizeof(gone), "step-%ld.old-%ld-prune", v[i].step,
+				 (long)getpid());
+			if (renameat(dfd, v[i].name, dfd, gone) == 0) {
+				fsync(dfd);
+				ck_remove_dir(dfd, gone);
+				continue;
+			}
 		}
 		ck_remove_dir(dfd, v[i].name);
 	}
