@@ -252,8 +252,12 @@ static int ck_remove_dir(int dirfd, const char *name)
 		struct stat st;
 		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
 			continue;
-		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode))
+		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
 			unlinkat(fd, e->d_name, 0);
+			/* tests: a crash in the middle of a removal (t/unit/ckpt.c) */
+			if (getenv("DPTRAIN_TEST_CKPT_CRASH_IN_REMOVE"))
+				_exit(99);
+		}
 	}
 	closedir(d);
 	return unlinkat(dirfd, name, AT_REMOVEDIR);

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 struct blob {
@@ -236,6 +237,40 @@ static void test_prune(void)
 	snprintf(p, sizeof(p), "%s/step-45", root);
 	ok(exists(p), "the step just written is never pruned");
 	is_int(count_names(root, "step-", list, sizeof(list)), 1, "only it remains: %s", list);
+
+	/* Regression (contrib/bench/crash-consistency.sh): a crash while a prune removed a step's
+	 * files one by one left a step-N/ missing some of them. A prune now renames the step out
+	 * of the step-N names first, so a crash leaves at most a step-N.old-*-prune leftover,
+	 * which is never taken for a checkpoint and goes with the next write. */
+	struct ckpt c;
+	char warn[2048];
+	pid_t pid = fork();
+	if (pid == 0) { /* a process that dies half way through removing the pruned step-45 */
+		setenv("DPTRAIN_TEST_CKPT_CRASH_IN_REMOVE", "1", 1);
+		put(root, 47, 1, err, sizeof(err));
+		_exit(0);
+	}
+	int status = 0;
+	waitpid(pid, &status, 0);
+	ok(WIFEXITED(status) && WEXITSTATUS(status) == 99, "a write that crashes in its prune");
+	snprintf(p, sizeof(p), "%s/step-45", root);
+	ok(!exists(p), "... left no step-45 with some of its files (it was renamed first)");
+	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	       "... the new step is whole");
+	is_int(c.step, 47, "... step-47");
+	ckpt_close(&c);
+	snprintf(p, sizeof(p), "%s/step-44.old-77-prune", root);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/step-44.old-77-prune/state.json", root);
+	write_text(p, "{\"format\": \"dptrain-checkpoint\"}");
+	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	       "a half-pruned step is not a checkpoint");
+	is_int(c.step, 47, "... step-47 is taken");
+	ckpt_close(&c);
+	is_int(put(root, 48, 1, err, sizeof(err)), 0, "the next write");
+	ok(!exists(p), "... removes the half-pruned leftover");
+	is_int(count_names(root, ".old-", list, sizeof(list)), 0,
+	       "... and its own prune leaves no .old- directory: %s", list);
 }
 
 static void test_damage(void)
