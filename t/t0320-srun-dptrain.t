@@ -110,14 +110,14 @@ at_least() {
 
 test_expect_success FMNIST "srun -n4 --dptrain=lenet-fmnist.json dptrain (one node) reaches $lenet_min" '
 	lenet_job one &&
-	timeout 1200 srun -N1 -n4 --dptrain=one.json dptrain train.log_every=200 $lenet_args >out 2>err &&
+	timeout 1200 srun -N1 -n4 --dptrain=one.json dptrain train.log_every=50 $lenet_args >out 2>err &&
 	cat out &&
 	grep "^dptrain: 4 ranks, average of gradients" out &&
 	d=$(newest one) &&
 	acc=$(accuracy_of "$d/metrics.jsonl") && echo "accuracy $acc" &&
 	at_least "$acc" $lenet_min &&
 	grep "\"count\":10000" "$d/metrics.jsonl" &&
-	for r in 0 1 2 3; do grep -q "^epoch: 1 step: 200, loss is " "$d/device$r/train.log" || return 1; done
+	for r in 0 1 2 3; do grep -q "^epoch: 1 step: 50, loss is " "$d/device$r/train.log" || return 1; done
 '
 
 test_expect_success FMNIST "srun -N2 -n4 --dptrain=lenet-fmnist.json dptrain (two nodes) reaches $lenet_min" '

@@ -38,6 +38,7 @@ struct ddp {
 	int failed;
 	char err[DDP_ERR_MAX];
 	double wait_s;
+	float vote;
 };
 
 
@@ -165,8 +166,8 @@ static int plan_buckets(struct ddp *d, char *err, size_t errlen)
 		return 0;
 	}
 	d->b[nb - 1].last = n - 1;
-	for (int i = 0; i < nb; i++)
-		d->b[i].hi = i + 1 < nb ? d->b[i + 1].lo : m->param_total;
+	for (int i = 0; i < nb; i++) /* the last one with the vote past the gradients */
+		d->b[i].hi = i + 1 < nb ? d->b[i + 1].lo : m->param_total + 1;
 	d->nbuckets = nb;
 	return 0;
 }
@@ -259,8 +260,26 @@ int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen)
 	return ddp_broadcast_buffers(d, err, errlen);
 }
 
+void ddp_set_vote(struct ddp *d, float vote)
+{
+	d->vote = vote;
+}
+
+float ddp_votes(const struct ddp *d)
+{
+	float v = 0;
+	struct backend *be = d->m->be;
+	if (be->ops->to_host(be, &v, d->m->grads + d->m->param_total, sizeof(v)) < 0)
+		return 0;
+	return v;
+}
+
 void ddp_begin_backward(struct ddp *d, int sync)
 {
+	if (sync) {
+		struct backend *be = d->m->be;
+		be->ops->from_host(be, d->m->grads + d->m->param_total, &d->vote, sizeof(d->vote));
+	}
 	pthread_mutex_lock(&d->mu);
 	d->sync = sync;
 	if (sync) {

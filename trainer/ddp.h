@@ -11,7 +11,8 @@
  * MindSpore's all_reduce_fusion_config split indices (indices into the parameter list in
  * that same order). The nn gradient hook tells which parameters are final; a bucket is handed
  * to the communication thread once all of its parameters are, and buckets are reduced strictly
- * in index order — the same on every rank. */
+ * in index order — the same on every rank. The last bucket also carries one float past the
+ * gradients, a vote (ddp_set_vote). */
 #ifndef DPTRAIN_DDP_H
 #define DPTRAIN_DDP_H
 
@@ -21,6 +22,7 @@
 #include "nn.h"
 
 #define DDP_FIRST_BUCKET_BYTES (1u << 20) /* PyTorch's _DEFAULT_FIRST_BUCKET_BYTES */
+#define DDP_MIN_SPLIT_BYTES (512u << 10)   /* smallest cap train.c derives for small models */
 
 struct ddp_opts {
 	int gradients_mean;	   /* 1: average over ranks (PyTorch); 0: sum (MindSpore) */
@@ -55,6 +57,13 @@ void ddp_begin_backward(struct ddp *d, int sync);
 /* After the backward of a sync micro-step: waits until every bucket is reduced. Gradients
  * are then the same on every rank. */
 int ddp_finish(struct ddp *d, char *err, size_t errlen);
+
+/* A vote carried in the last bucket at no extra communication (the float after the
+ * parameters' gradients): set before ddp_begin_backward of a sync micro-step; after its
+ * ddp_finish, ddp_votes is the same on every rank and > 0 when any rank voted > 0 (the
+ * trainer's "stop after this step"). */
+void ddp_set_vote(struct ddp *d, float vote);
+float ddp_votes(const struct ddp *d);
 
 int ddp_bucket_count(const struct ddp *d);
 const struct ddp_bucket *ddp_bucket(const struct ddp *d, int i);

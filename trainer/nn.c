@@ -389,14 +389,14 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 		goto fail;
 	size_t pbytes = m->param_total * sizeof(float);
 	m->weights = be->ops->alloc(be, pbytes);
-	m->grads = be->ops->alloc(be, pbytes);
+	m->grads = be->ops->alloc(be, pbytes + NN_GRAD_SPARE * sizeof(float));
 	m->state = be->ops->alloc(be, (m->state_total ? m->state_total : 1) * sizeof(float));
 	if (!m->weights || !m->grads || !m->state) {
 		fail(err, errlen, "cannot allocate %zu parameters of model %s", m->param_total, name);
 		goto fail;
 	}
 	if (be->ops->fill(be, m->weights, 0.0f, m->param_total) < 0 ||
-	    be->ops->fill(be, m->grads, 0.0f, m->param_total) < 0) {
+	    be->ops->fill(be, m->grads, 0.0f, m->param_total + NN_GRAD_SPARE) < 0) {
 		fail(err, errlen, "%s", be->err);
 		goto fail;
 	}

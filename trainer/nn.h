@@ -11,6 +11,7 @@
 #include "backend.h"
 
 #define NN_NAME_MAX 80
+#define NN_GRAD_SPARE 16 /* floats past param_total in model->grads (see there) */
 #define NN_OPS_CACHED 4 /* ops kept per node: one per batch size seen (train, last, eval) */
 
 enum nn_kind {
@@ -93,7 +94,8 @@ struct nn_model {
 	struct nn_buffer *bufs;
 	size_t param_total, state_total;
 	float *weights;		 /* flat, backend memory; reverse execution order */
-	float *grads;		 /* same layout */
+	float *grads;		 /* same layout, then NN_GRAD_SPARE floats the model never
+				  * touches: DDP carries its control values there */
 	float *state;		 /* BN running mean/var */
 	int64_t batches_tracked; /* BN num_batches_tracked (same for every BN layer) */
 	int capacity;		 /* batch size activations are allocated for */

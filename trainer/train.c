@@ -358,6 +358,15 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	if (env->comm) {
 		const struct cfg_parallel *p = &c->parallel;
 		size_t cap = (size_t)(p->bucket_cap_mb * 1024 * 1024);
+		/* A small model would fit one or two 25 MB buckets, and the last one waits for the
+		 * end of backward: no overlap at all. Buckets are also kept to a quarter of the
+		 * gradient, down to DDP_MIN_SPLIT_BYTES, below which a bucket's latency would cost
+		 * more than its overlap gains. */
+		size_t quarter = m.param_total * sizeof(float) / 4;
+		if (quarter < DDP_MIN_SPLIT_BYTES)
+			quarter = DDP_MIN_SPLIT_BYTES;
+		if (cap > quarter)
+			cap = quarter;
 		struct ddp_opts dop = {
 			.gradients_mean = p->gradients_mean,
 			.bucket_bytes = cap,
@@ -504,6 +513,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1, step + 1);
 					goto out;
 				}
+				if (ddp && micro == accum - 1) /* asked to stop: vote with the gradients */
+					ddp_set_vote(ddp, env->stop && *env->stop ? 1.0f : 0.0f);
 				if (ddp)
 					ddp_begin_backward(ddp, micro == accum - 1);
 				if (nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
@@ -564,17 +575,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				n_since_log = 0;
 			}
 			/* a stop request (SIGTERM, SIGUSR1) on any rank stops every rank after
-			 * this same step */
-			int stop = 0;
-			if (env->stop && (stop = *env->stop != 0, env->comm)) {
-				double f = stop;
-				if (env->comm->ops->allreduce(env->comm, &f, 1, COMM_F64, COMM_SUM, le,
-							      sizeof(le)) < 0) {
-					failf(err, errlen, "step %ld: %s", step, le);
-					goto out;
-				}
-				stop = f > 0;
-			}
+			 * this same step: the ranks' votes travelled with the gradients */
+			int stop = ddp ? ddp_votes(ddp) > 0 : env->stop && *env->stop;
 			int epoch_end = s + 1 == s0 + nsteps || step == total;
 			if (stop || (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
 				struct train_pos at = {

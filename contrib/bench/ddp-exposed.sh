@@ -50,15 +50,16 @@ for model in mlp lenet; do
 	cfg="$top/contrib/examples/$model-fmnist.json"
 	batch=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["data"]["batch_size"])' "$cfg")
 	set -- data.format=synthetic data.train.size=200000 data.eval=null train.epochs=0 \
-		train.max_steps="$steps" train.log_every=20 train.threads=1 parallel.bucket_cap_mb=$cap
-	"$bin/dptrain-run" -n 2 -o "$work/$model.sync" "$cfg" "$bin/dptrain" "$cfg" "$@" >/dev/null 2>&1
-	"$bin/dptrain" "$cfg" "$@" output.dir="$work/$model.a" >/dev/null 2>&1 &
+		train.max_steps="$steps" train.log_every=20 train.threads=1 parallel.bucket_cap_mb=$cap \
+		checkpoint.resume=never checkpoint.every_epochs=0
+	"$bin/dptrain-run" -n 2 -o "$work/$model.$cap.sync" "$cfg" "$bin/dptrain" "$cfg" "$@" >/dev/null 2>&1
+	"$bin/dptrain" "$cfg" "$@" output.dir="$work/$model.$cap.a" >/dev/null 2>&1 &
 	a=$!
-	"$bin/dptrain" "$cfg" "$@" output.dir="$work/$model.b" >/dev/null 2>&1
+	"$bin/dptrain" "$cfg" "$@" output.dir="$work/$model.$cap.b" >/dev/null 2>&1
 	wait $a
-	ts=$(step_ms "$work/$model.sync/metrics.jsonl" "$batch" 2)
-	tn=$(step_ms "$work/$model.a/metrics.jsonl" "$batch" 1)
-	tw=$(wait_ms "$work/$model.sync/metrics.jsonl")
+	ts=$(step_ms "$work/$model.$cap.sync/metrics.jsonl" "$batch" 2)
+	tn=$(step_ms "$work/$model.$cap.a/metrics.jsonl" "$batch" 1)
+	tw=$(wait_ms "$work/$model.$cap.sync/metrics.jsonl")
 	awk -v m="$model" -v b="$batch" -v s="$ts" -v n="$tn" -v w="$tw" \
 		'BEGIN { printf "| %s | %d | %.3f | %.3f | %.1f%% | %.3f |\n", m, b, s, n, 100 * (s - n) / s, w }'
 done

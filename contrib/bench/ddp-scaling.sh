@@ -42,7 +42,8 @@ for model in mlp lenet; do
 		t=$((cores / n)); [ "$t" -ge 1 ] || t=1
 		"$bin/dptrain-run" -n "$n" -o "$work/$model.$n" "$cfg" "$bin/dptrain" "$cfg" \
 			data.format=synthetic data.train.size=400000 data.eval=null train.epochs=0 \
-			train.max_steps="$steps" train.log_every=20 train.threads="$t" >/dev/null 2>&1
+			train.max_steps="$steps" train.log_every=20 train.threads="$t" \
+			checkpoint.resume=never checkpoint.every_epochs=0 >/dev/null 2>&1
 		d=$(median_ips "$work/$model.$n/metrics.jsonl")
 		p=$(torch_ips "$model" "$n" "$t" "$batch")
 		awk -v m="$model" -v n="$n" -v t="$t" -v d="$d" -v p="$p" \

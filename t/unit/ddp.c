@@ -111,8 +111,8 @@ static void check_plan(struct ddp *d, struct nn_model *m, size_t first_cap, size
 		good &= on_boundary;
 		at = b->hi;
 	}
-	ok(good && at == m->param_total, "%s: %d buckets tile the gradient buffer at parameter "
-					  "boundaries within their caps",
+	ok(good && at == m->param_total + 1, "%s: %d buckets tile the gradient buffer (and the "
+					      "vote after it) at parameter boundaries within their caps",
 	   what, nb);
 }
 
@@ -223,6 +223,12 @@ static void reduction(void)
 	for (size_t i = 0; i < m.param_total; i++)
 		same &= m.grads[i] == 2 * plain[i];
 	ok(same, "gradients_mean false: the sum over 2 ranks (each gradient doubled)");
+	ddp_set_vote(d, 1.0f);
+	step(&m, d, &rc, 1, 0, x, y, N);
+	is_double(ddp_votes(d), 2.0, 0, "a vote travels with the last bucket (summed: 2 ranks)");
+	ddp_set_vote(d, 0.0f);
+	step(&m, d, &rc, 1, 0, x, y, N);
+	is_double(ddp_votes(d), 0.0, 0, "... and no vote is 0");
 
 	/* Overlap: with small buckets the first one is reduced while backward still runs. The
 	 * communication thread is woken by a condition variable, so allow a few tries on a
