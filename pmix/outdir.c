@@ -1,12 +1,10 @@
 /* outdir.c — the output directory of a step: its name from a pattern (%j, %s), creating it
  * when many ranks race to, and atomic writes of the files in it. Must not decide what goes
  * into the files (env_export.c, ranktable/ do). */
-#define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
+#include "atomic_file.h"
 #include "launch.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,60 +107,20 @@ int launch_mkdir_p(const char *path, char *err, size_t errlen)
 
 int launch_write_all(int fd, const char *p, size_t len)
 {
-	while (len > 0) {
-		ssize_t n = write(fd, p, len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		p += n;
-		len -= (size_t)n;
-	}
-	return 0;
+	return af_write_fd(fd, p, len);
 }
 
 int launch_write_atomic(const char *path, const char *data, size_t len, char *err, size_t errlen)
 {
-	char tmp[LAUNCH_PATH_MAX + 16], dir[LAUNCH_PATH_MAX];
-	int fd = -1, dfd, rv = -1;
+	struct af_file f;
 
-	if (snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= (int)sizeof(tmp)) {
-		snprintf(err, errlen, "file name is too long: '%.80s...'", path);
-		return -1;
-	}
-	fd = mkostemp(tmp, O_CLOEXEC);
-	if (fd < 0) {
+	/* Opened apart from the rest to keep this message: launch_files.c checks it. */
+	if (af_open(&f, path, 0644, err, errlen) < 0) {
 		snprintf(err, errlen, "cannot create a temporary file next to '%s': %s", path,
 			 strerror(errno));
 		return -1;
 	}
-	if (launch_write_all(fd, data, len) != 0 || fchmod(fd, 0644) != 0 || fsync(fd) != 0) {
-		snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
-		goto out;
-	}
-	if (close(fd) != 0) {
-		fd = -1;
-		snprintf(err, errlen, "cannot write '%s': %s", tmp, strerror(errno));
-		goto out;
-	}
-	fd = -1;
-	if (rename(tmp, path) != 0) {
-		snprintf(err, errlen, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-		goto out;
-	}
-	tmp[0] = '\0';
-	/* The rename itself must survive a crash too. */
-	snprintf(dir, sizeof(dir), "%s", path);
-	dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-	rv = 0;
-out:
-	if (fd >= 0)
-		close(fd);
-	if (tmp[0] && rv != 0)
-		unlink(tmp);
-	return rv;
+	if (af_write_chunk(&f, data, len, err, errlen) < 0)
+		return -1;
+	return af_commit(&f, err, errlen);
 }

@@ -2,8 +2,9 @@
  * renamed into place, validation against its state.json, the choice of the newest valid step,
  * pruning. Removes only what it recognises as its own (plain files inside step directories and
  * the directories themselves) and never follows a symbolic link; knows nothing of file contents. */
-#define _GNU_SOURCE /* renameat2, mkostemp */
+#define _GNU_SOURCE /* renameat2 */
 #include "ckpt.h"
+#include "atomic_file.h"
 #include "failf.h"
 
 #include <dirent.h>
@@ -121,64 +122,21 @@ static int ck_mkdir_p(const char *root, char *err, size_t errlen)
 	return 0;
 }
 
-static int ck_write_all(int fd, const char *p, size_t len)
-{
-	while (len > 0) {
-		ssize_t put = write(fd, p, len);
-		if (put < 0 && errno == EINTR)
-			continue;
-		if (put < 0)
-			return -1;
-		p += put;
-		len -= (size_t)put;
-	}
-	return 0;
-}
-
-/* dir/name = text, through a temporary in dir, fsync, rename, fsync of dir. */
+/* dir/name = text, atomically (atomic_file.c), with advice when the disk is full. */
 static int ck_write_atomic(const char *dir, const char *name, const char *text, char *err,
 			   size_t errlen)
 {
-	char tmp[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
-	int fd = -1, rv = -1, n;
+	char path[CKPT_PATH_MAX];
+	size_t used;
 
 	if (ck_join(path, dir, name, err, errlen) < 0)
 		return -1;
-	n = snprintf(tmp, sizeof(tmp), "%s/%s.tmp-%ld-XXXXXX", dir, name, (long)getpid());
-	if (n < 0 || n >= (int)sizeof(tmp))
-		return failf(err, errlen, "%s: path too long", path);
-	if ((fd = mkostemp(tmp, O_CLOEXEC)) < 0) {
-		int e = errno;
-		tmp[0] = '\0';
-		failf(err, errlen, "%s: cannot create a temporary file in %s: %s%s", path, dir,
-		      strerror(e), ck_full(e));
-		goto out;
-	}
-	if (fchmod(fd, 0644) < 0 || ck_write_all(fd, text, strlen(text)) < 0 || fsync(fd) < 0) {
-		int e = errno;
-		failf(err, errlen, "%s: cannot write: %s%s", tmp, strerror(e), ck_full(e));
-		goto out;
-	}
-	n = close(fd);
-	fd = -1;
-	if (n < 0) {
-		int e = errno;
-		failf(err, errlen, "%s: cannot write: %s%s", tmp, strerror(e), ck_full(e));
-		goto out;
-	}
-	if (rename(tmp, path) < 0) {
-		failf(err, errlen, "%s: cannot rename %s into place: %s", path, tmp,
-		      strerror(errno));
-		goto out;
-	}
-	tmp[0] = '\0';
-	rv = ck_fsync_dir(dir, err, errlen);
-out:
-	if (fd >= 0)
-		close(fd);
-	if (tmp[0])
-		unlink(tmp);
-	return rv;
+	if (af_write(path, text, strlen(text), 0644, err, errlen) == 0)
+		return 0;
+	used = strnlen(err, errlen);
+	if (used + 1 < errlen)
+		snprintf(err + used, errlen - used, "%s", ck_full(errno));
+	return -1;
 }
 
 /* Size and CRC-32 of dir/name, a regular file (a symbolic link is refused); fsyncs it first

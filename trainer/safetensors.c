@@ -1,11 +1,11 @@
 /* safetensors.c — safetensors reader (mmap + validation) and atomic writer. */
 #define _GNU_SOURCE
 #include "safetensors.h"
+#include "atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,27 +189,12 @@ const void *st_data(const struct st_file *f, const struct st_tensor *t)
 	return f->map + f->data_start + t->begin;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n) {
-		ssize_t w = write(fd, c, n);
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		c += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 int st_write_atomic(const char *path, const struct st_entry *e, int n, const char *metadata_json,
 		    char *err, size_t errlen)
 {
-	int rv = -1, fd = -1;
-	char *tmp = NULL, *hdr_text = NULL, *dcopy = NULL;
+	int rv = -1;
+	char *hdr_text = NULL;
+	struct af_file af = {.fd = -1};
 	json_t *hdr = json_object();
 	size_t off = 0;
 	if (!hdr)
@@ -256,55 +241,22 @@ int st_write_atomic(const char *path, const struct st_entry *e, int n, const cha
 	for (int i = 0; i < 8; i++)
 		len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
 
-	if (asprintf(&tmp, "%s.tmp.%ld", path, (long)getpid()) < 0) {
-		tmp = NULL;
-		goto oom;
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		snprintf(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+	if (af_open(&af, path, 0644, err, errlen) < 0 ||
+	    af_write_chunk(&af, len8, 8, err, errlen) < 0 ||
+	    af_write_chunk(&af, hdr_text, hlen, err, errlen) < 0)
 		goto out;
-	}
-	if (write_all(fd, len8, 8) < 0 || write_all(fd, hdr_text, hlen) < 0)
-		goto ioerr;
 	for (int i = 0; i < n; i++)
-		if (write_all(fd, e[i].data, e[i].nbytes) < 0)
-			goto ioerr;
-	if (fsync(fd) < 0)
-		goto ioerr;
-	if (close(fd) < 0) {
-		fd = -1;
-		goto ioerr;
-	}
-	fd = -1;
-	if (rename(tmp, path) < 0)
-		goto ioerr;
-	dcopy = strdup(path);
-	if (dcopy) {
-		int dfd = open(dirname(dcopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dfd >= 0) {
-			fsync(dfd);
-			close(dfd);
-		}
-	}
-	free(tmp);
-	tmp = NULL;
-	rv = 0;
-	goto out;
-ioerr:
-	snprintf(err, errlen, "%s: write failed: %s (nothing was replaced)", path, strerror(errno));
+		if (af_write_chunk(&af, e[i].data, e[i].nbytes, err, errlen) < 0)
+			goto out;
+	rv = af_commit(&af, err, errlen);
 	goto out;
 oom:
 	snprintf(err, errlen, "%s: out of memory", path);
 out:
-	if (fd >= 0)
-		close(fd);
-	if (tmp) {
-		unlink(tmp);
-		free(tmp);
-	}
-	free(dcopy);
+	af_abort(&af);
+	int cause = errno; /* ckpt's writer wrapper reads it (ENOSPC) */
 	free(hdr_text);
 	json_decref(hdr);
+	errno = cause;
 	return rv;
 }
