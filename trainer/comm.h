@@ -64,6 +64,28 @@ static inline size_t comm_dtype_size(enum comm_dtype t)
 	return t == COMM_F64 ? 8 : 4;
 }
 
+/* An even split of total elements over the ranks: rank's contiguous share [*lo, *hi) (ZeRO-1
+ * uses it for the optimizer state and the parameter update). */
+static inline void comm_share(size_t total, int rank, int world_size, size_t *lo, size_t *hi)
+{
+	*lo = (size_t)((unsigned long long)total * (unsigned)rank / (unsigned)world_size);
+	*hi = (size_t)((unsigned long long)total * (unsigned)(rank + 1) / (unsigned)world_size);
+}
+
+/* Every rank's share of buf (comm_share of total floats) from that rank to all: afterwards
+ * every rank holds the whole buffer. */
+static inline int comm_gather_shares(struct comm *c, float *buf, size_t total, char *err,
+				     size_t errlen)
+{
+	for (int r = 0; r < c->world_size; r++) {
+		size_t lo, hi;
+		comm_share(total, r, c->world_size, &lo, &hi);
+		if (c->ops->broadcast(c, buf + lo, (hi - lo) * sizeof(float), r, err, errlen) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 struct comm_nccl_opts {
 	int device;	  /* this rank's GPU: one per rank, never shared */
 	double timeout_s; /* one operation, and the creation; 0: 300 */

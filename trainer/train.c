@@ -196,9 +196,17 @@ static int make_schedule(struct lr_schedule *s, const struct cfg *c, long steps_
 	return 0;
 }
 
-static size_t shard_lo(size_t total, int rank, int world)
+/* The position to checkpoint after `done` steps of this epoch's iteration (started at the
+ * sampler's start), each of per_step samples per rank; at the epoch's end, the next one's
+ * beginning. */
+static struct train_pos position(const struct sampler *s, long step, int epoch, long done,
+				 size_t per_step, int epoch_done)
 {
-	return (size_t)((unsigned long long)total * (unsigned)rank / (unsigned)world);
+	if (epoch_done)
+		return (struct train_pos){.step = step, .epoch = epoch + 1};
+	return (struct train_pos){.step = step,
+				  .epoch = epoch,
+				  .offset = sampler_offset_after(s, (size_t)done * per_step)};
 }
 
 /* One optimizer step with the state sharded over the ranks (optim.h's protocol): every rank
@@ -224,13 +232,8 @@ static int zero_step(struct optim *o, struct nn_model *m, struct comm *comm, dou
 					   sizeof(e2)) < 0)
 		goto fail;
 	optim_apply(o, m->weights, m->grads, lr, sums);
-	for (int r = 0; r < comm->world_size; r++) {
-		size_t lo = shard_lo(m->param_total, r, comm->world_size);
-		size_t hi = shard_lo(m->param_total, r + 1, comm->world_size);
-		if (comm->ops->broadcast(comm, m->weights + lo, (hi - lo) * sizeof(float), r, e2,
-					 sizeof(e2)) < 0)
-			goto fail;
-	}
+	if (comm_gather_shares(comm, m->weights, m->param_total, e2, sizeof(e2)) < 0)
+		goto fail;
 	rv = 0;
 	goto out;
 fail:
@@ -404,10 +407,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		total = c->train.max_steps;
 	int epochs = (int)((total + spe - 1) / spe);
 
-	/* ZeRO-1: rank r keeps optimizer state for and updates only [shard_lo(r), shard_lo(r+1)) */
+	/* ZeRO-1: a rank keeps optimizer state for and updates only its comm_share */
 	int zero = env->comm && c->parallel.enable_parallel_optimizer;
-	size_t zlo = zero ? shard_lo(m.param_total, env->rank, env->world_size) : 0;
-	size_t zhi = zero ? shard_lo(m.param_total, env->rank + 1, env->world_size) : m.param_total;
+	size_t zlo = 0, zhi = m.param_total;
+	if (zero)
+		comm_share(m.param_total, env->rank, env->world_size, &zlo, &zhi);
 	if (make_optimizer(&opt, c, &m, zlo, zhi, err, errlen) < 0)
 		goto out;
 	have_optim = 1;
@@ -470,6 +474,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	int n_since_log = 0;
 	float scale = 1.0f / (float)accum;
 	const struct cfg_checkpoint *cc = &c->checkpoint;
+	size_t per_step = (size_t)c->data.batch_size * (size_t)accum; /* samples per rank */
 	for (int epoch = pos.epoch; epoch < epochs && step < total; epoch++) {
 		struct loader_batch *b;
 		char le[4096];
@@ -480,8 +485,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		}
 		/* steps left in this epoch, and where it started (for the epoch's step numbers) */
 		long nsteps = (long)loader_batches(tr.l) / accum;
-		long s0 = (long)(start / ((size_t)c->data.batch_size * (size_t)accum *
-					  (size_t)env->world_size));
+		long s0 = (long)(start / (per_step * (size_t)env->world_size));
 		long s;
 		for (s = s0; s < s0 + nsteps && step < total; s++) {
 			double step_loss = 0;
@@ -579,15 +583,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			int stop = ddp ? ddp_votes(ddp) > 0 : env->stop && *env->stop;
 			int epoch_end = s + 1 == s0 + nsteps || step == total;
 			if (stop || (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
-				struct train_pos at = {
-					.step = step,
-					.epoch = epoch,
-					.offset = sampler_offset_after(
-					    &tr.s, (size_t)(s + 1 - s0) * (size_t)c->data.batch_size *
-						       (size_t)accum),
-				};
-				if (s + 1 == s0 + nsteps) /* the epoch is done */
-					at = (struct train_pos){.step = step, .epoch = epoch + 1};
+				struct train_pos at = position(&tr.s, step, epoch, s + 1 - s0,
+							       per_step, s + 1 == s0 + nsteps);
 				if (train_ckpt_save(&ck, &at, err, errlen) < 0)
 					goto out;
 				if (stop) {
@@ -632,15 +629,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
 			   (cc->every_steps > 0 && step % cc->every_steps == 0) || last;
 		if (save && ck.last_saved != step) {
-			struct train_pos at = {.step = step, .epoch = epoch + 1, .offset = 0};
-			if (s < s0 + nsteps)
-				at = (struct train_pos){
-				    .step = step,
-				    .epoch = epoch,
-				    .offset = sampler_offset_after(&tr.s,
-								   (size_t)(s - s0) *
-								       (size_t)c->data.batch_size *
-								       (size_t)accum)};
+			struct train_pos at = position(&tr.s, step, epoch, s - s0, per_step,
+						       s == s0 + nsteps);
 			if (train_ckpt_save(&ck, &at, err, errlen) < 0)
 				goto out;
 		}

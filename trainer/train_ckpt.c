@@ -105,17 +105,9 @@ static int gather_optim(struct train_ckpt *k, struct optim_full *f, char *err, s
 		memcpy(f->data[i] + sb[i].offset, sb[i].data, sb[i].count * sizeof(float));
 		if (!k->comm || (sb[i].offset == 0 && sb[i].count == f->total))
 			continue;
-		for (int r = 0; r < k->world_size; r++) {
-			/* rank r's shard: the same split train.c made */
-			size_t lo = (size_t)((unsigned long long)f->total * (unsigned)r /
-					     (unsigned)k->world_size);
-			size_t hi = (size_t)((unsigned long long)f->total * (unsigned)(r + 1) /
-					     (unsigned)k->world_size);
-			char e2[MSG_MAX];
-			if (k->comm->ops->broadcast(k->comm, f->data[i] + lo, (hi - lo) * sizeof(float),
-						    r, e2, sizeof(e2)) < 0)
-				return failf(err, errlen, "gathering the optimizer state: %s", e2);
-		}
+		char e2[MSG_MAX]; /* the shards are train.c's comm_share split */
+		if (comm_gather_shares(k->comm, f->data[i], f->total, e2, sizeof(e2)) < 0)
+			return failf(err, errlen, "gathering the optimizer state: %s", e2);
 	}
 	return 0;
 }
