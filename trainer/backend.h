@@ -131,6 +131,23 @@ struct backend_ops {
 	int (*sumsq)(struct backend *be, const float *x, size_t n, double *out);
 
 	void (*destroy)(struct backend *be);
+
+	/* Optional: NULL in backends whose memory is host memory (cpu, ref). */
+
+	/* Page-locked host memory, for buffers copied to the backend often (input batches). */
+	void *(*host_alloc)(struct backend *be, size_t bytes);
+	void (*host_free)(struct backend *be, void *p);
+	/* Copies bytes from host src to backend dst on a copy engine, concurrently with the
+	 * work issued so far, which must not use dst (mark and mark_wait the last work that
+	 * read it); work issued after it sees dst filled. Returns before the copy is done:
+	 * *done is set to a marker of its end (mark_wait it before changing src). */
+	int (*upload)(struct backend *be, void *dst, const void *src, size_t bytes, void **done);
+	/* Markers in the backend's sequence of work: mark records one after everything issued
+	 * so far (*ev is created on first use and reused); mark_wait blocks the calling thread,
+	 * which may be another one, until that work is done; mark_free releases it. */
+	int (*mark)(struct backend *be, void **ev);
+	int (*mark_wait)(struct backend *be, void *ev);
+	void (*mark_free)(struct backend *be, void *ev);
 };
 
 struct backend {
@@ -147,8 +164,19 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen);
 /* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
  * right; the test suite checks the other backends against it and against PyTorch. */
 struct backend *be_ref_create(char *err, size_t errlen);
-/* The CUDA backend on GPU `device` (cuDNN, cuBLAS, own kernels); NULL with err where this
- * build or machine has none. */
-struct backend *be_cuda_create(int device, char *err, size_t errlen);
+/* How the CUDA backend computes. tf32: convolutions and matrix products of float32 tensors on
+ * TF32 tensor cores (10-bit mantissa products, float32 sums; PyTorch's allow_tf32); 0 keeps
+ * float32 FMA arithmetic, which agrees with the CPU backends to float32 rounding.
+ * deterministic: only convolution algorithms that give the same bits every run (also turned on
+ * by DPTRAIN_CUDA_DETERMINISTIC=1). */
+struct be_cuda_opts {
+	int tf32;
+	int deterministic;
+};
+
+/* The CUDA backend on GPU `device` (cuDNN, cuBLAS, own kernels), o NULL for the defaults (both
+ * 0); NULL with err where this build or machine has none. */
+struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
+			       size_t errlen);
 
 #endif

@@ -20,11 +20,38 @@ extern "C" {
 #ifndef HAVE_CUDNN
 
 /* The toolkit without cuDNN: nothing to run convolutions with. */
-extern "C" struct backend *be_cuda_create(int device, char *err, size_t errlen)
+extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
+					  size_t errlen)
 {
 	(void)device;
+	(void)o;
 	snprintf(err, errlen, "this build has no CUDA backend (cuDNN was missing at build time)");
 	return NULL;
+}
+
+extern "C" void *be_cuda_stream(struct backend *be)
+{
+	(void)be;
+	return NULL;
+}
+
+extern "C" int be_cuda_device(struct backend *be)
+{
+	(void)be;
+	return -1;
+}
+
+extern "C" int be_cuda_describe(int device, char *buf, size_t len)
+{
+	(void)device;
+	snprintf(buf, len, "this build has no CUDA backend (cuDNN was missing at build time)");
+	return -1;
+}
+
+extern "C" size_t be_cuda_peak_bytes(struct backend *be)
+{
+	(void)be;
+	return 0;
 }
 
 extern "C" int be_cuda_device_count(char *err, size_t errlen)
@@ -37,8 +64,10 @@ extern "C" int be_cuda_device_count(char *err, size_t errlen)
 
 #include <cudnn.h>
 
-/* Numerics. Convolutions run with CUDNN_FMA_MATH and cuBLAS with CUBLAS_DEFAULT_MATH, which for
- * float32 means no TF32 tensor cores: results agree with the CPU backends to float32 rounding.
+/* Numerics. By default convolutions run with CUDNN_FMA_MATH and cuBLAS with CUBLAS_DEFAULT_MATH,
+ * which for float32 means no TF32 tensor cores: results agree with the CPU backends to float32
+ * rounding. With be_cuda_opts.tf32 both may use TF32 tensor cores (cuDNN's default math and
+ * CUBLAS_TF32_TENSOR_OP_MATH), as PyTorch does with allow_tf32.
  * Own kernels accumulate in double and write with __fadd_rn/__fmul_rn where the reference
  * computes in float (no FMA contraction), so element-wise ops match it bit for bit.
  *
@@ -61,13 +90,16 @@ struct cu_block {
 struct cu_ctx {
 	int device;
 	int deterministic;
+	int tf32;
 	cudaStream_t stream;
+	cudaStream_t copy; /* uploads (upload), created on first use */
 	cudnnHandle_t dnn;
 	cublasHandle_t blas;
 	void *ws;
 	size_t ws_bytes;
 	struct cu_block *blocks; /* every cudaMalloc'ed block, free or not */
 	size_t nblocks, cap;
+	size_t held, peak; /* bytes cudaMalloc'ed now (blocks and workspace), and the most */
 };
 
 enum cu_kind { CU_CONV, CU_BN, CU_POOL, CU_LINEAR };
@@ -90,6 +122,8 @@ struct be_op {
 	cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
 	size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
+	/* each pass's algorithm runs with the math type cuDNN listed it with */
+	cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
 };
 
 static struct cu_ctx *ctx_of(struct backend *be)
@@ -184,8 +218,10 @@ static void arena_trim(struct cu_ctx *ctx)
 	for (size_t i = 0; i < ctx->nblocks; i++) {
 		if (ctx->blocks[i].used)
 			ctx->blocks[j++] = ctx->blocks[i];
-		else
+		else {
 			cudaFree(ctx->blocks[i].p);
+			ctx->held -= ctx->blocks[i].size;
+		}
 	}
 	ctx->nblocks = j;
 }
@@ -199,6 +235,11 @@ static cudaError_t dev_malloc(struct cu_ctx *ctx, void **p, size_t bytes)
 		cudaGetLastError(); /* clear it */
 		arena_trim(ctx);
 		e = cudaMalloc(p, bytes);
+	}
+	if (e == cudaSuccess) {
+		ctx->held += bytes;
+		if (ctx->held > ctx->peak)
+			ctx->peak = ctx->held;
 	}
 	return e;
 }
@@ -273,6 +314,7 @@ static void *ws_reserve(struct backend *be, size_t bytes, const char *fn, const 
 		return NULL;
 	}
 	cudaFree(ctx->ws);
+	ctx->held -= ctx->ws_bytes;
 	ctx->ws = NULL;
 	ctx->ws_bytes = 0;
 	e = dev_malloc(ctx, &p, bytes);
@@ -889,13 +931,13 @@ static int tensor4d(struct backend *be, cudnnTensorDescriptor_t *t, int n, int c
 	return 0;
 }
 
-/* Whether a candidate algorithm may be used: supported, FMA arithmetic (no TF32), and
- * deterministic when asked to be. */
+/* Whether a candidate algorithm may be used: supported, FMA arithmetic unless TF32 is allowed
+ * (never a conversion to half precision), and deterministic when asked to be. */
 static int algo_ok(struct cu_ctx *ctx, cudnnStatus_t status, cudnnMathType_t math,
 		   cudnnDeterminism_t det)
 {
-	return status == CUDNN_STATUS_SUCCESS && math != CUDNN_TENSOR_OP_MATH &&
-	       math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+	return status == CUDNN_STATUS_SUCCESS && math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
+	       (ctx->tf32 || math != CUDNN_TENSOR_OP_MATH) &&
 	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
 }
 
@@ -909,6 +951,9 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 	cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
 	int got = 0, found;
 	size_t ws;
+	cudnnMathType_t fallback = ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+
+	op->fwd_math = op->bwd_data_math = op->bwd_filter_math = fallback;
 
 	DNN_RET(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, op->xd, op->wd, op->cd, op->yd,
 						       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, pf));
@@ -921,6 +966,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 		    ws <= CU_WS_CAP) {
 			op->fwd_algo = pf[i].algo;
 			op->fwd_ws = ws;
+			op->fwd_math = pf[i].mathType;
 			found = 1;
 		}
 	}
@@ -942,6 +988,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 		    ws <= CU_WS_CAP) {
 			op->bwd_data_algo = pd[i].algo;
 			op->bwd_data_ws = ws;
+			op->bwd_data_math = pd[i].mathType;
 			found = 1;
 		}
 	}
@@ -963,6 +1010,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 		    ws <= CU_WS_CAP) {
 			op->bwd_filter_algo = pw[i].algo;
 			op->bwd_filter_ws = ws;
+			op->bwd_filter_math = pw[i].mathType;
 			found = 1;
 		}
 	}
@@ -1004,7 +1052,8 @@ static struct be_op *cu_conv_create(struct backend *be, struct be_conv_desc *d)
 	DNN_FAIL(cudnnCreateConvolutionDescriptor(&op->cd));
 	DNN_FAIL(cudnnSetConvolution2dDescriptor(op->cd, d->pad, d->pad, d->stride, d->stride, 1, 1,
 						 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-	DNN_FAIL(cudnnSetConvolutionMathType(op->cd, CUDNN_FMA_MATH));
+	DNN_FAIL(cudnnSetConvolutionMathType(op->cd, ctx_of(be)->tf32 ? CUDNN_DEFAULT_MATH
+								     : CUDNN_FMA_MATH));
 	DNN_FAIL(cudnnGetConvolution2dForwardOutputDim(op->cd, op->xd, op->wd, &on, &oc, &oh, &ow));
 #undef DNN_FAIL
 	if (on != d->n || oc != d->k || oh != d->oh || ow != d->ow) {
@@ -1037,6 +1086,7 @@ static int cu_conv_fwd(struct backend *be, struct be_op *op, const float *x, con
 		return be_errf(be, "conv_fwd(%s): the op has a bias but bias is NULL", shape);
 	if (!(ws = ws_reserve(be, op->fwd_ws, fn, shape)) && op->fwd_ws)
 		return -1;
+	DNN_RET(cudnnSetConvolutionMathType(op->cd, op->fwd_math));
 	DNN_RET(cudnnConvolutionForward(ctx->dnn, &one_f, op->xd, x, op->wd, wgt, op->cd,
 					op->fwd_algo, ws, op->fwd_ws, &zero_f, op->yd, y));
 	if (op->d.conv.has_bias)
@@ -1057,6 +1107,7 @@ static int cu_conv_bwd_data(struct backend *be, struct be_op *op, const float *d
 	shape = op->shape;
 	if (!(ws = ws_reserve(be, op->bwd_data_ws, fn, shape)) && op->bwd_data_ws)
 		return -1;
+	DNN_RET(cudnnSetConvolutionMathType(op->cd, op->bwd_data_math));
 	DNN_RET(cudnnConvolutionBackwardData(ctx->dnn, &one_f, op->wd, wgt, op->yd, dy, op->cd,
 					     op->bwd_data_algo, ws, op->bwd_data_ws, &beta, op->xd,
 					     dx));
@@ -1080,6 +1131,7 @@ static int cu_conv_bwd_weights(struct backend *be, struct be_op *op, const float
 			       shape);
 	if (!(ws = ws_reserve(be, op->bwd_filter_ws, fn, shape)) && op->bwd_filter_ws)
 		return -1;
+	DNN_RET(cudnnSetConvolutionMathType(op->cd, op->bwd_filter_math));
 	DNN_RET(cudnnConvolutionBackwardFilter(ctx->dnn, &one_f, op->xd, x, op->yd, dy, op->cd,
 					       op->bwd_filter_algo, ws, op->bwd_filter_ws, &beta,
 					       op->wd, dwgt));
@@ -1332,6 +1384,86 @@ static int cu_linear_bwd_weights(struct backend *be, struct be_op *op, const flo
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Pinned memory, uploads on a copy stream, markers (cudaEvent). */
+
+static void *cu_host_alloc(struct backend *be, size_t bytes)
+{
+	void *p = NULL;
+	cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocPortable);
+
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		be_errf(be, "host_alloc(%zu bytes): cudaHostAlloc: %s", bytes, cudaGetErrorString(e));
+		return NULL;
+	}
+	return p;
+}
+
+static void cu_host_free(struct backend *be, void *p)
+{
+	(void)be;
+	if (p)
+		cudaFreeHost(p);
+}
+
+static int cu_mark(struct backend *be, void **ev)
+{
+	const char *fn = "mark", *shape = "";
+
+	if (!*ev) {
+		cudaEvent_t e;
+		CU_RET(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+		*ev = (void *)e;
+	}
+	CU_RET(cudaEventRecord((cudaEvent_t)*ev, ctx_of(be)->stream));
+	return 0;
+}
+
+/* From any thread: the event's device is the backend's, whichever is current here. */
+static int cu_mark_wait(struct backend *be, void *ev)
+{
+	const char *fn = "mark_wait", *shape = "";
+
+	if (!ev)
+		return 0;
+	CU_RET(cudaSetDevice(ctx_of(be)->device)); /* for a thread that never chose one */
+	CU_RET(cudaEventSynchronize((cudaEvent_t)ev));
+	return 0;
+}
+
+static void cu_mark_free(struct backend *be, void *ev)
+{
+	(void)be;
+	if (ev)
+		cudaEventDestroy((cudaEvent_t)ev);
+}
+
+/* The copy runs on ctx->copy after what that stream was given before; the compute stream waits
+ * for its end (an event) before anything issued later, so the copy overlaps the compute issued
+ * earlier. Nothing orders it after that compute: dst must not be in use by it (the trainer
+ * alternates two buffers and waits for a mark after the last work reading one). */
+static int cu_upload(struct backend *be, void *dst, const void *src, size_t bytes, void **done)
+{
+	const char *fn = "upload";
+	char shape[48];
+	struct cu_ctx *ctx = ctx_of(be);
+
+	snprintf(shape, sizeof(shape), "%zu bytes", bytes);
+	if (!ctx->copy)
+		CU_RET(cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking));
+	if (!*done) {
+		cudaEvent_t e;
+		CU_RET(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+		*done = (void *)e;
+	}
+	if (bytes)
+		CU_RET(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->copy));
+	CU_RET(cudaEventRecord((cudaEvent_t)*done, ctx->copy));
+	CU_RET(cudaStreamWaitEvent(ctx->stream, (cudaEvent_t)*done, 0));
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
  * The backend. */
 
 static void cu_destroy(struct backend *be)
@@ -1354,6 +1486,10 @@ static void cu_destroy(struct backend *be)
 			cudnnDestroy(ctx->dnn);
 		if (ctx->stream)
 			cudaStreamDestroy(ctx->stream);
+		if (ctx->copy) {
+			cudaStreamSynchronize(ctx->copy);
+			cudaStreamDestroy(ctx->copy);
+		}
 		free(ctx);
 	}
 	free(be);
@@ -1392,7 +1528,46 @@ static const struct backend_ops cu_ops = {
     cu_xent,
     cu_sumsq,
     cu_destroy,
+    cu_host_alloc,
+    cu_host_free,
+    cu_upload,
+    cu_mark,
+    cu_mark_wait,
+    cu_mark_free,
 };
+
+extern "C" void *be_cuda_stream(struct backend *be)
+{
+	return be && be->ops == &cu_ops ? (void *)ctx_of(be)->stream : NULL;
+}
+
+extern "C" int be_cuda_device(struct backend *be)
+{
+	return be && be->ops == &cu_ops ? ctx_of(be)->device : -1;
+}
+
+extern "C" size_t be_cuda_peak_bytes(struct backend *be)
+{
+	return be && be->ops == &cu_ops ? ctx_of(be)->peak : 0;
+}
+
+extern "C" int be_cuda_describe(int device, char *buf, size_t len)
+{
+	cudaDeviceProp p;
+	char pci[64] = "?";
+	cudaError_t e = cudaGetDeviceProperties(&p, device);
+
+	if (e != cudaSuccess) {
+		cudaGetLastError();
+		snprintf(buf, len, "cudaGetDeviceProperties: %s", cudaGetErrorString(e));
+		return -1;
+	}
+	if (cudaDeviceGetPCIBusId(pci, sizeof(pci), device) != cudaSuccess)
+		cudaGetLastError();
+	snprintf(buf, len, "%s, %.1f GiB, compute capability %d.%d, PCI %s", p.name,
+		 (double)p.totalGlobalMem / (1 << 30), p.major, p.minor, pci);
+	return 0;
+}
 
 extern "C" int be_cuda_device_count(char *err, size_t errlen)
 {
@@ -1411,7 +1586,8 @@ extern "C" int be_cuda_device_count(char *err, size_t errlen)
 	return count;
 }
 
-extern "C" struct backend *be_cuda_create(int device, char *err, size_t errlen)
+extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
+					  size_t errlen)
 {
 	struct backend *be = NULL;
 	struct cu_ctx *ctx = NULL;
@@ -1446,7 +1622,8 @@ extern "C" struct backend *be_cuda_create(int device, char *err, size_t errlen)
 	be->priv = ctx;
 	be->threads = 0;
 	ctx->device = device;
-	ctx->deterministic = det && strcmp(det, "1") == 0;
+	ctx->deterministic = (det && strcmp(det, "1") == 0) || (o && o->deterministic);
+	ctx->tf32 = o && o->tf32;
 #define CREATE_TRY(ok, call, str)                                                                  \
 	do {                                                                                       \
 		if (!(ok)) {                                                                       \
@@ -1467,8 +1644,9 @@ extern "C" struct backend *be_cuda_create(int device, char *err, size_t errlen)
 	CREATE_TRY(bs == CUBLAS_STATUS_SUCCESS, "cublasCreate", cublasGetStatusString(bs));
 	bs = cublasSetStream(ctx->blas, ctx->stream);
 	CREATE_TRY(bs == CUBLAS_STATUS_SUCCESS, "cublasSetStream", cublasGetStatusString(bs));
-	/* Float32 sgemm in float32 (no TF32), like the CPU backends. */
-	bs = cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH);
+	/* Float32 sgemm in float32 (no TF32) like the CPU backends, unless TF32 is asked for */
+	bs = cublasSetMathMode(ctx->blas,
+			       ctx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
 	CREATE_TRY(bs == CUBLAS_STATUS_SUCCESS, "cublasSetMathMode", cublasGetStatusString(bs));
 #undef CREATE_TRY
 	return be;

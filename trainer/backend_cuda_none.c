@@ -10,11 +10,38 @@
 
 #define NO_CUDA "this build has no CUDA backend (no toolkit at build time)"
 
-struct backend *be_cuda_create(int device, char *err, size_t errlen)
+struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
+			       size_t errlen)
 {
 	(void)device;
+	(void)o;
 	snprintf(err, errlen, NO_CUDA);
 	return NULL;
+}
+
+void *be_cuda_stream(struct backend *be)
+{
+	(void)be;
+	return NULL;
+}
+
+int be_cuda_device(struct backend *be)
+{
+	(void)be;
+	return -1;
+}
+
+int be_cuda_describe(int device, char *buf, size_t len)
+{
+	(void)device;
+	snprintf(buf, len, NO_CUDA);
+	return -1;
+}
+
+size_t be_cuda_peak_bytes(struct backend *be)
+{
+	(void)be;
+	return 0;
 }
 
 int be_cuda_device_count(char *err, size_t errlen)

@@ -91,8 +91,11 @@ struct comm_nccl_opts {
 	double timeout_s; /* one operation, and the creation; 0: 300 */
 };
 
-/* NCCL between the ranks of the store's job, one GPU per rank (device), buffers in device
- * memory; on builds or machines without NCCL or a GPU it fails (*c = NULL) with a message.
+/* NCCL between the ranks of the store's job, one GPU per rank (device); on builds or machines
+ * without NCCL or a GPU it fails (*c = NULL) with a message. Buffers in that GPU's memory go to
+ * NCCL as they are; any other buffer (host memory, malloc'ed or pinned, on either side of
+ * reduce_scatter and allgather independently) is staged: copied to a device buffer the comm
+ * owns, reduced there and copied back, which costs two copies, fine for small values.
  * An operation runs on the comm's own stream: what the caller's streams write to its buffers
  * must be finished when it is called (synchronize them); its results are there when it
  * returns. st stays owned by the caller and must outlive the comm. */

@@ -1,7 +1,15 @@
-/* comm_nccl.c — the NCCL engine of comm.h: one GPU per rank, buffers in device memory. Every
- * operation is enqueued on the comm's own stream and waited for by polling, so that a dead or
- * stalled rank, the timeout or an abort ends it with a message naming the rank (the store's
- * verdict). Owns its NCCL communicator, stream and barrier word; not the store, not the device.
+/* comm_nccl.c — the NCCL engine of comm.h: one GPU per rank. Every operation is enqueued on the
+ * comm's own stream and waited for by polling, so that a dead or stalled rank, the timeout or an
+ * abort ends it with a message naming the rank (the store's verdict). Owns its NCCL
+ * communicator, stream, barrier word and staging buffer; not the store, not the device.
+ *
+ * Buffers. NCCL takes only device memory of the comm's GPU, which goes to it as is. Every other
+ * buffer — malloc'ed, stack or pinned (cudaHostAlloc) host memory, managed memory, another
+ * GPU's memory — is staged: copied into the comm's device buffer on its stream, the operation
+ * run there, the result copied back once the operation is done. The trainer sends small host
+ * values (loss sums, BatchNorm's counter, checkpoint shards) through the same comm as its
+ * device gradients. reduce_scatter and allgather judge in and out separately, so one on the
+ * host and the other on the device works too.
  *
  * Threads. NCCL allows one thread at a time on a communicator, and the abort may come from any
  * thread: every NCCL call on it is made under `lock`, and the abort frees it (ncclCommAbort) and
@@ -12,6 +20,7 @@
 #include "store.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #if defined(HAVE_NCCL) && defined(HAVE_CUDA)
 
@@ -32,6 +41,7 @@
 #define NCCL_SLEEP_MAX_NS 1000000L /* ... up to 1 ms */
 #define NCCL_HOST_MAX	  256
 #define NCCL_PCI_MAX	  64
+#define NCCL_STAGE_ROUND  (1u << 20) /* the staging buffer grows in whole MiB */
 
 struct comm_nccl {
 	struct comm base; /* first: the struct comm * the caller holds */
@@ -45,7 +55,9 @@ struct comm_nccl {
 	pthread_mutex_t lock; /* guards nc: one NCCL call at a time */
 	ncclComm_t nc;	      /* NULL once aborted */
 	cudaStream_t stream;
-	int *word; /* the barrier's allreduce, in device memory */
+	int *word;   /* the barrier's allreduce, in device memory */
+	void *stage; /* host buffers pass through here (device memory, grown on demand) */
+	size_t stage_bytes;
 
 	atomic_int aborted;
 	char abort_reason[NCCL_MSG_MAX]; /* written once, before aborted is set */
@@ -234,56 +246,241 @@ static ncclComm_t nccl_hold(struct comm_nccl *c)
 	return nc;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Staging. An operation on a staged buffer: nccl_on_gpu says it is not on the GPU,
+ * stage_reserve makes room, stage_in copies the input (enqueued ahead of the NCCL operation,
+ * so the stream orders them and nccl_wait's look at the stream covers both), and after
+ * nccl_wait stage_out copies the result back. */
+
+/* Whether p goes to NCCL as is: device memory of this comm's GPU. Before CUDA 11,
+ * cudaPointerGetAttributes failed on memory CUDA did not allocate instead of answering
+ * cudaMemoryTypeUnregistered; that error means host memory too, and is cleared, since the
+ * runtime would otherwise hand it to the caller's next cudaGetLastError. */
+static int nccl_on_gpu(struct comm_nccl *c, const void *p, int *on_gpu, char *err, size_t errlen)
+{
+	struct cudaPointerAttributes a;
+	memset(&a, 0, sizeof(a));
+	cudaError_t e = cudaPointerGetAttributes(&a, p);
+	if (e == cudaErrorInvalidValue) {
+		(void)cudaGetLastError();
+		*on_gpu = 0;
+		return 0;
+	}
+	if (e != cudaSuccess)
+		return nccl_fail_cuda(c, "cudaPointerGetAttributes", e, err, errlen);
+	*on_gpu = a.type == cudaMemoryTypeDevice && a.device == c->device;
+	return 0;
+}
+
+/* n elements of es bytes, times k, in *bytes; fails on an overflow, which would make the
+ * staging buffer shorter than what NCCL writes into it. */
+static int stage_size(struct comm_nccl *c, size_t n, size_t es, size_t k, size_t *bytes, char *err,
+		      size_t errlen)
+{
+	if (n > SIZE_MAX / es / k)
+		return nccl_fail(
+		    c, err, errlen,
+		    "%zu elements of %zu bytes times %zu overflow size_t: a wrong count", n, es, k);
+	*bytes = n * es * k;
+	return 0;
+}
+
+/* The staging buffer, at least bytes long. It grows in whole MiB, so that sizes a little apart
+ * (the ranks' shares of a checkpoint) do not free and allocate each time: cudaFree waits for
+ * the whole GPU, the caller's streams too (the comm's own is idle between operations). */
+static int stage_reserve(struct comm_nccl *c, size_t bytes, char *err, size_t errlen)
+{
+	char call[160];
+	cudaError_t e;
+	if (bytes <= c->stage_bytes)
+		return 0;
+	size_t want = bytes;
+	if (want <= SIZE_MAX - NCCL_STAGE_ROUND)
+		want = (want + NCCL_STAGE_ROUND - 1) / NCCL_STAGE_ROUND * NCCL_STAGE_ROUND;
+	if (c->stage) {
+		e = cudaFree(c->stage);
+		c->stage = NULL;
+		c->stage_bytes = 0;
+		if (e != cudaSuccess)
+			return nccl_fail_cuda(c, "cudaFree (the staging buffer for host buffers)",
+					      e, err, errlen);
+	}
+	void *p = NULL;
+	if ((e = cudaMalloc(&p, want)) != cudaSuccess) {
+		snprintf(call, sizeof(call), "cudaMalloc of %zu bytes (staging for host buffers)",
+			 want);
+		return nccl_fail_cuda(c, call, e, err, errlen);
+	}
+	c->stage = p;
+	c->stage_bytes = want;
+	return 0;
+}
+
+/* bytes from src into the staging buffer at offset at, on the comm's stream. From pageable
+ * memory the runtime may first wait for the stream, which is idle here, and src may be reused
+ * once this returns. */
+static int stage_in(struct comm_nccl *c, size_t at, const void *src, size_t bytes, char *err,
+		    size_t errlen)
+{
+	char call[160];
+	cudaError_t e =
+	    cudaMemcpyAsync((char *)c->stage + at, src, bytes, cudaMemcpyDefault, c->stream);
+	if (e == cudaSuccess)
+		return 0;
+	snprintf(call, sizeof(call), "cudaMemcpyAsync of %zu bytes into the staging buffer", bytes);
+	return nccl_fail_cuda(c, call, e, err, errlen);
+}
+
+/* bytes from the staging buffer at offset at to dst, after nccl_wait: the stream then holds
+ * this copy alone, so cudaStreamSynchronize waits for nothing a peer can hold up. */
+static int stage_out(struct comm_nccl *c, void *dst, size_t at, size_t bytes, char *err,
+		     size_t errlen)
+{
+	char call[160];
+	cudaError_t e =
+	    cudaMemcpyAsync(dst, (const char *)c->stage + at, bytes, cudaMemcpyDefault, c->stream);
+	if (e != cudaSuccess) {
+		snprintf(call, sizeof(call),
+			 "cudaMemcpyAsync of %zu bytes out of the staging buffer", bytes);
+		return nccl_fail_cuda(c, call, e, err, errlen);
+	}
+	if ((e = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
+		snprintf(
+		    call, sizeof(call),
+		    "cudaStreamSynchronize after the copy of %zu bytes out of the staging buffer",
+		    bytes);
+		return nccl_fail_cuda(c, call, e, err, errlen);
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The operations proper: each picks its NCCL buffers (the caller's, or the staging buffer),
+ * enqueues, waits, and copies a staged result back. */
+
 static int nccl_allreduce(struct comm *base, void *buf, size_t count, enum comm_dtype t,
 			  enum comm_redop op, char *err, size_t errlen)
 {
 	struct comm_nccl *c = (struct comm_nccl *)base;
+	size_t n = 0;
+	int on_gpu;
+	void *d = buf;
 	if (nccl_begin(c, "allreduce", err, errlen) < 0)
 		return -1;
 	if (count == 0)
 		return 0;
+	if (nccl_on_gpu(c, buf, &on_gpu, err, errlen) < 0 ||
+	    stage_size(c, count, comm_dtype_size(t), 1, &n, err, errlen) < 0)
+		return -1;
+	if (!on_gpu) {
+		if (stage_reserve(c, n, err, errlen) < 0 || stage_in(c, 0, buf, n, err, errlen) < 0)
+			return -1;
+		d = c->stage;
+	}
 	ncclComm_t nc = nccl_hold(c);
 	if (!nc)
 		return nccl_fail_abort(c, err, errlen);
-	ncclResult_t r = ncclAllReduce(buf, buf, count, nccl_type(t),
+	ncclResult_t r = ncclAllReduce(d, d, count, nccl_type(t),
 				       op == COMM_AVG ? ncclAvg : ncclSum, nc, c->stream);
 	pthread_mutex_unlock(&c->lock);
-	return nccl_wait(c, "ncclAllReduce", r, err, errlen);
+	if (nccl_wait(c, "ncclAllReduce", r, err, errlen) < 0)
+		return -1;
+	return on_gpu ? 0 : stage_out(c, buf, 0, n, err, errlen);
 }
 
 static int nccl_reduce_scatter(struct comm *base, const void *in, void *out, size_t count,
 			       enum comm_dtype t, enum comm_redop op, char *err, size_t errlen)
 {
 	struct comm_nccl *c = (struct comm_nccl *)base;
+	size_t blk, all = 0, out_at = 0;
+	int in_gpu, out_gpu;
+	const void *din = in;
+	void *dout = out;
 	if (nccl_begin(c, "reduce_scatter", err, errlen) < 0)
 		return -1;
 	if (count == 0)
 		return 0;
+	if (nccl_on_gpu(c, in, &in_gpu, err, errlen) < 0 ||
+	    nccl_on_gpu(c, out, &out_gpu, err, errlen) < 0)
+		return -1;
+	if (stage_size(c, count, comm_dtype_size(t), (size_t)base->world_size, &all, err, errlen) <
+	    0)
+		return -1;
+	blk = all / (size_t)base->world_size;
+	if (!in_gpu) {
+		/* all of in staged; a staged out is then this rank's block of it (NCCL's in-place
+		 * form), which also covers out == in + rank * count */
+		if (stage_reserve(c, all, err, errlen) < 0 ||
+		    stage_in(c, 0, in, all, err, errlen) < 0)
+			return -1;
+		din = c->stage;
+		if (!out_gpu) {
+			out_at = (size_t)base->rank * blk;
+			dout = (char *)c->stage + out_at;
+		}
+	} else if (!out_gpu) {
+		if (stage_reserve(c, blk, err, errlen) < 0)
+			return -1;
+		dout = c->stage;
+	}
 	ncclComm_t nc = nccl_hold(c);
 	if (!nc)
 		return nccl_fail_abort(c, err, errlen);
 	/* out == in + rank * count is NCCL's in-place form */
-	ncclResult_t r = ncclReduceScatter(in, out, count, nccl_type(t),
+	ncclResult_t r = ncclReduceScatter(din, dout, count, nccl_type(t),
 					   op == COMM_AVG ? ncclAvg : ncclSum, nc, c->stream);
 	pthread_mutex_unlock(&c->lock);
-	return nccl_wait(c, "ncclReduceScatter", r, err, errlen);
+	if (nccl_wait(c, "ncclReduceScatter", r, err, errlen) < 0)
+		return -1;
+	return out_gpu ? 0 : stage_out(c, out, out_at, blk, err, errlen);
 }
 
 static int nccl_allgather(struct comm *base, const void *in, void *out, size_t count,
 			  enum comm_dtype t, char *err, size_t errlen)
 {
 	struct comm_nccl *c = (struct comm_nccl *)base;
+	size_t blk, all = 0;
+	int in_gpu, out_gpu;
+	const void *din = in;
+	void *dout = out;
 	if (nccl_begin(c, "allgather", err, errlen) < 0)
 		return -1;
 	if (count == 0)
 		return 0;
+	if (nccl_on_gpu(c, in, &in_gpu, err, errlen) < 0 ||
+	    nccl_on_gpu(c, out, &out_gpu, err, errlen) < 0)
+		return -1;
+	if (stage_size(c, count, comm_dtype_size(t), (size_t)base->world_size, &all, err, errlen) <
+	    0)
+		return -1;
+	blk = all / (size_t)base->world_size;
+	if (!out_gpu) {
+		/* out staged whole; a staged in goes to this rank's block of it (NCCL's in-place
+		 * form), copied before NCCL runs, which also covers in == out + rank * count */
+		if (stage_reserve(c, all, err, errlen) < 0)
+			return -1;
+		dout = c->stage;
+		if (!in_gpu) {
+			size_t at = (size_t)base->rank * blk;
+			if (stage_in(c, at, in, blk, err, errlen) < 0)
+				return -1;
+			din = (char *)c->stage + at;
+		}
+	} else if (!in_gpu) {
+		if (stage_reserve(c, blk, err, errlen) < 0 ||
+		    stage_in(c, 0, in, blk, err, errlen) < 0)
+			return -1;
+		din = c->stage;
+	}
 	ncclComm_t nc = nccl_hold(c);
 	if (!nc)
 		return nccl_fail_abort(c, err, errlen);
 	/* in == out + rank * count is NCCL's in-place form */
-	ncclResult_t r = ncclAllGather(in, out, count, nccl_type(t), nc, c->stream);
+	ncclResult_t r = ncclAllGather(din, dout, count, nccl_type(t), nc, c->stream);
 	pthread_mutex_unlock(&c->lock);
-	return nccl_wait(c, "ncclAllGather", r, err, errlen);
+	if (nccl_wait(c, "ncclAllGather", r, err, errlen) < 0)
+		return -1;
+	return out_gpu ? 0 : stage_out(c, out, 0, all, err, errlen);
 }
 
 static int nccl_broadcast(struct comm *base, void *buf, size_t bytes, int root, char *err,
@@ -297,12 +494,25 @@ static int nccl_broadcast(struct comm *base, void *buf, size_t bytes, int root, 
 		return nccl_fail(c, err, errlen, "root %d is not a rank (0-%d)", root, w - 1);
 	if (bytes == 0)
 		return 0;
+	int on_gpu, is_root = base->rank == root;
+	void *d = buf;
+	if (nccl_on_gpu(c, buf, &on_gpu, err, errlen) < 0)
+		return -1;
+	if (!on_gpu) {
+		/* only the root's bytes are read, and only the others' are written */
+		if (stage_reserve(c, bytes, err, errlen) < 0 ||
+		    (is_root && stage_in(c, 0, buf, bytes, err, errlen) < 0))
+			return -1;
+		d = c->stage;
+	}
 	ncclComm_t nc = nccl_hold(c);
 	if (!nc)
 		return nccl_fail_abort(c, err, errlen);
-	ncclResult_t r = ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc, c->stream);
+	ncclResult_t r = ncclBroadcast(d, d, bytes, ncclUint8, root, nc, c->stream);
 	pthread_mutex_unlock(&c->lock);
-	return nccl_wait(c, "ncclBroadcast", r, err, errlen);
+	if (nccl_wait(c, "ncclBroadcast", r, err, errlen) < 0)
+		return -1;
+	return on_gpu || is_root ? 0 : stage_out(c, buf, 0, bytes, err, errlen);
 }
 
 static int nccl_barrier(struct comm *base, char *err, size_t errlen)
@@ -368,6 +578,8 @@ static void nccl_destroy(struct comm *base)
 	pthread_mutex_unlock(&c->lock);
 	if (c->word)
 		cudaFree(c->word);
+	if (c->stage)
+		cudaFree(c->stage);
 	if (c->stream)
 		cudaStreamDestroy(c->stream);
 	pthread_mutex_destroy(&c->lock);

@@ -1,6 +1,10 @@
 /* ddp.c — gradient buckets, the communication thread that reduces them while backward runs,
  * and the parameter/buffer broadcasts of data-parallel training. The main thread only marks
- * parameters final (from the nn grad hook) and waits at the end of backward. */
+ * parameters final (from the nn grad hook) and waits at the end of backward.
+ *
+ * On a GPU the hook runs when backward's kernels are issued, not done: a bucket handed over
+ * carries a marker (be->ops->mark) recorded after them, and the communication thread waits
+ * for it before reducing (NCCL runs on its own stream and needs the data written). */
 #define _GNU_SOURCE
 #include "ddp.h"
 #include "failf.h"
@@ -33,6 +37,7 @@ struct ddp {
 	int sync;	  /* this backward reduces */
 	int ready;	  /* buckets 0..ready-1 may be reduced (handed over in index order) */
 	int *is_ready;	  /* per bucket: all its gradients are final */
+	void **ev;	  /* per bucket: marker after the work writing it (device backends) */
 	int next;	  /* buckets reduced so far this step (the thread's next one) */
 	int stop;
 	int failed;
@@ -54,10 +59,17 @@ static void *comm_thread(void *arg)
 			break;
 		int i = d->next;
 		struct ddp_bucket *b = &d->b[i];
+		struct backend *be = d->m->be;
 		pthread_mutex_unlock(&d->mu);
-		int rv = d->c->ops->allreduce(d->c, d->m->grads + b->lo, b->hi - b->lo, COMM_F32,
-					      d->o.gradients_mean ? COMM_AVG : COMM_SUM, err,
-					      sizeof(err));
+		int rv = 0;
+		if (be->ops->mark_wait && be->ops->mark_wait(be, d->ev[i]) < 0) {
+			snprintf(err, sizeof(err), "waiting for its gradients: %.900s", be->err);
+			rv = -1;
+		}
+		if (rv == 0)
+			rv = d->c->ops->allreduce(d->c, d->m->grads + b->lo, b->hi - b->lo, COMM_F32,
+						  d->o.gradients_mean ? COMM_AVG : COMM_SUM, err,
+						  sizeof(err));
 		pthread_mutex_lock(&d->mu);
 		if (rv < 0) {
 			d->failed = 1;
@@ -85,6 +97,20 @@ static void advance_ready(struct ddp *d)
 	}
 }
 
+/* Bucket i's gradients are final (under mu): on a device backend, mark where the work writing
+ * them ends. A marker that cannot be recorded fails the step at ddp_finish. */
+static void bucket_final(struct ddp *d, int i)
+{
+	struct backend *be = d->m->be;
+	d->is_ready[i] = 1;
+	if (be->ops->mark && be->ops->mark(be, &d->ev[i]) < 0 && !d->failed) {
+		d->failed = 1;
+		snprintf(d->err, sizeof(d->err), "gradient bucket %d of %d: %.900s", i + 1,
+			 d->nbuckets, be->err);
+		pthread_cond_broadcast(&d->cv);
+	}
+}
+
 /* nn grad hook: the parameters in [offset, offset + count) are final. */
 static void on_grad(void *ctx, size_t offset, size_t count)
 {
@@ -105,8 +131,8 @@ static void on_grad(void *ctx, size_t offset, size_t count)
 		struct ddp_bucket *b = &d->b[d->bucket_of[i]];
 		size_t n = d->m->params[d->order[i]].count;
 		b->pending = b->pending > n ? b->pending - n : 0;
-		if (b->pending == 0)
-			d->is_ready[d->bucket_of[i]] = 1;
+		if (b->pending == 0 && !d->is_ready[d->bucket_of[i]])
+			bucket_final(d, d->bucket_of[i]);
 	}
 	advance_ready(d);
 	pthread_mutex_unlock(&d->mu);
@@ -189,9 +215,10 @@ int ddp_create(struct ddp **out, struct nn_model *m, struct comm *c, const struc
 	d->order = calloc((size_t)m->nparams + 1, sizeof(int));
 	d->bucket_of = calloc((size_t)m->nparams + 1, sizeof(int));
 	d->is_ready = calloc((size_t)m->nparams + 1, sizeof(int));
+	d->ev = calloc((size_t)m->nparams + 1, sizeof(void *));
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
-	if (!d->order || !d->bucket_of || !d->is_ready) {
+	if (!d->order || !d->bucket_of || !d->is_ready || !d->ev) {
 		failf(err, errlen, "out of memory");
 		goto out;
 	}
@@ -232,6 +259,10 @@ void ddp_destroy(struct ddp *d)
 	free(d->order);
 	free(d->bucket_of);
 	free(d->is_ready);
+	for (int i = 0; d->ev && i < d->nparams + 1; i++)
+		if (d->ev[i] && d->m->be->ops->mark_free)
+			d->m->be->ops->mark_free(d->m->be, d->ev[i]);
+	free(d->ev);
 	free(d->b);
 	free(d);
 }
@@ -242,6 +273,9 @@ int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen)
 	char e2[DDP_ERR_MAX];
 	if (m->state_total == 0)
 		return 0;
+	/* the collectives run apart from the backend's work (NCCL: on their own stream) */
+	if (m->be->ops->sync(m->be) < 0)
+		return failf(err, errlen, "broadcasting BatchNorm statistics: %s", m->be->err);
 	if (d->c->ops->broadcast(d->c, m->state, m->state_total * sizeof(float), 0, e2,
 				 sizeof(e2)) < 0 ||
 	    d->c->ops->broadcast(d->c, &m->batches_tracked, sizeof(m->batches_tracked), 0, e2,
@@ -254,6 +288,8 @@ int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen)
 {
 	struct nn_model *m = d->m;
 	char e2[DDP_ERR_MAX];
+	if (m->be->ops->sync(m->be) < 0)
+		return failf(err, errlen, "broadcasting the parameters: %s", m->be->err);
 	if (d->c->ops->broadcast(d->c, m->weights, m->param_total * sizeof(float), 0, e2,
 				 sizeof(e2)) < 0)
 		return failf(err, errlen, "broadcasting the parameters from rank 0: %s", e2);
@@ -288,7 +324,9 @@ void ddp_begin_backward(struct ddp *d, int sync)
 			b->pending = 0;
 			for (int j = b->first; j <= b->last; j++)
 				b->pending += d->m->params[d->order[j]].count;
-			d->is_ready[i] = b->pending == 0;
+			d->is_ready[i] = 0;
+			if (b->pending == 0)
+				bucket_final(d, i);
 		}
 		/* the thread is idle: the last ddp_finish saw it reduce every bucket */
 		d->ready = 0;
@@ -306,7 +344,8 @@ int ddp_finish(struct ddp *d, char *err, size_t errlen)
 	if (d->sync) {
 		/* Backward is over: every gradient is final, whatever the hooks said. */
 		for (int i = 0; i < d->nbuckets; i++)
-			d->is_ready[i] = 1;
+			if (!d->is_ready[i])
+				bucket_final(d, i);
 		advance_ready(d);
 		while (!d->failed && d->next < d->nbuckets)
 			pthread_cond_wait(&d->cv, &d->mu);

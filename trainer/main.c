@@ -2,6 +2,8 @@
  * Owns the arguments, where this rank's outputs go, and the exit codes; the config is
  * trainer/config*.c, the training loop trainer/train.c. */
 #define _GNU_SOURCE
+#include "backend.h"
+#include "backend_cuda.h"
 #include "comm.h"
 #include "config.h"
 #include "ranktable.h"
@@ -57,6 +59,7 @@ struct args {
 	int noverrides;
 	char **overrides;
 	int check;
+	int devices;
 	char *resume; /* --resume PATH as an override, applied after the others */
 };
 
@@ -68,6 +71,8 @@ static void usage(FILE *f)
 		"says. CONFIG defaults to $DPTRAIN_CONFIG, which srun --dptrain sets.\n"
 		"\n"
 		"  -c, --check     validate CONFIG, print the resolved config as JSON and exit\n"
+		"  -d, --devices   list the GPUs this process can train on and exit (status 1\n"
+		"                  when there is none, with the reason)\n"
 		"  -r, --resume PATH  resume from the checkpoint directory PATH (a step-N); the\n"
 		"                  same as checkpoint.resume=PATH\n"
 		"  -h, --help      show this help and exit\n"
@@ -93,6 +98,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
 	    {"check", no_argument, NULL, 'c'},
+	    {"devices", no_argument, NULL, 'd'},
 	    {"help", no_argument, NULL, 'h'},
 	    {"resume", required_argument, NULL, 'r'},
 	    {"version", no_argument, NULL, 'V'},
@@ -105,11 +111,14 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dptrain: out of memory\n");
 		return -1;
 	}
-	while ((ch = getopt_long(argc, argv, "chr:V", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "cdhr:V", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
 			a->check = 1;
 			break;
+		case 'd':
+			a->devices = 1;
+			return 0;
 		case 'r': /* the same as the override, which the config parser checks */
 			if (asprintf(&a->resume, "checkpoint.resume=%s", optarg) < 0) {
 				fprintf(stderr, "dptrain: out of memory\n");
@@ -206,6 +215,79 @@ static int make_dirs(const char *path)
 	return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* dptrain --devices: the GPUs as this process sees them (after CUDA_VISIBLE_DEVICES). */
+static int list_devices(void)
+{
+	char why[512], desc[512];
+	int n = be_cuda_device_count(why, sizeof(why));
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	if (n <= 0) {
+		printf("no GPU: %s (CUDA_VISIBLE_DEVICES=%s); dptrain trains on the CPU\n", why,
+		       cvd ? cvd : "(unset)");
+		return 1;
+	}
+	for (int i = 0; i < n; i++) { /* a GPU that cannot be described is still listed */
+		be_cuda_describe(i, desc, sizeof(desc));
+		printf("GPU %d: %s\n", i, desc);
+	}
+	return EXIT_OK;
+}
+
+/* The GPU this rank trains on, or -1 for the CPU: device.kind, and DPTRAIN_GPU, the device
+ * index the launcher chose from the rank's CUDA_VISIBLE_DEVICES (-1: it found none). Run by
+ * hand (no DPTRAIN_GPU), GPU 0 when there is one. */
+static int choose_gpu(const struct cfg *c, int rank, char *err, size_t errlen)
+{
+	const char *env = getenv("DPTRAIN_GPU"), *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	char why[512];
+	int gpu = 0;
+	if (c->device.kind == CFG_DEVICE_CPU)
+		return -1;
+	if (env && *env) {
+		char *end;
+		long v = strtol(env, &end, 10);
+		if (*end || v < -1 || v > 1 << 20) {
+			snprintf(err, errlen,
+				 "DPTRAIN_GPU=%s is not a GPU index (or -1 for none); it is set by "
+				 "dptrain-launch, unset it to run by hand",
+				 env);
+			return -2;
+		}
+		gpu = (int)v;
+	}
+	if (gpu == -1) {
+		if (c->device.kind == CFG_DEVICE_AUTO)
+			return -1;
+		snprintf(err, errlen,
+			 "device.kind is cuda, but the launcher found no GPU for rank %d "
+			 "(CUDA_VISIBLE_DEVICES=%s): ask Slurm for GPUs (srun --gpus-per-task=1) or "
+			 "set device.kind to auto or cpu",
+			 rank, cvd ? cvd : "(unset)");
+		return -2;
+	}
+	int n = be_cuda_device_count(why, sizeof(why));
+	if (n <= 0 || gpu >= n) {
+		if (c->device.kind == CFG_DEVICE_AUTO && n <= 0 && !(env && *env))
+			return -1;
+		if (n <= 0)
+			snprintf(err, errlen,
+				 "device.kind is %s, but rank %d has no usable GPU: %s "
+				 "(CUDA_VISIBLE_DEVICES=%s); set device.kind to cpu, or run where "
+				 "there is a GPU",
+				 c->device.kind == CFG_DEVICE_AUTO ? "auto and the launcher assigned "
+								     "a GPU"
+								   : "cuda",
+				 rank, why, cvd ? cvd : "(unset)");
+		else
+			snprintf(err, errlen,
+				 "rank %d was given GPU %d, but it sees only %d (CUDA_VISIBLE_DEVICES="
+				 "%s)",
+				 rank, gpu, n, cvd ? cvd : "(unset)");
+		return -2;
+	}
+	return gpu;
+}
+
 /* The ranks of a job: the rendezvous store at MASTER_ADDR:MASTER_PORT (served by rank 0) and
  * the collectives over it. Host names and the job's identity come from the rank table when
  * the launcher made one. */
@@ -214,8 +296,8 @@ struct dist {
 	struct comm *comm;
 };
 
-static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_size, char *err,
-		     size_t errlen)
+static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_size, int gpu,
+		     char *err, size_t errlen)
 {
 	const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
 	const char *rtpath = getenv("DPTRAIN_RANK_TABLE");
@@ -251,10 +333,18 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 		snprintf(err, errlen, "%s", e2);
 		goto out;
 	}
-	struct comm_cpu_opts co = {.timeout_s = c->timeouts.collective_s};
-	if (comm_cpu_create(&d->comm, d->st, &co, e2, sizeof(e2)) < 0) {
-		snprintf(err, errlen, "collectives: %s", e2);
-		goto out;
+	if (gpu >= 0) {
+		struct comm_nccl_opts no = {.device = gpu, .timeout_s = c->timeouts.collective_s};
+		if (comm_nccl_create(&d->comm, d->st, &no, e2, sizeof(e2)) < 0) {
+			snprintf(err, errlen, "collectives on GPU %d: %s", gpu, e2);
+			goto out;
+		}
+	} else {
+		struct comm_cpu_opts co = {.timeout_s = c->timeouts.collective_s};
+		if (comm_cpu_create(&d->comm, d->st, &co, e2, sizeof(e2)) < 0) {
+			snprintf(err, errlen, "collectives: %s", e2);
+			goto out;
+		}
 	}
 	rv = 0;
 out:
@@ -322,9 +412,17 @@ static int train(const struct cfg *c)
 		return EXIT_TRAIN;
 	}
 	env.output_dir = outdir;
+	env.gpu = choose_gpu(c, env.rank, err, sizeof(err));
+	if (env.gpu < -1) {
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		return EXIT_TRAIN;
+	}
+	/* DPTRAIN_DDP=1: the whole data-parallel machinery even for one rank (as torchrun
+	 * --nproc-per-node=1 does), to test it where there is one GPU */
+	int force_ddp = env_int("DPTRAIN_DDP", 0) == 1;
 	struct dist dist = {0};
-	if (env.world_size > 1 && dist_open(&dist, c, env.rank, env.world_size, err,
-					    sizeof(err)) < 0) {
+	if ((env.world_size > 1 || force_ddp) &&
+	    dist_open(&dist, c, env.rank, env.world_size, env.gpu, err, sizeof(err)) < 0) {
 		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
 		dist_close(&dist, c, 0);
 		return EXIT_TRAIN;
@@ -362,6 +460,10 @@ int main(int argc, char **argv)
 
 	if (parse_args(argc, argv, &a) < 0) {
 		rv = EXIT_USAGE;
+		goto out;
+	}
+	if (a.devices) {
+		rv = list_devices();
 		goto out;
 	}
 	if (cfg_load(&c, a.config, a.noverrides, a.overrides, err, sizeof(err)) < 0) {

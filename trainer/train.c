@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "backend.h"
+#include "backend_cuda.h"
 #include "comm.h"
 #include "data.h"
 #include "ddp.h"
@@ -22,6 +23,7 @@
 #include "lr_schedule.h"
 #include "nn.h"
 #include "optim.h"
+#include "optim_gpu.h"
 #include "sampler.h"
 #include "train_ckpt.h"
 #include "transform.h"
@@ -91,8 +93,22 @@ static int load_set(struct data_set *ds, const struct cfg *c, const struct cfg_d
 	return 0;
 }
 
+/* Batch buffers in page-locked memory where the backend has it: uploads from there run on a
+ * copy engine, asynchronously. */
+static void *pinned_alloc(void *ctx, size_t bytes)
+{
+	struct backend *be = ctx;
+	return be->ops->host_alloc(be, bytes);
+}
+
+static void pinned_free(void *ctx, void *p)
+{
+	struct backend *be = ctx;
+	be->ops->host_free(be, p);
+}
+
 static int split_open(struct split *sp, const struct cfg *c, const struct train_env *env,
-		      int train, char *err, size_t errlen)
+		      struct backend *be, int train, char *err, size_t errlen)
 {
 	const char *what = train ? "train" : "eval";
 	char e2[4096]; /* larger than every module's error size */
@@ -127,10 +143,98 @@ static int split_open(struct split *sp, const struct cfg *c, const struct train_
 		.workers = c->data.workers,
 		.prefetch = c->data.prefetch,
 	};
+	if (be->ops->host_alloc)
+		lo.alloc = (struct loader_alloc){.alloc = pinned_alloc, .free = pinned_free, .ctx = be};
 	if (loader_create(&sp->l, &sp->ds, &sp->s, &sp->tf, &lo, e2) < 0)
 		return failf(err, errlen, "data.%s: %s", what, e2);
 	return 0;
 }
+
+/* The input's way to the backend. A host backend reads the loader's buffer itself. A device
+ * backend gets the batch uploaded from the loader's page-locked buffer into one of two device
+ * buffers by a copy engine, while the work of the step before still runs on the GPU; a buffer
+ * is reused once the work that read it (forward and backward) is done. */
+struct stage {
+	struct backend *be;
+	float *x[2];
+	size_t cap;    /* floats in each */
+	void *done[2]; /* the upload into x[i] is over (its source may change) */
+	void *used[2]; /* the work reading x[i] is over */
+	int next, cur;
+};
+
+static int stage_open(struct stage *st, struct backend *be, size_t floats, char *err,
+		      size_t errlen)
+{
+	memset(st, 0, sizeof(*st));
+	st->be = be;
+	if (!be->ops->upload)
+		return 0;
+	st->cap = floats;
+	for (int i = 0; i < 2; i++)
+		if (!(st->x[i] = be->ops->alloc(be, floats * sizeof(float))))
+			return failf(err, errlen, "input buffers on the %s backend: %s",
+				     be->ops->name, be->err);
+	return 0;
+}
+
+static void stage_close(struct stage *st)
+{
+	struct backend *be = st->be;
+	if (!be || !be->ops->upload)
+		return;
+	for (int i = 0; i < 2; i++) {
+		be->ops->mark_wait(be, st->used[i]);
+		be->ops->mark_wait(be, st->done[i]);
+		be->ops->mark_free(be, st->used[i]);
+		be->ops->mark_free(be, st->done[i]);
+		be->ops->free(be, st->x[i]);
+	}
+	memset(st, 0, sizeof(*st));
+}
+
+/* The batch's images where the backend's ops can read them. */
+static int stage_put(struct stage *st, const struct loader_batch *b, size_t per_sample,
+		     const float **x, char *err, size_t errlen)
+{
+	struct backend *be = st->be;
+	size_t n = (size_t)b->n * per_sample;
+	if (!be->ops->upload) {
+		*x = b->x;
+		return 0;
+	}
+	int i = st->next;
+	if (n > st->cap)
+		return failf(err, errlen, "a batch of %d samples does not fit the input buffers",
+			     b->n);
+	if (be->ops->mark_wait(be, st->used[i]) < 0 ||
+	    be->ops->upload(be, st->x[i], b->x, n * sizeof(float), &st->done[i]) < 0)
+		return failf(err, errlen, "uploading a batch: %s", be->err);
+	st->cur = i;
+	st->next = i ^ 1;
+	*x = st->x[i];
+	return 0;
+}
+
+/* The work reading the current batch is issued: remember where it ends, and wait for the
+ * upload to be over before the loader may refill the batch's buffer. */
+static int stage_done(struct stage *st, char *err, size_t errlen)
+{
+	struct backend *be = st->be;
+	if (!be->ops->upload)
+		return 0;
+	if (be->ops->mark(be, &st->used[st->cur]) < 0 ||
+	    be->ops->mark_wait(be, st->done[st->cur]) < 0)
+		return failf(err, errlen, "after a batch: %s", be->err);
+	return 0;
+}
+
+/* The optimizer's update where the parameters are: optim.c on host memory, optim_gpu on a
+ * GPU. */
+struct opt {
+	struct optim o;
+	struct optim_gpu *g;
+};
 
 /* [lo, hi) is the part of the flat buffers this rank updates: all of it, or with
  * parallel.enable_parallel_optimizer its equal contiguous share (ZeRO-1). */
@@ -213,25 +317,41 @@ static struct train_pos position(const struct sampler *s, long step, int epoch, 
  * has the whole reduced gradient (DDP), updates its shard of the parameters, and the shards
  * are then sent to everyone. Exact for SGD and AdamW (element-wise); LAMB's per-tensor norms
  * are summed over the shards. */
-static int zero_step(struct optim *o, struct nn_model *m, struct comm *comm, double lr, char *err,
+static int zero_step(struct opt *op, struct nn_model *m, struct comm *comm, double lr, char *err,
 		     size_t errlen)
 {
 	char e2[2048];
+	struct optim *o = &op->o;
 	double norm = 0, *sums = NULL;
 	int ns = optim_nsums(o), rv = -1;
 	if (optim_needs_grad_norm(o)) {
-		double gsq = optim_grad_sumsq(o, m->grads);
+		double gsq;
+		if (!op->g)
+			gsq = optim_grad_sumsq(o, m->grads);
+		else if (optim_gpu_grad_sumsq(op->g, o, m->grads, &gsq, e2, sizeof(e2)) < 0)
+			goto fail;
 		if (comm->ops->allreduce(comm, &gsq, 1, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
 			goto fail;
 		norm = sqrt(gsq);
 	}
 	if (!(sums = calloc((size_t)ns + 1, sizeof(*sums))))
 		return failf(err, errlen, "out of memory");
-	optim_prepare(o, m->weights, m->grads, norm, sums);
+	if (!op->g)
+		optim_prepare(o, m->weights, m->grads, norm, sums);
+	else if (optim_gpu_prepare(op->g, o, m->weights, m->grads, norm, sums, e2, sizeof(e2)) < 0)
+		goto fail;
 	if (ns > 0 && comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, e2,
 					   sizeof(e2)) < 0)
 		goto fail;
-	optim_apply(o, m->weights, m->grads, lr, sums);
+	if (!op->g)
+		optim_apply(o, m->weights, m->grads, lr, sums);
+	else if (optim_gpu_apply(op->g, o, m->weights, m->grads, lr, sums, e2, sizeof(e2)) < 0)
+		goto fail;
+	/* the shards go out from the backend's memory once the update is written there */
+	if (m->be->ops->sync(m->be) < 0) {
+		snprintf(e2, sizeof(e2), "%s", m->be->err);
+		goto fail;
+	}
 	if (comm_gather_shares(comm, m->weights, m->param_total, e2, sizeof(e2)) < 0)
 		goto fail;
 	rv = 0;
@@ -241,6 +361,90 @@ fail:
 out:
 	free(sums);
 	return rv;
+}
+
+/* Loss scaling (precision.loss_scale): the loss gradient is multiplied by the scale, so that
+ * small gradients survive in half precision, and the gradients are divided by it again
+ * before the update (exactly, for a power of two). Dynamic scaling is PyTorch's GradScaler
+ * (MindSpore's DynamicLossScaleManager): a step whose gradients overflowed (inf or nan) is
+ * skipped and the scale halved; growth_interval good steps in a row double it. Every rank
+ * holds the same reduced gradients, so all decide alike without talking. */
+struct scaler {
+	int on, dynamic;
+	double scale;
+	long good, interval, skipped;
+};
+
+#define SCALE_MIN 0x1p-24 /* overflowing even here: the gradients are not finite at all */
+#define SCALE_MAX 1e30	  /* precision.loss_scale's largest */
+
+/* After backward (and the reduction): 1 when the update may go ahead with unscaled gradients,
+ * 0 when it is skipped, -1 on an error. */
+static int scaler_check(struct scaler *sc, struct nn_model *m, long step, FILE *out, int rank0,
+			char *err, size_t errlen)
+{
+	struct backend *be = m->be;
+	double ss = 0;
+	if (!sc->on)
+		return 1;
+	if (sc->dynamic) {
+		if (be->ops->sumsq(be, m->grads, m->param_total, &ss) < 0)
+			return failf(err, errlen, "loss scaling at step %ld: %s", step, be->err);
+		if (!isfinite(ss)) {
+			sc->skipped++;
+			sc->good = 0;
+			if (sc->scale / 2 < SCALE_MIN)
+				return failf(err, errlen,
+					     "step %ld: the gradients are not finite even at loss "
+					     "scale %g (%ld steps skipped): training diverged; lower "
+					     "optimizer.lr or check the data",
+					     step, sc->scale, sc->skipped);
+			if (rank0)
+				fprintf(out,
+					"dptrain: step %ld: gradients overflowed at loss scale %g; "
+					"step skipped, scale now %g\n",
+					step, sc->scale, sc->scale / 2);
+			sc->scale /= 2;
+			return 0;
+		}
+	}
+	if (be->ops->axpby(be, (float)(1.0 / sc->scale), m->grads, 0.0f, m->grads,
+			   m->param_total) < 0)
+		return failf(err, errlen, "loss scaling at step %ld: %s", step, be->err);
+	if (sc->dynamic && ++sc->good >= sc->interval) {
+		sc->good = 0;
+		if (sc->scale * 2 <= SCALE_MAX)
+			sc->scale *= 2;
+	}
+	return 1;
+}
+
+/* Tests: DPTRAIN_TEST_OVERFLOW_AT="3,7" makes the (reduced) gradients of those steps (1-based,
+ * global) infinite, as an fp16 overflow would; set it for every rank. */
+static int overflow_injected(long step)
+{
+	const char *e = getenv("DPTRAIN_TEST_OVERFLOW_AT");
+	for (const char *p = e; p && *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			break;
+		if (v == step)
+			return 1;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* A checkpoint of the model and the optimizer, whose state is first fetched from the GPU. */
+static int save_checkpoint(struct train_ckpt *ck, struct opt *op, const struct train_pos *at,
+			   char *err, size_t errlen)
+{
+	char e2[2048];
+	if (op->g && optim_gpu_state_to_host(op->g, &op->o, e2, sizeof(e2)) < 0)
+		return failf(err, errlen, "checkpoint at step %ld: optimizer state: %s", at->step,
+			     e2);
+	return train_ckpt_save(ck, at, err, errlen);
 }
 
 struct metrics {
@@ -263,10 +467,10 @@ static void metrics_line(struct metrics *mt, const char *fmt, ...)
 
 /* Evaluate on this rank's shard of the eval set: sum of per-sample losses and correct
  * predictions, and the count; with a comm, summed over the ranks' shards. */
-static int evaluate(struct nn_model *m, struct split *ev, const struct cfg *c,
-		    struct comm *comm, double *loss_sum, long *correct, long *count, char *err,
-		    size_t errlen)
+static int evaluate(struct nn_model *m, struct split *ev, struct stage *st, struct comm *comm,
+		    double *loss_sum, long *correct, long *count, char *err, size_t errlen)
 {
+	size_t per_sample = (size_t)m->in_c * (size_t)m->in_h * (size_t)m->in_w;
 	char e2[4096];
 	struct loader_batch *b;
 	int rv;
@@ -280,9 +484,12 @@ static int evaluate(struct nn_model *m, struct split *ev, const struct cfg *c,
 	}
 	while ((rv = loader_next(ev->l, &b, e2)) == 1) {
 		float *logits, loss;
+		const float *x;
 		int ok;
-		if (nn_forward(m, b->x, b->n, &logits, err, errlen) < 0 ||
-		    nn_loss(m, b->y, b->n, 0.0f, 1.0f, &loss, &ok, err, errlen) < 0) {
+		if (stage_put(st, b, per_sample, &x, err, errlen) < 0 ||
+		    nn_forward(m, x, b->n, &logits, err, errlen) < 0 ||
+		    nn_loss(m, b->y, b->n, 0.0f, 1.0f, &loss, &ok, err, errlen) < 0 ||
+		    stage_done(st, err, errlen) < 0) {
 			loader_release(ev->l, b);
 			nn_set_training(m, 1);
 			return -1;
@@ -293,7 +500,6 @@ static int evaluate(struct nn_model *m, struct split *ev, const struct cfg *c,
 		loader_release(ev->l, b);
 	}
 	nn_set_training(m, 1);
-	(void)c;
 	if (rv < 0)
 		return failf(err, errlen, "data.eval: %s", e2);
 	if (comm) { /* every sample was seen by exactly one rank: the sums are the whole set's */
@@ -315,7 +521,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	struct backend *be = NULL;
 	struct nn_model m;
 	struct split tr = {0}, ev = {0};
-	struct optim opt;
+	struct stage st = {0};
+	struct opt opt = {0};
 	struct lr_schedule sched;
 	struct metrics mt = {0};
 	char e2[4096]; /* larger than every module's error size */
@@ -326,15 +533,29 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	res->eval_accuracy = -1;
 	res->resumed_at = -1;
 	memset(&m, 0, sizeof(m));
-	if (c->device.kind == CFG_DEVICE_CUDA) {
-		failf(err, errlen, "device.kind: cuda is not available in this build; use cpu or auto");
-		goto out;
+	if (env->gpu >= 0) {
+		struct be_cuda_opts co = {.tf32 = c->precision.mode != CFG_PREC_FP32,
+					  .deterministic = c->device.deterministic};
+		be = be_cuda_create(env->gpu, &co, e2, sizeof(e2));
+		if (!be) {
+			failf(err, errlen, "%s", e2);
+			goto out;
+		}
+	} else {
+		be = be_cpu_create(c->train.threads ? c->train.threads : env->threads, e2,
+				   sizeof(e2));
+		if (!be) {
+			failf(err, errlen, "cpu backend: %s", e2);
+			goto out;
+		}
 	}
-	be = be_cpu_create(c->train.threads ? c->train.threads : env->threads, e2, sizeof(e2));
-	if (!be) {
-		failf(err, errlen, "cpu backend: %s", e2);
-		goto out;
-	}
+	/* bf16 and fp16 compute are not implemented yet: say so rather than pretend */
+	if (rank0 && (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
+		fprintf(stderr,
+			"dptrain: warning: precision.mode %s is not implemented yet; computing in "
+			"%s (fp32 weights; loss scaling as precision.loss_scale says)\n",
+			c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16",
+			env->gpu >= 0 ? "tf32" : "fp32");
 
 	struct nn_spec spec = {
 		.name = model_names[c->model.name],
@@ -382,9 +603,14 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		if (p->parameter_broadcast && ddp_broadcast_params(ddp, err, errlen) < 0)
 			goto out;
 	}
-	if (split_open(&tr, c, env, 1, err, errlen) < 0)
+	if (split_open(&tr, c, env, be, 1, err, errlen) < 0)
 		goto out;
-	if (c->data.eval.present && split_open(&ev, c, env, 0, err, errlen) < 0)
+	if (c->data.eval.present && split_open(&ev, c, env, be, 0, err, errlen) < 0)
+		goto out;
+	size_t per_sample = (size_t)spec.c * (size_t)spec.h * (size_t)spec.w;
+	int max_batch = c->data.batch_size > c->data.eval_batch_size ? c->data.batch_size
+								    : c->data.eval_batch_size;
+	if (stage_open(&st, be, (size_t)max_batch * per_sample, err, errlen) < 0)
 		goto out;
 
 	int accum = c->parallel.grad_accumulation_step;
@@ -412,7 +638,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	size_t zlo = 0, zhi = m.param_total;
 	if (zero)
 		comm_share(m.param_total, env->rank, env->world_size, &zlo, &zhi);
-	if (make_optimizer(&opt, c, &m, zlo, zhi, err, errlen) < 0)
+	if (make_optimizer(&opt.o, c, &m, zlo, zhi, err, errlen) < 0)
 		goto out;
 	have_optim = 1;
 	if (make_schedule(&sched, c, spe, total, err, errlen) < 0)
@@ -421,13 +647,30 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	struct train_ckpt ck;
 	struct train_pos pos = {0};
 	char from[1024];
-	train_ckpt_init(&ck, c, env->output_dir, &m, &opt, env->comm, env->rank, env->world_size);
+	train_ckpt_init(&ck, c, env->output_dir, &m, &opt.o, env->comm, env->rank, env->world_size);
 	int resumed = train_ckpt_resume(&ck, &pos, from, sizeof(from), err, errlen);
 	if (resumed < 0)
 		goto out;
+	/* on a GPU the optimizer state lives there, from what the checkpoint had (or zeros) */
+	if (env->gpu >= 0 && (optim_gpu_create(&opt.g, be, &opt.o, e2, sizeof(e2)) < 0 ||
+			      optim_gpu_state_from_host(opt.g, &opt.o, e2, sizeof(e2)) < 0)) {
+		failf(err, errlen, "optimizer on GPU %d: %s", env->gpu, e2);
+		goto out;
+	}
 	/* rank 0 read the weights: everyone takes them, whatever parameter_broadcast says */
 	if (resumed && ddp && ddp_broadcast_params(ddp, err, errlen) < 0)
 		goto out;
+	struct scaler sc = {
+		.on = c->precision.dynamic_loss_scale || c->precision.loss_scale != 1.0,
+		.dynamic = c->precision.dynamic_loss_scale,
+		.scale = c->precision.dynamic_loss_scale ? c->precision.initial_loss_scale
+							 : c->precision.loss_scale,
+		.interval = c->precision.growth_interval > 0 ? c->precision.growth_interval : 2000,
+	};
+	if (resumed && sc.dynamic && pos.loss_scale > 0) { /* where it had got to */
+		sc.scale = pos.loss_scale;
+		sc.good = pos.scale_good;
+	}
 	if (resumed) {
 		res->resumed_at = pos.step;
 		if (rank0)
@@ -497,14 +740,16 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					goto out;
 				}
 				float *logits, loss;
+				const float *x;
 				int ok;
 				if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0) {
 					loader_release(tr.l, b);
 					goto out;
 				}
-				if (nn_forward(&m, b->x, b->n, &logits, err, errlen) < 0 ||
-				    nn_loss(&m, b->y, b->n, (float)c->train.label_smoothing, scale,
-					    &loss, &ok, err, errlen) < 0) {
+				if (stage_put(&st, b, per_sample, &x, err, errlen) < 0 ||
+				    nn_forward(&m, x, b->n, &logits, err, errlen) < 0 ||
+				    nn_loss(&m, b->y, b->n, (float)c->train.label_smoothing,
+					    scale * (float)sc.scale, &loss, &ok, err, errlen) < 0) {
 					loader_release(tr.l, b);
 					goto out;
 				}
@@ -522,6 +767,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				if (ddp)
 					ddp_begin_backward(ddp, micro == accum - 1);
 				if (nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
+				    stage_done(&st, err, errlen) < 0 ||
 				    (ddp && micro == accum - 1 && ddp_finish(ddp, err, errlen) < 0)) {
 					loader_release(tr.l, b);
 					goto out;
@@ -533,10 +779,27 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			if (ddp)
 				wait_since_log += ddp_last_wait(ddp);
 			double lr = lr_at(&sched, step);
-			if (!zero)
-				optim_step(&opt, m.weights, m.grads, lr);
-			else if (zero_step(&opt, &m, env->comm, lr, err, errlen) < 0)
+			double step_scale = sc.scale;
+			if (overflow_injected(step + 1) &&
+			    be->ops->fill(be, m.grads, INFINITY, 1) < 0) {
+				failf(err, errlen, "%s", be->err);
 				goto out;
+			}
+			int go = scaler_check(&sc, &m, step + 1, out, rank0, err, errlen);
+			if (go < 0)
+				goto out;
+			if (!go) {
+				/* skipped: the weights and the optimizer stay as they were */
+			} else if (zero) {
+				if (zero_step(&opt, &m, env->comm, lr, err, errlen) < 0)
+					goto out;
+			} else if (!opt.g) {
+				optim_step(&opt.o, m.weights, m.grads, lr);
+			} else if (optim_gpu_step(opt.g, &opt.o, m.weights, m.grads, lr, e2,
+						  sizeof(e2)) < 0) {
+				failf(err, errlen, "optimizer step %ld: %s", step + 1, e2);
+				goto out;
+			}
 			step++;
 			step_loss /= accum;
 			res->last_loss = step_loss;
@@ -569,9 +832,10 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
 					     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
 					     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f,"
-					     "\"comm_wait_ms\":%.4f}",
+					     "\"comm_wait_ms\":%.4f,\"loss_scale\":%.9g}",
 					     epoch + 1, s + 1, step, gl[0], gl[1], step_loss, lr,
-					     ips * env->world_size, 1e3 * wait_since_log / n_since_log);
+					     ips * env->world_size, 1e3 * wait_since_log / n_since_log,
+					     step_scale);
 				tlog = t;
 				imgs_since_log = 0;
 				loss_since_log = 0;
@@ -585,7 +849,9 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			if (stop || (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
 				struct train_pos at = position(&tr.s, step, epoch, s + 1 - s0,
 							       per_step, s + 1 == s0 + nsteps);
-				if (train_ckpt_save(&ck, &at, err, errlen) < 0)
+				at.loss_scale = sc.scale;
+				at.scale_good = sc.good;
+				if (save_checkpoint(&ck, &opt, &at, err, errlen) < 0)
 					goto out;
 				if (stop) {
 					if (rank0)
@@ -611,7 +877,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			 * ones saved with the weights */
 			if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0)
 				goto out;
-			if (evaluate(&m, &ev, c, env->comm, &lsum, &corr, &cnt, err, errlen) < 0)
+			if (evaluate(&m, &ev, &st, env->comm, &lsum, &corr, &cnt, err, errlen) < 0)
 				goto out;
 			res->eval_accuracy = cnt ? (double)corr / (double)cnt : 0;
 			res->eval_loss = cnt ? lsum / (double)cnt : 0;
@@ -631,12 +897,19 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		if (save && ck.last_saved != step) {
 			struct train_pos at = position(&tr.s, step, epoch, s - s0, per_step,
 						       s == s0 + nsteps);
-			if (train_ckpt_save(&ck, &at, err, errlen) < 0)
+			at.loss_scale = sc.scale;
+			at.scale_good = sc.good;
+			if (save_checkpoint(&ck, &opt, &at, err, errlen) < 0)
 				goto out;
 		}
 	}
 	res->steps = step;
 	res->seconds = now_s() - t0;
+	if (env->gpu >= 0) {
+		res->peak_device_bytes = be_cuda_peak_bytes(be);
+		fprintf(out, "dptrain: GPU memory peak %.0f MiB\n",
+			(double)res->peak_device_bytes / (1 << 20));
+	}
 
 	if (rank0 && env->output_dir) {
 		char path[4096], meta[256];
@@ -650,8 +923,10 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	}
 	metrics_line(&mt,
 		     "{\"event\":\"end\",\"steps\":%ld,\"epochs\":%d,\"seconds\":%.3f,"
-		     "\"eval_accuracy\":%.9g}",
-		     res->steps, res->epochs, res->seconds, res->eval_accuracy);
+		     "\"eval_accuracy\":%.9g,\"peak_device_mib\":%.0f,\"skipped_steps\":%ld,"
+		     "\"loss_scale\":%.9g}",
+		     res->steps, res->epochs, res->seconds, res->eval_accuracy,
+		     (double)res->peak_device_bytes / (1 << 20), sc.skipped, sc.scale);
 	rv = 0;
 out:
 	if (rv < 0 && env->comm) { /* the other ranks stop too, told why */
@@ -662,8 +937,10 @@ out:
 	ddp_destroy(ddp);
 	if (mt.f)
 		fclose(mt.f);
+	optim_gpu_destroy(opt.g);
 	if (have_optim)
-		optim_free(&opt);
+		optim_free(&opt.o);
+	stage_close(&st);
 	split_free(&tr);
 	split_free(&ev);
 	if (have_model)

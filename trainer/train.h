@@ -16,6 +16,7 @@ struct train_env {
 	int rank, world_size; /* this process among the data-parallel ranks */
 	struct comm *comm;    /* collectives between the ranks; NULL for a single rank */
 	int threads;	      /* compute threads when train.threads is 0 (0: the backend's) */
+	int gpu;	      /* the CUDA device to train on; -1: the CPU */
 	/* set asynchronously (SIGTERM, SIGUSR1): the ranks agree on a step, checkpoint there
 	 * and stop; NULL: never */
 	volatile sig_atomic_t *stop;
@@ -33,6 +34,7 @@ struct train_result {
 	double seconds;
 	long resumed_at;   /* the step a checkpoint put us at, -1 when we started fresh */
 	int stopped;	   /* 1: stopped early on request, after writing a checkpoint */
+	size_t peak_device_bytes; /* GPU: the most device memory held at once; 0 on the CPU */
 };
 
 /* 0 on success; -1 with err naming what failed (a file, a key, a step) and what to do. */

@@ -146,11 +146,13 @@ int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err
 		snprintf(state, sizeof(state),
 			 "{\"step\":%ld,\"epoch\":%d,\"offset\":%zu,\"world_size\":%d,"
 			 "\"batch_size\":%d,\"grad_accumulation_step\":%d,\"optimizer_step\":%ld,"
-			 "\"config\":\"%s\",\"layout_crc32\":\"%08lx\",\"loss_scale\":1,"
+			 "\"config\":\"%s\",\"layout_crc32\":\"%08lx\",\"loss_scale\":%.17g,"
+			 "\"loss_scale_good_steps\":%ld,"
 			 "\"rng\":{\"kind\":\"counter\",\"seed\":%lld,\"data_seed\":%lld}}",
 			 pos->step, pos->epoch, pos->offset, k->world_size, k->c->data.batch_size,
 			 k->c->parallel.grad_accumulation_step, k->o->step, k->fingerprint,
-			 layout_hash(k->m), (long long)k->c->seed, (long long)k->c->data.seed);
+			 layout_hash(k->m), pos->loss_scale > 0 ? pos->loss_scale : 1.0,
+			 pos->scale_good, (long long)k->c->seed, (long long)k->c->data.seed);
 		struct ckpt_file files[2] = {{"model.safetensors", write_model, k},
 					     {"optim.safetensors", write_optim, &f}};
 		rv = ckpt_write(k->root, pos->step, files, f.n > 0 ? 2 : 1, state,
@@ -170,8 +172,9 @@ int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err
 /* What rank 0 learned, sent to every rank as one block. */
 struct resume_head {
 	int32_t failed, found, epoch;
-	int64_t step, optim_step;
+	int64_t step, optim_step, scale_good;
 	uint64_t offset;
+	double loss_scale;
 	char from[1024];
 	char msg[MSG_MAX];
 };
@@ -257,6 +260,11 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 	h->epoch = (int32_t)epoch;
 	h->offset = (uint64_t)offset;
 	h->optim_step = ostep;
+	/* written by every version; the good-step count only since dynamic scaling exists */
+	json_t *ls = json_object_get(st, "loss_scale");
+	h->loss_scale = json_is_number(ls) && json_number_value(ls) > 0 ? json_number_value(ls) : 1;
+	long good = 0;
+	h->scale_good = json_long(st, "loss_scale_good_steps", &good) == 0 && good > 0 ? good : 0;
 	snprintf(h->from, sizeof(h->from), "%.1000s", ck.path);
 	rv = 0;
 out:
@@ -331,6 +339,8 @@ int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, s
 	pos->step = h->step;
 	pos->epoch = h->epoch;
 	pos->offset = h->offset;
+	pos->loss_scale = h->loss_scale;
+	pos->scale_good = h->scale_good;
 	snprintf(from, fromlen, "%s", h->from);
 	k->last_saved = h->step;
 	rv = 1;

@@ -30,6 +30,8 @@ struct train_pos {
 	long step;
 	int epoch;
 	size_t offset;
+	double loss_scale; /* precision.loss_scale's current scale (1 without scaling) */
+	long scale_good;   /* dynamic scaling: good steps in a row since it last changed */
 };
 
 void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,

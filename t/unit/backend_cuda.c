@@ -1,6 +1,7 @@
 /* backend_cuda.c — the CUDA backend checked op by op against the CPU backend on fresh random
  * inputs (forward, backward, beta = 1 accumulation onto a prefill, outputs poisoned with NaN
- * first), bit-for-bit repeats with DPTRAIN_CUDA_DETERMINISTIC=1, and whole small models.
+ * first), bit-for-bit repeats with DPTRAIN_CUDA_DETERMINISTIC=1, the same with TF32 within its
+ * tolerances, whole small models, uploads and markers.
  * Skips where no GPU is visible. Owns nothing outside its process. */
 #include <math.h>
 #include <stdio.h>
@@ -25,13 +26,25 @@
 #define TOL_CONV   1e-4
 #define TOL_LENET  1e-4
 #define TOL_RESNET 1e-3
+/* With TF32 (be_cuda_opts.tf32) convolutions and matrix products round their inputs to 10
+ * mantissa bits (relative 2^-11 each): about 1e-3 per sum, several times that at the worst
+ * element and through a whole model. */
+#define TOL_TF32       1e-2
+#define TOL_TF32_MODEL 5e-2
 
 struct t {
 	struct backend *cpu, *gpu;
 	struct chk_rng *rng;
 	const char *name; /* of the GPU backend variant */
 	int det;	  /* DPTRAIN_CUDA_DETERMINISTIC=1: results repeat bit for bit */
+	int tf32;	  /* TF32 tensor cores: looser tolerances for convolutions and products */
 };
+
+/* The tolerance of a convolution or matrix product: TF32's where it is on. */
+static double mm_tol(const struct t *t, double tol)
+{
+	return t->tf32 && tol < TOL_TF32 ? TOL_TF32 : tol;
+}
 
 /* ------------------------------------------------------------------------------------- */
 /* Device buffers: every failure here is the backend's, and stops the test. */
@@ -185,9 +198,9 @@ static void test_conv(struct t *t, struct be_conv_desc d)
 		goto out;
 	hy = down(t, gy, ny), hdx = down(t, gdx, nx), hdw = down(t, gdw, nw);
 	hdb = down(t, gdb, nb);
-	cmp(t, w, "fwd y", hy, y, ny, TOL_CONV);
-	cmp(t, w, "bwd dx", hdx, dx, nx, TOL_CONV);
-	cmp(t, w, "bwd dw", hdw, dw, nw, TOL_CONV);
+	cmp(t, w, "fwd y", hy, y, ny, mm_tol(t, TOL_CONV));
+	cmp(t, w, "bwd dx", hdx, dx, nx, mm_tol(t, TOL_CONV));
+	cmp(t, w, "bwd dw", hdw, dw, nw, mm_tol(t, TOL_CONV));
 	if (d.has_bias)
 		cmp(t, w, "bwd db", hdb, db, nb, TOL_F32);
 
@@ -410,9 +423,9 @@ static void test_linear(struct t *t, struct be_linear_desc d)
 	    !ran(t, g,
 		 g->ops->linear_bwd_weights(g, og, gx, gdy, gdw, d.has_bias ? gdb : NULL, 0.0f), w))
 		goto out;
-	cmp_dev(t, w, "fwd y", gy, y, ny, TOL_F32);
-	cmp_dev(t, w, "bwd dx", gdx, dx, nx, TOL_F32);
-	cmp_dev(t, w, "bwd dw", gdw, dw, nw, TOL_F32);
+	cmp_dev(t, w, "fwd y", gy, y, ny, mm_tol(t, TOL_F32));
+	cmp_dev(t, w, "bwd dx", gdx, dx, nx, mm_tol(t, TOL_F32));
+	cmp_dev(t, w, "bwd dw", gdw, dw, nw, mm_tol(t, TOL_F32));
 	if (d.has_bias)
 		cmp_dev(t, w, "bwd db", gdb, db, nb, TOL_F32);
 	hdx = down(t, gdx, nx), hdw = down(t, gdw, nw), hdb = down(t, gdb, nb);
@@ -700,6 +713,60 @@ static void test_arena(struct t *t)
 	ok(g->ops->to_host(g, &h, (float *)a, 0) == 0, "%s to_host of 0 bytes", t->name);
 }
 
+/* Page-locked buffers, uploads on the copy engine, markers: a batch uploaded into one of two
+ * device buffers arrives whole and in order with the ops issued after it. */
+static void test_async(struct t *t)
+{
+	struct backend *g = t->gpu;
+	size_t n = 1 << 20;
+	float *h = g->ops->host_alloc(g, n * sizeof(float)), *back = chk_alloc(n);
+	float *d[2] = {dalloc(t, n), dalloc(t, n)}, *sum = dalloc(t, n);
+	void *done[2] = {NULL, NULL}, *used[2] = {NULL, NULL};
+	int bad = 0;
+
+	if (!ok(h != NULL, "%s host_alloc(%zu bytes): %s", t->name, n * sizeof(float),
+		h ? "" : g->err))
+		return;
+	ok(g->ops->mark_wait(g, NULL) == 0, "%s mark_wait(NULL) returns at once", t->name);
+	for (int round = 0; round < 6; round++) {
+		int i = round & 1;
+		if (g->ops->mark_wait(g, used[i]) < 0)
+			bad++;
+		for (size_t k = 0; k < n; k++)
+			h[k] = (float)(round * 1000003 + (int)k % 977);
+		/* the ops after the upload see it: sum = d[i] + d[i] */
+		if (g->ops->upload(g, d[i], h, n * sizeof(float), &done[i]) < 0 ||
+		    g->ops->add(g, d[i], d[i], sum, n) < 0 || g->ops->mark(g, &used[i]) < 0 ||
+		    g->ops->mark_wait(g, done[i]) < 0 ||
+		    g->ops->to_host(g, back, sum, n * sizeof(float)) < 0) {
+			bad++;
+			diag("%s round %d: %s", t->name, round, g->err);
+			break;
+		}
+		for (size_t k = 0; k < n; k++)
+			if (back[k] != 2.0f * (float)(round * 1000003 + (int)k % 977)) {
+				bad++;
+				break;
+			}
+	}
+	ok(bad == 0, "%s upload + mark: 6 alternating uploads of %zu floats arrive before the "
+		     "ops issued after them",
+	   t->name, n);
+	for (int i = 0; i < 2; i++) {
+		g->ops->mark_free(g, done[i]);
+		g->ops->mark_free(g, used[i]);
+		g->ops->free(g, d[i]);
+	}
+	g->ops->free(g, sum);
+	g->ops->host_free(g, h);
+	free(back);
+	ok(be_cuda_peak_bytes(g) >= 3 * n * sizeof(float),
+	   "%s peak device memory %zu bytes counts the buffers", t->name, be_cuda_peak_bytes(g));
+	char desc[256];
+	ok(be_cuda_describe(be_cuda_device(g), desc, sizeof(desc)) == 0 && desc[0],
+	   "%s describe: %s", t->name, desc);
+}
+
 /* ------------------------------------------------------------------------------------- */
 
 /* A whole model, one training step and an eval forward, on both backends from the same
@@ -831,8 +898,9 @@ static void run_suite(struct t *t, int convs_only)
 	test_xent_known(t);
 	test_errors(t);
 	test_arena(t);
-	test_model(t, "lenet", 1, 28, 28, 8, TOL_LENET);
-	test_model(t, "resnet18", 3, 32, 32, 4, TOL_RESNET);
+	test_model(t, "lenet", 1, 28, 28, 8, t->tf32 ? TOL_TF32_MODEL : TOL_LENET);
+	test_model(t, "resnet18", 3, 32, 32, 4, t->tf32 ? TOL_TF32_MODEL : TOL_RESNET);
+	test_async(t);
 }
 
 int main(void)
@@ -850,26 +918,35 @@ int main(void)
 
 	/* Deterministic first: the full suite, with bit-for-bit repeats. */
 	setenv("DPTRAIN_CUDA_DETERMINISTIC", "1", 1);
-	struct backend *det = be_cuda_create(0, err, sizeof(err));
+	struct backend *det = be_cuda_create(0, NULL, err, sizeof(err));
 	unsetenv("DPTRAIN_CUDA_DETERMINISTIC");
 	if (!ok(det != NULL, "be_cuda_create(0) with DPTRAIN_CUDA_DETERMINISTIC=1: %s",
 		det ? det->ops->name : err))
 		bail_out("%s", err);
 	ok(strcmp(det->ops->name, "cuda") == 0, "the backend is called cuda");
 	diag("%d GPU(s) visible; comparing with the cpu backend (%s)", count, cpu->ops->name);
-	struct t td = {cpu, det, &rng, "cuda (deterministic)", 1};
+	struct t td = {cpu, det, &rng, "cuda (deterministic)", 1, 0};
 	run_suite(&td, 0);
 	det->ops->destroy(det);
 
 	/* cuDNN's fastest algorithms, deterministic or not: the same results within tolerance. */
-	struct backend *fast = be_cuda_create(0, err, sizeof(err));
+	struct backend *fast = be_cuda_create(0, NULL, err, sizeof(err));
 	if (ok(fast != NULL, "be_cuda_create(0): %s", fast ? fast->ops->name : err)) {
-		struct t tf = {cpu, fast, &rng, "cuda", 0};
+		struct t tf = {cpu, fast, &rng, "cuda", 0, 0};
 		run_suite(&tf, 1);
 		fast->ops->destroy(fast);
 	}
 
-	struct backend *bad = be_cuda_create(count, err, sizeof(err));
+	/* TF32 tensor cores: the same suite within TF32's tolerances */
+	struct be_cuda_opts to = {.tf32 = 1};
+	struct backend *tf = be_cuda_create(0, &to, err, sizeof(err));
+	if (ok(tf != NULL, "be_cuda_create(0, tf32): %s", tf ? tf->ops->name : err)) {
+		struct t tt = {cpu, tf, &rng, "cuda (tf32)", 0, 1};
+		run_suite(&tt, 0);
+		tf->ops->destroy(tf);
+	}
+
+	struct backend *bad = be_cuda_create(count, NULL, err, sizeof(err));
 	ok(bad == NULL, "be_cuda_create(%d) fails: one past the last GPU", count);
 	like(err, "does not exist", "and says why: %s", err);
 	if (bad)

@@ -1,7 +1,9 @@
-/* comm_nccl.c — unit tests for the NCCL engine (trainer/comm_nccl.c) on device buffers: every
- * operation on 1 rank and, with 2 or more GPUs, between forked ranks against a direct sum; an
- * abort from another thread; two ranks on one GPU refused; with 2 GPUs a rank that dies, stalls
- * or aborts, named on the other. Skips with the reason without NCCL or without a GPU.
+/* comm_nccl.c — unit tests for the NCCL engine (trainer/comm_nccl.c): every operation on device
+ * buffers, and again on host buffers (malloc'ed, pinned, on the stack, host on one side and
+ * device on the other) which the engine stages, on 1 rank and, with 2 or more GPUs, between
+ * forked ranks against a direct sum; an abort from another thread; two ranks on one GPU refused;
+ * with 2 GPUs a rank that dies, stalls or aborts, named on the other. Skips with the reason
+ * without NCCL or without a GPU.
  * CUDA runs only in forked ranks: a process that initialized CUDA cannot fork ranks that use it. */
 #define _GNU_SOURCE
 #include "comm.h"
@@ -25,6 +27,7 @@
 enum scenario {
 	SC_PROBE,	 /* 1 rank: can a comm be made? msg: "gpus N", or why not */
 	SC_OPS,		 /* every operation against a direct computation */
+	SC_HOST,	 /* the same on host buffers (staged by the engine) */
 	SC_SHARED,	 /* every rank on GPU 0: creation must fail */
 	SC_ABORT_THREAD, /* 1 rank: abort from another thread while allreduces run */
 	SC_DIES,	 /* the special rank _exit()s mid-allreduce */
@@ -385,6 +388,315 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 }
 
 /* ---------------------------------------------------------------------------------------
+ * Host buffers (SC_HOST): every operation on malloc'ed and on pinned (cudaHostAlloc) memory,
+ * F32 and F64, counts 0, 1, 7 and HOST_LARGE, against the direct computation; then one side
+ * on the device and the other on the host, and a buffer on the stack. The checks of one memory
+ * kind and type make one line: "<n> checks, <k> wrong; first: <what>". */
+
+#define HOST_LARGE 300007
+
+enum mem { MEM_DEVICE, MEM_MALLOC, MEM_PINNED };
+
+static const char *mname(enum mem m)
+{
+	return m == MEM_DEVICE ? "device" : m == MEM_MALLOC ? "malloc" : "pinned";
+}
+
+/* n bytes of memory m, at least 1 so that count 0 passes a real pointer; NULL if none. */
+static void *mem_get(enum mem m, size_t n)
+{
+	void *p = NULL;
+	n = n ? n : 1;
+	if (m == MEM_MALLOC)
+		return malloc(n);
+	if (m == MEM_DEVICE)
+		return cudaMalloc(&p, n) == cudaSuccess ? p : NULL;
+	return cudaHostAlloc(&p, n, cudaHostAllocDefault) == cudaSuccess ? p : NULL;
+}
+
+static void mem_put(enum mem m, void *p)
+{
+	if (!p)
+		return;
+	if (m == MEM_MALLOC)
+		free(p);
+	else if (m == MEM_DEVICE)
+		cudaFree(p);
+	else
+		cudaFreeHost(p);
+}
+
+/* n bytes of h into p, or of p into h, wherever p is. */
+static int mem_write(enum mem m, void *p, const void *h, size_t n)
+{
+	if (m == MEM_DEVICE)
+		return to_dev(p, h, n);
+	memcpy(p, h, n);
+	return 0;
+}
+
+static int mem_read(enum mem m, void *h, const void *p, size_t n)
+{
+	if (m == MEM_DEVICE)
+		return to_host(h, p, n);
+	memcpy(h, p, n);
+	return 0;
+}
+
+struct tally {
+	int checks, bad;
+	char first[300]; /* what the first wrong check said */
+};
+
+static void tally(struct tally *y, int good, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void tally(struct tally *y, int good, const char *fmt, ...)
+{
+	va_list ap;
+	y->checks++;
+	if (good || y->bad++)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(y->first, sizeof(y->first), fmt, ap);
+	va_end(ap);
+}
+
+/* A reduction's count elements of got against the direct computation; "" or what is wrong. */
+static void reduced(const void *got, size_t count, enum comm_dtype t, int w, size_t base, int salt,
+		    int avg, char *why, size_t whylen)
+{
+	why[0] = 0;
+	for (size_t i = 0; i < count; i++) {
+		double want, g = get(got, i, t);
+		if (!near_sum(g, t, w, base + i, salt, avg, &want)) {
+			snprintf(why, whylen, "element %zu is %.17g, want %.17g", i, g, want);
+			return;
+		}
+	}
+}
+
+/* Host scratch of at least n bytes (1 for n = 0, so that memcpy gets real pointers). */
+static void *scratch(size_t n)
+{
+	return malloc(n ? n : 1);
+}
+
+static void host_allreduce(struct comm *c, struct report *rp, struct tally *y, enum mem m,
+			   size_t count, enum comm_dtype t, enum comm_redop op)
+{
+	int w = c->world_size, avg = op == COMM_AVG, salt = 40 + 2 * t + avg;
+	size_t n = count * comm_dtype_size(t);
+	char err[1024] = "a copy between host and device failed", why[200];
+	unsigned char *h = scratch(n), *got = scratch(n);
+	void *p = mem_get(m, n);
+	const char *name = avg ? "avg" : "sum";
+	if (!h || !got || !p) {
+		tally(y, 0, "allreduce %s of %zu: out of memory", name, count);
+		goto out;
+	}
+	fill(h, count, t, c->rank, salt);
+	if (mem_write(m, p, h, n) < 0 ||
+	    c->ops->allreduce(c, p, count, t, op, err, sizeof(err)) < 0 ||
+	    mem_read(m, got, p, n) < 0) {
+		tally(y, 0, "allreduce %s of %zu: %s", name, count, err);
+		goto out;
+	}
+	reduced(got, count, t, w, 0, salt, avg, why, sizeof(why));
+	tally(y, !why[0], "allreduce %s of %zu: %s", name, count, why);
+	digest(rp, got, n);
+out:
+	mem_put(m, p);
+	free(h);
+	free(got);
+}
+
+/* in on min, out on mout; in place: out is in's block of this rank (min == mout). */
+static void host_reduce_scatter(struct comm *c, struct tally *y, enum mem min, enum mem mout,
+				size_t count, enum comm_dtype t, enum comm_redop op, int in_place)
+{
+	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 50 + 2 * t + avg;
+	size_t blk = count * comm_dtype_size(t), all = blk * (size_t)w;
+	char err[1024] = "a copy between host and device failed", why[200];
+	unsigned char *h = scratch(all), *got = scratch(all);
+	void *in = mem_get(min, all), *out = in_place ? NULL : mem_get(mout, blk);
+	const char *how = in_place ? "in place" : "out of place";
+	if (!h || !got || !in || (!in_place && !out)) {
+		tally(y, 0, "reduce_scatter %s of %zu %s: out of memory", mname(min), count, how);
+		goto out;
+	}
+	if (in_place)
+		out = (unsigned char *)in + (size_t)r * blk;
+	fill(h, count * (size_t)w, t, r, salt);
+	if (mem_write(min, in, h, all) < 0 ||
+	    c->ops->reduce_scatter(c, in, out, count, t, op, err, sizeof(err)) < 0 ||
+	    mem_read(mout, got, out, blk) < 0) {
+		tally(y, 0, "reduce_scatter %s to %s of %zu %s: %s", mname(min), mname(mout), count,
+		      how, err);
+		goto out;
+	}
+	reduced(got, count, t, w, (size_t)r * count, salt, avg, why, sizeof(why));
+	tally(y, !why[0], "reduce_scatter %s to %s of %zu %s: %s", mname(min), mname(mout), count,
+	      how, why);
+	/* out of place, in is only read: staging must not have written it back */
+	if (!in_place && mem_read(min, got, in, all) == 0)
+		tally(y, memcmp(got, h, all) == 0,
+		      "reduce_scatter %s of %zu out of place: in changed", mname(min), count);
+out:
+	if (!in_place)
+		mem_put(mout, out);
+	mem_put(min, in);
+	free(h);
+	free(got);
+}
+
+/* in on min, out on mout; in place: in is out's block of this rank (min == mout). */
+static void host_allgather(struct comm *c, struct report *rp, struct tally *y, enum mem min,
+			   enum mem mout, size_t count, enum comm_dtype t, int in_place)
+{
+	int r = c->rank, w = c->world_size, salt = 60 + t;
+	size_t blk = count * comm_dtype_size(t), all = blk * (size_t)w, bad = 0, first = 0;
+	char err[1024] = "a copy between host and device failed";
+	unsigned char *h = scratch(all), *got = scratch(all);
+	void *out = mem_get(mout, all), *in = in_place ? NULL : mem_get(min, blk);
+	const char *how = in_place ? "in place" : "out of place";
+	if (!h || !got || !out || (!in_place && !in)) {
+		tally(y, 0, "allgather %s of %zu %s: out of memory", mname(min), count, how);
+		goto out;
+	}
+	memset(h, 0xee, all);
+	fill(h + (size_t)r * blk, count, t, r, salt);
+	if (in_place)
+		in = (unsigned char *)out + (size_t)r * blk;
+	if (mem_write(mout, out, h, all) < 0 ||
+	    (!in_place && mem_write(min, in, h + (size_t)r * blk, blk) < 0) ||
+	    c->ops->allgather(c, in, out, count, t, err, sizeof(err)) < 0 ||
+	    mem_read(mout, got, out, all) < 0) {
+		tally(y, 0, "allgather %s to %s of %zu %s: %s", mname(min), mname(mout), count, how,
+		      err);
+		goto out;
+	}
+	for (int q = 0; q < w; q++)
+		for (size_t i = 0; i < count; i++)
+			if (get(got, (size_t)q * count + i, t) != val(t, q, i, salt) && !bad++)
+				first = (size_t)q * count + i;
+	tally(y, !bad, "allgather %s to %s of %zu %s: %zu elements wrong, first %zu", mname(min),
+	      mname(mout), count, how, bad, first);
+	digest(rp, got, all);
+out:
+	if (!in_place)
+		mem_put(min, in);
+	mem_put(mout, out);
+	free(h);
+	free(got);
+}
+
+static void host_broadcast(struct comm *c, struct report *rp, struct tally *y, enum mem m,
+			   size_t bytes, int root)
+{
+	size_t bad = 0;
+	char err[1024] = "a copy between host and device failed";
+	unsigned char *h = scratch(bytes), *got = scratch(bytes);
+	void *p = mem_get(m, bytes);
+	if (!h || !got || !p) {
+		tally(y, 0, "broadcast of %zu bytes: out of memory", bytes);
+		goto out;
+	}
+	for (size_t i = 0; i < bytes; i++)
+		h[i] = (unsigned char)(i * 7 + (size_t)c->rank * 13 + 1);
+	if (mem_write(m, p, h, bytes) < 0 ||
+	    c->ops->broadcast(c, p, bytes, root, err, sizeof(err)) < 0 ||
+	    mem_read(m, got, p, bytes) < 0) {
+		tally(y, 0, "broadcast of %zu bytes from rank %d: %s", bytes, root, err);
+		goto out;
+	}
+	for (size_t i = 0; i < bytes; i++)
+		if (got[i] != (unsigned char)(i * 7 + (size_t)root * 13 + 1))
+			bad++;
+	tally(y, !bad, "broadcast of %zu bytes from rank %d: %zu bytes wrong", bytes, root, bad);
+	digest(rp, got, bytes);
+out:
+	mem_put(m, p);
+	free(h);
+	free(got);
+}
+
+static void rep_tally(struct report *rp, const struct tally *y, const char *what)
+{
+	rep(rp, y->checks > 0 && !y->bad, "%s (%d checks, %d wrong%s%.300s)", what, y->checks,
+	    y->bad, y->bad ? "; first: " : "", y->first);
+}
+
+static int rank_host(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	static const size_t counts[] = {0, 1, 7, HOST_LARGE};
+	struct store *st;
+	struct comm *c;
+	char err[1024], what[200];
+	struct report rp = {msg, len, 0xcbf29ce484222325ull};
+	int w = j->world;
+	if (open_all(j, rank, &st, &c, msg, len) < 0)
+		return -1;
+	msg[0] = 0;
+	for (int m = MEM_MALLOC; m <= MEM_PINNED; m++)
+		for (int t = COMM_F32; t <= COMM_F64; t++) {
+			struct tally y = {0};
+			for (size_t k = 0; k < sizeof(counts) / sizeof(counts[0]); k++) {
+				size_t n = counts[k];
+				host_allreduce(c, &rp, &y, m, n, t, COMM_SUM);
+				host_allreduce(c, &rp, &y, m, n, t, COMM_AVG);
+				host_reduce_scatter(c, &y, m, m, n, t, COMM_SUM, 0);
+				host_reduce_scatter(c, &y, m, m, n, t, COMM_AVG, 1);
+				host_allgather(c, &rp, &y, m, m, n, t, 0);
+				host_allgather(c, &rp, &y, m, m, n, t, 1);
+				host_broadcast(c, &rp, &y, m, n * comm_dtype_size(t), (int)(k % w));
+			}
+			snprintf(what, sizeof(what),
+				 "every operation on %s host buffers, %s, counts 0, 1, 7, %d",
+				 mname(m), tname(t), HOST_LARGE);
+			rep_tally(&rp, &y, what);
+		}
+	/* one side on the host, the other on the device */
+	struct tally y = {0};
+	static const enum mem mixed[][2] = {{MEM_MALLOC, MEM_DEVICE},
+					    {MEM_DEVICE, MEM_MALLOC},
+					    {MEM_PINNED, MEM_DEVICE},
+					    {MEM_DEVICE, MEM_PINNED}};
+	static const size_t mixed_counts[] = {7, HOST_LARGE};
+	for (size_t k = 0; k < sizeof(mixed) / sizeof(mixed[0]); k++)
+		for (int t = COMM_F32; t <= COMM_F64; t++)
+			for (size_t i = 0; i < 2; i++) {
+				enum mem a = mixed[k][0], b = mixed[k][1];
+				size_t n = mixed_counts[i];
+				host_reduce_scatter(c, &y, a, b, n, t, COMM_SUM, 0);
+				host_allgather(c, &rp, &y, a, b, n, t, 0);
+			}
+	snprintf(what, sizeof(what),
+		 "reduce_scatter and allgather between host and device buffers (malloc, pinned; "
+		 "either way), f32 and f64, counts 7 and %d",
+		 HOST_LARGE);
+	rep_tally(&rp, &y, what);
+	/* what the trainer does: a loss average in two doubles on the stack, a counter broadcast */
+	double loss[2] = {1.5 + rank, 2};
+	long long tracked = rank == 0 ? 123456789012345ll : -1;
+	int okl = c->ops->allreduce(c, loss, 2, COMM_F64, COMM_SUM, err, sizeof(err)) == 0;
+	rep(&rp, okl && loss[0] == 1.5 * w + w * (w - 1) / 2.0 && loss[1] == 2.0 * w,
+	    "allreduce of 2 doubles on the stack: %.17g %.17g%s%s", loss[0], loss[1],
+	    okl ? "" : "; ", okl ? "" : err);
+	int okt = c->ops->broadcast(c, &tracked, sizeof(tracked), 0, err, sizeof(err)) == 0;
+	rep(&rp, okt && tracked == 123456789012345ll,
+	    "broadcast of an int64 on the stack: %lld%s%s", tracked, okt ? "" : "; ",
+	    okt ? "" : err);
+	/* and device buffers still go straight to NCCL after all the staging */
+	struct tally yd = {0};
+	host_allreduce(c, &rp, &yd, MEM_DEVICE, 1001, COMM_F32, COMM_SUM);
+	rep_tally(&rp, &yd, "an allreduce on device buffers afterwards");
+	size_t at = strlen(msg);
+	snprintf(msg + at, len - at, "digest %016llx", (unsigned long long)rp.digest);
+	close_all(st, c, 5);
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
  * Faults. Survivors loop allreduce until it fails; msg gets "<seconds the failing call
  * took>|<its message>|<the message of the call after it>". */
 
@@ -542,19 +854,22 @@ static void check_failure(const struct fault_case *f, const struct ranks_out *ou
 	}
 }
 
-static void test_ops(int world)
+/* sc: SC_OPS (device buffers) or SC_HOST (host buffers). */
+static void test_ops(int world, enum scenario sc)
 {
 	struct ranks_out out[RANKS_MAX];
-	struct job s = {.sc = SC_OPS, .timeout = 60, .special = -1};
+	struct job s = {.sc = sc, .timeout = 60, .special = -1};
 	struct ranks_job j = {.world = world, .arg = &s};
-	ranks_run(&j, rank_ops, -1, 120, out);
+	const char *what = sc == SC_HOST ? "host buffers" : "device buffers";
+	ranks_run(&j, sc == SC_HOST ? rank_host : rank_ops, -1, 120, out);
 	const char *d0 = strstr(out[0].msg, "digest");
 	int same = 1;
 	for (int r = 0; r < world; r++) {
 		const char *d = strstr(out[r].msg, "digest");
 		if (!d0 || !d || strcmp(d0, d) != 0)
 			same = 0;
-		if (!ok(out[r].status == 0, "world %d rank %d ran every operation", world, r)) {
+		if (!ok(out[r].status == 0, "world %d rank %d ran every operation on %s", world, r,
+			what)) {
 			diag("rank %d (exit %d): %s", r, out[r].status, out[r].msg);
 			continue;
 		}
@@ -565,7 +880,7 @@ static void test_ops(int world)
 			if (nl)
 				*nl = 0;
 			if (r == 0)
-				ok(l[0] == '1', "world %d: %s", world, l + 2);
+				ok(l[0] == '1', "world %d %s: %s", world, what, l + 2);
 			else if (l[0] != '1' && !bad++)
 				diag("rank %d: %s", r, l + 2);
 			if (!nl)
@@ -573,9 +888,10 @@ static void test_ops(int world)
 			l = nl + 1;
 		}
 		if (r > 0)
-			ok(!bad, "world %d rank %d: every check passed (%d failed)", world, r, bad);
+			ok(!bad, "world %d rank %d %s: every check passed (%d failed)", world, r,
+			   what, bad);
 	}
-	ok(same, "world %d: every rank holds the same bits", world);
+	ok(same, "world %d %s: every rank holds the same bits", world, what);
 }
 
 static void test_gpus(int ngpu)
@@ -583,11 +899,14 @@ static void test_gpus(int ngpu)
 	struct ranks_out out[RANKS_MAX];
 	int w = ngpu < 4 ? ngpu : 4;
 
-	test_ops(1);
-	if (w >= 2)
-		test_ops(w);
-	else
-		skip(1, "1 GPU: the operations between ranks need 2");
+	test_ops(1, SC_OPS);
+	test_ops(1, SC_HOST);
+	if (w >= 2) {
+		test_ops(w, SC_OPS);
+		test_ops(w, SC_HOST);
+	} else {
+		skip(2, "1 GPU: the operations between ranks need 2");
+	}
 
 	/* the abort's thread frees the NCCL communicator while allreduces poll it */
 	static const struct fault_case abort_thread = {
