@@ -1,22 +1,32 @@
 #!/bin/bash
 # gpu-session.sh — everything one lent GPU machine session runs, in one command from the repo
 # root: records the GPU, toolkit and libraries (reads them; changes no GPU setting), builds into
-# BUILD_DIR, runs the CUDA and NCCL unit tests through prove, and PyTorch's ResNet-50 benchmark
-# (contrib/bench/resnet50-torch.py) in bf16, tf32 and fp32. Each stage is time-boxed and its exit
-# status goes into OUT/summary.md, rewritten after every stage; a failed stage does not stop the
-# next. Writes only OUT, BUILD_DIR and a temporary directory it removes.
+# BUILD_DIR, runs the CUDA, NCCL and GPU optimizer unit tests and the GPU end-to-end test
+# t/t1000-gpu.t through prove, and the ResNet-50 benchmark in bf16, tf32 and fp32: PyTorch's
+# (contrib/bench/resnet50-torch.py) and dptrain's (contrib/bench/resnet50-dptrain.sh) mode by
+# mode, side by side in the summary. Each stage is time-boxed and its exit status goes into
+# OUT/summary.md, rewritten after every stage; a failed stage does not stop the next. Writes only
+# OUT, BUILD_DIR and a temporary directory it removes.
 #
 #   bash contrib/bench/gpu-session.sh            (on the GPU machine: OUT is set there)
+#   STAGES=tests bash contrib/bench/gpu-session.sh, then STAGES=bench ...   (two device calls:
+#                 all of it takes more than one 10-minute call; the build is kept between them)
 #   OUT=/tmp/gpu-out-test JOBS=2 bash contrib/bench/gpu-session.sh     (no-GPU dry run)
 #
 # Environment: OUT (default ./gpu-out), BUILD_DIR (build-gpu), JOBS (16), BUDGET (seconds for
-# everything, 470), NVCC_ARCH (-gencode arch=compute_90,code=sm_90), CUDA_HOME (found from nvcc),
-# PYTHON (the first python3 that imports torch and torchvision), DEBS_DIR (.gpudeps): .deb
-# files to unpack into a private prefix for libraries the machine lacks, e.g. made here with
-#   mkdir -p .gpudeps && cp /var/cache/apt/archives/libjansson-dev_*.deb .gpudeps/ &&
-#   (cd .gpudeps && apt-get download libjansson4)      and carried ('carry': [".gpudeps"]).
+# everything, 470), STAGES (tests,bench: which of the unit and sharness tests and the benchmarks
+# run after the build), NVCC_ARCH (-gencode arch=compute_90,code=sm_90), CUDA_HOME (found from
+# nvcc), PYTHON (the first python3 that imports torch and torchvision), DEBS_DIR (.gpudeps): .deb
+# files to unpack into a private prefix for what the machine lacks: libraries, and for
+# t/t1000-gpu.t Debian's sharness and dataset-fashion-mnist (pointed at in the prefix: a copy of
+# t/sharness.sh in the temporary directory, DPTRAIN_FMNIST_DIR), e.g. made here with
+#   mkdir -p .gpudeps && cp /var/cache/apt/archives/libjansson-dev_*.deb \
+#       /var/cache/apt/archives/sharness_*.deb /var/cache/apt/archives/dataset-fashion-mnist_*.deb \
+#       .gpudeps/ && (cd .gpudeps && apt-get download libjansson4)
+# and carried ('carry': [".gpudeps"]; about 31 MB with the dataset).
 # At most 8 files come back from a device run, so OUT holds exactly these: summary.md, env.log,
-# build.log, test-backend_cuda.log, test-comm_nccl.log, bench.log, bench.json.
+# build.log, tests.log (every test stage, one after the other), bench.log (both benchmarks),
+# bench.json ({"pytorch": [...], "dptrain": [...]}: each mode's --json report).
 set -u -o pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,12 +39,19 @@ JOBS=${JOBS:-16}
 BUDGET=${BUDGET:-470}
 NVCC_ARCH=${NVCC_ARCH:--gencode arch=compute_90,code=sm_90}
 DEBS_DIR=${DEBS_DIR:-.gpudeps}
+STAGES=${STAGES:-tests,bench}
+case ,$STAGES, in *,tests,* | *,bench,*) ;; *)
+	echo "gpu-session: STAGES=$STAGES: give tests, bench or tests,bench" >&2
+	exit 1
+	;;
+esac
+stage_on() { case ,$STAGES, in *,$1,*) return 0 ;; esac; return 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 deadline=$((SECONDS + BUDGET))
 failed=0
-rm -f "$OUT/summary.md" "$OUT/env.log" "$OUT/build.log" "$OUT/test-backend_cuda.log" \
-	"$OUT/test-comm_nccl.log" "$OUT/bench.log" "$OUT/bench.json"
+rm -f "$OUT/summary.md" "$OUT/env.log" "$OUT/build.log" "$OUT/tests.log" "$OUT/bench.log" \
+	"$OUT/bench.json"
 : >"$work/rows"
 : >"$work/notes"
 
@@ -163,6 +180,7 @@ PY
 # prefix (never into /) that the compiler, linker and tests are pointed at.
 section "libraries"
 debs=$(ls "$DEBS_DIR"/*.deb 2>/dev/null)
+prefix=
 if [ -n "$debs" ]; then
 	prefix=$top/$BUILD_DIR/debroot
 	mkdir -p "$prefix"
@@ -255,74 +273,207 @@ else
 	note "- build probes: $(grep -E '^ +(cuda|cudnn|nccl|onednn|openblas):' "$OUT/build.log" | tr -s ' ' | sed 's/^ //; s/|/\//g' | paste -sd';' - | sed 's/;/; /g')"
 fi
 
-# ---- 4. the CUDA unit tests through prove (verbose) -------------------------------------------
-for t in backend_cuda comm_nccl; do
-	bin=./$BUILD_DIR/t/$t.t log=$OUT/test-$t.log
-	: >"$log"
-	if [ ! -x "$bin" ]; then
-		record "test $t" "failed: $bin was not built" - 0 "test-$t.log"
-		echo "not run: $bin was not built" >"$log"
-		continue
-	fi
-	# After a failed build, a binary from an earlier build here must not pass for this tree's.
-	if [ $build_ok = no ] && ! make -q O="$BUILD_DIR" NVCC_ARCH="$NVCC_ARCH" CUDA_HOME="$CUDA_HOME" \
-		"${make_cuda[@]}" "$bin" >/dev/null 2>&1; then
-		record "test $t" "failed: $bin is stale (the build failed or did not run)" - 0 "test-$t.log"
-		echo "not run: $bin is older than its sources and the build failed" >"$log"
-		continue
-	fi
-	cap=150
-	[ $t = comm_nccl ] && cap=90
-	run_stage $cap "$log" prove -v --timer --exec '' "$bin"
-	nskip=$(grep -c -i '# skip' "$log")
-	why=$(grep -m1 -i '# skip' "$log" | sed 's/.*# [Ss][Kk][Ii][Pp] *//' | cut -c1-100 | sed 's/|/\//g')
+# ---- 4. tests through prove (verbose), all into tests.log -----------------------------------
+# test_result NAME OFFSET: summary row of the prove run that wrote tests.log from byte OFFSET on.
+test_result() {
+	local sec nskip why all result
+	sec=$(tail -c +$(($2 + 1)) "$OUT/tests.log")
+	nskip=$(printf '%s\n' "$sec" | grep -c -i '# skip')
+	why=$(printf '%s\n' "$sec" | grep -m1 -i '# skip' | sed 's/.*# [Ss][Kk][Ii][Pp] *//' | cut -c1-100 | sed 's/|/\//g')
 	[ $rc -eq 0 ] && res="passed"
 	[ "$nskip" -gt 0 ] && res="$res ($nskip skipped, first: $why)"
 	# A test that skips everything passes prove (NOTESTS): on a GPU machine that is a failure.
-	all=$(grep -m1 -o 'skipped: .*' "$log" | cut -c10-170 | sed 's/|/\//g')
+	all=$(printf '%s\n' "$sec" | grep -m1 -o 'skipped: .*' | cut -c10-170 | sed 's/|/\//g')
 	if [ -n "$all" ]; then
 		res="skipped: $all"
 		[ $have_gpu = yes ] && res="failed: skipped all on a GPU machine: $all"
 	fi
-	result=$(grep -m1 '^Result:' "$log")
-	record "test $t" "$res${result:+; prove $result}" $rc $dt "test-$t.log"
-done
+	result=$(printf '%s\n' "$sec" | grep -m1 '^Result:')
+	record "test $1" "$res${result:+; prove $result}" $rc $dt tests.log
+}
+# fresh NAME TARGETS...: after a failed build, a binary from an earlier build here must not pass
+# for this tree's.
+fresh() {
+	local name=$1
+	shift
+	[ $build_ok = yes ] && return 0
+	make -q O="$BUILD_DIR" NVCC_ARCH="$NVCC_ARCH" CUDA_HOME="$CUDA_HOME" "${make_cuda[@]}" \
+		"$@" >/dev/null 2>&1 && return 0
+	record "test $name" "failed: $* stale (the build failed or did not run)" - 0 tests.log
+	echo "not run: $* older than the sources and the build failed" >>"$OUT/tests.log"
+	return 1
+}
 
-# ---- 5. PyTorch's ResNet-50 (one process per mode: one mode's failure spares the others) -------
+: >"$OUT/tests.log"
+if stage_on tests; then
+	for t in backend_cuda comm_nccl optim_gpu; do
+		bin=./$BUILD_DIR/t/$t.t
+		printf '\n==== test %s\n' "$t" >>"$OUT/tests.log"
+		if [ ! -f "t/unit/$t.c" ]; then
+			record "test $t" "absent: t/unit/$t.c is not in this tree" - 0 tests.log
+			echo "not run: t/unit/$t.c is not in this tree" >>"$OUT/tests.log"
+			continue
+		fi
+		if [ ! -x "$bin" ]; then
+			record "test $t" "failed: $bin was not built" - 0 tests.log
+			echo "not run: $bin was not built" >>"$OUT/tests.log"
+			continue
+		fi
+		fresh "$t" "$bin" || continue
+		cap=150
+		[ $t = backend_cuda ] || cap=90
+		off=$(stat -c %s "$OUT/tests.log")
+		run_stage $cap "$OUT/tests.log" prove -v --timer --exec '' "$bin"
+		test_result "$t" "$off"
+	done
+
+	# The end-to-end test needs Debian's sharness and Fashion-MNIST; where the machine has
+	# neither, their .debs from DEBS_DIR (unpacked into the prefix) stand in.
+	printf '\n==== test t1000-gpu\n' >>"$OUT/tests.log"
+	t1000=t/t1000-gpu.t
+	sh_lib=/usr/share/sharness/sharness.sh
+	if [ ! -f $sh_lib ] && [ -n "$prefix" ] && [ -f "$prefix$sh_lib" ]; then
+		mkdir -p "$work/t"
+		sed "s|$sh_lib|$prefix$sh_lib|g" t/sharness.sh >"$work/t/sharness.sh"
+		cp "$t1000" "$work/t/"
+		t1000=$work/t/t1000-gpu.t
+		note "- t1000-gpu.t ran with sharness from $DEBS_DIR (a copy of t/sharness.sh pointed at $prefix$sh_lib)"
+	fi
+	fm=/usr/share/datasets/fashion-mnist
+	if [ ! -f $fm/train-images-idx3-ubyte.gz ] && [ -n "$prefix" ] &&
+		[ -f "$prefix$fm/train-images-idx3-ubyte.gz" ]; then
+		export DPTRAIN_FMNIST_DIR=$prefix$fm
+		note "- t1000-gpu.t read Fashion-MNIST from $DEBS_DIR ($DPTRAIN_FMNIST_DIR)"
+	fi
+	if fresh t1000-gpu "$BUILD_DIR/bin/dptrain" "$BUILD_DIR/bin/dptrain-run" \
+		"$BUILD_DIR/bin/dptrain-launch"; then
+		off=$(stat -c %s "$OUT/tests.log")
+		# sharness -v: every command's output, for a failure seen only here
+		run_stage 300 "$OUT/tests.log" prove -v --timer --exec '' "$t1000" :: -v
+		test_result t1000-gpu "$off"
+	fi
+fi
+
+# ---- 5. ResNet-50: PyTorch's, then dptrain's, mode by mode (one process per mode and side) -----
 bench=contrib/bench/resnet50-torch.py
+dbench=contrib/bench/resnet50-dptrain.sh
 export PYTHONUNBUFFERED=1
-jsons=()
+tjsons=() djsons=()
 if [ $have_gpu = yes ]; then
 	plan="bf16:100 tf32:100 fp32:120"
-	args=()
+	args=() dargs=()
 else
 	plan="fp32:120"
 	args=(--device cpu --batch 2 --steps 2 --warmup 1)
-	note "- no GPU: the benchmark ran as a CPU smoke test (batch 2, 2 steps), not a measurement"
+	dargs=(--smoke)
+	stage_on bench && note "- no GPU: the benchmarks ran as CPU smoke tests (PyTorch: batch 2 at 224x224, 2 steps; dptrain: batch 2 at 32x32, 3 steps), not measurements"
 fi
+# json_row FILE: the first result of a --json report as "img/s at batch B", or its error
+json_row() {
+	"$PYTHON" -c 'import json,sys
+r = json.load(open(sys.argv[1]))["results"][0]
+print("%s img/s at batch %s" % (r["img_per_s"], r["batch"]) if r["status"] == "ok"
+      else "%s: %s" % (r["status"], r.get("error", "?")[:160]))' "$1" 2>/dev/null | sed 's/|/\//g'
+}
+stage_on bench || plan=
+: >"$OUT/bench.log"
 for p in $plan; do
 	mode=${p%%:*} cap=${p#*:}
-	echo "==== $mode" >>"$OUT/bench.log"
+	echo "==== pytorch $mode" >>"$OUT/bench.log"
 	run_stage "$cap" "$OUT/bench.log" \
 		bash -c 'py=$1 script=$2 mode=$3 out=$4; shift 4
 			"$py" "$script" --modes "$mode" --json "$@" >"$out.tmp"; rc=$?
 			[ -s "$out.tmp" ] && mv "$out.tmp" "$out"; exit $rc' \
 		bash "$PYTHON" "$bench" "$mode" "$work/bench-$mode.json" "${args[@]}"
 	[ $rc -eq 2 ] && res="failed: $(tail -n 1 "$OUT/bench.log" | cut -c1-160 | sed 's/|/\//g')"
+	tbatch=
 	if [ -s "$work/bench-$mode.json" ]; then
-		jsons+=("$work/bench-$mode.json")
-		ips=$("$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print("%s img/s at batch %s" % (r["img_per_s"], r["batch"]) if r["status"] == "ok" else r["error"][:160])' "$work/bench-$mode.json" 2>/dev/null | sed 's/|/\//g')
-		res="$res: $ips"
+		tjsons+=("$work/bench-$mode.json")
+		res="$res: $(json_row "$work/bench-$mode.json")"
+		tbatch=$("$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print(r["batch"] if r["status"] == "ok" else "")' "$work/bench-$mode.json" 2>/dev/null)
 	fi
-	record "bench $mode" "$res" $rc $dt bench.log
+	record "bench pytorch $mode" "$res" $rc $dt bench.log
+
+	# dptrain at the batch PyTorch found (or smaller, if it does not fit), each run boxed
+	# inside the stage's cap.
+	echo "==== dptrain $mode" >>"$OUT/bench.log"
+	mb=()
+	[ $have_gpu = yes ] && [ -n "$tbatch" ] && mb=(--max-batch "$tbatch")
+	run_stage "$cap" "$OUT/bench.log" \
+		bash -c 'script=$1 mode=$2 out=$3; shift 3
+			bash "$script" --modes "$mode" --json "$@" >"$out.tmp"; rc=$?
+			[ -s "$out.tmp" ] && mv "$out.tmp" "$out"; exit $rc' \
+		bash "$dbench" "$mode" "$work/dbench-$mode.json" --seconds $((cap - 20)) "${mb[@]}" \
+		"${dargs[@]}"
+	if [ -s "$work/dbench-$mode.json" ]; then
+		djsons+=("$work/dbench-$mode.json")
+		row=$(json_row "$work/dbench-$mode.json")
+		case $row in skipped:*) res=$row ;; *) res="$res: $row" ;; esac
+	elif [ $rc -eq 2 ]; then
+		res="failed: $(tail -n 1 "$OUT/bench.log" | cut -c1-160 | sed 's/|/\//g')"
+	fi
+	record "bench dptrain $mode" "$res" $rc $dt bench.log
 done
-if [ ${#jsons[@]} -gt 0 ]; then
-	"$PYTHON" -c 'import json,sys; json.dump([json.load(open(f)) for f in sys.argv[1:]], sys.stdout, indent=1)' "${jsons[@]}" >"$OUT/bench.json" 2>>"$OUT/bench.log"
+if [ $((${#tjsons[@]} + ${#djsons[@]})) -gt 0 ]; then
+	"$PYTHON" - "${tjsons[@]}" -- "${djsons[@]}" >"$OUT/bench.json" 2>>"$OUT/bench.log" <<-'PY'
+	import json, sys
+	args = sys.argv[1:]
+	cut = args.index("--")
+	json.dump({"pytorch": [json.load(open(f)) for f in args[:cut]],
+	           "dptrain": [json.load(open(f)) for f in args[cut + 1:]]}, sys.stdout, indent=1)
+	PY
 	{
 		echo
-		echo "## ResNet-50, PyTorch"
+		echo "## ResNet-50, dptrain and PyTorch side by side"
 		echo
-		"$PYTHON" "$bench" --table-from "${jsons[@]}" 2>&1
+		"$PYTHON" - "$OUT/bench.json" 2>&1 <<-'PY'
+		import json, sys
+		b = json.load(open(sys.argv[1]))
+		rows = {}
+		for side in ("pytorch", "dptrain"):
+		    for rep in b[side]:
+		        for r in rep["results"]:
+		            rows.setdefault(r["mode"], {})[side] = dict(r, image=rep["image"])
+		for side in ("dptrain", "pytorch"):
+		    if b[side]:
+		        e, rep = b[side][0]["env"], b[side][0]
+		        print("- %s: %s, %s; %s" % (side, e.get("device"), "x".join(map(str, rep["image"])),
+		              ", ".join("%s %s" % (k, e[k]) for k in ("dptrain", "torch", "cuda", "cudnn",
+		                                                     "driver") if e.get(k))))
+		print()
+		print("| mode | batch dptrain / PyTorch | dptrain img/s | PyTorch img/s | dptrain / PyTorch "
+		      "| TFLOP/s dptrain / PyTorch | peak GiB dptrain / PyTorch |")
+		print("|------|------:|------:|------:|------:|------:|------:|")
+		ok = lambda r: r is not None and r.get("status") == "ok"
+		def val(r, key, fmt):
+		    if not ok(r):
+		        return "-"
+		    return "n/a" if r.get(key) is None else fmt % r[key]
+		def ips(r):  # the measurement, or why there is none
+		    if r is None:
+		        return "not run"
+		    if not ok(r):
+		        return "%s: %s" % (r.get("status"), r.get("error", "?")[:80].replace("|", "/"))
+		    return "%.1f" % r["img_per_s"]
+		for mode in ("bf16", "tf32", "fp32"):
+		    if mode not in rows:
+		        continue
+		    d, t = rows[mode].get("dptrain"), rows[mode].get("pytorch")
+		    ratio = "-"
+		    if ok(d) and ok(t):  # a ratio of other image sizes (the CPU smoke tests) is none
+		        ratio = ("%.2f" % (d["img_per_s"] / t["img_per_s"]) if d["image"] == t["image"]
+		                 else "- (other image sizes)")
+		    pair = lambda k, f: "%s / %s" % (val(d, k, f), val(t, k, f))
+		    print("| %s | %s | %s | %s | %s | %s | %s |" % (mode, pair("batch", "%d"), ips(d), ips(t),
+		          ratio, pair("tflops", "%.2f"), pair("peak_mem_gib", "%.2f")))
+		PY
+		if [ ${#tjsons[@]} -gt 0 ]; then
+			echo
+			echo "## ResNet-50, PyTorch"
+			echo
+			"$PYTHON" "$bench" --table-from "${tjsons[@]}" 2>&1
+		fi
+		echo
 	} >>"$work/notes"
 	write_summary
 fi
