@@ -1406,17 +1406,22 @@ static void cu_host_free(struct backend *be, void *p)
 		cudaFreeHost(p);
 }
 
-static int cu_mark(struct backend *be, void **ev)
+/* Records *ev (created on first use, then reused) after the work given to stream so far. */
+static int record_on(struct backend *be, cudaStream_t stream, void **ev, const char *fn,
+		     const char *shape)
 {
-	const char *fn = "mark", *shape = "";
-
 	if (!*ev) {
 		cudaEvent_t e;
 		CU_RET(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 		*ev = (void *)e;
 	}
-	CU_RET(cudaEventRecord((cudaEvent_t)*ev, ctx_of(be)->stream));
+	CU_RET(cudaEventRecord((cudaEvent_t)*ev, stream));
 	return 0;
+}
+
+static int cu_mark(struct backend *be, void **ev)
+{
+	return record_on(be, ctx_of(be)->stream, ev, "mark", "");
 }
 
 /* From any thread: the event's device is the backend's, whichever is current here. */
@@ -1451,14 +1456,10 @@ static int cu_upload(struct backend *be, void *dst, const void *src, size_t byte
 	snprintf(shape, sizeof(shape), "%zu bytes", bytes);
 	if (!ctx->copy)
 		CU_RET(cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking));
-	if (!*done) {
-		cudaEvent_t e;
-		CU_RET(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-		*done = (void *)e;
-	}
 	if (bytes)
 		CU_RET(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, ctx->copy));
-	CU_RET(cudaEventRecord((cudaEvent_t)*done, ctx->copy));
+	if (record_on(be, ctx->copy, done, fn, shape) < 0)
+		return -1;
 	CU_RET(cudaStreamWaitEvent(ctx->stream, (cudaEvent_t)*done, 0));
 	return 0;
 }

@@ -267,21 +267,30 @@ void ddp_destroy(struct ddp *d)
 	free(d);
 }
 
-int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen)
+/* The buffers, once the backend's work writing them is done. */
+static int broadcast_buffers_synced(struct ddp *d, char *err, size_t errlen)
 {
 	struct nn_model *m = d->m;
 	char e2[DDP_ERR_MAX];
 	if (m->state_total == 0)
 		return 0;
-	/* the collectives run apart from the backend's work (NCCL: on their own stream) */
-	if (m->be->ops->sync(m->be) < 0)
-		return failf(err, errlen, "broadcasting BatchNorm statistics: %s", m->be->err);
 	if (d->c->ops->broadcast(d->c, m->state, m->state_total * sizeof(float), 0, e2,
 				 sizeof(e2)) < 0 ||
 	    d->c->ops->broadcast(d->c, &m->batches_tracked, sizeof(m->batches_tracked), 0, e2,
 				 sizeof(e2)) < 0)
 		return failf(err, errlen, "broadcasting BatchNorm statistics from rank 0: %s", e2);
 	return 0;
+}
+
+int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen)
+{
+	struct nn_model *m = d->m;
+	if (m->state_total == 0)
+		return 0;
+	/* the collectives run apart from the backend's work (NCCL: on their own stream) */
+	if (m->be->ops->sync(m->be) < 0)
+		return failf(err, errlen, "broadcasting BatchNorm statistics: %s", m->be->err);
+	return broadcast_buffers_synced(d, err, errlen);
 }
 
 int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen)
@@ -293,7 +302,7 @@ int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen)
 	if (d->c->ops->broadcast(d->c, m->weights, m->param_total * sizeof(float), 0, e2,
 				 sizeof(e2)) < 0)
 		return failf(err, errlen, "broadcasting the parameters from rank 0: %s", e2);
-	return ddp_broadcast_buffers(d, err, errlen);
+	return broadcast_buffers_synced(d, err, errlen);
 }
 
 void ddp_set_vote(struct ddp *d, float vote)
