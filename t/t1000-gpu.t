@@ -153,15 +153,16 @@ test_expect_success FMNIST "lenet-fmnist.json, device.kind auto: the GPU, $lenet
 	at_least "$acc" $lenet_min
 '
 
-# The other precisions the GPU trains in, each to the fp32 target (bf16 and fp16 join this
-# list when the CUDA backend has them).
-for mode in tf32; do
+# The other precisions the GPU trains in, each to the fp32 target (fp16 with its default
+# dynamic loss scaling).
+for mode in tf32 bf16 fp16; do
 	test_expect_success FMNIST "lenet-fmnist.json in $mode on the GPU: $lenet_min test accuracy" '
 		dptrain "$ex/lenet-fmnist.json" data.dir="$fm" output.dir=p-$mode \
 			train.log_every=500 device.kind=cuda precision.mode=$mode $lenet_args \
 			>p-$mode.out 2>&1 &&
 		cat p-$mode.out &&
 		grep "^dptrain: lenet, .*, backend cuda$" p-$mode.out &&
+		! grep "warning: precision" p-$mode.out &&
 		acc=$(last_accuracy p-$mode/metrics.jsonl) &&
 		echo "$mode accuracy $acc" &&
 		at_least "$acc" $lenet_min
@@ -210,6 +211,17 @@ test_expect_success FMNIST 'deterministic cuDNN: 40 steps = 20 + resume + 20, bi
 	same f s1 r1
 '
 
+# fp16 with dynamic loss scaling: the scale and the skipped steps resume too.
+test_expect_success FMNIST 'fp16, deterministic: 40 steps = 20 + resume + 20, bit for bit' '
+	set -- device.kind=cuda device.deterministic=true precision.mode=fp16 &&
+	dptrain lenet.json "$@" output.dir=s16 >s16.out 2>&1 &&
+	grep "\"loss_scale\":" s16/metrics.jsonl | tail -n 1 &&
+	dptrain lenet.json "$@" output.dir=r16 train.max_steps=20 >r16a.out 2>&1 &&
+	dptrain lenet.json "$@" output.dir=r16 >r16b.out 2>&1 &&
+	grep "resuming from r16/checkpoints/step-20" r16b.out &&
+	same f16 s16 r16
+'
+
 test_expect_success FMNIST,NCCL,RUN,MULTIGPU 'lenet on 2 GPUs over NCCL = 2 CPU ranks within 1e-3 for 10 steps' '
 	set -- train.max_steps=20 data.batch_size=32 &&
 	dptrain-run -n 2 -o g2 lenet.json dptrain lenet.json device.kind=cuda "$@" >g2.out 2>&1 &&
@@ -226,6 +238,15 @@ test_expect_success FMNIST,NCCL,RUN,MULTIGPU 'lenet on 2 GPUs over NCCL = 2 CPU 
 # resnet18-fmnist.json, shortened: 6 steps at a constant small lr (its warm-up is an epoch),
 # without label smoothing (PyTorch evaluates plain cross-entropy), evaluated on the first 500
 # test images. The CPU run is the slow part; 6 steps of batch 32 keep it to seconds.
+# rn_train [OPTION] [KEY=VALUE...]: that job.
+rn_train() {
+	dptrain "$ex/resnet18-fmnist.json" data.train.images="$fm/train-images-idx3-ubyte.gz" \
+		data.train.labels="$fm/train-labels-idx1-ubyte.gz" \
+		data.eval.images="$PWD/ev-images" data.eval.labels="$PWD/ev-labels" \
+		data.batch_size=32 data.eval_batch_size=100 train.epochs=0 train.max_steps=6 \
+		train.log_every=1 lr_schedule=null optimizer.lr=0.002 train.label_smoothing=0 "$@"
+}
+
 test_expect_success FMNIST 'resnet18 (BatchNorm), 6 steps: GPU = CPU within 1e-2' '
 	"$py" - "$fm" <<-\EOF &&
 	import gzip, struct, sys
@@ -235,18 +256,26 @@ test_expect_success FMNIST 'resnet18 (BatchNorm), 6 steps: GPU = CPU within 1e-2
 	open("ev-images", "wb").write(struct.pack(">IIII", 0x803, n, 28, 28) + x[16:16 + n * 784])
 	open("ev-labels", "wb").write(struct.pack(">II", 0x801, n) + y[8:8 + n])
 	EOF
-	set -- data.train.images="$fm/train-images-idx3-ubyte.gz" \
-		data.train.labels="$fm/train-labels-idx1-ubyte.gz" \
-		data.eval.images="$PWD/ev-images" data.eval.labels="$PWD/ev-labels" \
-		data.batch_size=32 data.eval_batch_size=100 train.epochs=0 train.max_steps=6 \
-		train.log_every=1 lr_schedule=null optimizer.lr=0.002 train.label_smoothing=0 &&
-	dptrain --check "$ex/resnet18-fmnist.json" "$@" >rn.json &&
-	dptrain "$ex/resnet18-fmnist.json" "$@" device.kind=cuda output.dir=hg >hg.out 2>&1 &&
-	dptrain "$ex/resnet18-fmnist.json" "$@" device.kind=cpu output.dir=hc >hc.out 2>&1 &&
+	rn_train --check >rn.json &&
+	rn_train device.kind=cuda output.dir=hg >hg.out 2>&1 &&
+	rn_train device.kind=cpu output.dir=hc >hc.out 2>&1 &&
 	grep "^dptrain: resnet18, .*, backend cuda$" hg.out &&
 	losses hg >hg.loss && losses hc >hc.loss &&
 	close hg.loss hc.loss 1e-2 6
 '
+
+# bf16 and fp16 activations and products against the CPU's float32: each step's loss within
+# 5e-2 relative over the first 6 steps, where a wrong kernel (a layout or type mix-up) is off
+# by far more from the first step.
+for mode in bf16 fp16; do
+	test_expect_success FMNIST "resnet18 in $mode, 6 steps: GPU = CPU fp32 within 5e-2" '
+		rn_train device.kind=cuda precision.mode=$mode output.dir=h-$mode \
+			>h-$mode.out 2>&1 &&
+		cat h-$mode.out &&
+		losses h-$mode >h-$mode.loss &&
+		close h-$mode.loss hc.loss 5e-2 6
+	'
+done
 
 # PyTorch reads the GPU run's weights (BatchNorm running statistics included, copied back from
 # the device) and evaluates them as dptrain did on the GPU: the same count, the mean loss within

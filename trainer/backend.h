@@ -1,8 +1,19 @@
 /* backend.h — the op table every compute backend implements (cpu: oneDNN + OpenBLAS;
  * cuda: cuDNN + cuBLAS + own kernels). Layers call these ops and never a library directly.
- * Activations are dense NCHW (CPU) in the backend's memory; parameters and gradients are
- * plain float32 arrays (conv weights OIHW, linear weights [out][in]) inside the model's flat
- * buffers. A backend may keep private layouts inside an op, never across the interface. */
+ *
+ * Two kinds of tensors cross the interface:
+ * - Parameters, their gradients, BN running statistics and saved statistics: always plain
+ *   float32 arrays (conv weights OIHW, linear weights [out][in]) inside the model's flat
+ *   buffers. Mixed precision keeps these as the float32 master copy.
+ * - Activations and activation gradients ("act" below): dense NCHW, or NHWC in the CUDA
+ *   backend's half modes (rows [n][features] for 2-D ones, the same in both), with elements in
+ *   the backend's activation type, be->act_dtype (be->act_size bytes each): float32 in the cpu
+ *   and ref backends and the CUDA backend's fp32/tf32 modes, bfloat16 or IEEE half in its
+ *   bf16/fp16 modes (each op then converts weights to that type on the fly and accumulates in
+ *   float32). Layers size activation memory with act_size and never read activations directly:
+ *   act_import/act_export convert from/to float32 NCHW. Element-wise ops see n elements of
+ *   whatever layout; a flattened 4-D act keeps its layout (be_linear_desc says its shape).
+ * The layout of acts is the backend's: only its ops and act_import/act_export know it. */
 #ifndef DPTRAIN_BACKEND_H
 #define DPTRAIN_BACKEND_H
 
@@ -29,6 +40,7 @@ struct be_bn_desc {
 	int n, c, h, w;
 	float eps;
 	int fuse_relu; /* y = relu(bn(x)); backward masks dy with y > 0 */
+	int fuse_add;  /* y = bn(x) + z (then relu if fuse_relu): ResNet's residual join */
 };
 
 enum be_pool_kind { BE_POOL_MAX, BE_POOL_AVG };
@@ -44,6 +56,10 @@ struct be_pool_desc {
 struct be_linear_desc {
 	int n, in, out;
 	int has_bias;
+	/* Where the input is a flattened c x h x w activation (in = c*h*w, h*w > 1): its shape,
+	 * for backends whose activation layout orders the features otherwise (the weights stay
+	 * [out][c][h][w]); all 0 for plain rows. */
+	int c, h, w;
 };
 
 /* Every op returns 0 on success, -1 with be->err set (a message naming the op and shape).
@@ -73,19 +89,22 @@ struct backend_ops {
 	struct be_op *(*bn_create)(struct backend *be, const struct be_bn_desc *d);
 	/* Training: batch statistics; saves mean and inverse std (per channel) for backward;
 	 * updates running stats as PyTorch: r = (1-momentum) r + momentum * stat, with the
-	 * unbiased variance (n/(n-1)) in running_var. */
-	int (*bn_fwd_train)(struct backend *be, struct be_op *op, const float *x,
+	 * unbiased variance (n/(n-1)) in running_var. z: the residual (an act shaped like x)
+	 * with fuse_add, else NULL. */
+	int (*bn_fwd_train)(struct backend *be, struct be_op *op, const float *x, const float *z,
 			    const float *gamma, const float *beta_, float *y, float *save_mean,
 			    float *save_invstd, float *running_mean, float *running_var,
 			    float momentum);
-	int (*bn_fwd_infer)(struct backend *be, struct be_op *op, const float *x,
+	int (*bn_fwd_infer)(struct backend *be, struct be_op *op, const float *x, const float *z,
 			    const float *gamma, const float *beta_, const float *running_mean,
 			    const float *running_var, float *y);
 	/* y is the forward output (needed with fuse_relu). dx may be NULL: parameter gradients
-	 * only. */
+	 * only. beta blends dx, dgamma and dbeta. With fuse_add, dz (never NULL) receives the
+	 * gradient of z (dy, masked by y > 0 with fuse_relu), blended with bz. */
 	int (*bn_bwd)(struct backend *be, struct be_op *op, const float *x, const float *y,
 		      const float *dy, const float *gamma, const float *save_mean,
-		      const float *save_invstd, float *dx, float *dgamma, float *dbeta, float beta);
+		      const float *save_invstd, float *dx, float *dz, float bz, float *dgamma,
+		      float *dbeta, float beta);
 
 	struct be_op *(*pool_create)(struct backend *be, struct be_pool_desc *d);
 	int (*pool_fwd)(struct backend *be, struct be_op *op, const float *x, float *y);
@@ -106,7 +125,8 @@ struct backend_ops {
 
 	void (*op_destroy)(struct backend *be, struct be_op *op);
 
-	/* Element-wise, over n floats. relu_bwd uses the forward output y (y > 0). */
+	/* Element-wise over n elements of acts (relu, add) or of float32 arrays (axpby, fill,
+	 * sumsq: parameters and gradients). relu_bwd uses the forward output y (y > 0). */
 	int (*relu_fwd)(struct backend *be, const float *x, float *y, size_t n);
 	int (*relu_bwd)(struct backend *be, const float *y, const float *dy, float *dx, size_t n,
 			float beta);
@@ -114,12 +134,12 @@ struct backend_ops {
 	/* y = alpha * x + beta * y */
 	int (*axpby)(struct backend *be, float alpha, const float *x, float beta, float *y,
 		     size_t n);
-	/* Global average pool NCHW -> NC, and its backward. */
+	/* Global average pool: an act n x c x hw -> rows [n][c] (acts), and its backward. */
 	int (*gap_fwd)(struct backend *be, const float *x, float *y, int n, int c, int hw);
 	int (*gap_bwd)(struct backend *be, const float *dy, float *dx, int n, int c, int hw,
 		       float beta);
 
-	/* Softmax cross-entropy over logits[n][classes] with integer labels, optional label
+	/* Softmax cross-entropy over logits[n][classes] (acts) with integer labels, optional label
 	 * smoothing (PyTorch semantics). Writes the mean loss over the batch to *loss (host),
 	 * the number of correct top-1 predictions to *correct (host), and, if dlogits is not
 	 * NULL, d(mean loss * scale)/dlogits. Numerically stable (log-sum-exp). */
@@ -131,6 +151,15 @@ struct backend_ops {
 	int (*sumsq)(struct backend *be, const float *x, size_t n, double *out);
 
 	void (*destroy)(struct backend *be);
+
+	/* Optional: NULL where activations are float32 (then an act is a float array). */
+
+	/* Convert n x c x h x w values from a float32 NCHW array to an act (import: the input
+	 * batch) and back (export: logits for evaluation, tests); both in backend memory. */
+	int (*act_import)(struct backend *be, const float *x, void *y, int n, int c, int h, int w);
+	int (*act_export)(struct backend *be, const void *x, float *y, int n, int c, int h, int w);
+	/* g = dy + beta * g over n act elements (gradient fan-in at a residual add). */
+	int (*act_accum)(struct backend *be, const void *dy, void *g, size_t n, float beta);
 
 	/* Optional: NULL in backends whose memory is host memory (cpu, ref). */
 
@@ -152,6 +181,8 @@ struct backend_ops {
 
 struct backend {
 	const struct backend_ops *ops;
+	enum be_dtype act_dtype; /* element type of activations (see the top of this file) */
+	size_t act_size;	 /* its size in bytes */
 	int threads;	/* CPU threads (0 = library default) */
 	char err[512];	/* last error: names the op, shape and the library's message */
 	void *priv;
@@ -172,6 +203,11 @@ struct backend *be_ref_create(char *err, size_t errlen);
 struct be_cuda_opts {
 	int tf32;
 	int deterministic;
+	/* BE_BF16 or BE_F16: activations, convolutions and matrix products in that type
+	 * (float32 accumulation, float32 master weights, BN statistics in float32), as PyTorch's
+	 * autocast, with activations NHWC (DPTRAIN_CUDA_LAYOUT=nchw keeps NCHW); BE_F32 (0):
+	 * float32 NCHW activations, tf32 as above. */
+	enum be_dtype act_dtype;
 };
 
 /* The CUDA backend on GPU `device` (cuDNN, cuBLAS, own kernels), o NULL for the defaults (both

@@ -476,9 +476,10 @@ static double bn_channel_sum(const struct be_bn_desc *d, const float *x, int c, 
 	return s;
 }
 
-/* y = x * a + b over one channel, then ReLU when fused. */
-static void bn_channel_apply(const struct be_bn_desc *d, const float *x, float *y, int c, float a,
-			     float b)
+/* y = x * a + b over one channel, then + z and ReLU when fused (each rounded to float as the
+ * separate ops round, so fusing changes no bit). */
+static void bn_channel_apply(const struct be_bn_desc *d, const float *x, const float *z, float *y,
+			     int c, float a, float b)
 {
 	size_t hw = (size_t)d->h * d->w;
 
@@ -486,7 +487,16 @@ static void bn_channel_apply(const struct be_bn_desc *d, const float *x, float *
 		size_t off = ((size_t)n * d->c + c) * hw;
 		const float *xp = x + off;
 		float *yp = y + off;
-		if (d->fuse_relu) {
+		if (z) {
+			const float *zp = z + off;
+			int relu = d->fuse_relu;
+#pragma omp simd
+			for (size_t i = 0; i < hw; i++) {
+				float v = xp[i] * a + b;
+				float t = v + zp[i];
+				yp[i] = !relu || t > 0.0f ? t : 0.0f;
+			}
+		} else if (d->fuse_relu) {
 #pragma omp simd
 			for (size_t i = 0; i < hw; i++) {
 				float v = xp[i] * a + b;
@@ -514,11 +524,12 @@ static struct be_op *cpu_bn_create(struct backend *be, const struct be_bn_desc *
 }
 
 static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x,
-			    const float *gamma, const float *beta_, float *y, float *save_mean,
+			    const float *z, const float *gamma, const float *beta_, float *y, float *save_mean,
 			    float *save_invstd, float *running_mean, float *running_var,
 			    float momentum)
 {
-	if (!op_is(be, op, CPU_BN, "bn_fwd_train"))
+	if (!op_is(be, op, CPU_BN, "bn_fwd_train") ||
+	    be_bn_z_check(be, &op->d.bn, z, "bn_fwd_train") < 0)
 		return -1;
 	const struct be_bn_desc *d = &op->d.bn;
 	double m = (double)d->n * d->h * d->w;
@@ -531,7 +542,7 @@ static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x
 		double var = bn_channel_sum(d, x, c, (float)mean, 1) / m;
 		double invstd = 1.0 / sqrt(var + d->eps);
 		double a = gamma[c] * invstd;
-		bn_channel_apply(d, x, y, c, (float)a, (float)(beta_[c] - mean * a));
+		bn_channel_apply(d, x, z, y, c, (float)a, (float)(beta_[c] - mean * a));
 		save_mean[c] = (float)mean;
 		save_invstd[c] = (float)invstd;
 		running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
@@ -542,25 +553,27 @@ static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x
 }
 
 static int cpu_bn_fwd_infer(struct backend *be, struct be_op *op, const float *x,
-			    const float *gamma, const float *beta_, const float *running_mean,
+			    const float *z, const float *gamma, const float *beta_, const float *running_mean,
 			    const float *running_var, float *y)
 {
-	if (!op_is(be, op, CPU_BN, "bn_fwd_infer"))
+	if (!op_is(be, op, CPU_BN, "bn_fwd_infer") ||
+	    be_bn_z_check(be, &op->d.bn, z, "bn_fwd_infer") < 0)
 		return -1;
 	const struct be_bn_desc *d = &op->d.bn;
 #pragma omp parallel for schedule(static)
 	for (int c = 0; c < d->c; c++) {
 		double a = gamma[c] / sqrt((double)running_var[c] + d->eps);
-		bn_channel_apply(d, x, y, c, (float)a, (float)(beta_[c] - running_mean[c] * a));
+		bn_channel_apply(d, x, z, y, c, (float)a, (float)(beta_[c] - running_mean[c] * a));
 	}
 	return 0;
 }
 
 static int cpu_bn_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
 		      const float *dy, const float *gamma, const float *save_mean,
-		      const float *save_invstd, float *dx, float *dgamma, float *dbeta, float beta)
+		      const float *save_invstd, float *dx, float *dz, float bz, float *dgamma,
+		      float *dbeta, float beta)
 {
-	if (!op_is(be, op, CPU_BN, "bn_bwd"))
+	if (!op_is(be, op, CPU_BN, "bn_bwd") || be_bn_z_check(be, &op->d.bn, dz, "bn_bwd") < 0)
 		return -1;
 	const struct be_bn_desc *d = &op->d.bn;
 	size_t hw = (size_t)d->h * d->w;
@@ -587,6 +600,19 @@ static int cpu_bn_bwd(struct backend *be, struct be_op *op, const float *x, cons
 			}
 			sg += pg;
 			sgx += pgx;
+			if (dz) { /* the residual's gradient: as the separate add's axpby */
+				float *dzp = dz + off;
+				if (bz == 0.0f) {
+#pragma omp simd
+					for (size_t i = 0; i < hw; i++)
+						dzp[i] = relu && !(yp[i] > 0.0f) ? 0.0f : gp[i];
+				} else {
+#pragma omp simd
+					for (size_t i = 0; i < hw; i++)
+						dzp[i] = (relu && !(yp[i] > 0.0f) ? 0.0f : gp[i]) +
+							 bz * dzp[i];
+				}
+			}
 		}
 		float k = gamma[c] * invstd, mg = (float)(sg / m);
 		float kx = (float)(sgx / m) * invstd * invstd;
@@ -922,6 +948,8 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen)
 	}
 	be->ops = &cpu_ops;
 	be->priv = ctx;
+	be->act_dtype = BE_F32;
+	be->act_size = sizeof(float);
 	/* For benchmarks: plain or blocked layouts for every convolution pass. */
 	if (conv && strcmp(conv, "plain") == 0)
 		ctx->conv = CONV_PLAIN;

@@ -1,7 +1,9 @@
 /* backend_cuda.cu — the CUDA backend: cuDNN for convolution and batch norm, cuBLAS for linear
- * layers, own kernels for pooling, element-wise ops, global average pool, cross-entropy and sums;
- * one stream on one GPU, memory from a caching arena over cudaMalloc. Float32 NCHW. Must not
- * change the op semantics backend_ref.c defines: t/unit/backend_cuda.c compares them op by op. */
+ * layers, own kernels (backend_cuda_kernels.cuh) for pooling, element-wise ops, global average
+ * pool, cross-entropy and sums; one stream on one GPU, memory from a caching arena over
+ * cudaMalloc. Activations in float32, bfloat16 or half (be_cuda_opts.act_dtype), NCHW in float32
+ * and NHWC in the half modes (DPTRAIN_CUDA_LAYOUT), float32 parameters. Must not change the op
+ * semantics backend_ref.c defines: t/unit/backend_cuda.c compares them op by op. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +66,8 @@ extern "C" int be_cuda_device_count(char *err, size_t errlen)
 
 #include <cudnn.h>
 
+#include "backend_cuda_kernels.cuh"
+
 /* Numerics. By default convolutions run with CUDNN_FMA_MATH and cuBLAS with CUBLAS_DEFAULT_MATH,
  * which for float32 means no TF32 tensor cores: results agree with the CPU backends to float32
  * rounding. With be_cuda_opts.tf32 both may use TF32 tensor cores (cuDNN's default math and
@@ -71,12 +75,37 @@ extern "C" int be_cuda_device_count(char *err, size_t errlen)
  * Own kernels accumulate in double and write with __fadd_rn/__fmul_rn where the reference
  * computes in float (no FMA contraction), so element-wise ops match it bit for bit.
  *
+ * Half modes (be_cuda_opts.act_dtype BE_BF16 or BE_F16), PyTorch's autocast done by hand:
+ * activations are stored in the half type, everything else stays float32. Own kernels are the
+ * float32 ones with loads widened to float and one rounding to nearest even on the store.
+ * Convolutions are cuDNN's with half data and filters and float32 compute (its PSEUDO_HALF and
+ * PSEUDO_BFLOAT16 configurations), tensor cores allowed; each call first casts the float32
+ * weights into a half copy in scratch (they change every step: nothing to cache). The weight
+ * gradient comes out of cuDNN in the half type into scratch and is widened into the float32
+ * gradient. Linear layers are cublasGemmEx with half A and B and float32 compute (reductions in
+ * float32 too); their weight gradient is written in float32 directly. Batch norm is cuDNN's with
+ * half x and y and float32 parameters and statistics. Nothing is clamped: an fp16 overflow is
+ * inf, and the trainer's loss scaling (sumsq of the float32 gradients) skips that step.
+ *
+ * Layout. In the half modes activations are NHWC ("channels last"), where tensor cores and
+ * cuDNN's fast half kernels want them (PyTorch's channels_last with autocast does the same);
+ * DPTRAIN_CUDA_LAYOUT=nchw at creation keeps NCHW there (benchmarks, and tests comparing the
+ * two). Float32 modes are always NCHW: cuDNN's float32 kernels gain nothing from NHWC, and their
+ * tests compare with the CPU bit for bit. Nothing outside this file sees the layout: act_import
+ * and act_export transpose from and to float32 NCHW, and weights stay float32 OIHW ([out][in]
+ * with the input's features in c, h, w order for linear layers): the per-call half copy is
+ * permuted to what the NHWC data needs (OHWI filters; [out][h][w][c] for a linear layer fed a
+ * flattened c x h x w act) and the gradients permuted back. Own kernels keep their arithmetic,
+ * only their indexing changes (the layout helpers in backend_cuda_kernels.cuh). Batch norm
+ * training in fp16 NHWC runs cuDNN's persistent NHWC kernels
+ * (cudnnBatchNormalizationForwardTrainingEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), the ReLU and
+ * the residual add fused into them where cuDNN can (see cu_bn_create).
+ *
  * Determinism. Own kernels and cuBLAS give the same bits for the same inputs on the same GPU.
  * cuDNN's convolution algorithms are chosen once per op by its heuristics
  * (cudnnGet*Algorithm_v7, no benchmarking); DPTRAIN_CUDA_DETERMINISTIC=1 at creation restricts
  * them to deterministic ones (the bit-exact resume test needs that on a GPU). */
 
-#define CU_THREADS	256
 #define CU_WS_CAP	((size_t)256 << 20) /* cuDNN workspace, shared by every op */
 #define CU_SUMSQ_BLOCKS 1024
 
@@ -91,6 +120,8 @@ struct cu_ctx {
 	int device;
 	int deterministic;
 	int tf32;
+	enum be_dtype dtype; /* activations: float32, bf16 or fp16 */
+	int nhwc;	     /* activations NHWC (half modes), else NCHW */
 	cudaStream_t stream;
 	cudaStream_t copy; /* uploads (upload), created on first use */
 	cudnnHandle_t dnn;
@@ -107,14 +138,14 @@ enum cu_kind { CU_CONV, CU_BN, CU_POOL, CU_LINEAR };
 /* This file's definition of the opaque op. */
 struct be_op {
 	enum cu_kind kind;
-	char shape[160]; /* "n=8 c=3 ..." for error messages */
+	char shape[160]; /* "n=8 c=3 ... bf16" for error messages */
 	union {
 		struct be_conv_desc conv;
 		struct be_bn_desc bn;
 		struct be_pool_desc pool;
 		struct be_linear_desc linear;
 	} d;
-	/* conv: x, y, bias (1,k,1,1); bn: x and the per-channel parameters */
+	/* conv: x and y; bn: x (also y, dy, dx) and the per-channel parameters (bd) */
 	cudnnTensorDescriptor_t xd, yd, bd;
 	cudnnFilterDescriptor_t wd;
 	cudnnConvolutionDescriptor_t cd;
@@ -124,11 +155,68 @@ struct be_op {
 	size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
 	/* each pass's algorithm runs with the math type cuDNN listed it with */
 	cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
+	/* bn: bn_ex: training through the Ex calls (NHWC), with bn_mode and bn_ops (the fused ReLU
+	 * in ad), their workspaces and the forward's reserve space; else the plain calls in
+	 * CUDNN_BATCHNORM_SPATIAL. */
+	int bn_ex;
+	cudnnBatchNormMode_t bn_mode;
+	cudnnBatchNormOps_t bn_ops;
+	cudnnActivationDescriptor_t ad;
+	size_t bn_fwd_ws, bn_bwd_ws, bn_reserve;
 };
 
 static struct cu_ctx *ctx_of(struct backend *be)
 {
 	return (struct cu_ctx *)be->priv;
+}
+
+/* The element type's names in the libraries, and whether it is a half type. */
+template <typename T> struct act_lib;
+template <> struct act_lib<float> {
+	static constexpr bool half = false;
+	static constexpr cudaDataType_t blas = CUDA_R_32F;
+};
+template <> struct act_lib<bf16> {
+	static constexpr bool half = true;
+	static constexpr cudaDataType_t blas = CUDA_R_16BF;
+};
+template <> struct act_lib<f16> {
+	static constexpr bool half = true;
+	static constexpr cudaDataType_t blas = CUDA_R_16F;
+};
+
+static cudnnDataType_t dnn_type(enum be_dtype t)
+{
+	return t == BE_BF16  ? CUDNN_DATA_BFLOAT16
+	       : t == BE_F16 ? CUDNN_DATA_HALF
+			     : CUDNN_DATA_FLOAT;
+}
+
+/* fn<T>(...) for the backend's activation type T: the op table passes acts as float pointers
+ * whatever they hold, the kernels are typed. */
+#define ACT_CALL(be, fn, ...)                                                                      \
+	(ctx_of(be)->dtype == BE_BF16  ? fn<bf16>(__VA_ARGS__)                                     \
+	 : ctx_of(be)->dtype == BE_F16 ? fn<f16>(__VA_ARGS__)                                      \
+				       : fn<float>(__VA_ARGS__))
+
+/* " bf16" or " fp16" after a shape in messages, then " nhwc" in that layout; nothing in float32
+ * mode. */
+static const char *dt_suffix(struct backend *be)
+{
+	const struct cu_ctx *ctx = ctx_of(be);
+
+	if (ctx->dtype == BE_F32)
+		return "";
+	if (ctx->dtype == BE_BF16)
+		return ctx->nhwc ? " bf16 nhwc" : " bf16";
+	return ctx->nhwc ? " fp16 nhwc" : " fp16";
+}
+
+/* "n=123 bf16": the shape of an element-wise op. */
+static const char *n_str(struct backend *be, size_t n, char *buf, size_t len)
+{
+	snprintf(buf, len, "n=%zu%s", n, dt_suffix(be));
+	return buf;
 }
 
 /* Checks inside an op with `be`, `fn` (the op's name) and `shape`: fail it with -1 and a message
@@ -171,6 +259,15 @@ static struct cu_ctx *ctx_of(struct backend *be)
 			goto out;                                                                  \
 		}                                                                                  \
 	} while (0)
+#define BLAS_TRY(call)                                                                             \
+	do {                                                                                       \
+		cublasStatus_t s_ = (call);                                                        \
+		if (s_ != CUBLAS_STATUS_SUCCESS) {                                                 \
+			be_errf(be, "%s(%s): %s: %s", fn, shape, #call,                            \
+				cublasGetStatusString(s_));                                        \
+			goto out;                                                                  \
+		}                                                                                  \
+	} while (0)
 /* A kernel launch on the backend's stream; launch errors (bad configuration) are caught here,
  * errors while it runs at the next synchronising call (to_host, sync, xent, sumsq). */
 #define LAUNCH(kernel, grid, block, ...)                                                           \
@@ -180,6 +277,16 @@ static struct cu_ctx *ctx_of(struct backend *be)
 		if (e_ != cudaSuccess)                                                             \
 			return be_errf(be, "%s(%s): launching %s: %s", fn, shape, #kernel,         \
 				       cudaGetErrorString(e_));                                    \
+	} while (0)
+#define LAUNCH_TRY(kernel, grid, block, ...)                                                       \
+	do {                                                                                       \
+		kernel<<<(grid), (block), 0, ctx_of(be)->stream>>>(__VA_ARGS__);                   \
+		cudaError_t e_ = cudaGetLastError();                                               \
+		if (e_ != cudaSuccess) {                                                           \
+			be_errf(be, "%s(%s): launching %s: %s", fn, shape, #kernel,                \
+				cudaGetErrorString(e_));                                           \
+			goto out;                                                                  \
+		}                                                                                  \
 	} while (0)
 
 static unsigned grid_for(size_t n)
@@ -373,298 +480,8 @@ static int cu_sync(struct backend *be)
 }
 
 /* ---------------------------------------------------------------------------------------
- * Kernels. Grid-stride loops over size_t indices; element-wise kernels read and write the same
- * index only, so outputs may alias inputs (nn.c runs relu_bwd in place). */
-
-#define GRID_LOOP(i, n)                                                                            \
-	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                    \
-	     i += (size_t)gridDim.x * blockDim.x)
-
-/* Sum over a block of CU_THREADS threads in a fixed tree: the same bits every run. */
-__device__ static double block_sum(double v)
-{
-	__shared__ double sh[CU_THREADS];
-	unsigned t = threadIdx.x;
-
-	sh[t] = v;
-	__syncthreads();
-	for (unsigned s = CU_THREADS / 2; s > 0; s >>= 1) {
-		if (t < s)
-			sh[t] += sh[t + s];
-		__syncthreads();
-	}
-	double r = sh[0];
-	__syncthreads();
-	return r;
-}
-
-/* out = r + beta * out as the reference's blend(): in double, rounded once. */
-__device__ static float blend_d(double r, float beta, const float *old)
-{
-	return beta == 0.0f ? (float)r : (float)(r + (double)beta * *old);
-}
-
-/* out = g + beta * out in float, rounded like the reference (no FMA). */
-__device__ static float blend_f(float g, float beta, const float *old)
-{
-	return beta == 0.0f ? g : __fadd_rn(g, __fmul_rn(beta, *old));
-}
-
-__global__ static void k_fill(float *x, float v, size_t n)
-{
-	GRID_LOOP(i, n)
-	x[i] = v;
-}
-
-__global__ static void k_relu_fwd(const float *x, float *y, size_t n)
-{
-	GRID_LOOP(i, n)
-	{
-		float v = x[i];
-		y[i] = v > 0.0f ? v : 0.0f;
-	}
-}
-
-__global__ static void k_relu_bwd(const float *y, const float *dy, float *dx, size_t n, float beta)
-{
-	GRID_LOOP(i, n)
-	{
-		float g = y[i] > 0.0f ? dy[i] : 0.0f;
-		dx[i] = blend_f(g, beta, &dx[i]);
-	}
-}
-
-__global__ static void k_add(const float *a, const float *b, float *y, size_t n)
-{
-	GRID_LOOP(i, n)
-	y[i] = __fadd_rn(a[i], b[i]);
-}
-
-__global__ static void k_axpby(float alpha, const float *x, float beta, float *y, size_t n)
-{
-	GRID_LOOP(i, n)
-	y[i] = blend_f(__fmul_rn(alpha, x[i]), beta, &y[i]);
-}
-
-__global__ static void k_gap_fwd(const float *x, float *y, size_t planes, int hw)
-{
-	GRID_LOOP(p, planes)
-	{
-		const float *xp = x + p * hw;
-		double s = 0.0;
-		for (int i = 0; i < hw; i++)
-			s += xp[i];
-		y[p] = (float)(s / hw);
-	}
-}
-
-__global__ static void k_gap_bwd(const float *dy, float *dx, size_t n, int hw, float beta)
-{
-	GRID_LOOP(i, n)
-	dx[i] = blend_f(__fdiv_rn(dy[i / hw], (float)hw), beta, &dx[i]);
-}
-
-/* y[r][c] += b[c] over rows of `cols`. */
-__global__ static void k_bias_rows(float *y, const float *b, size_t n, int cols)
-{
-	GRID_LOOP(i, n)
-	y[i] = __fadd_rn(y[i], b[i % cols]);
-}
-
-/* db[c] = sum over rows of dy[r][c] (+ beta db): linear's bias gradient. */
-__global__ static void k_col_sum(const float *dy, int rows, int cols, float *db, float beta)
-{
-	GRID_LOOP(c, (size_t)cols)
-	{
-		double s = 0.0;
-		for (int r = 0; r < rows; r++)
-			s += dy[(size_t)r * cols + c];
-		db[c] = blend_d(s, beta, &db[c]);
-	}
-}
-
-/* db[k] = sum over n and the plane of dy[n][k] (+ beta db): one block per channel. */
-__global__ static void k_channel_sum(const float *dy, int n, int k, int hw, float *db, float beta)
-{
-	int c = blockIdx.x;
-	size_t m = (size_t)n * hw;
-	double s = 0.0;
-
-	for (size_t i = threadIdx.x; i < m; i += CU_THREADS)
-		s += dy[((size_t)(i / hw) * k + c) * hw + i % hw];
-	s = block_sum(s);
-	if (threadIdx.x == 0)
-		db[c] = blend_d(s, beta, &db[c]);
-}
-
-/* Sum of squares: fixed grid partials, then one block over them (same bits every run). */
-__global__ static void k_sumsq_partial(const float *x, size_t n, double *partial)
-{
-	double s = 0.0;
-
-	GRID_LOOP(i, n)
-	s += (double)x[i] * x[i];
-	s = block_sum(s);
-	if (threadIdx.x == 0)
-		partial[blockIdx.x] = s;
-}
-
-__global__ static void k_sum_partials(const double *partial, unsigned count, double *out)
-{
-	double s = 0.0;
-
-	for (unsigned i = threadIdx.x; i < count; i += CU_THREADS)
-		s += partial[i];
-	s = block_sum(s);
-	if (threadIdx.x == 0)
-		*out = s;
-}
-
-/* The reference's window_argmax, line for line: first maximum in scan order, NaN wins. */
-__device__ static int window_argmax(const struct be_pool_desc &d, const float *xp, int oy, int ox)
-{
-	int y0 = oy * d.stride - d.pad, x0 = ox * d.stride - d.pad;
-	int y1 = y0 + d.kh < d.h ? y0 + d.kh : d.h, x1 = x0 + d.kw < d.w ? x0 + d.kw : d.w;
-	int best = (y0 > 0 ? y0 : 0) * d.w + (x0 > 0 ? x0 : 0);
-	float m = xp[best];
-
-	for (int iy = y0 > 0 ? y0 : 0; iy < y1; iy++) {
-		for (int ix = x0 > 0 ? x0 : 0; ix < x1; ix++) {
-			float v = xp[iy * d.w + ix];
-			int take = v > m || v != v;
-			best = take ? iy * d.w + ix : best;
-			m = take ? v : m;
-		}
-	}
-	return best;
-}
-
-__global__ static void k_pool_fwd(struct be_pool_desc d, const float *x, float *y, size_t n)
-{
-	size_t ohw = (size_t)d.oh * d.ow;
-
-	GRID_LOOP(i, n)
-	{
-		size_t p = i / ohw;
-		int oy = (int)(i % ohw) / d.ow, ox = (int)(i % ohw) % d.ow;
-		const float *xp = x + p * d.h * d.w;
-		if (d.kind == BE_POOL_MAX) {
-			y[i] = xp[window_argmax(d, xp, oy, ox)];
-			continue;
-		}
-		double s = 0.0;
-		for (int a = 0; a < d.kh; a++) {
-			int iy = oy * d.stride - d.pad + a;
-			for (int b = 0; b < d.kw; b++) {
-				int ix = ox * d.stride - d.pad + b;
-				if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
-					s += xp[iy * d.w + ix];
-			}
-		}
-		y[i] = (float)(s / (d.kh * d.kw));
-	}
-}
-
-/* Gather form of the reference's scatter: every input pixel visits the windows that cover it in
- * the reference's order (row-major over outputs) and adds the same float terms in that order,
- * starting from beta * old; no atomics, the reference's bits. */
-__global__ static void k_pool_bwd(struct be_pool_desc d, const float *x, const float *dy, float *dx,
-				  size_t n, float beta)
-{
-	size_t hw = (size_t)d.h * d.w;
-
-	GRID_LOOP(i, n)
-	{
-		size_t p = i / hw;
-		int iy = (int)(i % hw) / d.w, ix = (int)(i % hw) % d.w;
-		const float *xp = x + p * hw;
-		const float *dyp = dy + p * d.oh * d.ow;
-		/* windows oy with oy*stride - pad <= iy < oy*stride - pad + kh */
-		int ly = iy + d.pad - d.kh + 1, lx = ix + d.pad - d.kw + 1;
-		int oy0 = ly <= 0 ? 0 : (ly + d.stride - 1) / d.stride;
-		int ox0 = lx <= 0 ? 0 : (lx + d.stride - 1) / d.stride;
-		int oy1 = (iy + d.pad) / d.stride, ox1 = (ix + d.pad) / d.stride;
-		float acc = beta == 0.0f ? 0.0f : __fmul_rn(beta, dx[i]);
-		if (oy1 > d.oh - 1)
-			oy1 = d.oh - 1;
-		if (ox1 > d.ow - 1)
-			ox1 = d.ow - 1;
-		for (int oy = oy0; oy <= oy1; oy++) {
-			for (int ox = ox0; ox <= ox1; ox++) {
-				float g = dyp[oy * d.ow + ox];
-				if (d.kind == BE_POOL_MAX) {
-					if (window_argmax(d, xp, oy, ox) == iy * d.w + ix)
-						acc = __fadd_rn(acc, g);
-				} else {
-					acc = __fadd_rn(acc, __fdiv_rn(g, (float)(d.kh * d.kw)));
-				}
-			}
-		}
-		dx[i] = acc;
-	}
-}
-
-/* Softmax cross-entropy of one row per block: the reference's formulas in double. Labels were
- * checked on the host. Writes the row's loss and hit; dlogits when not NULL. */
-__global__ static void k_xent_rows(const float *logits, const int32_t *labels, int n, int classes,
-				   float smoothing, float scale, double *row_loss, int *row_hit,
-				   float *dlogits)
-{
-	__shared__ float bv[CU_THREADS];
-	__shared__ int bi[CU_THREADS];
-	int r = blockIdx.x, t = threadIdx.x;
-	const float *l = logits + (size_t)r * classes;
-	int label = labels[r];
-	float v = 0.0f;
-	int a = -1;
-
-	/* argmax, ties to the lowest index */
-	for (int j = t; j < classes; j += CU_THREADS) {
-		if (a < 0 || l[j] > v) {
-			v = l[j];
-			a = j;
-		}
-	}
-	bv[t] = v;
-	bi[t] = a;
-	__syncthreads();
-	for (int s = CU_THREADS / 2; s > 0; s >>= 1) {
-		if (t < s) {
-			int j = bi[t + s];
-			if (j >= 0 &&
-			    (bi[t] < 0 || bv[t + s] > bv[t] || (bv[t + s] == bv[t] && j < bi[t]))) {
-				bv[t] = bv[t + s];
-				bi[t] = j;
-			}
-		}
-		__syncthreads();
-	}
-	int arg = bi[0];
-	double m = l[arg], se = 0.0, slp = 0.0;
-	for (int j = t; j < classes; j += CU_THREADS)
-		se += exp((double)l[j] - m);
-	double lse = m + log(block_sum(se));
-	for (int j = t; j < classes; j += CU_THREADS)
-		slp += (double)l[j] - lse;
-	slp = block_sum(slp);
-	/* smoothing / classes is a float division in the reference */
-	float sc = smoothing / (float)classes;
-	if (t == 0) {
-		row_loss[r] = (1.0 - smoothing) * (lse - l[label]) - sc * slp;
-		row_hit[r] = arg == label;
-	}
-	if (dlogits) {
-		float *d = dlogits + (size_t)r * classes;
-		double g = (double)scale / n;
-		for (int j = t; j < classes; j += CU_THREADS) {
-			double tj = sc + (j == label ? 1.0 - smoothing : 0.0);
-			d[j] = (float)((exp((double)l[j] - lse) - tj) * g);
-		}
-	}
-}
-
-/* ---------------------------------------------------------------------------------------
- * Element-wise ops, global average pool, cross-entropy, sums. */
+ * Element-wise ops, global average pool, cross-entropy, sums. Acts arrive as float pointers
+ * (the op table's type) and are cast to the backend's element type T here. */
 
 static int cu_fill(struct backend *be, float *x, float value, size_t n)
 {
@@ -677,38 +494,57 @@ static int cu_fill(struct backend *be, float *x, float value, size_t n)
 	return 0;
 }
 
-static int cu_relu_fwd(struct backend *be, const float *x, float *y, size_t n)
+template <typename T> static int relu_fwd_t(struct backend *be, const float *x, float *y, size_t n)
 {
 	const char *fn = "relu_fwd";
-	char shape[32];
+	char s[48];
+	const char *shape = n_str(be, n, s, sizeof(s));
 
-	snprintf(shape, sizeof(shape), "n=%zu", n);
 	if (n)
-		LAUNCH(k_relu_fwd, grid_for(n), CU_THREADS, x, y, n);
+		LAUNCH(k_relu_fwd<T>, grid_for(n), CU_THREADS, (const T *)x, (T *)y, n);
+	return 0;
+}
+
+static int cu_relu_fwd(struct backend *be, const float *x, float *y, size_t n)
+{
+	return ACT_CALL(be, relu_fwd_t, be, x, y, n);
+}
+
+template <typename T>
+static int relu_bwd_t(struct backend *be, const float *y, const float *dy, float *dx, size_t n,
+		      float beta)
+{
+	const char *fn = "relu_bwd";
+	char s[48];
+	const char *shape = n_str(be, n, s, sizeof(s));
+
+	if (n)
+		LAUNCH(k_relu_bwd<T>, grid_for(n), CU_THREADS, (const T *)y, (const T *)dy, (T *)dx,
+		       n, beta);
 	return 0;
 }
 
 static int cu_relu_bwd(struct backend *be, const float *y, const float *dy, float *dx, size_t n,
 		       float beta)
 {
-	const char *fn = "relu_bwd";
-	char shape[32];
+	return ACT_CALL(be, relu_bwd_t, be, y, dy, dx, n, beta);
+}
 
-	snprintf(shape, sizeof(shape), "n=%zu", n);
+template <typename T>
+static int add_t(struct backend *be, const float *a, const float *b, float *y, size_t n)
+{
+	const char *fn = "add";
+	char s[48];
+	const char *shape = n_str(be, n, s, sizeof(s));
+
 	if (n)
-		LAUNCH(k_relu_bwd, grid_for(n), CU_THREADS, y, dy, dx, n, beta);
+		LAUNCH(k_add<T>, grid_for(n), CU_THREADS, (const T *)a, (const T *)b, (T *)y, n);
 	return 0;
 }
 
 static int cu_add(struct backend *be, const float *a, const float *b, float *y, size_t n)
 {
-	const char *fn = "add";
-	char shape[32];
-
-	snprintf(shape, sizeof(shape), "n=%zu", n);
-	if (n)
-		LAUNCH(k_add, grid_for(n), CU_THREADS, a, b, y, n);
-	return 0;
+	return ACT_CALL(be, add_t, be, a, b, y, n);
 }
 
 static int cu_axpby(struct backend *be, float alpha, const float *x, float beta, float *y, size_t n)
@@ -722,31 +558,125 @@ static int cu_axpby(struct backend *be, float alpha, const float *x, float beta,
 	return 0;
 }
 
-static int cu_gap_fwd(struct backend *be, const float *x, float *y, int n, int c, int hw)
+template <typename T>
+static int act_accum_t(struct backend *be, const void *dy, void *g, size_t n, float beta)
+{
+	const char *fn = "act_accum";
+	char s[48];
+	const char *shape = n_str(be, n, s, sizeof(s));
+
+	if (n)
+		LAUNCH(k_act_accum<T>, grid_for(n), CU_THREADS, (const T *)dy, (T *)g, n, beta);
+	return 0;
+}
+
+static int cu_act_accum(struct backend *be, const void *dy, void *g, size_t n, float beta)
+{
+	return ACT_CALL(be, act_accum_t, be, dy, g, n, beta);
+}
+
+/* float32 NCHW <-> act: a conversion, and in NHWC a transpose of each sample's C x HW to HW x C
+ * (none needed where C or HW is 1: rows, logits). */
+static const char *nchw_str(struct backend *be, int n, int c, int h, int w, char *buf, size_t len)
+{
+	snprintf(buf, len, "n=%d c=%d h=%d w=%d%s", n, c, h, w, dt_suffix(be));
+	return buf;
+}
+
+template <typename T>
+static int act_import_t(struct backend *be, const float *x, void *y, int n, int c, int h, int w)
+{
+	const char *fn = "act_import";
+	char s[96];
+	const char *shape = nchw_str(be, n, c, h, w, s, sizeof(s));
+	size_t total;
+
+	if (n < 0 || c < 0 || h < 0 || w < 0)
+		return be_errf(be, "act_import(%s): sizes must not be negative", shape);
+	total = (size_t)n * c * h * w;
+	if (!total)
+		return 0;
+	if (ctx_of(be)->nhwc && c > 1 && (size_t)h * w > 1)
+		LAUNCH(k_import_swap<T>, grid_for(total), CU_THREADS, x, (T *)y, total, (size_t)c,
+		       (size_t)h * w);
+	else
+		LAUNCH(k_import<T>, grid_for(total), CU_THREADS, x, (T *)y, total);
+	return 0;
+}
+
+static int cu_act_import(struct backend *be, const float *x, void *y, int n, int c, int h, int w)
+{
+	return ACT_CALL(be, act_import_t, be, x, y, n, c, h, w);
+}
+
+template <typename T>
+static int act_export_t(struct backend *be, const void *x, float *y, int n, int c, int h, int w)
+{
+	const char *fn = "act_export";
+	char s[96];
+	const char *shape = nchw_str(be, n, c, h, w, s, sizeof(s));
+	size_t total;
+
+	if (n < 0 || c < 0 || h < 0 || w < 0)
+		return be_errf(be, "act_export(%s): sizes must not be negative", shape);
+	total = (size_t)n * c * h * w;
+	if (!total)
+		return 0;
+	if (ctx_of(be)->nhwc && c > 1 && (size_t)h * w > 1)
+		LAUNCH(k_export_swap<T>, grid_for(total), CU_THREADS, (const T *)x, y, total,
+		       (size_t)h * w, (size_t)c);
+	else
+		LAUNCH(k_export<T>, grid_for(total), CU_THREADS, (const T *)x, y, total);
+	return 0;
+}
+
+static int cu_act_export(struct backend *be, const void *x, float *y, int n, int c, int h, int w)
+{
+	return ACT_CALL(be, act_export_t, be, x, y, n, c, h, w);
+}
+
+template <typename T>
+static int gap_fwd_t(struct backend *be, const float *x, float *y, int n, int c, int hw)
 {
 	const char *fn = "gap_fwd";
 	char shape[64];
+	size_t planes;
 
-	snprintf(shape, sizeof(shape), "n=%d c=%d hw=%d", n, c, hw);
+	snprintf(shape, sizeof(shape), "n=%d c=%d hw=%d%s", n, c, hw, dt_suffix(be));
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return be_errf(be, "gap_fwd(%s): sizes must be positive", shape);
-	size_t planes = (size_t)n * c;
-	LAUNCH(k_gap_fwd, grid_for(planes), CU_THREADS, x, y, planes, hw);
+	planes = (size_t)n * c;
+	LAUNCH(k_gap_fwd<T>, grid_for(planes), CU_THREADS, (const T *)x, (T *)y, planes, c, hw,
+	       ctx_of(be)->nhwc);
+	return 0;
+}
+
+static int cu_gap_fwd(struct backend *be, const float *x, float *y, int n, int c, int hw)
+{
+	return ACT_CALL(be, gap_fwd_t, be, x, y, n, c, hw);
+}
+
+template <typename T>
+static int gap_bwd_t(struct backend *be, const float *dy, float *dx, int n, int c, int hw,
+		     float beta)
+{
+	const char *fn = "gap_bwd";
+	char shape[64];
+	size_t total;
+
+	snprintf(shape, sizeof(shape), "n=%d c=%d hw=%d%s", n, c, hw, dt_suffix(be));
+	if (n <= 0 || c <= 0 || hw <= 0)
+		return be_errf(be, "gap_bwd(%s): sizes must be positive", shape);
+	total = (size_t)n * c * hw;
+	LAUNCH(k_gap_bwd<T>, grid_for(total), CU_THREADS, (const T *)dy, (T *)dx, total, c, hw,
+	       ctx_of(be)->nhwc, beta);
 	return 0;
 }
 
 static int cu_gap_bwd(struct backend *be, const float *dy, float *dx, int n, int c, int hw,
 		      float beta)
 {
-	const char *fn = "gap_bwd";
-	char shape[64];
-
-	snprintf(shape, sizeof(shape), "n=%d c=%d hw=%d", n, c, hw);
-	if (n <= 0 || c <= 0 || hw <= 0)
-		return be_errf(be, "gap_bwd(%s): sizes must be positive", shape);
-	size_t total = (size_t)n * c * hw;
-	LAUNCH(k_gap_bwd, grid_for(total), CU_THREADS, dy, dx, total, hw, beta);
-	return 0;
+	return ACT_CALL(be, gap_bwd_t, be, dy, dx, n, c, hw, beta);
 }
 
 /* Whether p is device (or managed) memory; host memory otherwise. */
@@ -764,9 +694,10 @@ static int is_device_ptr(const void *p)
 /* Per-row results come back to the host and are summed there in row order, as the reference
  * does. Labels may be in device or host memory: they are read on the host first to give the
  * reference's message for a label out of range. */
-static int cu_xent(struct backend *be, const float *logits, const int32_t *labels, int n,
-		   int classes, float smoothing, float scale, float *loss, int *correct,
-		   float *dlogits)
+template <typename T>
+static int xent_t(struct backend *be, const float *logits, const int32_t *labels, int n,
+		  int classes, float smoothing, float scale, float *loss, int *correct,
+		  float *dlogits)
 {
 	const char *fn = "xent";
 	char shape[64];
@@ -782,7 +713,7 @@ static int cu_xent(struct backend *be, const float *logits, const int32_t *label
 	double total = 0.0;
 	int hits = 0, rv = -1, on_dev;
 
-	snprintf(shape, sizeof(shape), "n=%d classes=%d", n, classes);
+	snprintf(shape, sizeof(shape), "n=%d classes=%d%s", n, classes, dt_suffix(be));
 	if (n <= 0 || classes <= 0 || !(smoothing >= 0.0f && smoothing <= 1.0f)) {
 		be_errf(be,
 			"xent(n=%d classes=%d smoothing=%g): n and classes must be positive, "
@@ -825,8 +756,8 @@ static int cu_xent(struct backend *be, const float *logits, const int32_t *label
 				       ctx->stream));
 		lab = dlab;
 	}
-	k_xent_rows<<<n, CU_THREADS, 0, ctx->stream>>>(logits, lab, n, classes, smoothing, scale,
-						       dloss, dhit, dlogits);
+	k_xent_rows<T><<<n, CU_THREADS, 0, ctx->stream>>>(
+	    (const T *)logits, lab, n, classes, smoothing, scale, dloss, dhit, (T *)dlogits);
 	CU_TRY(cudaGetLastError());
 	CU_TRY(
 	    cudaMemcpyAsync(hloss, dloss, sizeof(*hloss) * n, cudaMemcpyDeviceToHost, ctx->stream));
@@ -846,6 +777,14 @@ out:
 	free(hloss);
 	free(hhit);
 	return rv;
+}
+
+static int cu_xent(struct backend *be, const float *logits, const int32_t *labels, int n,
+		   int classes, float smoothing, float scale, float *loss, int *correct,
+		   float *dlogits)
+{
+	return ACT_CALL(be, xent_t, be, logits, labels, n, classes, smoothing, scale, loss, correct,
+			dlogits);
 }
 
 static int cu_sumsq(struct backend *be, const float *x, size_t n, double *out)
@@ -920,24 +859,46 @@ static void cu_op_destroy(struct backend *be, struct be_op *op)
 		cudnnDestroyFilterDescriptor(op->wd);
 	if (op->cd)
 		cudnnDestroyConvolutionDescriptor(op->cd);
+	if (op->ad)
+		cudnnDestroyActivationDescriptor(op->ad);
 	free(op);
+}
+/* The math type a convolution descriptor starts with (and the fallback algorithms run with):
+ * float32 FMA, TF32 allowed when asked for, tensor cores allowed for half data. cuDNN's
+ * heuristics list the algorithms this math type permits. */
+static cudnnMathType_t conv_math(const struct cu_ctx *ctx)
+{
+	if (ctx->dtype != BE_F32)
+		return CUDNN_TENSOR_OP_MATH;
+	return ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
 static int tensor4d(struct backend *be, cudnnTensorDescriptor_t *t, int n, int c, int h, int w,
 		    const char *fn, const char *shape)
 {
 	DNN_RET(cudnnCreateTensorDescriptor(t));
-	DNN_RET(cudnnSetTensor4dDescriptor(*t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, c, h, w));
+	DNN_RET(cudnnSetTensor4dDescriptor(*t,
+					   ctx_of(be)->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+					   dnn_type(ctx_of(be)->dtype), n, c, h, w));
 	return 0;
 }
 
-/* Whether a candidate algorithm may be used: supported, FMA arithmetic unless TF32 is allowed
- * (never a conversion to half precision), and deterministic when asked to be. */
+/* The math type an accepted algorithm runs with: float32 without TF32 runs with FMA math even
+ * where cuDNN listed the algorithm with CUDNN_DEFAULT_MATH, which on Ampere and later GPUs lets
+ * float32 convolutions use TF32 tensor cores (PyTorch's allow_tf32=False does the same). */
+static cudnnMathType_t run_math(const struct cu_ctx *ctx, cudnnMathType_t listed)
+{
+	return ctx->dtype == BE_F32 && !ctx->tf32 ? CUDNN_FMA_MATH : listed;
+}
+
+/* Whether a candidate algorithm may be used: supported, never a conversion of the data to a
+ * narrower type, FMA arithmetic for float32 data unless TF32 is allowed (tensor cores are the
+ * point of half data), and deterministic when asked to be. */
 static int algo_ok(struct cu_ctx *ctx, cudnnStatus_t status, cudnnMathType_t math,
 		   cudnnDeterminism_t det)
 {
 	return status == CUDNN_STATUS_SUCCESS && math != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION &&
-	       (ctx->tf32 || math != CUDNN_TENSOR_OP_MATH) &&
+	       (ctx->tf32 || ctx->dtype != BE_F32 || math != CUDNN_TENSOR_OP_MATH) &&
 	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
 }
 
@@ -951,7 +912,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 	cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
 	int got = 0, found;
 	size_t ws;
-	cudnnMathType_t fallback = ctx->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+	cudnnMathType_t fallback = conv_math(ctx);
 
 	op->fwd_math = op->bwd_data_math = op->bwd_filter_math = fallback;
 
@@ -966,7 +927,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 		    ws <= CU_WS_CAP) {
 			op->fwd_algo = pf[i].algo;
 			op->fwd_ws = ws;
-			op->fwd_math = pf[i].mathType;
+			op->fwd_math = run_math(ctx, pf[i].mathType);
 			found = 1;
 		}
 	}
@@ -988,7 +949,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 		    ws <= CU_WS_CAP) {
 			op->bwd_data_algo = pd[i].algo;
 			op->bwd_data_ws = ws;
-			op->bwd_data_math = pd[i].mathType;
+			op->bwd_data_math = run_math(ctx, pd[i].mathType);
 			found = 1;
 		}
 	}
@@ -1010,7 +971,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 		    ws <= CU_WS_CAP) {
 			op->bwd_filter_algo = pw[i].algo;
 			op->bwd_filter_ws = ws;
-			op->bwd_filter_math = pw[i].mathType;
+			op->bwd_filter_math = run_math(ctx, pw[i].mathType);
 			found = 1;
 		}
 	}
@@ -1023,6 +984,18 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 	return 0;
 }
 
+/* op->shape: the shape string, then the activation type in half modes ("... pad 1 bf16"). */
+static const char *op_shape(struct backend *be, struct be_op *op)
+{
+	size_t len = strlen(op->shape);
+
+	snprintf(op->shape + len, sizeof(op->shape) - len, "%s", dt_suffix(be));
+	return op->shape;
+}
+
+/* Convolutions: data, filters and the output in the act type, float32 compute; in NHWC the filters
+ * too (K x KH x KW x C in memory: what cuDNN's NHWC kernels take). The bias (1, k) is added by an
+ * own kernel: cudnnAddTensor would have to mix a float32 bias into half data. */
 static struct be_op *cu_conv_create(struct backend *be, struct be_conv_desc *d)
 {
 	const char *fn = "conv_create";
@@ -1033,10 +1006,10 @@ static struct be_op *cu_conv_create(struct backend *be, struct be_conv_desc *d)
 	if (be_conv_check(be, d) < 0 || !(op = op_new(be, CU_CONV, fn)))
 		return NULL;
 	op->d.conv = *d;
-	shape = be_conv_str(d, op->shape, sizeof(op->shape));
+	be_conv_str(d, op->shape, sizeof(op->shape));
+	shape = op_shape(be, op);
 	if (tensor4d(be, &op->xd, d->n, d->c, d->h, d->w, fn, shape) < 0 ||
-	    tensor4d(be, &op->yd, d->n, d->k, d->oh, d->ow, fn, shape) < 0 ||
-	    tensor4d(be, &op->bd, 1, d->k, 1, 1, fn, shape) < 0)
+	    tensor4d(be, &op->yd, d->n, d->k, d->oh, d->ow, fn, shape) < 0)
 		goto fail;
 #define DNN_FAIL(call)                                                                             \
 	do {                                                                                       \
@@ -1047,13 +1020,13 @@ static struct be_op *cu_conv_create(struct backend *be, struct be_conv_desc *d)
 		}                                                                                  \
 	} while (0)
 	DNN_FAIL(cudnnCreateFilterDescriptor(&op->wd));
-	DNN_FAIL(cudnnSetFilter4dDescriptor(op->wd, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d->k, d->c,
-					    d->kh, d->kw));
+	DNN_FAIL(cudnnSetFilter4dDescriptor(
+	    op->wd, dnn_type(ctx_of(be)->dtype),
+	    ctx_of(be)->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, d->k, d->c, d->kh, d->kw));
 	DNN_FAIL(cudnnCreateConvolutionDescriptor(&op->cd));
 	DNN_FAIL(cudnnSetConvolution2dDescriptor(op->cd, d->pad, d->pad, d->stride, d->stride, 1, 1,
 						 CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-	DNN_FAIL(cudnnSetConvolutionMathType(op->cd, ctx_of(be)->tf32 ? CUDNN_DEFAULT_MATH
-								     : CUDNN_FMA_MATH));
+	DNN_FAIL(cudnnSetConvolutionMathType(op->cd, conv_math(ctx_of(be))));
 	DNN_FAIL(cudnnGetConvolution2dForwardOutputDim(op->cd, op->xd, op->wd, &on, &oc, &oh, &ow));
 #undef DNN_FAIL
 	if (on != d->n || oc != d->k || oh != d->oh || ow != d->ow) {
@@ -1072,55 +1045,136 @@ fail:
 
 static const float one_f = 1.0f, zero_f = 0.0f;
 
-static int cu_conv_fwd(struct backend *be, struct be_op *op, const float *x, const float *wgt,
-		       const float *bias, float *y)
+/* In half modes, a half copy of n float32 weights in arena scratch (the caller frees it after
+ * issuing the op that reads it: the stream orders the reuse). With a, b > 1 each output row's
+ * a x b weights are transposed to b x a: OIHW to OHWI (a = C, b = KH*KW), a linear layer's
+ * [out][c][h*w] to [out][h*w][c]. NULL with be->err set. */
+static void *half_weights(struct backend *be, const float *wgt, size_t n, size_t a, size_t b,
+			  const char *fn, const char *shape)
+{
+	struct cu_ctx *ctx = ctx_of(be);
+	void *h = arena_alloc(be, n * sizeof(bf16), fn);
+	int swap = a > 1 && b > 1;
+	cudaError_t e;
+
+	if (!h)
+		return NULL;
+	if (ctx->dtype == BE_BF16 && swap)
+		k_import_swap<bf16>
+		    <<<grid_for(n), CU_THREADS, 0, ctx->stream>>>(wgt, (bf16 *)h, n, a, b);
+	else if (ctx->dtype == BE_BF16)
+		k_import<bf16><<<grid_for(n), CU_THREADS, 0, ctx->stream>>>(wgt, (bf16 *)h, n);
+	else if (swap)
+		k_import_swap<f16>
+		    <<<grid_for(n), CU_THREADS, 0, ctx->stream>>>(wgt, (f16 *)h, n, a, b);
+	else
+		k_import<f16><<<grid_for(n), CU_THREADS, 0, ctx->stream>>>(wgt, (f16 *)h, n);
+	if ((e = cudaGetLastError()) != cudaSuccess) {
+		be_errf(be, "%s(%s): launching the weight cast to the act type: %s", fn, shape,
+			cudaGetErrorString(e));
+		arena_free(be, h);
+		return NULL;
+	}
+	return h;
+}
+
+static size_t conv_wcount(const struct be_conv_desc *d)
+{
+	return (size_t)d->k * d->c * d->kh * d->kw;
+}
+
+/* The half copy of a convolution's weights: OHWI in NHWC, OIHW in NCHW. */
+static void *conv_half_weights(struct backend *be, const struct be_conv_desc *d, const float *wgt,
+			       const char *fn, const char *shape)
+{
+	size_t a = ctx_of(be)->nhwc ? (size_t)d->c : 1;
+
+	return half_weights(be, wgt, conv_wcount(d), a, (size_t)d->kh * d->kw, fn, shape);
+}
+
+template <typename T>
+static int conv_fwd_t(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+		      const float *bias, float *y)
 {
 	const char *fn = "conv_fwd", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
-	void *ws;
+	const struct be_conv_desc *d;
+	const void *w = wgt;
+	void *ws, *wh = NULL;
+	size_t ny;
+	int rv = -1;
 
 	if (!op_is(be, op, CU_CONV, fn))
 		return -1;
 	shape = op->shape;
-	if (op->d.conv.has_bias && !bias)
+	d = &op->d.conv;
+	if (d->has_bias && !bias)
 		return be_errf(be, "conv_fwd(%s): the op has a bias but bias is NULL", shape);
 	if (!(ws = ws_reserve(be, op->fwd_ws, fn, shape)) && op->fwd_ws)
 		return -1;
-	DNN_RET(cudnnSetConvolutionMathType(op->cd, op->fwd_math));
-	DNN_RET(cudnnConvolutionForward(ctx->dnn, &one_f, op->xd, x, op->wd, wgt, op->cd,
+	if (act_lib<T>::half && !(w = wh = conv_half_weights(be, d, wgt, fn, shape)))
+		return -1;
+	ny = (size_t)d->n * d->k * d->oh * d->ow;
+	DNN_TRY(cudnnSetConvolutionMathType(op->cd, op->fwd_math));
+	DNN_TRY(cudnnConvolutionForward(ctx->dnn, &one_f, op->xd, x, op->wd, w, op->cd,
 					op->fwd_algo, ws, op->fwd_ws, &zero_f, op->yd, y));
-	if (op->d.conv.has_bias)
-		DNN_RET(cudnnAddTensor(ctx->dnn, &one_f, op->bd, bias, &one_f, op->yd, y));
-	return 0;
+	if (d->has_bias)
+		LAUNCH_TRY(k_bias_chan<T>, grid_for(ny), CU_THREADS, (T *)y, bias, ny, d->k,
+			   (size_t)d->oh * d->ow, ctx->nhwc);
+	rv = 0;
+out:
+	arena_free(be, wh);
+	return rv;
 }
 
-/* cuDNN's beta is the op table's: 0 does not read the output, else out = r + beta * out. */
+static int cu_conv_fwd(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+		       const float *bias, float *y)
+{
+	return ACT_CALL(be, conv_fwd_t, be, op, x, wgt, bias, y);
+}
+
+/* cuDNN's beta is the op table's: 0 does not read the output, else out = r + beta * out (in
+ * float32, rounded once to the act type). */
 static int cu_conv_bwd_data(struct backend *be, struct be_op *op, const float *dy, const float *wgt,
 			    float *dx, float beta)
 {
 	const char *fn = "conv_bwd_data", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
-	void *ws;
+	const void *w = wgt;
+	void *ws, *wh = NULL;
+	int rv = -1;
 
 	if (!op_is(be, op, CU_CONV, fn))
 		return -1;
 	shape = op->shape;
 	if (!(ws = ws_reserve(be, op->bwd_data_ws, fn, shape)) && op->bwd_data_ws)
 		return -1;
-	DNN_RET(cudnnSetConvolutionMathType(op->cd, op->bwd_data_math));
-	DNN_RET(cudnnConvolutionBackwardData(ctx->dnn, &one_f, op->wd, wgt, op->yd, dy, op->cd,
+	if (ctx->dtype != BE_F32 && !(w = wh = conv_half_weights(be, &op->d.conv, wgt, fn, shape)))
+		return -1;
+	DNN_TRY(cudnnSetConvolutionMathType(op->cd, op->bwd_data_math));
+	DNN_TRY(cudnnConvolutionBackwardData(ctx->dnn, &one_f, op->wd, w, op->yd, dy, op->cd,
 					     op->bwd_data_algo, ws, op->bwd_data_ws, &beta, op->xd,
 					     dx));
-	return 0;
+	rv = 0;
+out:
+	arena_free(be, wh);
+	return rv;
 }
 
-static int cu_conv_bwd_weights(struct backend *be, struct be_op *op, const float *x,
-			       const float *dy, float *dwgt, float *dbias, float beta)
+/* Float32: cuDNN blends into dwgt itself. Half modes: the filter descriptor is half, so cuDNN
+ * writes dW in the act type into scratch (beta 0) and k_widen_blend adds it into dwgt (from OHWI
+ * to OIHW in NHWC). */
+template <typename T>
+static int conv_bwd_weights_t(struct backend *be, struct be_op *op, const float *x, const float *dy,
+			      float *dwgt, float *dbias, float beta)
 {
 	const char *fn = "conv_bwd_weights", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
 	const struct be_conv_desc *d;
-	void *ws;
+	void *ws, *dw = dwgt, *dwh = NULL;
+	float wbeta = beta;
+	size_t nw;
+	int rv = -1;
 
 	if (!op_is(be, op, CU_CONV, fn))
 		return -1;
@@ -1131,18 +1185,98 @@ static int cu_conv_bwd_weights(struct backend *be, struct be_op *op, const float
 			       shape);
 	if (!(ws = ws_reserve(be, op->bwd_filter_ws, fn, shape)) && op->bwd_filter_ws)
 		return -1;
-	DNN_RET(cudnnSetConvolutionMathType(op->cd, op->bwd_filter_math));
-	DNN_RET(cudnnConvolutionBackwardFilter(ctx->dnn, &one_f, op->xd, x, op->yd, dy, op->cd,
-					       op->bwd_filter_algo, ws, op->bwd_filter_ws, &beta,
-					       op->wd, dwgt));
+	nw = conv_wcount(d);
+	if constexpr (act_lib<T>::half) {
+		if (!(dw = dwh = arena_alloc(be, nw * sizeof(T), fn)))
+			return -1;
+		wbeta = 0.0f;
+	}
+	DNN_TRY(cudnnSetConvolutionMathType(op->cd, op->bwd_filter_math));
+	DNN_TRY(cudnnConvolutionBackwardFilter(ctx->dnn, &one_f, op->xd, x, op->yd, dy, op->cd,
+					       op->bwd_filter_algo, ws, op->bwd_filter_ws, &wbeta,
+					       op->wd, dw));
+	if constexpr (act_lib<T>::half) {
+		size_t khw = (size_t)d->kh * d->kw;
+		if (ctx->nhwc && d->c > 1 && khw > 1)
+			LAUNCH_TRY(k_widen_blend_swap<T>, grid_for(nw), CU_THREADS, (const T *)dwh,
+				   dwgt, nw, khw, (size_t)d->c, beta);
+		else
+			LAUNCH_TRY(k_widen_blend<T>, grid_for(nw), CU_THREADS, (const T *)dwh, dwgt,
+				   nw, beta);
+	}
 	if (d->has_bias)
-		LAUNCH(k_channel_sum, d->k, CU_THREADS, dy, d->n, d->k, d->oh * d->ow, dbias, beta);
-	return 0;
+		LAUNCH_TRY(k_channel_sum<T>, d->k, CU_THREADS, (const T *)dy, d->n, d->k,
+			   d->oh * d->ow, ctx->nhwc, dbias, beta);
+	rv = 0;
+out:
+	arena_free(be, dwh);
+	return rv;
+}
+
+static int cu_conv_bwd_weights(struct backend *be, struct be_op *op, const float *x,
+			       const float *dy, float *dwgt, float *dbias, float beta)
+{
+	return ACT_CALL(be, conv_bwd_weights_t, be, op, x, dy, dwgt, dbias, beta);
 }
 
 /* Batch norm: cuDNN's spatial mode, whose formulas are PyTorch's (saved inverse std, running
- * variance unbiased, running = (1 - factor) running + factor stat with factor = momentum). The
- * fused ReLU is an own kernel after the forward and a mask of dy before the backward. */
+ * variance unbiased, running = (1 - factor) running + factor stat with factor = momentum); in
+ * half modes x and y are half and the parameters and statistics float32 (the descriptor cuDNN
+ * derives for half data). In NCHW the fused ReLU and the fused residual add are own kernels after
+ * the forward (bn_fwd_tail).
+ * In fp16 NHWC training runs cudnnBatchNormalizationForwardTrainingEx in
+ * CUDNN_BATCHNORM_SPATIAL_PERSISTENT, cuDNN's NHWC kernels, with the ReLU (BN_ACTIVATION) or the
+ * add and the ReLU (BN_ADD_ACTIVATION) inside it where cuDNN fuses them: C a multiple of 4. The
+ * add without a ReLU, and the other channel counts, run BN alone and bn_fwd_tail. cuDNN documents
+ * those kernels for half data only (PyTorch never gives cuDNN bfloat16 batch norms): bf16 NHWC
+ * runs the plain calls with NHWC descriptors, as NCHW does. The fused
+ * result is rounded once, not after the BN and again after the add: not the bits of the separate
+ * ops (t/unit/backend_cuda.c checks that within rounding). Where cuDNN refuses a plan (its size
+ * queries here, or NOT_SUPPORTED from the call), the next one down is used: BN alone, then the
+ * plain calls in CUDNN_BATCHNORM_SPATIAL. The backward always masks dy itself (y > 0) and runs
+ * BackwardEx with BN alone in the forward's mode, whose saved statistics it takes: a fused
+ * backward would need the forward's reserve space, and ops keep nothing between calls (the
+ * reserve space is scratch of the forward call). Inference is the plain call with NHWC
+ * descriptors and bn_fwd_tail. */
+
+/* Sizes the Ex calls' workspaces and the forward's reserve space for bnOps `ops`, and makes it
+ * the op's plan; else cuDNN's status, the op unchanged. */
+static cudnnStatus_t bn_plan(struct backend *be, struct be_op *op, cudnnBatchNormOps_t ops)
+{
+	const cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
+	cudnnHandle_t dnn = ctx_of(be)->dnn;
+	cudnnActivationDescriptor_t ad = ops == CUDNN_BATCHNORM_OPS_BN ? NULL : op->ad;
+	cudnnTensorDescriptor_t zd = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? op->xd : NULL;
+	size_t fw = 0, bw = 0, rs = 0;
+	cudnnStatus_t s;
+
+	if ((s = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
+		 dnn, mode, ops, op->xd, zd, op->xd, op->bd, ad, &fw)) != CUDNN_STATUS_SUCCESS ||
+	    (s = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+		 dnn, mode, ops, ad, op->xd, &rs)) != CUDNN_STATUS_SUCCESS ||
+	    (s = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
+		 dnn, mode, CUDNN_BATCHNORM_OPS_BN, op->xd, op->xd, op->xd, NULL, op->xd, op->bd,
+		 NULL, &bw)) != CUDNN_STATUS_SUCCESS)
+		return s;
+	op->bn_ex = 1;
+	op->bn_mode = mode;
+	op->bn_ops = ops;
+	op->bn_fwd_ws = fw;
+	op->bn_bwd_ws = bw;
+	op->bn_reserve = rs;
+	return CUDNN_STATUS_SUCCESS;
+}
+
+/* The plain calls in CUDNN_BATCHNORM_SPATIAL: NCHW, bf16, and fp16 NHWC where cuDNN refuses the
+ * Ex plans. */
+static void bn_plain(struct be_op *op)
+{
+	op->bn_ex = 0;
+	op->bn_mode = CUDNN_BATCHNORM_SPATIAL;
+	op->bn_ops = CUDNN_BATCHNORM_OPS_BN;
+	op->bn_fwd_ws = op->bn_bwd_ws = op->bn_reserve = 0;
+}
+
 static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d)
 {
 	const char *fn = "bn_create";
@@ -1153,7 +1287,9 @@ static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d
 	if (be_bn_check(be, d) < 0 || !(op = op_new(be, CU_BN, fn)))
 		return NULL;
 	op->d.bn = *d;
-	shape = be_bn_str(d, op->shape, sizeof(op->shape));
+	be_bn_str(d, op->shape, sizeof(op->shape));
+	shape = op_shape(be, op);
+	bn_plain(op);
 	if (tensor4d(be, &op->xd, d->n, d->c, d->h, d->w, fn, shape) < 0)
 		goto fail;
 	if ((s = cudnnCreateTensorDescriptor(&op->bd)) != CUDNN_STATUS_SUCCESS ||
@@ -1163,106 +1299,267 @@ static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d
 			cudnnGetErrorString(s));
 		goto fail;
 	}
+	/* device.deterministic keeps the plain calls: cuDNN does not document the persistent
+	 * kernels' bits as the same from run to run */
+	if (ctx_of(be)->nhwc && ctx_of(be)->dtype == BE_F16 && !ctx_of(be)->deterministic) {
+		cudnnBatchNormOps_t want = CUDNN_BATCHNORM_OPS_BN;
+		if (d->fuse_relu && d->c % 4 == 0)
+			want = d->fuse_add ? CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION
+					   : CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
+		/* NaN in, 0 out: the ReLU of k_relu_fwd and k_add_relu */
+		if ((s = cudnnCreateActivationDescriptor(&op->ad)) != CUDNN_STATUS_SUCCESS ||
+		    (s = cudnnSetActivationDescriptor(op->ad, CUDNN_ACTIVATION_RELU,
+						      CUDNN_NOT_PROPAGATE_NAN, 0.0)) !=
+			CUDNN_STATUS_SUCCESS) {
+			be_errf(be, "bn_create(%s): cudnnSetActivationDescriptor(RELU): %s", shape,
+				cudnnGetErrorString(s));
+			goto fail;
+		}
+		if (bn_plan(be, op, want) != CUDNN_STATUS_SUCCESS &&
+		    (want == CUDNN_BATCHNORM_OPS_BN ||
+		     bn_plan(be, op, CUDNN_BATCHNORM_OPS_BN) != CUDNN_STATUS_SUCCESS))
+			bn_plain(op);
+	}
 	return op;
 fail:
 	cu_op_destroy(be, op);
 	return NULL;
 }
 
-static int cu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x, const float *gamma,
-			   const float *beta_, float *y, float *save_mean, float *save_invstd,
-			   float *running_mean, float *running_var, float momentum)
+static const char *bn_ops_name(cudnnBatchNormOps_t ops)
+{
+	return ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? "BN_ADD_ACTIVATION"
+	       : ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION   ? "BN_ACTIVATION"
+							    : "BN";
+}
+
+/* z is given exactly when the op adds a residual (the reference's check and message), and is not
+ * y: cuDNN writes bn(x) into y before z is added. */
+static int bn_check_z(struct backend *be, const struct be_op *op, const float *z, const float *y,
+		      const char *fn)
+{
+	if (be_bn_z_check(be, &op->d.bn, z, fn) < 0)
+		return -1;
+	if (z && z == y)
+		return be_errf(be, "%s(%s): z must not be the output y: pass a separate buffer", fn,
+			       op->shape);
+	return 0;
+}
+
+/* After cuDNN wrote y = bn(x): y = relu?(y + z), or relu(y). */
+template <typename T>
+static int bn_fwd_tail(struct backend *be, const struct be_op *op, const float *z, float *y,
+		       const char *fn)
+{
+	const char *shape = op->shape;
+	const struct be_bn_desc *d = &op->d.bn;
+	size_t n = (size_t)d->n * d->c * d->h * d->w;
+
+	if (d->fuse_add)
+		LAUNCH(k_add_relu<T>, grid_for(n), CU_THREADS, (T *)y, (const T *)z, n,
+		       d->fuse_relu);
+	else if (d->fuse_relu)
+		LAUNCH(k_relu_fwd<T>, grid_for(n), CU_THREADS, (const T *)y, (T *)y, n);
+	return 0;
+}
+
+template <typename T>
+static int bn_fwd_train_t(struct backend *be, struct be_op *op, const float *x, const float *z,
+			  const float *gamma, const float *beta_, float *y, float *save_mean,
+			  float *save_invstd, float *running_mean, float *running_var,
+			  float momentum)
 {
 	const char *fn = "bn_fwd_train", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
 	const struct be_bn_desc *d;
 
-	if (!op_is(be, op, CU_BN, fn))
+	if (!op_is(be, op, CU_BN, fn) || bn_check_z(be, op, z, y, fn) < 0)
 		return -1;
 	shape = op->shape;
 	d = &op->d.bn;
 	if ((long long)d->n * d->h * d->w < 2)
 		return be_errf(
 		    be, "bn_fwd_train(%s): training needs more than one value per channel", shape);
-	DNN_RET(cudnnBatchNormalizationForwardTraining(
-	    ctx->dnn, CUDNN_BATCHNORM_SPATIAL, &one_f, &zero_f, op->xd, x, op->xd, y, op->bd, gamma,
-	    beta_, (double)momentum, running_mean, running_var, (double)d->eps, save_mean,
-	    save_invstd));
-	if (d->fuse_relu) {
-		size_t n = (size_t)d->n * d->c * d->h * d->w;
-		LAUNCH(k_relu_fwd, grid_for(n), CU_THREADS, y, y, n);
+	/* NHWC: the Ex call, one plan down after each NOT_SUPPORTED (nothing ran then) */
+	while (op->bn_ex) {
+		int add = op->bn_ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
+		void *ws = NULL, *rs = NULL;
+		cudnnStatus_t s;
+		if (op->bn_fwd_ws && !(ws = ws_reserve(be, op->bn_fwd_ws, fn, shape)))
+			return -1;
+		if (op->bn_reserve && !(rs = arena_alloc(be, op->bn_reserve, fn)))
+			return -1;
+		s = cudnnBatchNormalizationForwardTrainingEx(
+		    ctx->dnn, op->bn_mode, op->bn_ops, &one_f, &zero_f, op->xd, x,
+		    add ? op->xd : NULL, add ? z : NULL, op->xd, y, op->bd, gamma, beta_,
+		    (double)momentum, running_mean, running_var, (double)d->eps, save_mean,
+		    save_invstd, op->bn_ops == CUDNN_BATCHNORM_OPS_BN ? NULL : op->ad, ws,
+		    op->bn_fwd_ws, rs, op->bn_reserve);
+		arena_free(be, rs); /* the stream orders its reuse after this call */
+		if (s == CUDNN_STATUS_SUCCESS)
+			return op->bn_ops == CUDNN_BATCHNORM_OPS_BN
+				   ? bn_fwd_tail<T>(be, op, z, y, fn)
+				   : 0;
+		if (s != CUDNN_STATUS_NOT_SUPPORTED)
+			return be_errf(
+			    be,
+			    "%s(%s): cudnnBatchNormalizationForwardTrainingEx(PERSISTENT, "
+			    "%s): %s",
+			    fn, shape, bn_ops_name(op->bn_ops), cudnnGetErrorString(s));
+		if (op->bn_ops == CUDNN_BATCHNORM_OPS_BN ||
+		    bn_plan(be, op, CUDNN_BATCHNORM_OPS_BN) != CUDNN_STATUS_SUCCESS)
+			bn_plain(op);
 	}
-	return 0;
+	DNN_RET(cudnnBatchNormalizationForwardTraining(
+	    ctx->dnn, op->bn_mode, &one_f, &zero_f, op->xd, x, op->xd, y, op->bd, gamma, beta_,
+	    (double)momentum, running_mean, running_var, (double)d->eps, save_mean, save_invstd));
+	return bn_fwd_tail<T>(be, op, z, y, fn);
 }
 
-static int cu_bn_fwd_infer(struct backend *be, struct be_op *op, const float *x, const float *gamma,
-			   const float *beta_, const float *running_mean, const float *running_var,
-			   float *y)
+static int cu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x, const float *z,
+			   const float *gamma, const float *beta_, float *y, float *save_mean,
+			   float *save_invstd, float *running_mean, float *running_var,
+			   float momentum)
+{
+	return ACT_CALL(be, bn_fwd_train_t, be, op, x, z, gamma, beta_, y, save_mean, save_invstd,
+			running_mean, running_var, momentum);
+}
+
+template <typename T>
+static int bn_fwd_infer_t(struct backend *be, struct be_op *op, const float *x, const float *z,
+			  const float *gamma, const float *beta_, const float *running_mean,
+			  const float *running_var, float *y)
 {
 	const char *fn = "bn_fwd_infer", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
 	const struct be_bn_desc *d;
 
-	if (!op_is(be, op, CU_BN, fn))
+	if (!op_is(be, op, CU_BN, fn) || bn_check_z(be, op, z, y, fn) < 0)
 		return -1;
 	shape = op->shape;
 	d = &op->d.bn;
 	DNN_RET(cudnnBatchNormalizationForwardInference(
 	    ctx->dnn, CUDNN_BATCHNORM_SPATIAL, &one_f, &zero_f, op->xd, x, op->xd, y, op->bd, gamma,
 	    beta_, running_mean, running_var, (double)d->eps));
-	if (d->fuse_relu) {
-		size_t n = (size_t)d->n * d->c * d->h * d->w;
-		LAUNCH(k_relu_fwd, grid_for(n), CU_THREADS, y, y, n);
-	}
-	return 0;
+	return bn_fwd_tail<T>(be, op, z, y, fn);
 }
 
-/* cuDNN wants dx: without one (or where it aliases an input) it goes to scratch, blended into
- * the caller's dx afterwards when there is one. */
-static int cu_bn_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
-		     const float *dy, const float *gamma, const float *save_mean,
-		     const float *save_invstd, float *dx, float *dgamma, float *dbeta, float beta)
+static int cu_bn_fwd_infer(struct backend *be, struct be_op *op, const float *x, const float *z,
+			   const float *gamma, const float *beta_, const float *running_mean,
+			   const float *running_var, float *y)
+{
+	return ACT_CALL(be, bn_fwd_infer_t, be, op, x, z, gamma, beta_, running_mean, running_var,
+			y);
+}
+
+/* The gradient reaching bn(x) is dy masked by y > 0 (fuse_relu); with fuse_add it is also z's
+ * gradient: one kernel writes it to scratch for cuDNN and blends it into dz. cuDNN wants dx:
+ * without one (or where it aliases an input) it goes to scratch, blended into the caller's dx
+ * afterwards when there is one. The Ex call (fp16 NHWC) gets beta 0 only, the one way PyTorch and
+ * apex run cuDNN's NHWC kernels: with beta != 0 dx, dgamma and dbeta go to scratch too and own
+ * kernels blend them (nn.c passes beta 0). */
+template <typename T>
+static int bn_bwd_t(struct backend *be, struct be_op *op, const float *x, const float *y,
+		    const float *dy, const float *gamma, const float *save_mean,
+		    const float *save_invstd, float *dx, float *dz, float bz, float *dgamma,
+		    float *dbeta, float beta)
 {
 	const char *fn = "bn_bwd", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
 	const struct be_bn_desc *d;
 	size_t n, need;
-	float *scratch = NULL, *g, *out;
-	float data_beta;
-	int rv = -1, alias;
+	T *scratch = NULL, *dst;
+	float *pscratch = NULL, *dg, *db;
+	const T *g;
+	float data_beta, param_beta;
+	int rv = -1, alias, masked, own_blend, dx_scratch;
+	cudnnStatus_t s;
 
 	if (!op_is(be, op, CU_BN, fn))
 		return -1;
 	shape = op->shape;
 	d = &op->d.bn;
+	if (be_bn_z_check(be, d, dz, fn) < 0)
+		return -1;
 	n = (size_t)d->n * d->c * d->h * d->w;
 	alias = dx && (dx == dy || dx == x);
-	need = (d->fuse_relu ? n : 0) + (!dx || alias ? n : 0);
-	if (need && !(scratch = (float *)arena_alloc(be, need * sizeof(float), fn)))
+	masked = d->fuse_relu || d->fuse_add;
+	own_blend = op->bn_ex && beta != 0.0f;
+	dx_scratch = !dx || alias || own_blend;
+	need = (masked ? n : 0) + (dx_scratch ? n : 0);
+	if (need && !(scratch = (T *)arena_alloc(be, need * sizeof(T), fn)))
 		return -1;
-	g = (float *)dy;
-	out = dx;
+	if (own_blend && !(pscratch = (float *)arena_alloc(be, 2 * sizeof(float) * d->c, fn)))
+		goto out;
+	g = (const T *)dy;
+	dst = (T *)dx;
 	data_beta = beta;
-	if (d->fuse_relu) {
+	dg = dgamma;
+	db = dbeta;
+	param_beta = beta;
+	if (d->fuse_add) {
+		LAUNCH_TRY(k_bn_add_bwd<T>, grid_for(n), CU_THREADS, (const T *)y, (const T *)dy,
+			   scratch, (T *)dz, bz, n, d->fuse_relu);
 		g = scratch;
-		k_relu_bwd<<<grid_for(n), CU_THREADS, 0, ctx->stream>>>(y, dy, g, n, 0.0f);
-		CU_TRY(cudaGetLastError());
+	} else if (d->fuse_relu) {
+		LAUNCH_TRY(k_relu_bwd<T>, grid_for(n), CU_THREADS, (const T *)y, (const T *)dy,
+			   scratch, n, 0.0f);
+		g = scratch;
 	}
-	if (!dx || alias) {
-		out = scratch + (d->fuse_relu ? n : 0);
+	if (dx_scratch) {
+		dst = scratch + (masked ? n : 0);
 		data_beta = 0.0f;
 	}
-	DNN_TRY(cudnnBatchNormalizationBackward(
-	    ctx->dnn, CUDNN_BATCHNORM_SPATIAL, &one_f, &data_beta, &one_f, &beta, op->xd, x, op->xd,
-	    g, op->xd, out, op->bd, gamma, dgamma, dbeta, (double)d->eps, save_mean, save_invstd));
-	if (alias) {
-		k_axpby<<<grid_for(n), CU_THREADS, 0, ctx->stream>>>(1.0f, out, beta, dx, n);
-		CU_TRY(cudaGetLastError());
+	if (own_blend) {
+		dg = pscratch;
+		db = pscratch + d->c;
+		param_beta = 0.0f;
+	}
+	s = CUDNN_STATUS_NOT_SUPPORTED;
+	if (op->bn_ex) {
+		void *ws = NULL;
+		if (op->bn_bwd_ws && !(ws = ws_reserve(be, op->bn_bwd_ws, fn, shape)))
+			goto out;
+		/* BN alone reads neither y nor the bias (activations do): y as apex passes it */
+		s = cudnnBatchNormalizationBackwardEx(
+		    ctx->dnn, op->bn_mode, CUDNN_BATCHNORM_OPS_BN, &one_f, &data_beta, &one_f,
+		    &param_beta, op->xd, x, y ? op->xd : NULL, y, op->xd, g, NULL, NULL, op->xd,
+		    dst, op->bd, gamma, NULL, dg, db, (double)d->eps, save_mean, save_invstd, NULL,
+		    ws, op->bn_bwd_ws, NULL, 0);
+		if (s != CUDNN_STATUS_SUCCESS && s != CUDNN_STATUS_NOT_SUPPORTED) {
+			be_errf(be, "%s(%s): cudnnBatchNormalizationBackwardEx(PERSISTENT, BN): %s",
+				fn, shape, cudnnGetErrorString(s));
+			goto out;
+		}
+	}
+	if (s == CUDNN_STATUS_NOT_SUPPORTED) /* the plain call, in the forward's mode */
+		DNN_TRY(cudnnBatchNormalizationBackward(ctx->dnn, op->bn_mode, &one_f, &data_beta,
+							&one_f, &param_beta, op->xd, x, op->xd, g,
+							op->xd, dst, op->bd, gamma, dg, db,
+							(double)d->eps, save_mean, save_invstd));
+	if (dx && dx_scratch)
+		LAUNCH_TRY(k_act_accum<T>, grid_for(n), CU_THREADS, (const T *)dst, (T *)dx, n,
+			   beta);
+	if (own_blend) {
+		LAUNCH_TRY(k_axpby, grid_for(d->c), CU_THREADS, 1.0f, dg, beta, dgamma,
+			   (size_t)d->c);
+		LAUNCH_TRY(k_axpby, grid_for(d->c), CU_THREADS, 1.0f, db, beta, dbeta,
+			   (size_t)d->c);
 	}
 	rv = 0;
 out:
 	arena_free(be, scratch);
+	arena_free(be, pscratch);
 	return rv;
+}
+
+static int cu_bn_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
+		     const float *dy, const float *gamma, const float *save_mean,
+		     const float *save_invstd, float *dx, float *dz, float bz, float *dgamma,
+		     float *dbeta, float beta)
+{
+	return ACT_CALL(be, bn_bwd_t, be, op, x, y, dy, gamma, save_mean, save_invstd, dx, dz, bz,
+			dgamma, dbeta, beta);
 }
 
 static struct be_op *cu_pool_create(struct backend *be, struct be_pool_desc *d)
@@ -1273,39 +1570,57 @@ static struct be_op *cu_pool_create(struct backend *be, struct be_pool_desc *d)
 		return NULL;
 	op->d.pool = *d;
 	be_pool_str(d, op->shape, sizeof(op->shape));
+	op_shape(be, op);
 	return op;
 }
 
 /* Own kernels, not cuDNN's: the op table fixes where max pooling sends the gradient of ties
  * (the first maximum in scan order), and the gather form needs no atomics. */
-static int cu_pool_fwd(struct backend *be, struct be_op *op, const float *x, float *y)
+template <typename T>
+static int pool_fwd_t(struct backend *be, struct be_op *op, const float *x, float *y)
 {
 	const char *fn = "pool_fwd", *shape;
 	const struct be_pool_desc *d;
+	size_t n;
 
 	if (!op_is(be, op, CU_POOL, fn))
 		return -1;
 	shape = op->shape;
 	d = &op->d.pool;
-	size_t n = (size_t)d->n * d->c * d->oh * d->ow;
-	LAUNCH(k_pool_fwd, grid_for(n), CU_THREADS, *d, x, y, n);
+	n = (size_t)d->n * d->c * d->oh * d->ow;
+	LAUNCH(k_pool_fwd<T>, grid_for(n), CU_THREADS, *d, (const T *)x, (T *)y, n,
+	       ctx_of(be)->nhwc);
+	return 0;
+}
+
+static int cu_pool_fwd(struct backend *be, struct be_op *op, const float *x, float *y)
+{
+	return ACT_CALL(be, pool_fwd_t, be, op, x, y);
+}
+
+template <typename T>
+static int pool_bwd_t(struct backend *be, struct be_op *op, const float *x, const float *dy,
+		      float *dx, float beta)
+{
+	const char *fn = "pool_bwd", *shape;
+	const struct be_pool_desc *d;
+	size_t n;
+
+	if (!op_is(be, op, CU_POOL, fn))
+		return -1;
+	shape = op->shape;
+	d = &op->d.pool;
+	n = (size_t)d->n * d->c * d->h * d->w;
+	LAUNCH(k_pool_bwd<T>, grid_for(n), CU_THREADS, *d, (const T *)x, (const T *)dy, (T *)dx, n,
+	       beta, ctx_of(be)->nhwc);
 	return 0;
 }
 
 static int cu_pool_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
 		       const float *dy, float *dx, float beta)
 {
-	const char *fn = "pool_bwd", *shape;
-	const struct be_pool_desc *d;
-
 	(void)y;
-	if (!op_is(be, op, CU_POOL, fn))
-		return -1;
-	shape = op->shape;
-	d = &op->d.pool;
-	size_t n = (size_t)d->n * d->c * d->h * d->w;
-	LAUNCH(k_pool_bwd, grid_for(n), CU_THREADS, *d, x, dy, dx, n, beta);
-	return 0;
+	return ACT_CALL(be, pool_bwd_t, be, op, x, dy, dx, beta);
 }
 
 static struct be_op *cu_linear_create(struct backend *be, const struct be_linear_desc *d)
@@ -1316,17 +1631,36 @@ static struct be_op *cu_linear_create(struct backend *be, const struct be_linear
 		return NULL;
 	op->d.linear = *d;
 	be_linear_str(d, op->shape, sizeof(op->shape));
+	op_shape(be, op);
 	return op;
 }
 
+/* Where the input is a flattened c x h x w act in NHWC, its features come in (h, w, c) order while
+ * W stays [out][c][h][w]: the half copy of W is permuted to [out][h][w][c] (the product is then
+ * the NCHW one), and the weight gradient permuted back. These are the (a, b) of half_weights:
+ * (1, 1) where the orders agree (plain rows, NCHW). */
+static void linear_perm(const struct cu_ctx *ctx, const struct be_linear_desc *d, size_t *a,
+			size_t *b)
+{
+	int hwc = ctx->nhwc && d->c > 1 && (size_t)d->h * d->w > 1;
+
+	*a = hwc ? (size_t)d->c : 1;
+	*b = hwc ? (size_t)d->h * d->w : 1;
+}
+
 /* Row-major products through column-major cuBLAS: a row-major [r][c] matrix is its column-major
- * transpose. y^T (out x n) = W (out x in, i.e. W^T read transposed) x^T (in x n). */
-static int cu_linear_fwd(struct backend *be, struct be_op *op, const float *x, const float *wgt,
-			 const float *bias, float *y)
+ * transpose. y^T (out x n) = W (out x in, i.e. W^T read transposed) x^T (in x n). Half modes:
+ * cublasGemmEx on the act type with a half copy of W, float32 compute. */
+template <typename T>
+static int linear_fwd_t(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+			const float *bias, float *y)
 {
 	const char *fn = "linear_fwd", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
 	const struct be_linear_desc *d;
+	void *wh = NULL;
+	size_t ny;
+	int rv = -1;
 
 	if (!op_is(be, op, CU_LINEAR, fn))
 		return -1;
@@ -1334,39 +1668,80 @@ static int cu_linear_fwd(struct backend *be, struct be_op *op, const float *x, c
 	d = &op->d.linear;
 	if (d->has_bias && !bias)
 		return be_errf(be, "linear_fwd(%s): the op has a bias but bias is NULL", shape);
-	BLAS_RET(cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in, &one_f, wgt,
-			     d->in, x, d->in, &zero_f, y, d->out));
-	if (d->has_bias) {
-		size_t n = (size_t)d->n * d->out;
-		LAUNCH(k_bias_rows, grid_for(n), CU_THREADS, y, bias, n, d->out);
+	ny = (size_t)d->n * d->out;
+	if constexpr (act_lib<T>::half) {
+		size_t pa, pb;
+		linear_perm(ctx, d, &pa, &pb);
+		if (!(wh = half_weights(be, wgt, (size_t)d->out * d->in, pa, pb, fn, shape)))
+			return -1;
+		BLAS_TRY(cublasGemmEx(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in,
+				      &one_f, wh, act_lib<T>::blas, d->in, x, act_lib<T>::blas,
+				      d->in, &zero_f, y, act_lib<T>::blas, d->out,
+				      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	} else {
+		BLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_T, CUBLAS_OP_N, d->out, d->n, d->in,
+				     &one_f, wgt, d->in, x, d->in, &zero_f, y, d->out));
 	}
-	return 0;
+	if (d->has_bias)
+		LAUNCH_TRY(k_bias_rows<T>, grid_for(ny), CU_THREADS, (T *)y, bias, ny, d->out);
+	rv = 0;
+out:
+	arena_free(be, wh);
+	return rv;
 }
 
-/* dx^T (in x n) = W^T (in x out) dy^T (out x n). */
+static int cu_linear_fwd(struct backend *be, struct be_op *op, const float *x, const float *wgt,
+			 const float *bias, float *y)
+{
+	return ACT_CALL(be, linear_fwd_t, be, op, x, wgt, bias, y);
+}
+
+/* dx^T (in x n) = W^T (in x out) dy^T (out x n). cuBLAS reads dx only when beta is not 0. */
 static int cu_linear_bwd_data(struct backend *be, struct be_op *op, const float *dy,
 			      const float *wgt, float *dx, float beta)
 {
 	const char *fn = "linear_bwd_data", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
 	const struct be_linear_desc *d;
+	cudaDataType_t t = ctx->dtype == BE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+	void *wh = NULL;
+	int rv = -1;
 
 	if (!op_is(be, op, CU_LINEAR, fn))
 		return -1;
 	shape = op->shape;
 	d = &op->d.linear;
-	BLAS_RET(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out, &one_f, wgt,
-			     d->in, dy, d->out, &beta, dx, d->in));
-	return 0;
+	if (ctx->dtype != BE_F32) {
+		size_t pa, pb;
+		linear_perm(ctx, d, &pa, &pb);
+		if (!(wh = half_weights(be, wgt, (size_t)d->out * d->in, pa, pb, fn, shape)))
+			return -1;
+		BLAS_TRY(cublasGemmEx(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out,
+				      &one_f, wh, t, d->in, dy, t, d->out, &beta, dx, t, d->in,
+				      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+	} else {
+		BLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_N, d->in, d->n, d->out,
+				     &one_f, wgt, d->in, dy, d->out, &beta, dx, d->in));
+	}
+	rv = 0;
+out:
+	arena_free(be, wh);
+	return rv;
 }
 
-/* dW^T (in x out) = x^T (in x n) dy (n x out, i.e. dy^T read transposed). */
-static int cu_linear_bwd_weights(struct backend *be, struct be_op *op, const float *x,
-				 const float *dy, float *dwgt, float *dbias, float beta)
+/* dW^T (in x out) = x^T (in x n) dy (n x out, i.e. dy^T read transposed). Half modes: A and B
+ * in the act type, C (the float32 gradient) in float32 with the caller's beta; where the features
+ * come permuted (linear_perm), C goes to float32 scratch and is permuted back into dwgt. */
+template <typename T>
+static int linear_bwd_weights_t(struct backend *be, struct be_op *op, const float *x,
+				const float *dy, float *dwgt, float *dbias, float beta)
 {
 	const char *fn = "linear_bwd_weights", *shape;
 	struct cu_ctx *ctx = ctx_of(be);
 	const struct be_linear_desc *d;
+	float *dw, *scratch = NULL, cbeta = beta;
+	size_t pa, pb, nw;
+	int rv = -1;
 
 	if (!op_is(be, op, CU_LINEAR, fn))
 		return -1;
@@ -1375,12 +1750,39 @@ static int cu_linear_bwd_weights(struct backend *be, struct be_op *op, const flo
 	if (d->has_bias && !dbias)
 		return be_errf(be, "linear_bwd_weights(%s): the op has a bias but dbias is NULL",
 			       shape);
-	BLAS_RET(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n, &one_f, x,
-			     d->in, dy, d->out, &beta, dwgt, d->in));
+	linear_perm(ctx, d, &pa, &pb);
+	nw = (size_t)d->out * d->in;
+	dw = dwgt;
+	if (pa > 1) {
+		if (!(dw = scratch = (float *)arena_alloc(be, nw * sizeof(float), fn)))
+			return -1;
+		cbeta = 0.0f;
+	}
+	if constexpr (act_lib<T>::half)
+		BLAS_TRY(cublasGemmEx(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n,
+				      &one_f, x, act_lib<T>::blas, d->in, dy, act_lib<T>::blas,
+				      d->out, &cbeta, dw, CUDA_R_32F, d->in, CUBLAS_COMPUTE_32F,
+				      CUBLAS_GEMM_DEFAULT));
+	else
+		BLAS_TRY(cublasSgemm(ctx->blas, CUBLAS_OP_N, CUBLAS_OP_T, d->in, d->out, d->n,
+				     &one_f, x, d->in, dy, d->out, &cbeta, dw, d->in));
+	/* scratch is [out][h*w][c]: (a, b) = (h*w, c) back to [out][c][h*w] */
+	if (scratch)
+		LAUNCH_TRY(k_widen_blend_swap<float>, grid_for(nw), CU_THREADS, scratch, dwgt, nw,
+			   pb, pa, beta);
 	if (d->has_bias)
-		LAUNCH(k_col_sum, grid_for((size_t)d->out), CU_THREADS, dy, d->n, d->out, dbias,
-		       beta);
-	return 0;
+		LAUNCH_TRY(k_col_sum<T>, grid_for((size_t)d->out), CU_THREADS, (const T *)dy, d->n,
+			   d->out, dbias, beta);
+	rv = 0;
+out:
+	arena_free(be, scratch);
+	return rv;
+}
+
+static int cu_linear_bwd_weights(struct backend *be, struct be_op *op, const float *x,
+				 const float *dy, float *dwgt, float *dbias, float beta)
+{
+	return ACT_CALL(be, linear_bwd_weights_t, be, op, x, dy, dwgt, dbias, beta);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -1393,7 +1795,8 @@ static void *cu_host_alloc(struct backend *be, size_t bytes)
 
 	if (e != cudaSuccess) {
 		cudaGetLastError();
-		be_errf(be, "host_alloc(%zu bytes): cudaHostAlloc: %s", bytes, cudaGetErrorString(e));
+		be_errf(be, "host_alloc(%zu bytes): cudaHostAlloc: %s", bytes,
+			cudaGetErrorString(e));
 		return NULL;
 	}
 	return p;
@@ -1496,60 +1899,43 @@ static void cu_destroy(struct backend *be)
 	free(be);
 }
 
-static const struct backend_ops cu_ops = {
-    "cuda",
-    cu_alloc,
-    cu_free,
-    cu_to_host,
-    cu_from_host,
-    cu_fill,
-    cu_sync,
-    cu_conv_create,
-    cu_conv_fwd,
-    cu_conv_bwd_data,
-    cu_conv_bwd_weights,
-    cu_bn_create,
-    cu_bn_fwd_train,
-    cu_bn_fwd_infer,
-    cu_bn_bwd,
-    cu_pool_create,
-    cu_pool_fwd,
-    cu_pool_bwd,
-    cu_linear_create,
-    cu_linear_fwd,
-    cu_linear_bwd_data,
-    cu_linear_bwd_weights,
-    cu_op_destroy,
-    cu_relu_fwd,
-    cu_relu_bwd,
-    cu_add,
-    cu_axpby,
-    cu_gap_fwd,
-    cu_gap_bwd,
-    cu_xent,
-    cu_sumsq,
-    cu_destroy,
-    cu_host_alloc,
-    cu_host_free,
-    cu_upload,
-    cu_mark,
-    cu_mark_wait,
-    cu_mark_free,
-};
+/* The op table, in backend.h's order (C++ has no designated initializers here). Float32
+ * mode leaves act_import, act_export and act_accum NULL: an act is then a float array, and nn.c
+ * uses its input batch and axpby directly instead of copies. */
+#define CU_OPS(name, import, export_, accum)                                                       \
+	{                                                                                          \
+		name, cu_alloc, cu_free, cu_to_host, cu_from_host, cu_fill, cu_sync,               \
+		    cu_conv_create, cu_conv_fwd, cu_conv_bwd_data, cu_conv_bwd_weights,            \
+		    cu_bn_create, cu_bn_fwd_train, cu_bn_fwd_infer, cu_bn_bwd, cu_pool_create,     \
+		    cu_pool_fwd, cu_pool_bwd, cu_linear_create, cu_linear_fwd, cu_linear_bwd_data, \
+		    cu_linear_bwd_weights, cu_op_destroy, cu_relu_fwd, cu_relu_bwd, cu_add,        \
+		    cu_axpby, cu_gap_fwd, cu_gap_bwd, cu_xent, cu_sumsq, cu_destroy, import,       \
+		    export_, accum, cu_host_alloc, cu_host_free, cu_upload, cu_mark, cu_mark_wait, \
+		    cu_mark_free,                                                                  \
+	}
+
+static const struct backend_ops cu_ops = CU_OPS("cuda", NULL, NULL, NULL);
+static const struct backend_ops cu_ops_half =
+    CU_OPS("cuda", cu_act_import, cu_act_export, cu_act_accum);
+
+static int is_cuda(const struct backend *be)
+{
+	return be && (be->ops == &cu_ops || be->ops == &cu_ops_half);
+}
 
 extern "C" void *be_cuda_stream(struct backend *be)
 {
-	return be && be->ops == &cu_ops ? (void *)ctx_of(be)->stream : NULL;
+	return is_cuda(be) ? (void *)ctx_of(be)->stream : NULL;
 }
 
 extern "C" int be_cuda_device(struct backend *be)
 {
-	return be && be->ops == &cu_ops ? ctx_of(be)->device : -1;
+	return is_cuda(be) ? ctx_of(be)->device : -1;
 }
 
 extern "C" size_t be_cuda_peak_bytes(struct backend *be)
 {
-	return be && be->ops == &cu_ops ? ctx_of(be)->peak : 0;
+	return is_cuda(be) ? ctx_of(be)->peak : 0;
 }
 
 extern "C" int be_cuda_describe(int device, char *buf, size_t len)
@@ -1594,12 +1980,31 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	struct cu_ctx *ctx = NULL;
 	const char *det = getenv("DPTRAIN_CUDA_DETERMINISTIC");
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *layout = getenv("DPTRAIN_CUDA_LAYOUT");
+	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	char why[256];
-	int count = be_cuda_device_count(why, sizeof(why));
+	int count;
 	cudaError_t e;
 	cudnnStatus_t ds;
 	cublasStatus_t bs;
+	cublasMath_t bm;
 
+	if (dt != BE_F32 && dt != BE_BF16 && dt != BE_F16) {
+		snprintf(err, errlen,
+			 "cuda backend: act_dtype %d is not BE_F32, BE_BF16 or BE_F16 (a caller "
+			 "bug)",
+			 (int)dt);
+		return NULL;
+	}
+	if (layout && *layout && strcmp(layout, "nchw") != 0 && strcmp(layout, "nhwc") != 0) {
+		snprintf(
+		    err, errlen,
+		    "cuda backend: DPTRAIN_CUDA_LAYOUT=%s: expected nchw or nhwc (the bf16/fp16 "
+		    "modes' activation layout; unset or empty: nhwc)",
+		    layout);
+		return NULL;
+	}
+	count = be_cuda_device_count(why, sizeof(why));
 	if (count <= 0) {
 		snprintf(err, errlen, "cuda backend: no CUDA GPU visible: %s", why);
 		return NULL;
@@ -1619,12 +2024,17 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 		free(ctx);
 		return NULL;
 	}
-	be->ops = &cu_ops;
+	be->ops = dt == BE_F32 ? &cu_ops : &cu_ops_half;
 	be->priv = ctx;
 	be->threads = 0;
+	be->act_dtype = dt;
+	be->act_size = dt == BE_F32 ? sizeof(float) : sizeof(bf16);
 	ctx->device = device;
 	ctx->deterministic = (det && strcmp(det, "1") == 0) || (o && o->deterministic);
 	ctx->tf32 = o && o->tf32;
+	ctx->dtype = dt;
+	/* float32 modes are NCHW whatever the variable says (see the top of this file) */
+	ctx->nhwc = dt != BE_F32 && !(layout && strcmp(layout, "nchw") == 0);
 #define CREATE_TRY(ok, call, str)                                                                  \
 	do {                                                                                       \
 		if (!(ok)) {                                                                       \
@@ -1645,9 +2055,15 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	CREATE_TRY(bs == CUBLAS_STATUS_SUCCESS, "cublasCreate", cublasGetStatusString(bs));
 	bs = cublasSetStream(ctx->blas, ctx->stream);
 	CREATE_TRY(bs == CUBLAS_STATUS_SUCCESS, "cublasSetStream", cublasGetStatusString(bs));
-	/* Float32 sgemm in float32 (no TF32) like the CPU backends, unless TF32 is asked for */
-	bs = cublasSetMathMode(ctx->blas,
-			       ctx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+	/* Float32 sgemm in float32 (no TF32) like the CPU backends, unless TF32 is asked for. Half
+	 * modes: tensor cores (the default for half GemmEx), and split-K reductions in float32,
+	 * not in the half output type. */
+	if (dt != BE_F32)
+		bm = (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+				    CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION);
+	else
+		bm = ctx->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+	bs = cublasSetMathMode(ctx->blas, bm);
 	CREATE_TRY(bs == CUBLAS_STATUS_SUCCESS, "cublasSetMathMode", cublasGetStatusString(bs));
 #undef CREATE_TRY
 	return be;

@@ -36,8 +36,8 @@ const char *be_conv_str(const struct be_conv_desc *d, char *buf, size_t len)
 
 const char *be_bn_str(const struct be_bn_desc *d, char *buf, size_t len)
 {
-	snprintf(buf, len, "n=%d c=%d h=%d w=%d eps=%g%s", d->n, d->c, d->h, d->w, d->eps,
-		 d->fuse_relu ? " +relu" : "");
+	snprintf(buf, len, "n=%d c=%d h=%d w=%d eps=%g%s%s", d->n, d->c, d->h, d->w, d->eps,
+		 d->fuse_add ? " +add" : "", d->fuse_relu ? " +relu" : "");
 	return buf;
 }
 
@@ -51,7 +51,10 @@ const char *be_pool_str(const struct be_pool_desc *d, char *buf, size_t len)
 
 const char *be_linear_str(const struct be_linear_desc *d, char *buf, size_t len)
 {
-	snprintf(buf, len, "n=%d in=%d out=%d%s", d->n, d->in, d->out, d->has_bias ? " bias" : "");
+	int k = snprintf(buf, len, "n=%d in=%d out=%d%s", d->n, d->in, d->out,
+			 d->has_bias ? " bias" : "");
+	if ((d->c || d->h || d->w) && k > 0 && (size_t)k < len)
+		snprintf(buf + k, len - (size_t)k, " from %dx%dx%d", d->c, d->h, d->w);
 	return buf;
 }
 
@@ -84,6 +87,17 @@ int be_conv_check(struct backend *be, struct be_conv_desc *d)
 		return be_errf(be, "conv_create(%s): kernel larger than the padded input",
 			       be_conv_str(d, s, sizeof(s)));
 	return 0;
+}
+
+int be_bn_z_check(struct backend *be, const struct be_bn_desc *d, const void *z, const char *fn)
+{
+	char s[160];
+
+	if (!z == !d->fuse_add)
+		return 0;
+	return be_errf(be, "%s(%s): %s", fn, be_bn_str(d, s, sizeof(s)),
+		       d->fuse_add ? "the op adds a residual but its tensor is NULL"
+				   : "a residual tensor was passed to an op without fuse_add");
 }
 
 int be_bn_check(struct backend *be, const struct be_bn_desc *d)
@@ -124,6 +138,10 @@ int be_linear_check(struct backend *be, const struct be_linear_desc *d)
 	if (!dims_ok(d->n, d->in, d->out, 1))
 		return be_errf(be, "linear_create(%s): every size must be positive",
 			       be_linear_str(d, s, sizeof(s)));
+	if ((d->c || d->h || d->w) &&
+	    (d->c <= 0 || d->h <= 0 || d->w <= 0 || (long long)d->c * d->h * d->w != d->in))
+		return be_errf(be, "linear_create(%s): input shape %dx%dx%d is not %d features",
+			       be_linear_str(d, s, sizeof(s)), d->c, d->h, d->w, d->in);
 	return 0;
 }
 
@@ -555,8 +573,10 @@ static void bn_channel_stats(const struct be_bn_desc *d, const float *x, int c, 
 	*var = ss / m;
 }
 
-static void bn_channel_apply(const struct be_bn_desc *d, const float *x, float *y, int c,
-			     double mean, double invstd, double gamma, double shift)
+/* With fuse_add, y = relu(float(bn) + z) rounded as the separate ops round: BN's float output,
+ * a float add, then ReLU (so fusing changes no bit). */
+static void bn_channel_apply(const struct be_bn_desc *d, const float *x, const float *z, float *y,
+			     int c, double mean, double invstd, double gamma, double shift)
 {
 	size_t hw = (size_t)d->h * d->w;
 
@@ -564,12 +584,18 @@ static void bn_channel_apply(const struct be_bn_desc *d, const float *x, float *
 		size_t off = ((size_t)n * d->c + c) * hw;
 		for (size_t i = 0; i < hw; i++) {
 			double v = (x[off + i] - mean) * invstd * gamma + shift;
-			y[off + i] = (float)(d->fuse_relu && v < 0.0 ? 0.0 : v);
+			if (z) {
+				float t = (float)v + z[off + i];
+				y[off + i] = d->fuse_relu ? (t > 0.0f ? t : 0.0f) : t;
+			} else {
+				y[off + i] = (float)(d->fuse_relu && v < 0.0 ? 0.0 : v);
+			}
 		}
 	}
 }
 
-static void ref_bn_fwd_train(const struct be_bn_desc *d, const float *x, const float *gamma,
+static void ref_bn_fwd_train(const struct be_bn_desc *d, const float *x, const float *z,
+			     const float *gamma,
 			     const float *beta_, float *y, float *save_mean, float *save_invstd,
 			     float *running_mean, float *running_var, float momentum, int par)
 {
@@ -580,7 +606,7 @@ static void ref_bn_fwd_train(const struct be_bn_desc *d, const float *x, const f
 		double mean, var;
 		bn_channel_stats(d, x, c, &mean, &var);
 		double invstd = 1.0 / sqrt(var + d->eps);
-		bn_channel_apply(d, x, y, c, mean, invstd, gamma[c], beta_[c]);
+		bn_channel_apply(d, x, z, y, c, mean, invstd, gamma[c], beta_[c]);
 		save_mean[c] = (float)mean;
 		save_invstd[c] = (float)invstd;
 		running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
@@ -589,19 +615,21 @@ static void ref_bn_fwd_train(const struct be_bn_desc *d, const float *x, const f
 	}
 }
 
-static void ref_bn_fwd_infer(const struct be_bn_desc *d, const float *x, const float *gamma,
+static void ref_bn_fwd_infer(const struct be_bn_desc *d, const float *x, const float *z,
+			     const float *gamma,
 			     const float *beta_, const float *running_mean,
 			     const float *running_var, float *y, int par)
 {
 #pragma omp parallel for schedule(static) if (par)
 	for (int c = 0; c < d->c; c++)
-		bn_channel_apply(d, x, y, c, running_mean[c],
+		bn_channel_apply(d, x, z, y, c, running_mean[c],
 				 1.0 / sqrt((double)running_var[c] + d->eps), gamma[c], beta_[c]);
 }
 
 static void ref_bn_bwd(const struct be_bn_desc *d, const float *x, const float *y, const float *dy,
 		       const float *gamma, const float *save_mean, const float *save_invstd,
-		       float *dx, float *dgamma, float *dbeta, float beta, int par)
+		       float *dx, float *dz, float bz, float *dgamma, float *dbeta, float beta,
+		       int par)
 {
 	size_t hw = (size_t)d->h * d->w;
 	double m = (double)d->n * hw;
@@ -613,9 +641,11 @@ static void ref_bn_bwd(const struct be_bn_desc *d, const float *x, const float *
 		for (int n = 0; n < d->n; n++) {
 			size_t off = ((size_t)n * d->c + c) * hw;
 			for (size_t i = 0; i < hw; i++) {
-				double g = d->fuse_relu && !(y[off + i] > 0.0f) ? 0.0 : dy[off + i];
+				float g = d->fuse_relu && !(y[off + i] > 0.0f) ? 0.0f : dy[off + i];
 				sg += g;
 				sgx += g * (x[off + i] - mean) * invstd;
+				if (dz) /* float, as the separate add's backward (axpby) */
+					dz[off + i] = bz == 0.0f ? g : g + bz * dz[off + i];
 			}
 		}
 		double k = gamma[c] * invstd;
@@ -771,42 +801,42 @@ static struct be_op *ref_bn_create(struct backend *be, const struct be_bn_desc *
 }
 
 static int ref_bn_fwd_train_op(struct backend *be, struct be_op *op, const float *x,
-			       const float *gamma, const float *beta_, float *y, float *save_mean,
+			       const float *z, const float *gamma, const float *beta_, float *y, float *save_mean,
 			       float *save_invstd, float *running_mean, float *running_var,
 			       float momentum)
 {
 	char s[160];
 
-	if (!op_is(be, op, REF_BN, "bn_fwd_train"))
+	if (!op_is(be, op, REF_BN, "bn_fwd_train") || be_bn_z_check(be, &op->d.bn, z, "bn_fwd_train") < 0)
 		return -1;
 	if ((long long)op->d.bn.n * op->d.bn.h * op->d.bn.w < 2)
 		return be_errf(be,
 			       "bn_fwd_train(%s): training needs more than one value per channel",
 			       be_bn_str(&op->d.bn, s, sizeof(s)));
-	ref_bn_fwd_train(&op->d.bn, x, gamma, beta_, y, save_mean, save_invstd, running_mean,
+	ref_bn_fwd_train(&op->d.bn, x, z, gamma, beta_, y, save_mean, save_invstd, running_mean,
 			 running_var, momentum, par_of(be));
 	return 0;
 }
 
 static int ref_bn_fwd_infer_op(struct backend *be, struct be_op *op, const float *x,
-			       const float *gamma, const float *beta_, const float *running_mean,
+			       const float *z, const float *gamma, const float *beta_, const float *running_mean,
 			       const float *running_var, float *y)
 {
-	if (!op_is(be, op, REF_BN, "bn_fwd_infer"))
+	if (!op_is(be, op, REF_BN, "bn_fwd_infer") || be_bn_z_check(be, &op->d.bn, z, "bn_fwd_infer") < 0)
 		return -1;
-	ref_bn_fwd_infer(&op->d.bn, x, gamma, beta_, running_mean, running_var, y, par_of(be));
+	ref_bn_fwd_infer(&op->d.bn, x, z, gamma, beta_, running_mean, running_var, y, par_of(be));
 	return 0;
 }
 
 static int ref_bn_bwd_op(struct backend *be, struct be_op *op, const float *x, const float *y,
 			 const float *dy, const float *gamma, const float *save_mean,
-			 const float *save_invstd, float *dx, float *dgamma, float *dbeta,
-			 float beta)
+			 const float *save_invstd, float *dx, float *dz, float bz, float *dgamma,
+			 float *dbeta, float beta)
 {
-	if (!op_is(be, op, REF_BN, "bn_bwd"))
+	if (!op_is(be, op, REF_BN, "bn_bwd") || be_bn_z_check(be, &op->d.bn, dz, "bn_bwd") < 0)
 		return -1;
-	ref_bn_bwd(&op->d.bn, x, y, dy, gamma, save_mean, save_invstd, dx, dgamma, dbeta, beta,
-		   par_of(be));
+	ref_bn_bwd(&op->d.bn, x, y, dy, gamma, save_mean, save_invstd, dx, dz, bz, dgamma, dbeta,
+		   beta, par_of(be));
 	return 0;
 }
 
@@ -1031,6 +1061,8 @@ static struct backend *ref_new(const struct backend_ops *ops, int par, int threa
 	ctx->par = par;
 	be->ops = ops;
 	be->priv = ctx;
+	be->act_dtype = BE_F32;
+	be->act_size = sizeof(float);
 	be->threads = 1;
 #ifdef _OPENMP
 	if (par && threads > 0)

@@ -20,6 +20,8 @@ const char *be_linear_str(const struct be_linear_desc *d, char *buf, size_t len)
 /* Shape checks shared by every backend's *_create; fill oh/ow. -1 with be->err set. */
 int be_conv_check(struct backend *be, struct be_conv_desc *d);
 int be_bn_check(struct backend *be, const struct be_bn_desc *d);
+/* The residual (z, or dz in backward) is given exactly when the op fuses the add. */
+int be_bn_z_check(struct backend *be, const struct be_bn_desc *d, const void *z, const char *fn);
 int be_pool_check(struct backend *be, struct be_pool_desc *d);
 int be_linear_check(struct backend *be, const struct be_linear_desc *d);
 

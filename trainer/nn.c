@@ -258,6 +258,68 @@ static size_t act_numel(const struct nn_act *a)
 	return (size_t)a->c * (size_t)a->h * (size_t)a->w;
 }
 
+/* Fuse relu(add(bn(x), z)) into one BN node (NN_BN with in[1] = z, relu set): ResNet's residual
+ * join, which cuDNN computes in one pass and which saves two activations per block. The add
+ * computes in float what the fused op computes, so the numbers do not change. The BN node moves
+ * to the add's place (z may be produced after it, by a downsample branch); parameters keep
+ * their registration (state_dict) order, and the bypassed activations are marked unused. */
+static void fuse_bn_add_relu(struct nn_model *m)
+{
+	for (int ia = 0; ia < m->nnodes; ia++) {
+		struct nn_node *a = &m->nodes[ia];
+		if (a->kind != NN_ADD)
+			continue;
+		int ir = -1, ib = -1, z = -1, nread = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			const struct nn_node *n = &m->nodes[i];
+			nread += (n->in[0] == a->out) + (n->in[1] == a->out);
+			if (n->in[0] == a->out && n->kind == NN_RELU)
+				ir = i;
+		}
+		if (ir < 0 || nread != 1)
+			continue;
+		for (int j = 0; j < 2 && ib < 0; j++) {
+			int t = a->in[j], treads = 0, p = -1;
+			for (int i = 0; i < m->nnodes; i++) {
+				const struct nn_node *n = &m->nodes[i];
+				treads += (n->in[0] == t) + (n->in[1] == t);
+				if (n->out == t)
+					p = i;
+			}
+			/* z must have a gradient buffer (not the model input) */
+			if (p >= 0 && p < ia && treads == 1 && m->nodes[p].kind == NN_BN &&
+			    !m->nodes[p].relu && m->nodes[p].in[1] < 0 &&
+			    root(m, a->in[1 - j]) != 0) {
+				ib = p;
+				z = a->in[1 - j];
+			}
+		}
+		if (ib < 0)
+			continue;
+		struct nn_node bn = m->nodes[ib];
+		m->acts[bn.out].unused = 1;
+		m->acts[a->out].unused = 1;
+		bn.in[1] = z;
+		bn.relu = 1;
+		bn.out = m->nodes[ir].out;
+		/* New order: drop ib and ir, put bn where the add was. */
+		int w = 0;
+		for (int i = 0; i < m->nnodes; i++) {
+			if (i == ib || i == ir)
+				continue;
+			m->nodes[w++] = i == ia ? bn : m->nodes[i];
+		}
+		m->nnodes = w;
+		ia = -1; /* indices moved: scan again (each fusion removes two nodes) */
+	}
+	for (int i = 0; i < m->nnodes; i++) {
+		const int idx[2] = {m->nodes[i].w, m->nodes[i].b};
+		for (int k = 0; k < 2; k++)
+			if (idx[k] >= 0)
+				m->params[idx[k]].node = i;
+	}
+}
+
 /* Decide in-place ReLUs, the flat parameter layout and the gradient slots. */
 static int plan(struct nn_model *m, char *err, size_t errlen)
 {
@@ -268,8 +330,9 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 		for (int j = 0; j < 2; j++)
 			if (m->nodes[i].in[j] >= 0)
 				m->acts[m->nodes[i].in[j]].consumers++;
-	int *producer = calloc((size_t)m->nacts, sizeof(int));
-	int *last_use = calloc((size_t)m->nacts, sizeof(int));
+	size_t nacts = m->nacts > 0 ? (size_t)m->nacts : 1;
+	int *producer = calloc(nacts, sizeof(int));
+	int *last_use = calloc(nacts, sizeof(int));
 	if (!producer || !last_use) {
 		free(producer);
 		free(last_use);
@@ -332,7 +395,7 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 	m->ngslots = 0;
 	for (int t = m->nnodes; t >= 0; t--) {
 		for (int a = 1; a < m->nacts; a++) {
-			if (m->acts[a].alias >= 0 || last_use[a] != t)
+			if (m->acts[a].alias >= 0 || m->acts[a].unused || last_use[a] != t)
 				continue;
 			int s;
 			for (s = 0; s < m->ngslots; s++)
@@ -385,6 +448,8 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 		     act_numel(out), spec->classes);
 		goto fail;
 	}
+	if (!spec->unfused)
+		fuse_bn_add_relu(m);
 	if (plan(m, err, errlen) < 0)
 		goto fail;
 	size_t pbytes = m->param_total * sizeof(float);
@@ -426,6 +491,9 @@ static void free_activations(struct nn_model *m)
 			be->ops->free(be, m->acts[i].data);
 		m->acts[i].data = NULL;
 	}
+	if (m->input)
+		be->ops->free(be, m->input);
+	m->input = NULL;
 	for (int s = 0; s < m->ngslots && m->gslots; s++)
 		if (m->gslots[s])
 			be->ops->free(be, m->gslots[s]);
@@ -473,18 +541,22 @@ int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen)
 	m->gslots = calloc((size_t)m->ngslots + 1, sizeof(float *));
 	if (!m->gslots)
 		return fail(err, errlen, "out of memory");
+	size_t es = be->act_size;
 	for (int i = 1; i < m->nacts; i++) {
-		if (m->acts[i].alias >= 0)
+		if (m->acts[i].alias >= 0 || m->acts[i].unused)
 			continue;
-		m->acts[i].data = be->ops->alloc(be, act_numel(&m->acts[i]) * (size_t)batch * sizeof(float));
+		m->acts[i].data = be->ops->alloc(be, act_numel(&m->acts[i]) * (size_t)batch * es);
 		if (!m->acts[i].data)
 			goto oom;
 	}
+	if (be->ops->act_import &&
+	    !(m->input = be->ops->alloc(be, act_numel(&m->acts[0]) * (size_t)batch * es)))
+		goto oom;
 	for (int i = 1; i < m->nacts; i++)
 		if (m->acts[i].alias >= 0)
 			m->acts[i].data = m->acts[root(m, i)].data;
 	for (int s = 0; s < m->ngslots; s++) {
-		m->gslots[s] = be->ops->alloc(be, m->gslot_size[s] * (size_t)batch * sizeof(float));
+		m->gslots[s] = be->ops->alloc(be, m->gslot_size[s] * (size_t)batch * es);
 		if (!m->gslots[s])
 			goto oom;
 	}
@@ -527,7 +599,7 @@ have_slot:;
 	}
 	case NN_BN: {
 		struct be_bn_desc d = {.n = batch, .c = in->c, .h = in->h, .w = in->w,
-				       .eps = n->eps, .fuse_relu = n->relu};
+				       .eps = n->eps, .fuse_relu = n->relu, .fuse_add = n->in[1] >= 0};
 		op = be->ops->bn_create(be, &d);
 		break;
 	}
@@ -541,8 +613,14 @@ have_slot:;
 		break;
 	}
 	case NN_LINEAR: {
+		const struct nn_act *r = &m->acts[root(m, n->in[0])]; /* before flattening */
 		struct be_linear_desc d = {.n = batch, .in = (int)act_numel(in), .out = n->k,
 					   .has_bias = n->bias};
+		if (r->h * r->w > 1) {
+			d.c = r->c;
+			d.h = r->h;
+			d.w = r->w;
+		}
 		op = be->ops->linear_create(be, &d);
 		break;
 	}
@@ -598,6 +676,12 @@ int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, ch
 	if (nn_reserve(m, batch, err, errlen) < 0)
 		return -1;
 	m->acts[0].data = (float *)x;
+	if (be->ops->act_import) {
+		const struct nn_act *a = &m->acts[0];
+		if (be->ops->act_import(be, x, m->input, batch, a->c, a->h, a->w) < 0)
+			return fail(err, errlen, "input: %s", be->err);
+		m->acts[0].data = m->input;
+	}
 	for (int i = 0; i < m->nnodes; i++) {
 		struct nn_node *n = &m->nodes[i];
 		const float *in = data_of(m, n->in[0]);
@@ -614,16 +698,18 @@ int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, ch
 		case NN_CONV:
 			BE_CALL(be->ops->conv_fwd(be, op, in, P(m, n->w), P(m, n->b), out));
 			break;
-		case NN_BN:
+		case NN_BN: {
+			const float *z = n->in[1] >= 0 ? data_of(m, n->in[1]) : NULL;
 			if (m->training)
-				BE_CALL(be->ops->bn_fwd_train(be, op, in, P(m, n->w), P(m, n->b), out,
-							      n->save_mean, n->save_invstd,
+				BE_CALL(be->ops->bn_fwd_train(be, op, in, z, P(m, n->w), P(m, n->b),
+							      out, n->save_mean, n->save_invstd,
 							      S(m, n->rmean), S(m, n->rvar),
 							      n->momentum));
 			else
-				BE_CALL(be->ops->bn_fwd_infer(be, op, in, P(m, n->w), P(m, n->b),
+				BE_CALL(be->ops->bn_fwd_infer(be, op, in, z, P(m, n->w), P(m, n->b),
 							      S(m, n->rmean), S(m, n->rvar), out));
 			break;
+		}
 		case NN_RELU:
 			BE_CALL(be->ops->relu_fwd(be, in, out, numel));
 			break;
@@ -747,8 +833,15 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 				dg = scratch;
 				db = scratch + 4096;
 			}
+			float *dz = NULL, bz = 0.0f;
+			if (n->in[1] >= 0) { /* fused residual: z's gradient (never the input) */
+				int rz = root(m, n->in[1]);
+				dz = grad_of(m, n->in[1]);
+				bz = m->acts[rz].grad_written ? 1.0f : 0.0f;
+				m->acts[rz].grad_written = 1;
+			}
 			BE_CALL(be->ops->bn_bwd(be, op, x, y, dy, P(m, n->w), n->save_mean,
-						n->save_invstd, dx ? dx : NULL, dg, db, 0.0f));
+						n->save_invstd, dx ? dx : NULL, dz, bz, dg, db, 0.0f));
 			if (beta != 0.0f) {
 				BE_CALL(be->ops->axpby(be, 1.0f, dg, 1.0f, G(m, n->w), (size_t)c));
 				BE_CALL(be->ops->axpby(be, 1.0f, db, 1.0f, G(m, n->b), (size_t)c));
@@ -785,7 +878,10 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 					continue;
 				float *g = grad_of(m, n->in[j]);
 				float b2 = m->acts[rj].grad_written ? 1.0f : 0.0f;
-				BE_CALL(be->ops->axpby(be, 1.0f, dy, b2, g, numel));
+				if (be->ops->act_accum)
+					BE_CALL(be->ops->act_accum(be, dy, g, numel, b2));
+				else
+					BE_CALL(be->ops->axpby(be, 1.0f, dy, b2, g, numel));
 				m->acts[rj].grad_written = 1;
 			}
 			break;
@@ -850,6 +946,7 @@ void nn_print_summary(const struct nn_model *m, void *file)
 		if (n->b >= 0)
 			np += m->params[n->b].count;
 		fprintf(f, "  %-24s %-14s -> %4d x %3d x %3d  %10zu%s\n", n->name, kind_name(n->kind),
-			o->c, o->h, o->w, np, n->relu ? "  +relu" : "");
+			o->c, o->h, o->w, np,
+			n->in[1] >= 0 && n->kind == NN_BN ? "  +add+relu" : n->relu ? "  +relu" : "");
 	}
 }

@@ -16,7 +16,8 @@
 
 enum nn_kind {
 	NN_CONV,
-	NN_BN,	    /* batchnorm2d; relu fused when node.relu */
+	NN_BN,	    /* batchnorm2d; relu fused when node.relu; with in[1] >= 0, the residual
+		     * add fused too: out = relu(bn(in[0]) + in[1]) (nn_build does that) */
 	NN_RELU,
 	NN_MAXPOOL,
 	NN_AVGPOOL,
@@ -45,7 +46,7 @@ struct nn_buffer {
 struct nn_node {
 	enum nn_kind kind;
 	char name[NN_NAME_MAX]; /* module name: "layer1.0.conv1" */
-	int in[2];		/* activation ids; in[1] = -1 except for NN_ADD */
+	int in[2];		/* activation ids; in[1] = -1 except for NN_ADD and fused BN */
 	int out;
 	/* hyperparameters */
 	int k, kh, kw, stride, pad, bias, relu;
@@ -62,6 +63,7 @@ struct nn_node {
 struct nn_act {
 	int c, h, w;	 /* per sample */
 	int alias;	 /* NN_FLATTEN output: the activation whose memory it shares, else -1 */
+	int unused;	 /* produced and read by no node (left behind by fusion) */
 	int consumers;	 /* nodes reading it */
 	float *data;	 /* batch capacity x c*h*w */
 	int gslot;	 /* gradient memory slot (shared between activations whose lifetimes
@@ -78,6 +80,7 @@ struct nn_spec {
 	const char *stem;
 	const int *hidden;
 	int nhidden;
+	int unfused; /* keep BN, residual add and ReLU as separate nodes (tests compare both) */
 };
 
 typedef void (*nn_grad_hook)(void *ctx, size_t offset, size_t count);
@@ -99,6 +102,8 @@ struct nn_model {
 	float *state;		 /* BN running mean/var */
 	int64_t batches_tracked; /* BN num_batches_tracked (same for every BN layer) */
 	int capacity;		 /* batch size activations are allocated for */
+	void *input;		 /* the batch in the backend's activation type, where that is not
+				  * float32 (act_import); else act 0 points at the caller's batch */
 	int ngslots;
 	float **gslots;
 	size_t *gslot_size; /* floats per sample */
@@ -119,7 +124,8 @@ int nn_init_weights(struct nn_model *m, uint64_t seed, char *err, size_t errlen)
 /* Allocate activations and gradient slots for up to `batch` samples (grows as needed). */
 int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen);
 
-/* Forward of a batch x (backend memory, n x c x h x w). Returns logits (n x classes). */
+/* Forward of a batch x (float32 in backend memory, n x c x h x w). Returns logits (n x classes,
+ * an activation: float32 only where be->act_dtype is BE_F32; act_export converts). */
 int nn_forward(struct nn_model *m, const float *x, int n, float **logits, char *err,
 	       size_t errlen);
 /* Loss and accuracy of the last forward; with training set, also the logits gradient.

@@ -23,27 +23,24 @@ static int list_items(const struct nn_model *m, struct io_item **out)
 	struct io_item *it = calloc((size_t)(m->nparams + 3 * m->nbufs + 1), sizeof(*it));
 	if (!it)
 		return -1;
-	for (int i = 0; i < m->nnodes; i++) {
-		const struct nn_node *nd = &m->nodes[i];
-		const int pidx[2] = {nd->w, nd->b};
-		for (int j = 0; j < 2; j++) {
-			if (pidx[j] < 0)
-				continue;
-			const struct nn_param *p = &m->params[pidx[j]];
-			struct io_item *x = &it[n++];
-			snprintf(x->name, sizeof(x->name), "%s", p->name);
-			x->ndim = p->ndim;
-			for (int d = 0; d < p->ndim; d++)
-				x->shape[d] = p->shape[d];
-			x->offset = p->offset;
-			x->count = p->count;
-		}
-		if (nd->kind != NN_BN)
+	/* Registration order is PyTorch's state_dict order (a BN layer's buffers follow its
+	 * bias); node order may differ where nn_build fused layers. */
+	for (int i = 0; i < m->nparams; i++) {
+		const struct nn_param *p = &m->params[i];
+		const struct nn_node *nd = &m->nodes[p->node];
+		struct io_item *x = &it[n++];
+		snprintf(x->name, sizeof(x->name), "%s", p->name);
+		x->ndim = p->ndim;
+		for (int d = 0; d < p->ndim; d++)
+			x->shape[d] = p->shape[d];
+		x->offset = p->offset;
+		x->count = p->count;
+		if (nd->kind != NN_BN || i != nd->b)
 			continue;
 		const int bidx[2] = {nd->rmean, nd->rvar};
 		for (int j = 0; j < 2; j++) {
 			const struct nn_buffer *q = &m->bufs[bidx[j]];
-			struct io_item *x = &it[n++];
+			x = &it[n++];
 			snprintf(x->name, sizeof(x->name), "%s", q->name);
 			x->ndim = 1;
 			x->shape[0] = q->c;
@@ -51,7 +48,7 @@ static int list_items(const struct nn_model *m, struct io_item **out)
 			x->offset = q->offset;
 			x->count = q->count;
 		}
-		struct io_item *x = &it[n++];
+		x = &it[n++];
 		snprintf(x->name, sizeof(x->name), "%s.num_batches_tracked", nd->name);
 		x->ndim = 0;
 		x->is_state = 2;

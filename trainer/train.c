@@ -534,8 +534,12 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	res->resumed_at = -1;
 	memset(&m, 0, sizeof(m));
 	if (env->gpu >= 0) {
-		struct be_cuda_opts co = {.tf32 = c->precision.mode != CFG_PREC_FP32,
-					  .deterministic = c->device.deterministic};
+		enum cfg_precision_mode pm = c->precision.mode;
+		struct be_cuda_opts co = {.tf32 = pm != CFG_PREC_FP32,
+					  .deterministic = c->device.deterministic,
+					  .act_dtype = pm == CFG_PREC_BF16   ? BE_BF16
+						       : pm == CFG_PREC_FP16 ? BE_F16
+									     : BE_F32};
 		be = be_cuda_create(env->gpu, &co, e2, sizeof(e2));
 		if (!be) {
 			failf(err, errlen, "%s", e2);
@@ -548,14 +552,15 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			failf(err, errlen, "cpu backend: %s", e2);
 			goto out;
 		}
+		/* half precision is a GPU mode (the config check warns where device.kind is cpu;
+		 * this is device.kind auto on a machine without a GPU) */
+		if (rank0 && (c->precision.mode == CFG_PREC_BF16 ||
+			      c->precision.mode == CFG_PREC_FP16))
+			fprintf(stderr,
+				"dptrain: warning: precision.mode %s is a GPU mode; the CPU computes "
+				"in fp32 (loss scaling as precision.loss_scale says)\n",
+				c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16");
 	}
-	/* bf16 and fp16 compute are not implemented yet: say so rather than pretend */
-	if (rank0 && (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
-		fprintf(stderr,
-			"dptrain: warning: precision.mode %s is not implemented yet; computing in "
-			"%s (fp32 weights; loss scaling as precision.loss_scale says)\n",
-			c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16",
-			env->gpu >= 0 ? "tf32" : "fp32");
 
 	struct nn_spec spec = {
 		.name = model_names[c->model.name],

@@ -106,8 +106,8 @@ static void bn(struct backend *be, int iters, const char *name, int n, int c, in
 	float *rv = p + 5 * c, *dg = p + 6 * c, *db = p + 7 * c;
 	for (int i = 0; i < c; i++)
 		rv[i] = 1.0f;
-	TIME(iters, f, be->ops->bn_fwd_train(be, op, x, g, bt, y, sm, si, rm, rv, 0.1f));
-	TIME(iters, b, be->ops->bn_bwd(be, op, x, y, x, g, sm, si, dx, dg, db, 0.0f));
+	TIME(iters, f, be->ops->bn_fwd_train(be, op, x, NULL, g, bt, y, sm, si, rm, rv, 0.1f));
+	TIME(iters, b, be->ops->bn_bwd(be, op, x, y, x, g, sm, si, dx, NULL, 0.0f, dg, db, 0.0f));
 	printf("%-34s fwd %8.2f  bwd %8.2f  all %8.2f  ms\n", name, f, b, f + b);
 	total += f + b;
 	be->ops->op_destroy(be, op);

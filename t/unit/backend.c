@@ -174,13 +174,64 @@ out:
 
 /* ------------------------------------------------------------------------------------- */
 
+/* A fused BN+add(+ReLU) op gives the same bits as BN, add and ReLU run as separate ops on the
+ * same backend (nn.c fuses them, and models must not change numbers by it). y, dx and dz are
+ * each backend's fused results for x, z and dy (bz = 0). */
+static void test_bn_fused(struct pair *p, struct be_bn_desc d, const float *x, const float *z,
+			  const float *g, const float *bt, const float *dy, float *const *y,
+			  float *const *dx, float *const *dz)
+{
+	char s[160], w[256];
+	size_t nx = (size_t)d.n * d.c * d.h * d.w, nc = d.c;
+	struct be_bn_desc plain = d;
+
+	plain.fuse_add = plain.fuse_relu = 0;
+	be_bn_str(&d, s, sizeof(s));
+	snprintf(w, sizeof(w), "bn(%s) vs separate ops", s);
+	for (int i = 0; i < 2; i++) {
+		struct backend *be = p->be[i];
+		struct be_op *op = be->ops->bn_create(be, &plain);
+		float *t = chk_alloc(nx), *u = chk_alloc(nx), *m = chk_alloc(nx), *dx2 = chk_alloc(nx);
+		float *dz2 = chk_alloc(nx), *sm = chk_alloc(nc), *si = chk_alloc(nc);
+		float *rm = chk_alloc(nc), *rv = chk_alloc(nc), *dg = chk_alloc(nc), *db = chk_alloc(nc);
+		int rc = -1;
+
+		be->ops->fill(be, rm, 0.0f, nc);
+		be->ops->fill(be, rv, 1.0f, nc);
+		chk_poison(dx2, nx), chk_poison(dz2, nx);
+		if (op && be->ops->bn_fwd_train(be, op, x, NULL, g, bt, t, sm, si, rm, rv, 0.1f) == 0 &&
+		    be->ops->add(be, t, z, u, nx) == 0 &&
+		    (!d.fuse_relu || be->ops->relu_fwd(be, u, u, nx) == 0) &&
+		    (d.fuse_relu ? be->ops->relu_bwd(be, u, dy, m, nx, 0.0f)
+				 : be->ops->axpby(be, 1.0f, dy, 0.0f, m, nx)) == 0 &&
+		    be->ops->axpby(be, 1.0f, m, 0.0f, dz2, nx) == 0 &&
+		    be->ops->bn_bwd(be, op, x, t, m, g, sm, si, dx2, NULL, 0.0f, dg, db, 0.0f) == 0)
+			rc = 0;
+		if (ok(rc == 0, "%s %s: separate ops ran", be->ops->name, w)) {
+			ok(memcmp(u, y[i], nx * sizeof(float)) == 0, "%s %s: same y, bit for bit",
+			   be->ops->name, w);
+			ok(memcmp(dx2, dx[i], nx * sizeof(float)) == 0,
+			   "%s %s: same dx, bit for bit", be->ops->name, w);
+			ok(memcmp(dz2, dz[i], nx * sizeof(float)) == 0,
+			   "%s %s: same dz, bit for bit", be->ops->name, w);
+		} else {
+			diag("%s", be->err);
+		}
+		if (op)
+			be->ops->op_destroy(be, op);
+		free(t), free(u), free(m), free(dx2), free(dz2), free(sm), free(si), free(rm);
+		free(rv), free(dg), free(db);
+	}
+}
+
 static void test_bn(struct pair *p, struct be_bn_desc d)
 {
 	char s[160], w[256];
 	size_t nx = (size_t)d.n * d.c * d.h * d.w, nc = d.c;
 	float *x = chk_alloc(nx), *dy = chk_alloc(nx), *g = chk_alloc(nc), *bt = chk_alloc(nc);
 	float *rm0 = chk_alloc(nc), *rv0 = chk_alloc(nc);
-	float *y[2], *ye[2], *sm[2], *si[2], *rm[2], *rv[2], *dx[2], *dg[2], *dbt[2];
+	float *y[2], *ye[2], *sm[2], *si[2], *rm[2], *rv[2], *dx[2], *dg[2], *dbt[2], *dz[2];
+	float *z = d.fuse_add ? chk_alloc(nx) : NULL;
 	float momentum = 0.1f;
 
 	be_bn_str(&d, s, sizeof(s));
@@ -194,8 +245,13 @@ static void test_bn(struct pair *p, struct be_bn_desc d)
 	chk_random(p->rng, bt, nc, -0.5f, 0.5f);
 	chk_random(p->rng, rm0, nc, -0.2f, 0.2f);
 	chk_random(p->rng, rv0, nc, 0.5f, 1.5f);
+	if (z)
+		chk_random(p->rng, z, nx, -1, 1);
 	for (int i = 0; i < 2; i++) {
 		y[i] = chk_alloc(nx), ye[i] = chk_alloc(nx), dx[i] = chk_alloc(nx);
+		dz[i] = z ? chk_alloc(nx) : NULL;
+		if (z)
+			chk_poison(dz[i], nx);
 		sm[i] = chk_alloc(nc), si[i] = chk_alloc(nc), dg[i] = chk_alloc(nc);
 		dbt[i] = chk_alloc(nc), rm[i] = chk_copy(rm0, nc), rv[i] = chk_copy(rv0, nc);
 		chk_poison(y[i], nx), chk_poison(ye[i], nx), chk_poison(dx[i], nx);
@@ -208,15 +264,15 @@ static void test_bn(struct pair *p, struct be_bn_desc d)
 	for (int i = 0; i < 2; i++) {
 		struct backend *be = p->be[i];
 		if (!ran(p, i,
-			 be->ops->bn_fwd_train(be, p->op[i], x, g, bt, y[i], sm[i], si[i], rm[i],
+			 be->ops->bn_fwd_train(be, p->op[i], x, z, g, bt, y[i], sm[i], si[i], rm[i],
 					       rv[i], momentum),
 			 w) ||
 		    !ran(p, i,
-			 be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], dx[i], dg[i],
-					 dbt[i], 0.0f),
+			 be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], dx[i], dz[i],
+					 0.0f, dg[i], dbt[i], 0.0f),
 			 w) ||
-		    !ran(p, i, be->ops->bn_fwd_infer(be, p->op[i], x, g, bt, rm[i], rv[i], ye[i]),
-			 w))
+		    !ran(p, i,
+			 be->ops->bn_fwd_infer(be, p->op[i], x, z, g, bt, rm[i], rv[i], ye[i]), w))
 			goto out;
 	}
 	cmp(p, w, "train y", y[1], y[0], nx);
@@ -228,20 +284,22 @@ static void test_bn(struct pair *p, struct be_bn_desc d)
 	cmp(p, w, "dgamma", dg[1], dg[0], nc);
 	cmp(p, w, "dbeta", dbt[1], dbt[0], nc);
 	cmp(p, w, "eval y", ye[1], ye[0], nx);
+	if (z)
+		cmp(p, w, "dz", dz[1], dz[0], nx);
 
 	/* dx NULL: the parameter gradients alone, the same ones. */
 	for (int i = 0; i < 2; i++) {
 		struct backend *be = p->be[i];
-		float *g2 = chk_alloc(nc), *b2 = chk_alloc(nc);
+		float *g2 = chk_alloc(nc), *b2 = chk_alloc(nc), *z2 = z ? chk_alloc(nx) : NULL;
 		chk_poison(g2, nc), chk_poison(b2, nc);
 		if (ran(p, i,
-			be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], NULL, g2, b2,
-					0.0f),
+			be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], NULL, z2, 0.0f,
+					g2, b2, 0.0f),
 			w))
 			ok(memcmp(g2, dg[i], nc * sizeof(float)) == 0 &&
 			       memcmp(b2, dbt[i], nc * sizeof(float)) == 0,
 			   "%s %s: bwd without dx gives the same dgamma, dbeta", be->ops->name, w);
-		free(g2), free(b2);
+		free(g2), free(b2), free(z2);
 	}
 
 	for (int i = 0; i < 2; i++) {
@@ -249,24 +307,30 @@ static void test_bn(struct pair *p, struct be_bn_desc d)
 		float *pre = prefill(p, nx), *acc = chk_copy(pre, nx);
 		float *preg = prefill(p, nc), *accg = chk_copy(preg, nc);
 		float *preb = prefill(p, nc), *accb = chk_copy(preb, nc);
+		float *prez = z ? prefill(p, nx) : NULL, *accz = z ? chk_copy(prez, nx) : NULL;
 		/* The ReLU mask of a fused op belongs to the last training forward. */
-		be->ops->bn_fwd_train(be, p->op[i], x, g, bt, y[i], sm[i], si[i], rm[i], rv[i],
+		be->ops->bn_fwd_train(be, p->op[i], x, z, g, bt, y[i], sm[i], si[i], rm[i], rv[i],
 				      momentum);
 		if (ran(p, i,
-			be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], acc, accg, accb,
-					1.0f),
+			be->ops->bn_bwd(be, p->op[i], x, y[i], dy, g, sm[i], si[i], acc, accz, 1.0f,
+					accg, accb, 1.0f),
 			w)) {
 			check_acc(be->ops->name, w, "dx", acc, pre, dx[i], nx);
+			if (z)
+				check_acc(be->ops->name, w, "dz", accz, prez, dz[i], nx);
 			check_acc(be->ops->name, w, "dgamma", accg, preg, dg[i], nc);
 			check_acc(be->ops->name, w, "dbeta", accb, preb, dbt[i], nc);
 		}
 		free(pre), free(acc), free(preg), free(accg), free(preb), free(accb);
+		free(prez), free(accz);
 	}
+	if (z)
+		test_bn_fused(p, d, x, z, g, bt, dy, y, dx, dz);
 out:
 	ops_destroy(p);
-	free(x), free(dy), free(g), free(bt), free(rm0), free(rv0);
+	free(x), free(dy), free(g), free(bt), free(rm0), free(rv0), free(z);
 	for (int i = 0; i < 2; i++) {
-		free(y[i]), free(ye[i]), free(dx[i]), free(sm[i]), free(si[i]);
+		free(y[i]), free(ye[i]), free(dx[i]), free(sm[i]), free(si[i]), free(dz[i]);
 		free(dg[i]), free(dbt[i]), free(rm[i]), free(rv[i]);
 	}
 }
@@ -565,9 +629,23 @@ static void test_errors(struct backend *be)
 	float x[2] = {1, 2}, y[2], g[2] = {1, 1}, b[2] = {0, 0}, sm[2], si[2], rm[2], rv[2];
 	op = be->ops->bn_create(be, &bd);
 	if (ok(op != NULL, "%s bn_create n=1 h=w=1 (inference is fine)", bn)) {
-		ok(be->ops->bn_fwd_train(be, op, x, g, b, y, sm, si, rm, rv, 0.1f) == -1,
+		ok(be->ops->bn_fwd_train(be, op, x, NULL, g, b, y, sm, si, rm, rv, 0.1f) == -1,
 		   "%s bn_fwd_train with one value per channel fails", bn);
 		like(be->err, "more than one value per channel", "%s: message says why", bn);
+		ok(be->ops->bn_fwd_infer(be, op, x, x, g, b, rm, rv, y) == -1,
+		   "%s bn_fwd_infer refuses a residual the op does not add", bn);
+		like(be->err, "without fuse_add", "%s: message says why", bn);
+		be->ops->op_destroy(be, op);
+	} else {
+		diag("%s", be->err);
+	}
+	bd.fuse_add = 1;
+	op = be->ops->bn_create(be, &bd);
+	if (ok(op != NULL, "%s bn_create with fuse_add", bn)) {
+		ok(be->ops->bn_fwd_infer(be, op, x, NULL, g, b, rm, rv, y) == -1,
+		   "%s bn_fwd_infer with fuse_add and no residual fails", bn);
+		like(be->err, "bn_fwd_infer(n=1 c=2 h=1 w=1 eps=1e-05 +add): the op adds a residual",
+		     "%s: message names the op, shape and what is missing", bn);
 		be->ops->op_destroy(be, op);
 	} else {
 		diag("%s", be->err);
@@ -584,6 +662,12 @@ static void test_errors(struct backend *be)
 	op = be->ops->linear_create(be, &ld);
 	ok(op == NULL, "%s linear_create rejects n=0", bn);
 	like(be->err, "linear_create(n=0 in=4 out=2)", "%s: message names the shape", bn);
+	if (op)
+		be->ops->op_destroy(be, op);
+	ld = (struct be_linear_desc){.n = 2, .in = 30, .out = 2, .c = 2, .h = 4, .w = 4};
+	op = be->ops->linear_create(be, &ld);
+	ok(op == NULL, "%s linear_create rejects an input shape that is not `in` features", bn);
+	like(be->err, "input shape 2x4x4 is not 30 features", "%s: message says why", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 }
@@ -607,9 +691,12 @@ static void run_suite(struct pair *p, int convs_only)
 	    {2, 64, 12, 12, 256, 1, 1, 1, 0, 0, 0, 0}, /* bottleneck expansion */
 	};
 	static const struct be_bn_desc bns[] = {
-	    {2, 3, 5, 7, 1e-5f, 0},  {2, 3, 5, 7, 1e-5f, 1},   {1, 16, 4, 4, 1e-5f, 1},
-	    {8, 17, 3, 3, 1e-5f, 0}, {4, 32, 8, 8, 1e-3f, 1},  {3, 8, 1, 1, 1e-5f, 0},
-	    {3, 64, 6, 5, 1e-5f, 0}, {16, 24, 2, 2, 1e-5f, 1},
+	    {2, 3, 5, 7, 1e-5f, 0, 0},  {2, 3, 5, 7, 1e-5f, 1, 0},   {1, 16, 4, 4, 1e-5f, 1, 0},
+	    {8, 17, 3, 3, 1e-5f, 0, 0}, {4, 32, 8, 8, 1e-3f, 1, 0},  {3, 8, 1, 1, 1e-5f, 0, 0},
+	    {3, 64, 6, 5, 1e-5f, 0, 0}, {16, 24, 2, 2, 1e-5f, 1, 0},
+	    /* the residual join of a ResNet block, and an add without ReLU */
+	    {2, 3, 5, 7, 1e-5f, 1, 1}, {4, 32, 8, 8, 1e-5f, 1, 1}, {3, 8, 1, 1, 1e-5f, 0, 1},
+	    {8, 17, 3, 3, 1e-5f, 1, 1},
 	};
 	static const struct be_pool_desc pools[] = {
 	    {BE_POOL_MAX, 2, 3, 9, 9, 3, 3, 2, 1, 0, 0},
@@ -622,10 +709,11 @@ static void run_suite(struct pair *p, int convs_only)
 	    {BE_POOL_AVG, 2, 3, 11, 11, 3, 3, 2, 1, 0, 0},
 	};
 	static const struct be_linear_desc lins[] = {
-	    {1, 7, 3, 1},
-	    {5, 64, 10, 1},
-	    {8, 33, 17, 0},
-	    {16, 512, 100, 1},
+	    {1, 7, 3, 1, 0, 0, 0},
+	    {5, 64, 10, 1, 0, 0, 0},
+	    {8, 33, 17, 0, 0, 0, 0},
+	    {16, 512, 100, 1, 0, 0, 0},
+	    {4, 256, 120, 1, 16, 4, 4}, /* lenet's fc1 after flattening 16x4x4 */
 	};
 
 	for (size_t i = 0; i < sizeof(convs) / sizeof(convs[0]); i++)

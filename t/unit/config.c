@@ -593,6 +593,14 @@ static void test_warnings(void)
 		   0,
 	   "tf32 on a CPU is a warning");
 	cfg_free(&c);
+	ok(parse(&c, "{" MIN ", \"precision\": {\"mode\": \"bf16\"}, \"device\": {\"kind\": "
+		     "\"cpu\"}}") == 0,
+	   "bf16 on cpu");
+	ok(c.nwarnings == 1 &&
+	       strcmp(c.warnings[0], "precision.mode: bf16 is a GPU mode; CPUs compute in fp32") ==
+		   0,
+	   "bf16 on a CPU is a warning");
+	cfg_free(&c);
 }
 
 static void test_overrides(void)

@@ -220,6 +220,78 @@ static void save_load(void)
 	nn_free(&b);
 }
 
+/* nn_build fuses each block's last BN, the residual add and the ReLU into one node. The fused
+ * model must compute the same bits as the unfused one (forward, loss, every gradient, running
+ * statistics, across two steps with accumulation), hold fewer activations, and save the same
+ * safetensors file (state_dict order, names, values). */
+static void fused_same_bits(const char *name, int batch, int hw)
+{
+	char err[512] = "", pa[] = "/tmp/dptrain-nn-XXXXXX", pb[] = "/tmp/dptrain-nn-XXXXXX";
+	struct nn_model m[2];
+	struct nn_spec s = {.name = name, .c = 3, .h = hw, .w = hw, .classes = 5, .stem = "small"};
+	size_t nx = (size_t)batch * 3 * hw * hw;
+	float *x = malloc(nx * sizeof(float)), loss[2][2];
+	int32_t labels[16];
+	int nodes[2], acts[2], correct;
+
+	for (size_t i = 0; i < nx; i++)
+		x[i] = (float)(urand() * 2 - 1);
+	for (int i = 0; i < batch; i++)
+		labels[i] = (int32_t)(urand() * 5) % 5;
+	for (int k = 0; k < 2; k++) {
+		s.unfused = k;
+		if (nn_build(&m[k], be, &s, err, sizeof(err)) < 0 ||
+		    nn_init_weights(&m[k], 7, err, sizeof(err)) < 0)
+			bail_out("%s: %s", name, err);
+		nodes[k] = m[k].nnodes;
+		nn_reserve(&m[k], batch, err, sizeof(err));
+		acts[k] = 0;
+		for (int i = 1; i < m[k].nacts; i++)
+			acts[k] += m[k].acts[i].alias < 0 && m[k].acts[i].data != NULL;
+		for (int step = 0; step < 2; step++) {
+			float *logits;
+			if (nn_forward(&m[k], x, batch, &logits, err, sizeof(err)) < 0 ||
+			    nn_loss(&m[k], labels, batch, 0.1f, 1.0f, &loss[k][step], &correct, err,
+				    sizeof(err)) < 0 ||
+			    nn_backward(&m[k], batch, step ? 1.0f : 0.0f, err, sizeof(err)) < 0)
+				bail_out("%s: %s", name, err);
+		}
+	}
+	int blocks = !strcmp(name, "resnet18") ? 8 : 16;
+	ok(nodes[1] - nodes[0] == 2 * blocks, "%s: %d nodes fused, %d unfused (%d blocks fused)",
+	   name, nodes[0], nodes[1], blocks);
+	/* the BN output and the add's (the ReLU ran in place on the latter) */
+	ok(acts[1] - acts[0] == blocks, "%s: %d activations allocated fused, %d unfused", name,
+	   acts[0], acts[1]);
+	ok(memcmp(loss[0], loss[1], sizeof(loss[0])) == 0, "%s: same losses (%.9g %.9g)", name,
+	   loss[0][0], loss[0][1]);
+	ok(memcmp(m[0].grads, m[1].grads, m[0].param_total * sizeof(float)) == 0,
+	   "%s: same accumulated gradients, bit for bit", name);
+	ok(memcmp(m[0].state, m[1].state, m[0].state_total * sizeof(float)) == 0,
+	   "%s: same running statistics", name);
+	close(mkstemp(pa));
+	close(mkstemp(pb));
+	int saved = nn_save_weights(&m[0], pa, NULL, err, sizeof(err)) == 0 &&
+		    nn_save_weights(&m[1], pb, NULL, err, sizeof(err)) == 0;
+	FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
+	int same = saved && fa && fb;
+	for (int ca = 0, cb = 0; same && (ca != EOF || cb != EOF);) {
+		ca = fgetc(fa);
+		cb = fgetc(fb);
+		same = ca == cb;
+	}
+	ok(same, "%s: fused and unfused models save the same safetensors file", name);
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	unlink(pa);
+	unlink(pb);
+	nn_free(&m[0]);
+	nn_free(&m[1]);
+	free(x);
+}
+
 int main(void)
 {
 	char err[512] = "";
@@ -234,6 +306,8 @@ int main(void)
 	 * add and in-place ReLU. resnet50's bottlenecks and the imagenet stem are checked against
 	 * PyTorch in model_parity.c: float32 central differences are too coarse for them. */
 	gradcheck("resnet18", 3, 16, 16, 4, 4, "small", NULL, 0);
+	fused_same_bits("resnet18", 4, 8);
+	fused_same_bits("resnet50", 2, 8);
 	save_load();
 	be->ops->destroy(be);
 	return done_testing();

@@ -1,0 +1,547 @@
+/* backend_cuda_kernels.cuh — the CUDA backend's own kernels, included by backend_cuda.cu only:
+ * element types of activations (float32, bfloat16, half), pooling, element-wise ops, global
+ * average pool, cross-entropy, sums. Device code only: no library calls, no host state. */
+#ifndef DPTRAIN_BACKEND_CUDA_KERNELS_CUH
+#define DPTRAIN_BACKEND_CUDA_KERNELS_CUH
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+extern "C" {
+#include "backend.h"
+}
+
+#define CU_THREADS 256
+
+typedef __nv_bfloat16 bf16;
+typedef __half f16;
+
+/* ---------------------------------------------------------------------------------------
+ * Activation element types. A kernel loads an act element as float (exact), computes as the
+ * float32 kernel does and rounds its result once, to nearest even, on the store. With T = float
+ * loads and stores are the identity, so the float32 mode keeps the float32 kernels' bits. */
+
+__device__ static inline float ldf(float v)
+{
+	return v;
+}
+
+__device__ static inline float ldf(bf16 v)
+{
+	return __bfloat162float(v);
+}
+
+__device__ static inline float ldf(f16 v)
+{
+	return __half2float(v);
+}
+
+template <typename T> struct act_cvt;
+
+template <> struct act_cvt<float> {
+	__device__ static float from(float v)
+	{
+		return v;
+	}
+	__device__ static float from_d(double v)
+	{
+		return (float)v;
+	}
+};
+
+template <> struct act_cvt<bf16> {
+	__device__ static bf16 from(float v)
+	{
+		return __float2bfloat16_rn(v);
+	}
+	__device__ static bf16 from_d(double v)
+	{
+		return __double2bfloat16(v); /* one rounding, not double -> float -> bf16 */
+	}
+};
+
+template <> struct act_cvt<f16> {
+	__device__ static f16 from(float v)
+	{
+		return __float2half_rn(v); /* overflow gives inf: loss scaling sees it */
+	}
+	__device__ static f16 from_d(double v)
+	{
+		return __double2half(v);
+	}
+};
+
+/* A float (or double) result stored as an act element. */
+template <typename T> __device__ static inline T to_act(float v)
+{
+	return act_cvt<T>::from(v);
+}
+
+template <typename T> __device__ static inline T to_act_d(double v)
+{
+	return act_cvt<T>::from_d(v);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Layout. Activations are NCHW, or NHWC ("channels last": a sample is hw rows of its channels)
+ * in the half modes (backend_cuda.cu says when). Kernels take the layout as an argument (nhwc: 0
+ * or 1) and reach elements through these helpers only; their arithmetic is the same in both. */
+
+/* Index of element (n, c, pos) of an activation with `chans` channels of hw pixels. */
+__device__ static inline size_t act_at(int n, int c, size_t pos, int chans, size_t hw, int nhwc)
+{
+	return nhwc ? ((size_t)n * hw + pos) * chans + c : ((size_t)n * chans + c) * hw + pos;
+}
+
+/* The distance between consecutive pixels of one channel: with act_at(n, c, 0, ...), a plane. */
+__device__ static inline size_t act_pix(int chans, int nhwc)
+{
+	return nhwc ? (size_t)chans : 1;
+}
+
+/* Sample, channel and pixel of element i. */
+__device__ static inline void act_coords(size_t i, int chans, size_t hw, int nhwc, int *n, int *c,
+					 size_t *pos)
+{
+	size_t q = nhwc ? i / (size_t)chans : i / hw;
+
+	*c = (int)(nhwc ? i % (size_t)chans : q % (size_t)chans);
+	*pos = nhwc ? q % hw : i % hw;
+	*n = (int)(nhwc ? q / hw : q / (size_t)chans);
+}
+
+/* Channel of element i. */
+__device__ static inline int act_channel(size_t i, int chans, size_t hw, int nhwc)
+{
+	return (int)(nhwc ? i % (size_t)chans : i / hw % (size_t)chans);
+}
+
+/* Index in a [rows][a][b] array of element i of its [rows][b][a] transpose. NCHW -> NHWC is
+ * (a, b) = (C, HW) per sample, NHWC -> NCHW (HW, C); cuDNN's NHWC filters are OHWI, (C, KHKW)
+ * from OIHW and (KHKW, C) back. */
+__device__ static inline size_t swap_src(size_t i, size_t a, size_t b)
+{
+	size_t ab = a * b, r = i % ab;
+
+	return i - r + r % a * b + r / a;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Kernels. Grid-stride loops over size_t indices; element-wise kernels read and write the same
+ * index only, so outputs may alias inputs (nn.c runs relu_bwd in place). */
+
+#define GRID_LOOP(i, n)                                                                            \
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n);                    \
+	     i += (size_t)gridDim.x * blockDim.x)
+
+/* Sum over a block of CU_THREADS threads in a fixed tree: the same bits every run. */
+__device__ static double block_sum(double v)
+{
+	__shared__ double sh[CU_THREADS];
+	unsigned t = threadIdx.x;
+
+	sh[t] = v;
+	__syncthreads();
+	for (unsigned s = CU_THREADS / 2; s > 0; s >>= 1) {
+		if (t < s)
+			sh[t] += sh[t + s];
+		__syncthreads();
+	}
+	double r = sh[0];
+	__syncthreads();
+	return r;
+}
+
+/* out = r + beta * out as the reference's blend(): in double, rounded once (float outputs). */
+__device__ static float blend_d(double r, float beta, const float *old)
+{
+	return beta == 0.0f ? (float)r : (float)(r + (double)beta * *old);
+}
+
+/* out = g + beta * out in float, rounded like the reference (no FMA); beta 0 never reads out,
+ * which may hold NaN. The caller rounds the result to out's type. */
+template <typename U> __device__ static float blend_f(float g, float beta, const U *old)
+{
+	return beta == 0.0f ? g : __fadd_rn(g, __fmul_rn(beta, ldf(*old)));
+}
+
+__global__ static void k_fill(float *x, float v, size_t n)
+{
+	GRID_LOOP(i, n)
+	x[i] = v;
+}
+
+template <typename T> __global__ static void k_relu_fwd(const T *x, T *y, size_t n)
+{
+	GRID_LOOP(i, n)
+	{
+		float v = ldf(x[i]);
+		y[i] = to_act<T>(v > 0.0f ? v : 0.0f);
+	}
+}
+
+template <typename T>
+__global__ static void k_relu_bwd(const T *y, const T *dy, T *dx, size_t n, float beta)
+{
+	GRID_LOOP(i, n)
+	{
+		float g = ldf(y[i]) > 0.0f ? ldf(dy[i]) : 0.0f;
+		dx[i] = to_act<T>(blend_f(g, beta, &dx[i]));
+	}
+}
+
+template <typename T> __global__ static void k_add(const T *a, const T *b, T *y, size_t n)
+{
+	GRID_LOOP(i, n)
+	y[i] = to_act<T>(__fadd_rn(ldf(a[i]), ldf(b[i])));
+}
+
+/* g = dy + beta * g over acts (act_accum; bn_bwd's blend of an aliased dx). With T = float the
+ * bits of axpby(1, dy, beta, g). */
+template <typename T> __global__ static void k_act_accum(const T *dy, T *g, size_t n, float beta)
+{
+	GRID_LOOP(i, n)
+	g[i] = to_act<T>(blend_f(ldf(dy[i]), beta, &g[i]));
+}
+
+__global__ static void k_axpby(float alpha, const float *x, float beta, float *y, size_t n)
+{
+	GRID_LOOP(i, n)
+	y[i] = blend_f(__fmul_rn(alpha, x[i]), beta, &y[i]);
+}
+
+/* float32 <-> act (act_import, act_export, and the per-call half copy of conv and linear
+ * weights). */
+template <typename T> __global__ static void k_import(const float *x, T *y, size_t n)
+{
+	GRID_LOOP(i, n)
+	y[i] = to_act<T>(x[i]);
+}
+
+template <typename T> __global__ static void k_export(const T *x, float *y, size_t n)
+{
+	GRID_LOOP(i, n)
+	y[i] = ldf(x[i]);
+}
+
+/* The same with x a [rows][a][b] array and y its [rows][b][a] transpose (see swap_src): NCHW
+ * <-> NHWC, OIHW -> OHWI. Writes are coalesced, reads strided: for input batches, weights and
+ * exports (evaluation, tests), never in a layer's hot path. */
+template <typename T>
+__global__ static void k_import_swap(const float *x, T *y, size_t n, size_t a, size_t b)
+{
+	GRID_LOOP(i, n)
+	y[i] = to_act<T>(x[swap_src(i, a, b)]);
+}
+
+template <typename T>
+__global__ static void k_export_swap(const T *x, float *y, size_t n, size_t a, size_t b)
+{
+	GRID_LOOP(i, n)
+	y[i] = ldf(x[swap_src(i, a, b)]);
+}
+
+/* dst = float(src) + beta * dst: a weight gradient cuDNN wrote in the act type, widened into the
+ * float32 gradient. */
+template <typename T>
+__global__ static void k_widen_blend(const T *src, float *dst, size_t n, float beta)
+{
+	GRID_LOOP(i, n)
+	dst[i] = blend_f(ldf(src[i]), beta, &dst[i]);
+}
+
+/* The same from src's [rows][a][b] to dst's [rows][b][a] order: an OHWI gradient into the OIHW
+ * one (T the act type), a linear layer's [out][h][w][c] float32 gradient into [out][c][h][w]. */
+template <typename T>
+__global__ static void k_widen_blend_swap(const T *src, float *dst, size_t n, size_t a, size_t b,
+					  float beta)
+{
+	GRID_LOOP(i, n)
+	dst[i] = blend_f(ldf(src[swap_src(i, a, b)]), beta, &dst[i]);
+}
+
+/* The fused residual join after batch norm: y = relu?(y + z), y holding bn(x). The sum is
+ * rounded once (float32: the reference's float add), then relu as k_relu_fwd. */
+template <typename T> __global__ static void k_add_relu(T *y, const T *z, size_t n, int relu)
+{
+	GRID_LOOP(i, n)
+	{
+		float v = __fadd_rn(ldf(y[i]), ldf(z[i]));
+		y[i] = to_act<T>(relu && !(v > 0.0f) ? 0.0f : v);
+	}
+}
+
+/* Backward of the residual join: g = dy masked by y > 0 (with relu) goes to scratch for the
+ * batch norm backward, and is blended into dz = g + bz * dz. Reads every input of index i before
+ * writing it, so dz may be dy. */
+template <typename T>
+__global__ static void k_bn_add_bwd(const T *y, const T *dy, T *g, T *dz, float bz, size_t n,
+				    int relu)
+{
+	GRID_LOOP(i, n)
+	{
+		float v = relu && !(ldf(y[i]) > 0.0f) ? 0.0f : ldf(dy[i]);
+		g[i] = to_act<T>(v);
+		dz[i] = to_act<T>(blend_f(v, bz, &dz[i]));
+	}
+}
+
+/* Global average pool: one thread per (sample, channel) p = n * chans + c, the output's row
+ * order; in NHWC consecutive threads read consecutive channels of a pixel (coalesced). */
+template <typename T>
+__global__ static void k_gap_fwd(const T *x, T *y, size_t planes, int chans, int hw, int nhwc)
+{
+	GRID_LOOP(p, planes)
+	{
+		const T *xp = x + act_at((int)(p / chans), (int)(p % chans), 0, chans, hw, nhwc);
+		size_t ps = act_pix(chans, nhwc);
+		double s = 0.0;
+		for (int i = 0; i < hw; i++)
+			s += ldf(xp[i * ps]);
+		y[p] = to_act_d<T>(s / hw);
+	}
+}
+
+template <typename T>
+__global__ static void k_gap_bwd(const T *dy, T *dx, size_t n, int chans, int hw, int nhwc,
+				 float beta)
+{
+	GRID_LOOP(i, n)
+	{
+		int s, c;
+		size_t pos;
+		act_coords(i, chans, hw, nhwc, &s, &c, &pos);
+		float g = ldf(dy[(size_t)s * chans + c]);
+		dx[i] = to_act<T>(blend_f(__fdiv_rn(g, (float)hw), beta, &dx[i]));
+	}
+}
+
+/* y[r][c] += b[c] over rows of `cols` (linear's bias). */
+template <typename T> __global__ static void k_bias_rows(T *y, const float *b, size_t n, int cols)
+{
+	GRID_LOOP(i, n)
+	y[i] = to_act<T>(__fadd_rn(ldf(y[i]), b[i % cols]));
+}
+
+/* y[n][k][pixel] += b[k] (convolution's bias). */
+template <typename T>
+__global__ static void k_bias_chan(T *y, const float *b, size_t n, int chans, size_t hw, int nhwc)
+{
+	GRID_LOOP(i, n)
+	y[i] = to_act<T>(__fadd_rn(ldf(y[i]), b[act_channel(i, chans, hw, nhwc)]));
+}
+
+/* db[c] = sum over rows of dy[r][c] (+ beta db): linear's bias gradient. */
+template <typename T>
+__global__ static void k_col_sum(const T *dy, int rows, int cols, float *db, float beta)
+{
+	GRID_LOOP(c, (size_t)cols)
+	{
+		double s = 0.0;
+		for (int r = 0; r < rows; r++)
+			s += ldf(dy[(size_t)r * cols + c]);
+		db[c] = blend_d(s, beta, &db[c]);
+	}
+}
+
+/* db[c] = sum over n and the plane of dy[n][c] (+ beta db): one block per channel. */
+template <typename T>
+__global__ static void k_channel_sum(const T *dy, int n, int chans, int hw, int nhwc, float *db,
+				     float beta)
+{
+	int c = blockIdx.x;
+	size_t m = (size_t)n * hw;
+	double s = 0.0;
+
+	for (size_t i = threadIdx.x; i < m; i += CU_THREADS)
+		s += ldf(dy[act_at((int)(i / hw), c, i % hw, chans, (size_t)hw, nhwc)]);
+	s = block_sum(s);
+	if (threadIdx.x == 0)
+		db[c] = blend_d(s, beta, &db[c]);
+}
+
+/* Sum of squares (float32 gradients): fixed grid partials, then one block over them (same bits
+ * every run). */
+__global__ static void k_sumsq_partial(const float *x, size_t n, double *partial)
+{
+	double s = 0.0;
+
+	GRID_LOOP(i, n)
+	s += (double)x[i] * x[i];
+	s = block_sum(s);
+	if (threadIdx.x == 0)
+		partial[blockIdx.x] = s;
+}
+
+__global__ static void k_sum_partials(const double *partial, unsigned count, double *out)
+{
+	double s = 0.0;
+
+	for (unsigned i = threadIdx.x; i < count; i += CU_THREADS)
+		s += partial[i];
+	s = block_sum(s);
+	if (threadIdx.x == 0)
+		*out = s;
+}
+
+/* The reference's window_argmax, line for line: first maximum in scan order, NaN wins. xp is a
+ * channel's plane, its pixel p at xp[p * ps]; returns the pixel. */
+template <typename T>
+__device__ static int window_argmax(const struct be_pool_desc &d, const T *xp, size_t ps, int oy,
+				    int ox)
+{
+	int y0 = oy * d.stride - d.pad, x0 = ox * d.stride - d.pad;
+	int y1 = y0 + d.kh < d.h ? y0 + d.kh : d.h, x1 = x0 + d.kw < d.w ? x0 + d.kw : d.w;
+	int best = (y0 > 0 ? y0 : 0) * d.w + (x0 > 0 ? x0 : 0);
+	float m = ldf(xp[best * ps]);
+
+	for (int iy = y0 > 0 ? y0 : 0; iy < y1; iy++) {
+		for (int ix = x0 > 0 ? x0 : 0; ix < x1; ix++) {
+			float v = ldf(xp[(iy * d.w + ix) * ps]);
+			int take = v > m || v != v;
+			best = take ? iy * d.w + ix : best;
+			m = take ? v : m;
+		}
+	}
+	return best;
+}
+
+/* One thread per output element in memory order: in NHWC consecutive threads take consecutive
+ * channels of one window, and read consecutive elements (coalesced). */
+template <typename T>
+__global__ static void k_pool_fwd(struct be_pool_desc d, const T *x, T *y, size_t n, int nhwc)
+{
+	size_t ohw = (size_t)d.oh * d.ow, ps = act_pix(d.c, nhwc);
+
+	GRID_LOOP(i, n)
+	{
+		int s, c;
+		size_t op;
+		act_coords(i, d.c, ohw, nhwc, &s, &c, &op);
+		int oy = (int)op / d.ow, ox = (int)op % d.ow;
+		const T *xp = x + act_at(s, c, 0, d.c, (size_t)d.h * d.w, nhwc);
+		if (d.kind == BE_POOL_MAX) {
+			y[i] = xp[window_argmax(d, xp, ps, oy, ox) * ps];
+			continue;
+		}
+		double sum = 0.0;
+		for (int a = 0; a < d.kh; a++) {
+			int iy = oy * d.stride - d.pad + a;
+			for (int b = 0; b < d.kw; b++) {
+				int ix = ox * d.stride - d.pad + b;
+				if (iy >= 0 && iy < d.h && ix >= 0 && ix < d.w)
+					sum += ldf(xp[(iy * d.w + ix) * ps]);
+			}
+		}
+		y[i] = to_act_d<T>(sum / (d.kh * d.kw));
+	}
+}
+
+/* Gather form of the reference's scatter: every input pixel visits the windows that cover it in
+ * the reference's order (row-major over outputs) and adds the same float terms in that order,
+ * starting from beta * old; no atomics, the reference's bits (rounded once to the act type). */
+template <typename T>
+__global__ static void k_pool_bwd(struct be_pool_desc d, const T *x, const T *dy, T *dx, size_t n,
+				  float beta, int nhwc)
+{
+	size_t hw = (size_t)d.h * d.w, ps = act_pix(d.c, nhwc);
+
+	GRID_LOOP(i, n)
+	{
+		int s, c;
+		size_t ip;
+		act_coords(i, d.c, hw, nhwc, &s, &c, &ip);
+		int iy = (int)ip / d.w, ix = (int)ip % d.w;
+		const T *xp = x + act_at(s, c, 0, d.c, hw, nhwc);
+		const T *dyp = dy + act_at(s, c, 0, d.c, (size_t)d.oh * d.ow, nhwc);
+		/* windows oy with oy*stride - pad <= iy < oy*stride - pad + kh */
+		int ly = iy + d.pad - d.kh + 1, lx = ix + d.pad - d.kw + 1;
+		int oy0 = ly <= 0 ? 0 : (ly + d.stride - 1) / d.stride;
+		int ox0 = lx <= 0 ? 0 : (lx + d.stride - 1) / d.stride;
+		int oy1 = (iy + d.pad) / d.stride, ox1 = (ix + d.pad) / d.stride;
+		float acc = beta == 0.0f ? 0.0f : __fmul_rn(beta, ldf(dx[i]));
+		if (oy1 > d.oh - 1)
+			oy1 = d.oh - 1;
+		if (ox1 > d.ow - 1)
+			ox1 = d.ow - 1;
+		for (int oy = oy0; oy <= oy1; oy++) {
+			for (int ox = ox0; ox <= ox1; ox++) {
+				float g = ldf(dyp[(oy * d.ow + ox) * ps]);
+				if (d.kind == BE_POOL_MAX) {
+					if (window_argmax(d, xp, ps, oy, ox) == iy * d.w + ix)
+						acc = __fadd_rn(acc, g);
+				} else {
+					acc = __fadd_rn(acc, __fdiv_rn(g, (float)(d.kh * d.kw)));
+				}
+			}
+		}
+		dx[i] = to_act<T>(acc);
+	}
+}
+
+/* Softmax cross-entropy of one row per block: the reference's formulas in double. Labels were
+ * checked on the host. Writes the row's loss and hit; dlogits when not NULL. */
+template <typename T>
+__global__ static void k_xent_rows(const T *logits, const int32_t *labels, int n, int classes,
+				   float smoothing, float scale, double *row_loss, int *row_hit,
+				   T *dlogits)
+{
+	__shared__ float bv[CU_THREADS];
+	__shared__ int bi[CU_THREADS];
+	int r = blockIdx.x, t = threadIdx.x;
+	const T *l = logits + (size_t)r * classes;
+	int label = labels[r];
+	float v = 0.0f;
+	int a = -1;
+
+	/* argmax, ties to the lowest index */
+	for (int j = t; j < classes; j += CU_THREADS) {
+		float lj = ldf(l[j]);
+		if (a < 0 || lj > v) {
+			v = lj;
+			a = j;
+		}
+	}
+	bv[t] = v;
+	bi[t] = a;
+	__syncthreads();
+	for (int s = CU_THREADS / 2; s > 0; s >>= 1) {
+		if (t < s) {
+			int j = bi[t + s];
+			if (j >= 0 &&
+			    (bi[t] < 0 || bv[t + s] > bv[t] || (bv[t + s] == bv[t] && j < bi[t]))) {
+				bv[t] = bv[t + s];
+				bi[t] = j;
+			}
+		}
+		__syncthreads();
+	}
+	int arg = bi[0];
+	double m = ldf(l[arg]), se = 0.0, slp = 0.0;
+	for (int j = t; j < classes; j += CU_THREADS)
+		se += exp((double)ldf(l[j]) - m);
+	double lse = m + log(block_sum(se));
+	for (int j = t; j < classes; j += CU_THREADS)
+		slp += (double)ldf(l[j]) - lse;
+	slp = block_sum(slp);
+	/* smoothing / classes is a float division in the reference */
+	float sc = smoothing / (float)classes;
+	if (t == 0) {
+		row_loss[r] = (1.0 - smoothing) * (lse - ldf(l[label])) - sc * slp;
+		row_hit[r] = arg == label;
+	}
+	if (dlogits) {
+		T *d = dlogits + (size_t)r * classes;
+		double g = (double)scale / n;
+		for (int j = t; j < classes; j += CU_THREADS) {
+			double tj = sc + (j == label ? 1.0 - smoothing : 0.0);
+			d[j] = to_act_d<T>((exp((double)ldf(l[j]) - lse) - tj) * g);
+		}
+	}
+}
+
+#endif
