@@ -244,29 +244,45 @@ static void emul_op_destroy_noted(struct backend *be, struct be_op *op)
 	emul_op_destroy(be, op);
 }
 
-static int emul_conv_fwd(struct backend *be, struct be_op *op, const float *x, const float *w,
-			 const float *b, float *y)
+/* Convolution and linear forward and data backward have the same arguments: the wrapped op
+ * runs on widened acts and weights rounded to the 16-bit type. */
+typedef int (*emul_wfwd_fn)(struct backend *, struct be_op *, const float *, const float *,
+			    const float *, float *);
+typedef int (*emul_wbwd_fn)(struct backend *, struct be_op *, const float *, const float *,
+			    float *, float);
+
+static int emul_wfwd(struct backend *be, struct be_op *op, const float *x, const float *w,
+		     const float *b, float *y, emul_wfwd_fn f)
 {
 	int s = emul_find(op), rc = -1;
 	float *xf = emul_widen(be, x, emul_sizes[s].x), *wf = emul_round(be, w, emul_sizes[s].w);
 	float *yf = malloc(emul_sizes[s].y * sizeof(float));
-	if (xf && wf && yf && (rc = emul_rc(be, EMUL_IN->ops->conv_fwd(EMUL_IN, op, xf, wf, b, yf))) == 0)
+	if (xf && wf && yf && (rc = emul_rc(be, f(emul_of(be)->in, op, xf, wf, b, yf))) == 0)
 		emul_narrow(be, yf, y, emul_sizes[s].y);
 	free(xf), free(wf), free(yf);
 	return rc;
 }
-static int emul_conv_bwd_data(struct backend *be, struct be_op *op, const float *dy,
-			      const float *w, float *dx, float beta)
+static int emul_wbwd(struct backend *be, struct be_op *op, const float *dy, const float *w,
+		     float *dx, float beta, emul_wbwd_fn f)
 {
 	int s = emul_find(op), rc = -1;
 	float *dyf = emul_widen(be, dy, emul_sizes[s].y), *wf = emul_round(be, w, emul_sizes[s].w);
 	float *dxf = beta != 0.0f ? emul_widen(be, dx, emul_sizes[s].x)
 				  : malloc(emul_sizes[s].x * sizeof(float));
-	if (dyf && wf && dxf &&
-	    (rc = emul_rc(be, EMUL_IN->ops->conv_bwd_data(EMUL_IN, op, dyf, wf, dxf, beta))) == 0)
+	if (dyf && wf && dxf && (rc = emul_rc(be, f(emul_of(be)->in, op, dyf, wf, dxf, beta))) == 0)
 		emul_narrow(be, dxf, dx, emul_sizes[s].x);
 	free(dyf), free(wf), free(dxf);
 	return rc;
+}
+static int emul_conv_fwd(struct backend *be, struct be_op *op, const float *x, const float *w,
+			 const float *b, float *y)
+{
+	return emul_wfwd(be, op, x, w, b, y, EMUL_IN->ops->conv_fwd);
+}
+static int emul_conv_bwd_data(struct backend *be, struct be_op *op, const float *dy,
+			      const float *w, float *dx, float beta)
+{
+	return emul_wbwd(be, op, dy, w, dx, beta, EMUL_IN->ops->conv_bwd_data);
 }
 static int emul_conv_bwd_weights(struct backend *be, struct be_op *op, const float *x,
 				 const float *dy, float *dw, float *db, float beta)
@@ -360,27 +376,12 @@ static int emul_pool_bwd(struct backend *be, struct be_op *op, const float *x, c
 static int emul_linear_fwd(struct backend *be, struct be_op *op, const float *x, const float *w,
 			   const float *b, float *y)
 {
-	int s = emul_find(op), rc = -1;
-	float *xf = emul_widen(be, x, emul_sizes[s].x), *wf = emul_round(be, w, emul_sizes[s].w);
-	float *yf = malloc(emul_sizes[s].y * sizeof(float));
-	if (xf && wf && yf &&
-	    (rc = emul_rc(be, EMUL_IN->ops->linear_fwd(EMUL_IN, op, xf, wf, b, yf))) == 0)
-		emul_narrow(be, yf, y, emul_sizes[s].y);
-	free(xf), free(wf), free(yf);
-	return rc;
+	return emul_wfwd(be, op, x, w, b, y, EMUL_IN->ops->linear_fwd);
 }
 static int emul_linear_bwd_data(struct backend *be, struct be_op *op, const float *dy,
 				const float *w, float *dx, float beta)
 {
-	int s = emul_find(op), rc = -1;
-	float *dyf = emul_widen(be, dy, emul_sizes[s].y), *wf = emul_round(be, w, emul_sizes[s].w);
-	float *dxf = beta != 0.0f ? emul_widen(be, dx, emul_sizes[s].x)
-				  : malloc(emul_sizes[s].x * sizeof(float));
-	if (dyf && wf && dxf &&
-	    (rc = emul_rc(be, EMUL_IN->ops->linear_bwd_data(EMUL_IN, op, dyf, wf, dxf, beta))) == 0)
-		emul_narrow(be, dxf, dx, emul_sizes[s].x);
-	free(dyf), free(wf), free(dxf);
-	return rc;
+	return emul_wbwd(be, op, dy, w, dx, beta, EMUL_IN->ops->linear_bwd_data);
 }
 /* cuBLAS writes the linear weight gradient in float32 directly (16-bit inputs, float32 C). */
 static int emul_linear_bwd_weights(struct backend *be, struct be_op *op, const float *x,

@@ -119,7 +119,7 @@ static void learns(void)
 		    nn_init_weights(&m, 3, err, sizeof(err)) == 0,
 		"lenet on bf16 builds%s%s", *err ? ": " : "", err))
 		goto out;
-	for (int step = 0; step < 40; step++) {
+	for (int step = 0; step < 60; step++) {
 		/* class k: a bright quadrant k over noise */
 		chk_random(&rng, x, n * px, 0, 0.3f);
 		for (int i = 0; i < n; i++) {
@@ -131,7 +131,7 @@ static void learns(void)
 		if (nn_forward(&m, x, n, &logits, err, sizeof(err)) < 0 ||
 		    nn_loss(&m, y, n, 0.0f, 1.0f, &loss, &correct, err, sizeof(err)) < 0 ||
 		    nn_backward(&m, n, 0.0f, err, sizeof(err)) < 0 ||
-		    h->ops->axpby(h, -0.2f, m.grads, 1.0f, m.weights, m.param_total) < 0) {
+		    h->ops->axpby(h, -0.1f, m.grads, 1.0f, m.weights, m.param_total) < 0) {
 			fail("lenet on bf16, step %d: %s", step, err);
 			goto done;
 		}
