@@ -1,9 +1,9 @@
 /* backend_cuda.cu — the CUDA backend: cuDNN for convolution and batch norm, cuBLAS for linear
- * layers, own kernels (backend_cuda_kernels.cuh) for pooling, element-wise ops, global average
- * pool, cross-entropy and sums; one stream on one GPU, memory from a caching arena over
- * cudaMalloc. Activations in float32, bfloat16 or half (be_cuda_opts.act_dtype), NCHW in float32
- * and NHWC in the half modes (DPTRAIN_CUDA_LAYOUT), float32 parameters. Must not change the op
- * semantics backend_ref.c defines: t/unit/backend_cuda.c compares them op by op. */
+ * layers, own kernels (backend_cuda_kernels.cuh) for batch norm in bf16, pooling, element-wise
+ * ops, global average pool, cross-entropy and sums; one stream on one GPU, memory from a caching
+ * arena over cudaMalloc. Activations in float32, bfloat16 or half (be_cuda_opts.act_dtype), NCHW in
+ * float32 and NHWC in the half modes (DPTRAIN_CUDA_LAYOUT), float32 parameters. Must not change the
+ * op semantics backend_ref.c defines: t/unit/backend_cuda.c compares them op by op. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,9 +83,10 @@ extern "C" int be_cuda_device_count(char *err, size_t errlen)
  * weights into a half copy in scratch (they change every step: nothing to cache). The weight
  * gradient comes out of cuDNN in the half type into scratch and is widened into the float32
  * gradient. Linear layers are cublasGemmEx with half A and B and float32 compute (reductions in
- * float32 too); their weight gradient is written in float32 directly. Batch norm is cuDNN's with
- * half x and y and float32 parameters and statistics. Nothing is clamped: an fp16 overflow is
- * inf, and the trainer's loss scaling (sumsq of the float32 gradients) skips that step.
+ * float32 too); their weight gradient is written in float32 directly. Batch norm has half x and y
+ * and float32 parameters and statistics: cuDNN's in fp16, own kernels in bf16 (see the batch
+ * norm section for why). Nothing is clamped: an fp16 overflow is inf, and the trainer's loss
+ * scaling (sumsq of the float32 gradients) skips that step.
  *
  * Layout. In the half modes activations are NHWC ("channels last"), where tensor cores and
  * cuDNN's fast half kernels want them (PyTorch's channels_last with autocast does the same);
@@ -101,13 +102,18 @@ extern "C" int be_cuda_device_count(char *err, size_t errlen)
  * (cudnnBatchNormalizationForwardTrainingEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), the ReLU and
  * the residual add fused into them where cuDNN can (see cu_bn_create).
  *
- * Determinism. Own kernels and cuBLAS give the same bits for the same inputs on the same GPU.
+ * Determinism. Own kernels (batch norm's too: fixed-order sums, no atomics) and cuBLAS give the
+ * same bits for the same inputs on the same GPU.
  * cuDNN's convolution algorithms are chosen once per op by its heuristics
  * (cudnnGet*Algorithm_v7, no benchmarking); DPTRAIN_CUDA_DETERMINISTIC=1 at creation restricts
  * them to deterministic ones (the bit-exact resume test needs that on a GPU). */
 
 #define CU_WS_CAP	((size_t)256 << 20) /* cuDNN workspace, shared by every op */
 #define CU_SUMSQ_BLOCKS 1024
+/* Own batch norm kernels (bf16): slabs per channel chunk at most, and rows per thread at least
+ * (fewer partials to write and add up than values read, by that factor at least). */
+#define BN_SLABS_MAX	1024
+#define BN_ROWS_MIN	16
 
 struct cu_block {
 	void *p;
@@ -122,6 +128,7 @@ struct cu_ctx {
 	int tf32;
 	enum be_dtype dtype; /* activations: float32, bf16 or fp16 */
 	int nhwc;	     /* activations NHWC (half modes), else NCHW */
+	unsigned bn_wave;    /* bf16: blocks of the own BN partial kernels the GPU runs at once */
 	cudaStream_t stream;
 	cudaStream_t copy; /* uploads (upload), created on first use */
 	cudnnHandle_t dnn;
@@ -145,7 +152,7 @@ struct be_op {
 		struct be_pool_desc pool;
 		struct be_linear_desc linear;
 	} d;
-	/* conv: x and y; bn: x (also y, dy, dx) and the per-channel parameters (bd) */
+	/* conv: x and y; bn (cuDNN's): x (also y, dy, dx) and the per-channel parameters (bd) */
 	cudnnTensorDescriptor_t xd, yd, bd;
 	cudnnFilterDescriptor_t wd;
 	cudnnConvolutionDescriptor_t cd;
@@ -163,6 +170,9 @@ struct be_op {
 	cudnnBatchNormOps_t bn_ops;
 	cudnnActivationDescriptor_t ad;
 	size_t bn_fwd_ws, bn_bwd_ws, bn_reserve;
+	/* bn: bn_own: own kernels (bf16) on the grid bn_geom, no cuDNN descriptor */
+	int bn_own;
+	struct bn_geom bn_geom;
 };
 
 static struct cu_ctx *ctx_of(struct backend *be)
@@ -1219,17 +1229,24 @@ static int cu_conv_bwd_weights(struct backend *be, struct be_op *op, const float
 	return ACT_CALL(be, conv_bwd_weights_t, be, op, x, dy, dwgt, dbias, beta);
 }
 
-/* Batch norm: cuDNN's spatial mode, whose formulas are PyTorch's (saved inverse std, running
- * variance unbiased, running = (1 - factor) running + factor stat with factor = momentum); in
- * half modes x and y are half and the parameters and statistics float32 (the descriptor cuDNN
- * derives for half data). In NCHW the fused ReLU and the fused residual add are own kernels after
- * the forward (bn_fwd_tail).
+/* Batch norm, with the reference's (PyTorch's) formulas: saved inverse std, running variance
+ * unbiased, running = (1 - momentum) running + momentum stat. Which path each mode takes:
+ * - bf16 (both layouts): own kernels (backend_cuda_kernels.cuh, bn_own_* below). cuDNN does not
+ *   document its batch norm calls for bfloat16 data (PyTorch never gives cuDNN a bf16 batch norm:
+ *   it runs its own kernels), so they may refuse it at run time or take a slow path. Three
+ *   kernels a pass: per-slab partial sums in double, a fixed-order reduction per channel that
+ *   finishes the statistics, an element-wise pass with the ReLU and the residual add fused (y
+ *   rounded once); the same bits every run, in deterministic mode or not.
+ * - fp16: cuDNN with half x and y and float32 parameters and statistics (the descriptor cuDNN
+ *   derives for half data); training in NHWC through its persistent kernels (below).
+ * - float32: cuDNN's CUDNN_BATCHNORM_SPATIAL, which agrees with the CPU backends to float32
+ *   rounding.
+ * On the cuDNN paths the fused ReLU and the fused residual add are own kernels after the forward
+ * (bn_fwd_tail), except where cuDNN fuses them:
  * In fp16 NHWC training runs cudnnBatchNormalizationForwardTrainingEx in
  * CUDNN_BATCHNORM_SPATIAL_PERSISTENT, cuDNN's NHWC kernels, with the ReLU (BN_ACTIVATION) or the
  * add and the ReLU (BN_ADD_ACTIVATION) inside it where cuDNN fuses them: C a multiple of 4. The
- * add without a ReLU, and the other channel counts, run BN alone and bn_fwd_tail. cuDNN documents
- * those kernels for half data only (PyTorch never gives cuDNN bfloat16 batch norms): bf16 NHWC
- * runs the plain calls with NHWC descriptors, as NCHW does. The fused
+ * add without a ReLU, and the other channel counts, run BN alone and bn_fwd_tail. The fused
  * result is rounded once, not after the BN and again after the add: not the bits of the separate
  * ops (t/unit/backend_cuda.c checks that within rounding). Where cuDNN refuses a plan (its size
  * queries here, or NOT_SUPPORTED from the call), the next one down is used: BN alone, then the
@@ -1267,14 +1284,40 @@ static cudnnStatus_t bn_plan(struct backend *be, struct be_op *op, cudnnBatchNor
 	return CUDNN_STATUS_SUCCESS;
 }
 
-/* The plain calls in CUDNN_BATCHNORM_SPATIAL: NCHW, bf16, and fp16 NHWC where cuDNN refuses the
- * Ex plans. */
+/* The plain calls in CUDNN_BATCHNORM_SPATIAL: float32, fp16 NCHW, and fp16 NHWC where cuDNN
+ * refuses the Ex plans. */
 static void bn_plain(struct be_op *op)
 {
 	op->bn_ex = 0;
 	op->bn_mode = CUDNN_BATCHNORM_SPATIAL;
 	op->bn_ops = CUDNN_BATCHNORM_OPS_BN;
 	op->bn_fwd_ws = op->bn_bwd_ws = op->bn_reserve = 0;
+}
+
+/* The own kernels' grid for a shape: channel chunks x slabs of rows, the slabs as many as fill
+ * about one wave of the GPU (ctx->bn_wave blocks at once) with at least BN_ROWS_MIN rows per
+ * thread, at most BN_SLABS_MAX. The order of the sums follows from the shape and this grid: the
+ * same bits every run on one GPU model (another may differ in the last bits, as cuDNN's
+ * algorithms do). */
+static void bn_geom_plan(const struct cu_ctx *ctx, const struct be_bn_desc *d, struct bn_geom *g)
+{
+	size_t cb = ctx->nhwc ? BN_CB : 1, rb = CU_THREADS / cb, slabs, most;
+
+	g->rows = (size_t)d->n * d->h * d->w;
+	g->hw = (size_t)d->h * d->w;
+	g->chans = d->c;
+	g->nhwc = ctx->nhwc;
+	g->chunks = (unsigned)(((size_t)d->c + cb - 1) / cb);
+	slabs = ctx->bn_wave / g->chunks;
+	most = (g->rows + rb * BN_ROWS_MIN - 1) / (rb * BN_ROWS_MIN);
+	if (slabs > most)
+		slabs = most;
+	if (slabs > BN_SLABS_MAX)
+		slabs = BN_SLABS_MAX;
+	if (slabs < 1)
+		slabs = 1;
+	g->slab_rows = (g->rows + slabs - 1) / slabs;
+	g->slabs = (unsigned)((g->rows + g->slab_rows - 1) / g->slab_rows);
 }
 
 static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d)
@@ -1290,6 +1333,11 @@ static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d
 	be_bn_str(d, op->shape, sizeof(op->shape));
 	shape = op_shape(be, op);
 	bn_plain(op);
+	if (ctx_of(be)->dtype == BE_BF16) {
+		op->bn_own = 1;
+		bn_geom_plan(ctx_of(be), d, &op->bn_geom);
+		return op;
+	}
 	if (tensor4d(be, &op->xd, d->n, d->c, d->h, d->w, fn, shape) < 0)
 		goto fail;
 	if ((s = cudnnCreateTensorDescriptor(&op->bd)) != CUDNN_STATUS_SUCCESS ||
@@ -1334,7 +1382,8 @@ static const char *bn_ops_name(cudnnBatchNormOps_t ops)
 }
 
 /* z is given exactly when the op adds a residual (the reference's check and message), and is not
- * y: cuDNN writes bn(x) into y before z is added. */
+ * y: cuDNN writes bn(x) into y before z is added (the own kernels would not mind, but every mode
+ * keeps one contract). */
 static int bn_check_z(struct backend *be, const struct be_op *op, const float *z, const float *y,
 		      const char *fn)
 {
@@ -1363,6 +1412,113 @@ static int bn_fwd_tail(struct backend *be, const struct be_op *op, const float *
 	return 0;
 }
 
+/* ---- Own kernels (bf16) ---- */
+
+/* Blocks of the final kernels: BN_LANES threads per channel. */
+static unsigned bn_final_blocks(const struct bn_geom *g)
+{
+	unsigned per = CU_THREADS / BN_LANES;
+
+	return (unsigned)(((size_t)g->chans + per - 1) / per);
+}
+
+/* One block of arena scratch: the partial sums (2 x chans x slabs doubles), then ncoef x chans
+ * float coefficients at *coef. The caller frees it after issuing the kernels that use it (the
+ * stream orders its reuse). */
+static double *bn_scratch(struct backend *be, const struct be_op *op, int ncoef, float **coef,
+			  const char *fn)
+{
+	const struct bn_geom *g = &op->bn_geom;
+	size_t np = 2 * (size_t)g->chans * g->slabs;
+	double *p = (double *)arena_alloc(
+	    be, np * sizeof(double) + (size_t)ncoef * g->chans * sizeof(float), fn);
+
+	*coef = p ? (float *)(p + np) : NULL;
+	return p;
+}
+
+/* Reads x twice (the partial sums, then y), z once, writes y once. */
+template <typename T>
+static int bn_own_fwd_train(struct backend *be, struct be_op *op, const float *x, const float *z,
+			    const float *gamma, const float *beta_, float *y, float *save_mean,
+			    float *save_invstd, float *running_mean, float *running_var,
+			    float momentum)
+{
+	const char *fn = "bn_fwd_train", *shape = op->shape;
+	const struct bn_geom *g = &op->bn_geom;
+	const struct be_bn_desc *d = &op->d.bn;
+	float *coef;
+	double *part = bn_scratch(be, op, 3, &coef, fn);
+	int rv = -1;
+
+	if (!part)
+		return -1;
+	LAUNCH_TRY(k_bn_stats<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x, part);
+	LAUNCH_TRY(k_bn_stats_final, bn_final_blocks(g), CU_THREADS, *g, part, d->eps, momentum,
+		   gamma, beta_, save_mean, save_invstd, running_mean, running_var, coef);
+	LAUNCH_TRY(k_bn_apply<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x,
+		   (const T *)z, coef, (T *)y, d->fuse_relu);
+	rv = 0;
+out:
+	arena_free(be, part);
+	return rv;
+}
+
+template <typename T>
+static int bn_own_fwd_infer(struct backend *be, struct be_op *op, const float *x, const float *z,
+			    const float *gamma, const float *beta_, const float *running_mean,
+			    const float *running_var, float *y)
+{
+	const char *fn = "bn_fwd_infer", *shape = op->shape;
+	const struct bn_geom *g = &op->bn_geom;
+	const struct be_bn_desc *d = &op->d.bn;
+	float *coef = (float *)arena_alloc(be, 3 * sizeof(float) * g->chans, fn);
+	int rv = -1;
+
+	if (!coef)
+		return -1;
+	LAUNCH_TRY(k_bn_infer_coef, grid_for((size_t)g->chans), CU_THREADS, g->chans, d->eps, gamma,
+		   beta_, running_mean, running_var, coef);
+	LAUNCH_TRY(k_bn_apply<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x,
+		   (const T *)z, coef, (T *)y, d->fuse_relu);
+	rv = 0;
+out:
+	arena_free(be, coef);
+	return rv;
+}
+
+/* Reads x and dy (and y with fuse_relu) twice, writes dx and dz once; no scratch copy of an
+ * aliased dx is needed (k_bn_bwd_apply reads each index before writing it). */
+template <typename T>
+static int bn_own_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
+		      const float *dy, const float *gamma, const float *save_mean,
+		      const float *save_invstd, float *dx, float *dz, float bz, float *dgamma,
+		      float *dbeta, float beta)
+{
+	const char *fn = "bn_bwd", *shape = op->shape;
+	const struct bn_geom *g = &op->bn_geom;
+	const T *mask = op->d.bn.fuse_relu ? (const T *)y : NULL;
+	float *coef;
+	double *part = bn_scratch(be, op, 4, &coef, fn);
+	int rv = -1;
+
+	if (!part)
+		return -1;
+	LAUNCH_TRY(k_bn_bwd_stats<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x, mask,
+		   (const T *)dy, save_mean, part);
+	LAUNCH_TRY(k_bn_bwd_final, bn_final_blocks(g), CU_THREADS, *g, part, gamma, save_mean,
+		   save_invstd, dgamma, dbeta, beta, coef);
+	if (dx || dz)
+		LAUNCH_TRY(k_bn_bwd_apply<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g,
+			   (const T *)x, mask, (const T *)dy, coef, (T *)dx, beta, (T *)dz, bz);
+	rv = 0;
+out:
+	arena_free(be, part);
+	return rv;
+}
+
+/* ---- cuDNN (fp16, float32) and the dispatch ---- */
+
 template <typename T>
 static int bn_fwd_train_t(struct backend *be, struct be_op *op, const float *x, const float *z,
 			  const float *gamma, const float *beta_, float *y, float *save_mean,
@@ -1380,6 +1536,9 @@ static int bn_fwd_train_t(struct backend *be, struct be_op *op, const float *x, 
 	if ((long long)d->n * d->h * d->w < 2)
 		return be_errf(
 		    be, "bn_fwd_train(%s): training needs more than one value per channel", shape);
+	if (op->bn_own)
+		return bn_own_fwd_train<T>(be, op, x, z, gamma, beta_, y, save_mean, save_invstd,
+					   running_mean, running_var, momentum);
 	/* NHWC: the Ex call, one plan down after each NOT_SUPPORTED (nothing ran then) */
 	while (op->bn_ex) {
 		int add = op->bn_ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION;
@@ -1438,6 +1597,9 @@ static int bn_fwd_infer_t(struct backend *be, struct be_op *op, const float *x, 
 		return -1;
 	shape = op->shape;
 	d = &op->d.bn;
+	if (op->bn_own)
+		return bn_own_fwd_infer<T>(be, op, x, z, gamma, beta_, running_mean, running_var,
+					   y);
 	DNN_RET(cudnnBatchNormalizationForwardInference(
 	    ctx->dnn, CUDNN_BATCHNORM_SPATIAL, &one_f, &zero_f, op->xd, x, op->xd, y, op->bd, gamma,
 	    beta_, running_mean, running_var, (double)d->eps));
@@ -1481,6 +1643,13 @@ static int bn_bwd_t(struct backend *be, struct be_op *op, const float *x, const 
 	d = &op->d.bn;
 	if (be_bn_z_check(be, d, dz, fn) < 0)
 		return -1;
+	if (d->fuse_relu && !y)
+		return be_errf(
+		    be, "bn_bwd(%s): the op fuses a ReLU, whose mask is y > 0, but y is NULL",
+		    shape);
+	if (op->bn_own)
+		return bn_own_bwd<T>(be, op, x, y, dy, gamma, save_mean, save_invstd, dx, dz, bz,
+				     dgamma, dbeta, beta);
 	n = (size_t)d->n * d->c * d->h * d->w;
 	alias = dx && (dx == dy || dx == x);
 	masked = d->fuse_relu || d->fuse_add;
@@ -2047,6 +2216,25 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	CREATE_TRY(e == cudaSuccess, "cudaSetDevice", cudaGetErrorString(e));
 	e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
 	CREATE_TRY(e == cudaSuccess, "cudaStreamCreate", cudaGetErrorString(e));
+	if (dt == BE_BF16) { /* own batch norm kernels: one wave of their partial kernels */
+		int sms = 0, nf = 0, nb = 0;
+		e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+		CREATE_TRY(e == cudaSuccess,
+			   "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)",
+			   cudaGetErrorString(e));
+		e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nf, k_bn_stats<bf16>, CU_THREADS,
+								  0);
+		CREATE_TRY(e == cudaSuccess,
+			   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_stats)",
+			   cudaGetErrorString(e));
+		e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_bn_bwd_stats<bf16>,
+								  CU_THREADS, 0);
+		CREATE_TRY(e == cudaSuccess,
+			   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_bwd_stats)",
+			   cudaGetErrorString(e));
+		nf = nf < nb ? nf : nb;
+		ctx->bn_wave = (unsigned)(sms > 0 ? sms : 1) * (unsigned)(nf > 0 ? nf : 1);
+	}
 	ds = cudnnCreate(&ctx->dnn);
 	CREATE_TRY(ds == CUDNN_STATUS_SUCCESS, "cudnnCreate", cudnnGetErrorString(ds));
 	ds = cudnnSetStream(ctx->dnn, ctx->stream);

@@ -1,6 +1,6 @@
 /* backend_cuda_kernels.cuh — the CUDA backend's own kernels, included by backend_cuda.cu only:
- * element types of activations (float32, bfloat16, half), pooling, element-wise ops, global
- * average pool, cross-entropy, sums. Device code only: no library calls, no host state. */
+ * element types of activations (float32, bfloat16, half), batch norm, pooling, element-wise ops,
+ * global average pool, cross-entropy, sums. Device code only: no library calls, no host state. */
 #ifndef DPTRAIN_BACKEND_CUDA_KERNELS_CUH
 #define DPTRAIN_BACKEND_CUDA_KERNELS_CUH
 
@@ -386,6 +386,367 @@ __global__ static void k_sum_partials(const double *partial, unsigned count, dou
 	s = block_sum(s);
 	if (threadIdx.x == 0)
 		*out = s;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Batch norm's own kernels (backend_cuda.cu says which mode runs them). Per channel c, over its
+ * m = N*H*W values ("rows": row r = n * hw + pixel), each pass runs three kernels:
+ *
+ * 1. Partials. Block (i, j) of a (chunks, slabs) grid takes the channels of chunk i and the rows
+ *    of slab j ([j * slab_rows, (j + 1) * slab_rows), the last slab shorter) and writes one
+ *    partial sum per channel and slab: of x and x^2 (forward), of g and g (x - mean) (backward,
+ *    g = dy masked by the fused ReLU). In NHWC a block is BN_CB channels x CU_THREADS / BN_CB
+ *    row lanes, consecutive threads on consecutive channels of a row (coalesced); in NCHW it is
+ *    one channel x CU_THREADS lanes, consecutive threads on consecutive pixels of its plane.
+ * 2. Final. BN_LANES threads per channel add up its partials and finish: mean, inverse std and
+ *    running statistics (forward), dgamma and dbeta (backward); and write the per-channel
+ *    coefficients of the element-wise pass.
+ * 3. Apply. The grid of 1 again, element-wise: y = relu?((x - mean) gamma invstd + beta (+ z)),
+ *    or dx and dz, in float, rounded once to the act type.
+ *
+ * Sums are in double, each thread adding its rows in order, then fixed trees: their order
+ * depends on the shape and the grid only, so the same inputs give the same bits every run. In
+ * double the variance may be E[x^2] - mean^2 in one pass: the difference costs log2(mean^2 /
+ * var) bits, of double's 53 (a channel of 1000 + U(-8, 8): 16 bits), where float32, with 24,
+ * would be left with noise (x^2's rounding, 2^-24 mean^2 per add, outweighs var there).
+ * Welford's update or Kahan's float sums would need a division or four float operations per
+ * value for what double does in two; these kernels are memory-bound, and double runs at half
+ * the float rate on the GPUs they are tuned for (the data-centre ones). The element-wise pass
+ * needs no more than float: its result is rounded to 8 (bf16) or 11 (fp16) bits. */
+
+#define BN_CB	  32 /* NHWC: channels per block of the partial and apply kernels */
+#define BN_LANES  32 /* threads per channel in the final kernels */
+#define BN_UNROLL 4  /* rows a thread loads before it uses the first: loads in flight */
+
+/* One batch norm's shape and its kernels' grid (backend_cuda.cu plans it at bn_create). */
+struct bn_geom {
+	size_t rows;	  /* m = N*H*W values per channel */
+	size_t hw;	  /* pixels per sample */
+	size_t slab_rows; /* rows per slab; the last one may have fewer */
+	int chans;
+	int nhwc;
+	unsigned chunks, slabs; /* the grid of the partial and apply kernels */
+};
+
+/* This thread's part of the (chunks, slabs) grid: channel c (idle where c >= chans), its row
+ * lane ty of rb, and its slab's rows [r0, r1), which it takes ty, ty + rb, ... */
+struct bn_part {
+	int c;
+	unsigned cb, rb, ty;
+	size_t r0, r1;
+};
+
+__device__ static inline bn_part bn_place(const bn_geom &g)
+{
+	bn_part t;
+
+	t.cb = g.nhwc ? BN_CB : 1;
+	t.rb = CU_THREADS / t.cb;
+	t.ty = threadIdx.x / t.cb;
+	t.c = (int)(blockIdx.x * t.cb + threadIdx.x % t.cb);
+	t.r0 = (size_t)blockIdx.y * g.slab_rows;
+	t.r1 = g.rows - t.r0 > g.slab_rows ? t.r0 + g.slab_rows : g.rows;
+	return t;
+}
+
+/* A thread's walk over its channel's rows of its slab, rb at a time, BN_UNROLL rows a batch:
+ * batch() gives their element indices (NHWC r * chans + c; NCHW (n * chans + c) * hw + p for
+ * r = n * hw + p, whose n and p advance without a division per row) and whether each row is
+ * still in the slab. Kernels load a whole batch before using any of it: a load waits for
+ * nothing but its address, so BN_UNROLL of them are in flight per thread where one add
+ * waiting for its load would otherwise hold up the next load (the kernels are memory-bound). */
+struct bn_rows {
+	size_t r, n, p, dn, dp;
+
+	__device__ bn_rows(const bn_geom &g, const bn_part &t)
+	    : r(t.r0 + t.ty), n(r / g.hw), p(r % g.hw), dn(t.rb / g.hw), dp(t.rb % g.hw)
+	{
+	}
+	__device__ bool more(const bn_part &t) const
+	{
+		return r < t.r1;
+	}
+	__device__ void batch(const bn_geom &g, const bn_part &t, size_t *i, bool *in)
+	{
+#pragma unroll
+		for (int k = 0; k < BN_UNROLL; k++) {
+			in[k] = r < t.r1;
+			i[k] = g.nhwc ? r * g.chans + t.c : (n * g.chans + t.c) * g.hw + p;
+			r += t.rb;
+			n += dn;
+			p += dp;
+			if (p >= g.hw) {
+				p -= g.hw;
+				n++;
+			}
+		}
+	}
+};
+
+/* Sum of v over the `count` threads t of a block with the same t % stride and t / (stride *
+ * count), member k = t / stride % count, in a fixed tree (count a power of two): the same bits
+ * every run. Member 0 gets the sum. Every thread of the block must call it. */
+__device__ static double bn_tree(double v, unsigned stride, unsigned count)
+{
+	__shared__ double sh[CU_THREADS];
+	unsigned t = threadIdx.x, k = t / stride % count;
+
+	sh[t] = v;
+	__syncthreads();
+	for (unsigned s = count / 2; s > 0; s >>= 1) {
+		if (k < s)
+			sh[t] += sh[t + s * stride];
+		__syncthreads();
+	}
+	double r = sh[t];
+	__syncthreads();
+	return r;
+}
+
+/* The gradient reaching bn(x) from loaded values: dy, masked by y > 0 (yv is 1 without the
+ * fused ReLU). */
+__device__ static inline float bn_grad(float yv, float dyv)
+{
+	return yv > 0.0f ? dyv : 0.0f;
+}
+
+/* Partials are part[q * chans + c][slab]: q = 0 the first sum, q = 1 the second. */
+__device__ static inline void bn_put(const bn_geom &g, const bn_part &t, double *part, double a,
+				     double b)
+{
+	if (t.ty == 0 && t.c < g.chans) {
+		part[(size_t)t.c * g.slabs + blockIdx.y] = a;
+		part[((size_t)g.chans + t.c) * g.slabs + blockIdx.y] = b;
+	}
+}
+
+/* Forward partials: the sums of x and of x^2. */
+template <typename T> __global__ static void k_bn_stats(bn_geom g, const T *x, double *part)
+{
+	bn_part t = bn_place(g);
+	double s = 0.0, ss = 0.0;
+
+	if (t.c < g.chans) {
+		for (bn_rows w(g, t); w.more(t);) {
+			size_t i[BN_UNROLL];
+			bool in[BN_UNROLL];
+			float v[BN_UNROLL];
+			w.batch(g, t, i, in);
+#pragma unroll
+			for (int k = 0; k < BN_UNROLL; k++)
+				v[k] = in[k] ? ldf(x[i[k]]) : 0.0f;
+#pragma unroll
+			for (int k = 0; k < BN_UNROLL; k++) {
+				if (in[k]) {
+					s += v[k];
+					ss += (double)v[k] * v[k];
+				}
+			}
+		}
+	}
+	s = bn_tree(s, t.cb, t.rb);
+	ss = bn_tree(ss, t.cb, t.rb);
+	bn_put(g, t, part, s, ss);
+}
+
+/* Backward partials: the sums of g and of g (x - mean). y is NULL without the fused ReLU. */
+template <typename T>
+__global__ static void k_bn_bwd_stats(bn_geom g, const T *x, const T *y, const T *dy,
+				      const float *save_mean, double *part)
+{
+	bn_part t = bn_place(g);
+	double sg = 0.0, sgx = 0.0;
+
+	if (t.c < g.chans) {
+		double mean = save_mean[t.c];
+		for (bn_rows w(g, t); w.more(t);) {
+			size_t i[BN_UNROLL];
+			bool in[BN_UNROLL];
+			float gv[BN_UNROLL], xv[BN_UNROLL], yv[BN_UNROLL];
+			w.batch(g, t, i, in);
+#pragma unroll
+			for (int k = 0; k < BN_UNROLL; k++) {
+				gv[k] = in[k] ? ldf(dy[i[k]]) : 0.0f;
+				yv[k] = in[k] && y ? ldf(y[i[k]]) : 1.0f;
+				xv[k] = in[k] ? ldf(x[i[k]]) : 0.0f;
+			}
+#pragma unroll
+			for (int k = 0; k < BN_UNROLL; k++) {
+				if (in[k]) {
+					double gd = bn_grad(yv[k], gv[k]);
+					sg += gd;
+					sgx += gd * (xv[k] - mean);
+				}
+			}
+		}
+	}
+	sg = bn_tree(sg, t.cb, t.rb);
+	sgx = bn_tree(sgx, t.cb, t.rb);
+	bn_put(g, t, part, sg, sgx);
+}
+
+/* Channel c of the final kernels (BN_LANES threads each, CU_THREADS / BN_LANES per block): the
+ * sums over its slabs of both partials, in the thread of lane 0 (which returns 1). */
+__device__ static int bn_gather(const bn_geom &g, const double *part, int *c, double *a, double *b)
+{
+	unsigned lane = threadIdx.x % BN_LANES;
+	double s = 0.0, t = 0.0;
+
+	*c = (int)(blockIdx.x * (CU_THREADS / BN_LANES) + threadIdx.x / BN_LANES);
+	if (*c < g.chans) {
+		for (unsigned k = lane; k < g.slabs; k += BN_LANES) {
+			s += part[(size_t)*c * g.slabs + k];
+			t += part[((size_t)g.chans + *c) * g.slabs + k];
+		}
+	}
+	*a = bn_tree(s, 1, BN_LANES);
+	*b = bn_tree(t, 1, BN_LANES);
+	return lane == 0 && *c < g.chans;
+}
+
+/* The forward's per-channel coefficients, coef[q * chans + c]: mean, gamma invstd, beta. */
+__device__ static inline void bn_coef_fwd(float *coef, int chans, int c, double mean, double invstd,
+					  float gamma, float beta_)
+{
+	coef[c] = (float)mean;
+	coef[chans + c] = (float)(invstd * gamma);
+	coef[2 * chans + c] = beta_;
+}
+
+/* Training statistics as the reference computes them (PyTorch's formulas): the biased variance
+ * normalises, the unbiased one goes into the running variance. */
+__global__ static void k_bn_stats_final(bn_geom g, const double *part, float eps, float momentum,
+					const float *gamma, const float *beta_, float *save_mean,
+					float *save_invstd, float *running_mean, float *running_var,
+					float *coef)
+{
+	int c;
+	double s, ss;
+
+	if (!bn_gather(g, part, &c, &s, &ss))
+		return;
+	double m = (double)g.rows, mean = s / m, var = ss / m - mean * mean;
+	if (var < 0.0) /* the rounding of a spread below double's resolution; NaN stays */
+		var = 0.0;
+	double invstd = 1.0 / sqrt(var + eps);
+	save_mean[c] = (float)mean;
+	save_invstd[c] = (float)invstd;
+	running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
+	running_var[c] =
+	    (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));
+	bn_coef_fwd(coef, g.chans, c, mean, invstd, gamma[c], beta_[c]);
+}
+
+/* Inference: the running statistics. */
+__global__ static void k_bn_infer_coef(int chans, float eps, const float *gamma, const float *beta_,
+				       const float *running_mean, const float *running_var,
+				       float *coef)
+{
+	GRID_LOOP(c, (size_t)chans)
+	bn_coef_fwd(coef, chans, (int)c, running_mean[c], 1.0 / sqrt((double)running_var[c] + eps),
+		    gamma[c], beta_[c]);
+}
+
+/* y = relu?((x - mean) gamma invstd + beta (+ z)), one rounding to the act type (the residual
+ * join fused: not the bits of BN, add and ReLU as separate ops, which round twice). A batch's
+ * loads come before its stores, so y may be x. */
+template <typename T>
+__global__ static void k_bn_apply(bn_geom g, const T *x, const T *z, const float *coef, T *y,
+				  int relu)
+{
+	bn_part t = bn_place(g);
+
+	if (t.c >= g.chans)
+		return;
+	float mean = coef[t.c], scale = coef[g.chans + t.c], shift = coef[2 * g.chans + t.c];
+	for (bn_rows w(g, t); w.more(t);) {
+		size_t i[BN_UNROLL];
+		bool in[BN_UNROLL];
+		float xv[BN_UNROLL], zv[BN_UNROLL];
+		w.batch(g, t, i, in);
+#pragma unroll
+		for (int k = 0; k < BN_UNROLL; k++) {
+			xv[k] = in[k] ? ldf(x[i[k]]) : 0.0f;
+			zv[k] = in[k] && z ? ldf(z[i[k]]) : 0.0f;
+		}
+#pragma unroll
+		for (int k = 0; k < BN_UNROLL; k++) {
+			float v = __fmaf_rn(__fsub_rn(xv[k], mean), scale, shift);
+			if (z)
+				v = __fadd_rn(v, zv[k]);
+			if (in[k])
+				y[i[k]] = to_act<T>(relu && !(v > 0.0f) ? 0.0f : v);
+		}
+	}
+}
+
+/* dgamma = sum g xhat and dbeta = sum g, blended with beta (0 never reads them); and the
+ * coefficients of dx = k (g - sg / m - xhat sgx / m) with k = gamma invstd and xhat = (x - mean)
+ * invstd, as dx = k g + kx (x - mean) + k0: coef[q * chans + c] = mean, k, kx, k0. */
+__global__ static void k_bn_bwd_final(bn_geom g, const double *part, const float *gamma,
+				      const float *save_mean, const float *save_invstd,
+				      float *dgamma, float *dbeta, float beta, float *coef)
+{
+	int c;
+	double sg, sgxm;
+
+	if (!bn_gather(g, part, &c, &sg, &sgxm))
+		return;
+	double m = (double)g.rows, invstd = save_invstd[c], sgx = sgxm * invstd;
+	double k = gamma[c] * invstd;
+	dgamma[c] = blend_d(sgx, beta, &dgamma[c]);
+	dbeta[c] = blend_d(sg, beta, &dbeta[c]);
+	coef[c] = save_mean[c];
+	coef[g.chans + c] = (float)k;
+	coef[2 * g.chans + c] = (float)(-k * invstd * sgx / m);
+	coef[3 * g.chans + c] = (float)(-k * sg / m);
+}
+
+/* out = g + beta * out as blend_f, from out's value already loaded (read only where beta is not
+ * 0: it may be NaN then). */
+__device__ static inline float blend_v(float g, float beta, float old)
+{
+	return beta == 0.0f ? g : __fadd_rn(g, __fmul_rn(beta, old));
+}
+
+/* dx = blend(k g + kx (x - mean) + k0, beta) where dx is given, dz = blend(g, bz) where dz is
+ * (fuse_add); y is NULL without the fused ReLU. A batch's loads (the old dx and dz for the
+ * blends too) come before its stores, so dx and dz may be x, y or dy (dz in dy's slot: dx still
+ * sees the dy it was given). */
+template <typename T>
+__global__ static void k_bn_bwd_apply(bn_geom g, const T *x, const T *y, const T *dy,
+				      const float *coef, T *dx, float beta, T *dz, float bz)
+{
+	bn_part t = bn_place(g);
+
+	if (t.c >= g.chans)
+		return;
+	float mean = coef[t.c], k = coef[g.chans + t.c], kx = coef[2 * g.chans + t.c];
+	float k0 = coef[3 * g.chans + t.c];
+	int rdx = dx && beta != 0.0f, rdz = dz && bz != 0.0f;
+	for (bn_rows w(g, t); w.more(t);) {
+		size_t i[BN_UNROLL];
+		bool in[BN_UNROLL];
+		float gv[BN_UNROLL], yv[BN_UNROLL], xv[BN_UNROLL], ox[BN_UNROLL], oz[BN_UNROLL];
+		w.batch(g, t, i, in);
+#pragma unroll
+		for (int u = 0; u < BN_UNROLL; u++) {
+			gv[u] = in[u] ? ldf(dy[i[u]]) : 0.0f;
+			yv[u] = in[u] && y ? ldf(y[i[u]]) : 1.0f;
+			xv[u] = in[u] && dx ? ldf(x[i[u]]) : 0.0f;
+			ox[u] = in[u] && rdx ? ldf(dx[i[u]]) : 0.0f;
+			oz[u] = in[u] && rdz ? ldf(dz[i[u]]) : 0.0f;
+		}
+#pragma unroll
+		for (int u = 0; u < BN_UNROLL; u++) {
+			float gu = bn_grad(yv[u], gv[u]);
+			float v = __fmaf_rn(k, gu, __fmaf_rn(kx, __fsub_rn(xv[u], mean), k0));
+			if (in[u] && dx)
+				dx[i[u]] = to_act<T>(blend_v(v, beta, ox[u]));
+			if (in[u] && dz)
+				dz[i[u]] = to_act<T>(blend_v(gu, bz, oz[u]));
+		}
+	}
 }
 
 /* The reference's window_argmax, line for line: first maximum in scan order, NaN wins. xp is a

@@ -3,7 +3,8 @@
  * first), bit-for-bit repeats with DPTRAIN_CUDA_DETERMINISTIC=1, the same with TF32 within its
  * tolerances, fused BN+add+ReLU against the separate ops, whole small models, uploads and
  * markers; then its bf16 and fp16 activation modes against the reference backend on inputs
- * rounded to the type, in both activation layouts (NHWC, the default, and NCHW), and the two
+ * rounded to the type, in both activation layouts (NHWC, the default, and NCHW), bf16's own
+ * batch norm kernels besides (a large-mean channel, repeats bit for bit), and the two
  * layouts against each other. Skips where no GPU is visible. Owns nothing outside its process. */
 #include <math.h>
 #include <stdint.h>
@@ -435,10 +436,12 @@ static double act_tol(const struct t *t);
 /* On the GPU, a fused BN+add(+ReLU) op gives the bits of BN, add and ReLU run as separate ops
  * (nn.c fuses them and must not change numbers by it): forward y, backward dx, and dz = the
  * masked dy. fy, fdx, fdz are the fused op's results for gx, gz, gdy (bz = 0). Compares raw act
- * bytes, so it holds in every activation type. In fp16 NHWC cuDNN fuses the add and the ReLU
- * into its BN kernel, rounding once where the separate ops round after each: y and dx (whose
- * saved statistics come from another cuDNN kernel) agree within rounding there, and dz, dy masked
- * by y, still bit for bit: both backwards mask with the fused y. */
+ * bytes, so it holds in every activation type. Where the join is fused into the BN kernel, y is
+ * rounded once where the separate ops round after each, and agrees within rounding only: bf16
+ * (own kernels, both layouts) and fp16 NHWC (cuDNN's persistent kernels). dx stays bit for bit in
+ * bf16 (its saved statistics and the masked gradient are the same bits either way), within
+ * rounding in fp16 NHWC (its saved statistics come from another cuDNN kernel); dz, dy masked by
+ * y, bit for bit everywhere: both backwards mask with the fused y. */
 static void fused_vs_separate(struct t *t, const char *w, const struct be_bn_desc *d,
 			      const void *gx, const void *gz, const float *ggm, const float *gbt,
 			      const void *gdy, const void *fy, const void *fdx, const void *fdz)
@@ -468,18 +471,21 @@ static void fused_vs_separate(struct t *t, const char *w, const struct be_bn_des
 		diag("%s", g->err);
 		goto out;
 	}
-	if (t->nhwc && t->dt == BE_F16) {
+	if (t->dt == BE_BF16 || (t->nhwc && t->dt == BE_F16)) {
 		float *hu = adown(t, u, d->n, d->c, d->h, d->w);
 		float *hf = adown(t, fy, d->n, d->c, d->h, d->w);
 		cmp(t, w, "fused y vs separate ops", hf, hu, nx, act_tol(t));
 		free(hu), free(hf);
-		hu = adown(t, dx, d->n, d->c, d->h, d->w);
-		hf = adown(t, fdx, d->n, d->c, d->h, d->w);
-		cmp(t, w, "fused dx vs separate ops", hf, hu, nx, act_tol(t));
-		free(hu), free(hf);
 	} else {
 		snprintf(r, sizeof(r), "%s fused y", w);
 		same_bytes(t, r, u, fy, bytes);
+	}
+	if (t->nhwc && t->dt == BE_F16) {
+		float *hu = adown(t, dx, d->n, d->c, d->h, d->w);
+		float *hf = adown(t, fdx, d->n, d->c, d->h, d->w);
+		cmp(t, w, "fused dx vs separate ops", hf, hu, nx, act_tol(t));
+		free(hu), free(hf);
+	} else {
 		snprintf(r, sizeof(r), "%s fused dx", w);
 		same_bytes(t, r, dx, fdx, bytes);
 	}
@@ -1222,6 +1228,9 @@ static const struct be_bn_desc bns[] = {
     {2, 3, 5, 7, 1e-5f, 1, 1},	 {8, 17, 3, 3, 1e-5f, 0, 1},	{4, 32, 8, 8, 1e-3f, 1, 1},
     {16, 24, 2, 2, 1e-5f, 1, 1}, {32, 64, 16, 16, 1e-5f, 1, 1},
 };
+/* bf16's own BN kernels split each channel's n*h*w values into slabs (backend_cuda.cu): this
+ * shape has many, the last one short, in either layout, and an odd channel count. */
+static const struct be_bn_desc bn_slabs = {9, 7, 37, 41, 1e-5f, 1, 1};
 
 static const struct be_pool_desc pools[] = {
     {BE_POOL_MAX, 2, 3, 9, 9, 3, 3, 2, 1, 0, 0},   {BE_POOL_MAX, 2, 3, 7, 7, 2, 2, 2, 0, 0, 0},
@@ -1457,14 +1466,16 @@ out_ops:
 }
 
 /* The reference's backward masks dy with the GPU's y (see test_bn) and uses its own saved
- * statistics. */
+ * statistics. In bf16 (own kernels) an absent or aliased dx, and dz in dy's slot, change no bit
+ * of any output; the cuDNN paths take those through scratch and agree within rounding. */
 static void test_bn_h(struct t *t, struct be_bn_desc d)
 {
 	struct backend *r = t->cpu, *g = t->gpu;
 	struct be_op *orf = r->ops->bn_create(r, &d), *og = g->ops->bn_create(g, &d);
-	size_t nx = (size_t)d.n * d.c * d.h * d.w, nc = d.c;
+	size_t nx = (size_t)d.n * d.c * d.h * d.w, nc = d.c, bytes = nx * g->act_size;
 	float momentum = 0.1f;
-	char s[160], w[200];
+	int own = t->dt == BE_BF16;
+	char s[160], w[200], q[240];
 
 	snprintf(w, sizeof(w), "bn(%s)", be_bn_str(&d, s, sizeof(s)));
 	if (!ok(orf && og, "%s %s: created", t->name, w)) {
@@ -1550,8 +1561,63 @@ static void test_bn_h(struct t *t, struct be_bn_desc d)
 		float *h = adown(t, gdy2, d.n, d.c, d.h, d.w);
 		cmp(t, w, "dx in place of dy", h, hdx, nx, act_tol(t));
 		free(h);
+		snprintf(q, sizeof(q), "%s dx in place of dy", w);
+		if (own)
+			same_bytes(t, q, gdy2, gdx, bytes);
 	}
 	dfree(t, gdy2), dfree(t, z3);
+	/* dx NULL: the parameter gradients alone, the same ones (and the same dz) */
+	float *g2 = dpoison(t, nc), *b2 = dpoison(t, nc);
+	void *z2 = z ? apoison(t, nx) : NULL;
+	if (ran(t, g,
+		g->ops->bn_bwd(g, og, gx, gy, gdy, ggm, gsm, gsi, NULL, z2, 0.0f, g2, b2, 0.0f),
+		w)) {
+		if (own) {
+			snprintf(q, sizeof(q), "%s bwd without dx: dgamma", w);
+			same_bits(t, q, g2, hdg, nc);
+			snprintf(q, sizeof(q), "%s bwd without dx: dbeta", w);
+			same_bits(t, q, b2, hdb, nc);
+		} else {
+			cmp_dev(t, w, "bwd without dx: dgamma", g2, hdg, nc, TOL_HALF_F32);
+			cmp_dev(t, w, "bwd without dx: dbeta", b2, hdb, nc, TOL_HALF_F32);
+		}
+		if (z) {
+			snprintf(q, sizeof(q), "%s bwd without dx: dz", w);
+			same_bytes(t, q, z2, gdz, bytes);
+		}
+	}
+	dfree(t, g2), dfree(t, b2), dfree(t, z2);
+	/* dx in place of x */
+	void *gx2 = aup(t, x, d.n, d.c, d.h, d.w), *z4 = z ? apoison(t, nx) : NULL;
+	if (ran(t, g,
+		g->ops->bn_bwd(g, og, gx2, gy, gdy, ggm, gsm, gsi, gx2, z4, 0.0f, gdg, gdb, 0.0f),
+		w)) {
+		float *h = adown(t, gx2, d.n, d.c, d.h, d.w);
+		cmp(t, w, "dx in place of x", h, hdx, nx, act_tol(t));
+		free(h);
+		snprintf(q, sizeof(q), "%s dx in place of x", w);
+		if (own)
+			same_bytes(t, q, gx2, gdx, bytes);
+	}
+	dfree(t, gx2), dfree(t, z4);
+	/* dz in place of dy: nn.c gives z's gradient the slot of y's when their lives meet here */
+	if (z) {
+		void *gdy3 = aup(t, dy, d.n, d.c, d.h, d.w), *dx3 = apoison(t, nx);
+		if (ran(t, g,
+			g->ops->bn_bwd(g, og, gx, gy, gdy3, ggm, gsm, gsi, dx3, gdy3, 0.0f, gdg,
+				       gdb, 0.0f),
+			w)) {
+			snprintf(q, sizeof(q), "%s dz in place of dy: dz", w);
+			same_bytes(t, q, gdy3, gdz, bytes);
+			float *h = adown(t, dx3, d.n, d.c, d.h, d.w);
+			cmp(t, w, "dz in place of dy: dx", h, hdx, nx, act_tol(t));
+			free(h);
+			snprintf(q, sizeof(q), "%s dz in place of dy: dx", w);
+			if (own)
+				same_bytes(t, q, dx3, gdx, bytes);
+		}
+		dfree(t, gdy3), dfree(t, dx3);
+	}
 	if (z)
 		fused_vs_separate(t, w, &d, gx, gz, ggm, gbt, gdy, gy, gdx, gdz);
 out:
@@ -1561,6 +1627,121 @@ out:
 	dfree(t, gx), dfree(t, gdy), dfree(t, gz), dfree(t, gy), dfree(t, gye), dfree(t, gdx);
 	dfree(t, gdz), dfree(t, ggm), dfree(t, gbt), dfree(t, grm), dfree(t, grv), dfree(t, gsm);
 	dfree(t, gsi), dfree(t, gdg), dfree(t, gdb);
+out_ops:
+	if (orf)
+		r->ops->op_destroy(r, orf);
+	if (og)
+		g->ops->op_destroy(g, og);
+}
+
+/* bf16's own batch norm kernels (backend_cuda.cu): the statistics of a channel `big` (-1: none)
+ * whose mean is large against its spread, 1000 + U(-8, 8): with m = 13653 values a float32
+ * E[x^2] - mean^2 gives a variance off by a factor of two or more (measured in a host emulation)
+ * where the kernels' double sums agree with the reference's two passes to float32 rounding; and
+ * two identical training steps (forward and backward) give the same bits, which
+ * device.deterministic and the bit-exact resume test rely on. */
+static void test_bn_h_own(struct t *t, struct be_bn_desc d, int big)
+{
+	struct backend *r = t->cpu, *g = t->gpu;
+	struct be_op *orf = r->ops->bn_create(r, &d), *og = g->ops->bn_create(g, &d);
+	size_t nx = (size_t)d.n * d.c * d.h * d.w, nc = d.c, hw = (size_t)d.h * d.w;
+	size_t bytes = nx * g->act_size;
+	float momentum = 0.1f;
+	char s[160], w[200], q[300];
+	void *gy[2] = {NULL, NULL}, *gdx[2] = {NULL, NULL}, *gdz[2] = {NULL, NULL};
+	float *gsm[2] = {NULL, NULL}, *gsi[2] = {NULL, NULL}, *grm[2] = {NULL, NULL};
+	float *grv[2] = {NULL, NULL}, *gdg[2] = {NULL, NULL}, *gdb[2] = {NULL, NULL};
+
+	snprintf(w, sizeof(w), "bn(%s)%s", be_bn_str(&d, s, sizeof(s)),
+		 big >= 0 ? " with a large-mean channel" : "");
+	if (!ok(orf && og, "%s %s: created", t->name, w)) {
+		diag("ref: %s; gpu: %s", orf ? "" : r->err, og ? "" : g->err);
+		goto out_ops;
+	}
+	float *x = rnd(t, nx, -1, 1), *dy = hrnd(t, nx, -1, 1), *gm = rnd(t, nc, 0.5f, 1.5f);
+	float *bt = rnd(t, nc, -0.5f, 0.5f), *rm = rnd(t, nc, -0.2f, 0.2f);
+	float *rv = rnd(t, nc, 0.5f, 1.5f), *z = d.fuse_add ? hrnd(t, nx, -1, 1) : NULL;
+	for (size_t i = 0; i < nx; i++) {
+		int c = (int)(i / hw % nc);
+		x[i] = round_act(t, c == big ? 1000.0f + 8.0f * x[i]
+					     : x[i] * (1.0f + c % 5) + 0.5f * (c % 7));
+	}
+	void *gx = aup(t, x, d.n, d.c, d.h, d.w), *gdy = aup(t, dy, d.n, d.c, d.h, d.w);
+	void *gz = z ? aup(t, z, d.n, d.c, d.h, d.w) : NULL;
+	float *ggm = up(t, gm, nc), *gbt = up(t, bt, nc);
+	for (int k = 0; k < 2; k++) {
+		gy[k] = apoison(t, nx), gdx[k] = apoison(t, nx), gdz[k] = z ? apoison(t, nx) : NULL;
+		gsm[k] = dpoison(t, nc), gsi[k] = dpoison(t, nc), grm[k] = up(t, rm, nc);
+		grv[k] = up(t, rv, nc), gdg[k] = dpoison(t, nc), gdb[k] = dpoison(t, nc);
+	}
+	float *y = chk_alloc(nx), *sm = chk_alloc(nc), *si = chk_alloc(nc), *dx = chk_alloc(nx);
+	float *dg = chk_alloc(nc), *db = chk_alloc(nc), *dz = z ? chk_alloc(nx) : NULL;
+	float *hy = NULL, *hdx = NULL, *hsm = NULL, *hsi = NULL, *hrv = NULL;
+
+	for (int k = 0; k < 2; k++)
+		if (!ran(t, g,
+			 g->ops->bn_fwd_train(g, og, gx, gz, ggm, gbt, gy[k], gsm[k], gsi[k],
+					      grm[k], grv[k], momentum),
+			 w) ||
+		    !ran(t, g,
+			 g->ops->bn_bwd(g, og, gx, gy[k], gdy, ggm, gsm[k], gsi[k], gdx[k], gdz[k],
+					0.0f, gdg[k], gdb[k], 0.0f),
+			 w))
+			goto out;
+	hy = adown(t, gy[0], d.n, d.c, d.h, d.w);
+	if (!ran(t, r, r->ops->bn_fwd_train(r, orf, x, z, gm, bt, y, sm, si, rm, rv, momentum),
+		 w) ||
+	    !ran(t, r, r->ops->bn_bwd(r, orf, x, hy, dy, gm, sm, si, dx, dz, 0.0f, dg, db, 0.0f),
+		 w))
+		goto out;
+	cmp(t, w, "train y", hy, y, nx, act_tol(t));
+	cmp_dev(t, w, "save_mean", gsm[0], sm, nc, TOL_HALF_F32);
+	cmp_dev(t, w, "save_invstd", gsi[0], si, nc, TOL_HALF_F32);
+	cmp_dev(t, w, "running_mean", grm[0], rm, nc, TOL_HALF_F32);
+	cmp_dev(t, w, "running_var (unbiased)", grv[0], rv, nc, TOL_HALF_F32);
+	hdx = adown(t, gdx[0], d.n, d.c, d.h, d.w);
+	cmp(t, w, "dx", hdx, dx, nx, act_tol(t));
+	cmp_dev(t, w, "dgamma", gdg[0], dg, nc, TOL_HALF_F32);
+	cmp_dev(t, w, "dbeta", gdb[0], db, nc, TOL_HALF_F32);
+	if (big >= 0) {
+		/* that channel alone: the L2 errors above are dominated by the others */
+		hsm = down(t, gsm[0], nc), hsi = down(t, gsi[0], nc), hrv = down(t, grv[0], nc);
+		ok(fabs((double)hsm[big] - sm[big]) <= 1e-6 * fabs(sm[big]) &&
+		       fabs((double)hsi[big] - si[big]) <= 1e-5 * si[big] &&
+		       fabs((double)hrv[big] - rv[big]) <= 1e-5 * rv[big],
+		   "%s %s: channel %d: mean %.9g (reference %.9g), inverse std %.9g (%.9g), "
+		   "running var %.9g (%.9g)",
+		   t->name, w, big, hsm[big], sm[big], hsi[big], si[big], hrv[big], rv[big]);
+	}
+	/* the second step: every output the same bits as the first */
+	snprintf(q, sizeof(q), "%s y repeats bit for bit", w);
+	same_bytes(t, q, gy[0], gy[1], bytes);
+	snprintf(q, sizeof(q), "%s save_mean repeats bit for bit", w);
+	same_bytes(t, q, gsm[0], gsm[1], nc * sizeof(float));
+	snprintf(q, sizeof(q), "%s save_invstd repeats bit for bit", w);
+	same_bytes(t, q, gsi[0], gsi[1], nc * sizeof(float));
+	snprintf(q, sizeof(q), "%s running_mean and running_var repeat bit for bit", w);
+	same_bytes(t, q, grm[0], grm[1], nc * sizeof(float));
+	same_bytes(t, q, grv[0], grv[1], nc * sizeof(float));
+	snprintf(q, sizeof(q), "%s dx repeats bit for bit", w);
+	same_bytes(t, q, gdx[0], gdx[1], bytes);
+	snprintf(q, sizeof(q), "%s dgamma and dbeta repeat bit for bit", w);
+	same_bytes(t, q, gdg[0], gdg[1], nc * sizeof(float));
+	same_bytes(t, q, gdb[0], gdb[1], nc * sizeof(float));
+	if (z) {
+		snprintf(q, sizeof(q), "%s dz repeats bit for bit", w);
+		same_bytes(t, q, gdz[0], gdz[1], bytes);
+	}
+out:
+	free(x), free(dy), free(gm), free(bt), free(rm), free(rv), free(z), free(y), free(sm);
+	free(si), free(dx), free(dg), free(db), free(dz), free(hy), free(hdx), free(hsm), free(hsi);
+	free(hrv);
+	dfree(t, gx), dfree(t, gdy), dfree(t, gz), dfree(t, ggm), dfree(t, gbt);
+	for (int k = 0; k < 2; k++) {
+		dfree(t, gy[k]), dfree(t, gdx[k]), dfree(t, gdz[k]), dfree(t, gsm[k]);
+		dfree(t, gsi[k]), dfree(t, grm[k]), dfree(t, grv[k]), dfree(t, gdg[k]);
+		dfree(t, gdb[k]);
+	}
 out_ops:
 	if (orf)
 		r->ops->op_destroy(r, orf);
@@ -1824,6 +2005,11 @@ static void run_half_suite(struct t *t, struct backend *cpu, int convs_only)
 		return;
 	for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++)
 		test_bn_h(t, bns[i]);
+	if (t->dt == BE_BF16) {
+		test_bn_h(t, bn_slabs);
+		test_bn_h_own(t, bn_slabs, 2);
+		test_bn_h_own(t, bns[8], -1);
+	}
 	for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
 		test_pool_h(t, pools[i], 0);
 	test_pool_h(t, pools[0], 3);
