@@ -37,6 +37,10 @@ struct comm_ops {
 	int (*broadcast)(struct comm *c, void *buf, size_t bytes, int root, char *err,
 			 size_t errlen);
 	int (*barrier)(struct comm *c, char *err, size_t errlen);
+	/* Optional (NCCL): the operations issued after this call start on the device once the work
+	 * behind mark (a backend marker, backend.h, recorded on this comm's GPU) is done; the
+	 * calling thread does not wait. Not collective. NULL: the caller waits for the marker. */
+	int (*after)(struct comm *c, void *mark, char *err, size_t errlen);
 	/* From any thread: make operations in progress and later ones fail with reason, and tell
 	 * the other ranks (through the store). */
 	void (*abort)(struct comm *c, const char *reason);

@@ -586,6 +586,27 @@ static void nccl_destroy(struct comm *base)
 	free(c);
 }
 
+/* DDP's gradient buckets: the NCCL stream waits for the event the backend recorded after the
+ * kernels writing the bucket, so the reduction is queued at once and starts on the GPU as soon
+ * as they end. Not an operation of its own (no sequence number, no timeout): the next one
+ * carries those. */
+static int nccl_after(struct comm *base, void *mark, char *err, size_t errlen)
+{
+	struct comm_nccl *c = (struct comm_nccl *)base;
+	cudaError_t e;
+	if (c->failed)
+		return failf(err, errlen, "%s", c->fail_msg);
+	if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+		return nccl_fail_abort(c, err, errlen);
+	if (!mark)
+		return 0;
+	if ((e = cudaSetDevice(c->device)) != cudaSuccess)
+		return nccl_fail_cuda(c, "cudaSetDevice", e, err, errlen);
+	if ((e = cudaStreamWaitEvent(c->stream, (cudaEvent_t)mark, 0)) != cudaSuccess)
+		return nccl_fail_cuda(c, "cudaStreamWaitEvent", e, err, errlen);
+	return 0;
+}
+
 static const struct comm_ops nccl_ops = {
     .name = "nccl",
     .allreduce = nccl_allreduce,
@@ -593,6 +614,7 @@ static const struct comm_ops nccl_ops = {
     .allgather = nccl_allgather,
     .broadcast = nccl_broadcast,
     .barrier = nccl_barrier,
+    .after = nccl_after,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
 };

@@ -3,8 +3,9 @@
  * parameters final (from the nn grad hook) and waits at the end of backward.
  *
  * On a GPU the hook runs when backward's kernels are issued, not done: a bucket handed over
- * carries a marker (be->ops->mark) recorded after them, and the communication thread waits
- * for it before reducing (NCCL runs on its own stream and needs the data written). */
+ * carries a marker (be->ops->mark) recorded after them. NCCL's stream waits for it on the GPU
+ * (comm after()), so the reduction is queued at once and starts when the gradients are
+ * written; an engine without after() has the communication thread wait for it. */
 #define _GNU_SOURCE
 #include "ddp.h"
 #include "failf.h"
@@ -62,7 +63,10 @@ static void *comm_thread(void *arg)
 		struct backend *be = d->m->be;
 		pthread_mutex_unlock(&d->mu);
 		int rv = 0;
-		if (be->ops->mark_wait && be->ops->mark_wait(be, d->ev[i]) < 0) {
+		/* NCCL: its stream waits for the bucket's marker on the GPU; else this thread */
+		if (d->c->ops->after && d->ev[i])
+			rv = d->c->ops->after(d->c, d->ev[i], err, sizeof(err));
+		else if (be->ops->mark_wait && be->ops->mark_wait(be, d->ev[i]) < 0) {
 			snprintf(err, sizeof(err), "waiting for its gradients: %.900s", be->err);
 			rv = -1;
 		}

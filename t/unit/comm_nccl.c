@@ -341,6 +341,56 @@ out:
 	bufs_put(&b);
 }
 
+/* after(): an allreduce issued right after a large copy into its buffer on another stream,
+ * behind after(event of that copy), must reduce the copied values (without the device-side
+ * wait NCCL would read the buffer while the copy still runs). */
+static void check_after(struct comm *c, struct report *rp)
+{
+	enum { N = 16 << 20 }; /* 64 MiB of floats: milliseconds of copying */
+	int r = c->rank, w = c->world_size, salt = 40;
+	char err[1024] = "setting up the copy failed";
+	float *h = NULL, *back = NULL, *d = NULL;
+	cudaStream_t side = NULL;
+	cudaEvent_t ev = NULL;
+	size_t bad = 0;
+	int ok = c->ops->after != NULL;
+
+	if (!ok) {
+		rep(rp, 0, "the nccl engine has after()");
+		return;
+	}
+	rep(rp, c->ops->after(c, NULL, err, sizeof(err)) == 0, "after(NULL) does nothing");
+	ok = cudaHostAlloc((void **)&h, N * sizeof(float), cudaHostAllocDefault) == cudaSuccess &&
+	     (back = malloc(N * sizeof(float))) != NULL &&
+	     cudaMalloc((void **)&d, N * sizeof(float)) == cudaSuccess &&
+	     cudaMemset(d, 0, N * sizeof(float)) == cudaSuccess &&
+	     cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking) == cudaSuccess &&
+	     cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+	     cudaDeviceSynchronize() == cudaSuccess;
+	if (ok) {
+		fill(h, N, COMM_F32, r, salt);
+		ok = cudaMemcpyAsync(d, h, N * sizeof(float), cudaMemcpyHostToDevice, side) ==
+			     cudaSuccess &&
+		     cudaEventRecord(ev, side) == cudaSuccess &&
+		     c->ops->after(c, ev, err, sizeof(err)) == 0 &&
+		     c->ops->allreduce(c, d, N, COMM_F32, COMM_SUM, err, sizeof(err)) == 0 &&
+		     to_host(back, d, N * sizeof(float)) == 0;
+	}
+	for (size_t i = 0; ok && i < N; i += 997) {
+		double want;
+		bad += !near_sum(back[i], COMM_F32, w, i, salt, 0, &want);
+	}
+	rep(rp, ok && bad == 0, "allreduce behind after(copy event) sums the copied data%s%s", ok ? "" : ": ",
+	    ok ? "" : err);
+	if (ev)
+		cudaEventDestroy(ev);
+	if (side)
+		cudaStreamDestroy(side);
+	cudaFree(d);
+	cudaFreeHost(h);
+	free(back);
+}
+
 static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
@@ -364,6 +414,7 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 	check_allgather(c, &rp, 333, COMM_F64, 1);
 	check_broadcast(c, &rp, 12345, 0);
 	check_broadcast(c, &rp, 1 << 20, w - 1);
+	check_after(c, &rp);
 	int ok3 = 1;
 	for (int i = 0; i < 3; i++)
 		if (c->ops->barrier(c, err, sizeof(err)) < 0) {
