@@ -552,10 +552,10 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			failf(err, errlen, "cpu backend: %s", e2);
 			goto out;
 		}
-		/* half precision is a GPU mode (the config check warns where device.kind is cpu;
-		 * this is device.kind auto on a machine without a GPU) */
-		if (rank0 && (c->precision.mode == CFG_PREC_BF16 ||
-			      c->precision.mode == CFG_PREC_FP16))
+		/* half precision is a GPU mode: device.kind auto on a machine without a GPU (with
+		 * device.kind cpu the config check has already warned) */
+		if (rank0 && c->device.kind != CFG_DEVICE_CPU &&
+		    (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
 			fprintf(stderr,
 				"dptrain: warning: precision.mode %s is a GPU mode; the CPU computes "
 				"in fp32 (loss scaling as precision.loss_scale says)\n",

@@ -72,6 +72,15 @@ static inline float *emul_widen(struct backend *be, const void *a, size_t n)
 	return f;
 }
 
+/* float32 buffer for an output of n act elements the op blends into with beta: its old values
+ * where beta is not 0 (never read otherwise); NULL for a NULL output. */
+static inline float *emul_out(struct backend *be, const void *a, size_t n, float beta)
+{
+	if (!a)
+		return NULL;
+	return beta != 0.0f ? emul_widen(be, a, n) : malloc((n ? n : 1) * sizeof(float));
+}
+
 static inline void emul_narrow(struct backend *be, const float *f, void *a, size_t n)
 {
 	uint16_t *h = a;
@@ -267,8 +276,7 @@ static int emul_wbwd(struct backend *be, struct be_op *op, const float *dy, cons
 {
 	int s = emul_find(op), rc = -1;
 	float *dyf = emul_widen(be, dy, emul_sizes[s].y), *wf = emul_round(be, w, emul_sizes[s].w);
-	float *dxf = beta != 0.0f ? emul_widen(be, dx, emul_sizes[s].x)
-				  : malloc(emul_sizes[s].x * sizeof(float));
+	float *dxf = emul_out(be, dx, emul_sizes[s].x, beta);
 	if (dyf && wf && dxf && (rc = emul_rc(be, f(emul_of(be)->in, op, dyf, wf, dxf, beta))) == 0)
 		emul_narrow(be, dxf, dx, emul_sizes[s].x);
 	free(dyf), free(wf), free(dxf);
@@ -338,8 +346,7 @@ static int emul_bn_bwd(struct backend *be, struct be_op *op, const float *x, con
 	int s = emul_find(op), rc = -1;
 	size_t n = emul_sizes[s].x;
 	float *xf = emul_widen(be, x, n), *yf = emul_widen(be, y, n), *dyf = emul_widen(be, dy, n);
-	float *dxf = dx ? (beta != 0.0f ? emul_widen(be, dx, n) : malloc(n * sizeof(float))) : NULL;
-	float *dzf = dz ? (bz != 0.0f ? emul_widen(be, dz, n) : malloc(n * sizeof(float))) : NULL;
+	float *dxf = emul_out(be, dx, n, beta), *dzf = emul_out(be, dz, n, bz);
 	if (xf && yf && dyf && (dxf || !dx) && (dzf || !dz) &&
 	    (rc = emul_rc(be, EMUL_IN->ops->bn_bwd(EMUL_IN, op, xf, yf, dyf, g, sm, si, dxf, dzf,
 						   bz, dg, db, beta))) == 0) {
@@ -365,7 +372,7 @@ static int emul_pool_bwd(struct backend *be, struct be_op *op, const float *x, c
 	int s = emul_find(op), rc = -1;
 	size_t nx = emul_sizes[s].x, ny = emul_sizes[s].y;
 	float *xf = emul_widen(be, x, nx), *yf = emul_widen(be, y, ny), *dyf = emul_widen(be, dy, ny);
-	float *dxf = beta != 0.0f ? emul_widen(be, dx, nx) : malloc(nx * sizeof(float));
+	float *dxf = emul_out(be, dx, nx, beta);
 	if (xf && yf && dyf && dxf &&
 	    (rc = emul_rc(be, EMUL_IN->ops->pool_bwd(EMUL_IN, op, xf, yf, dyf, dxf, beta))) == 0)
 		emul_narrow(be, dxf, dx, nx);
@@ -409,7 +416,7 @@ static int emul_relu_bwd(struct backend *be, const float *y, const float *dy, fl
 			 float beta)
 {
 	float *yf = emul_widen(be, y, n), *dyf = emul_widen(be, dy, n);
-	float *dxf = beta != 0.0f ? emul_widen(be, dx, n) : malloc(n * sizeof(float));
+	float *dxf = emul_out(be, dx, n, beta);
 	int rc = yf && dyf && dxf ? emul_rc(be, EMUL_IN->ops->relu_bwd(EMUL_IN, yf, dyf, dxf, n, beta))
 				  : -1;
 	if (rc == 0)
@@ -440,7 +447,7 @@ static int emul_gap_bwd(struct backend *be, const float *dy, float *dx, int n, i
 {
 	size_t nx = (size_t)n * c * hw;
 	float *dyf = emul_widen(be, dy, (size_t)n * c);
-	float *dxf = beta != 0.0f ? emul_widen(be, dx, nx) : malloc(nx * sizeof(float));
+	float *dxf = emul_out(be, dx, nx, beta);
 	int rc = dyf && dxf ? emul_rc(be, EMUL_IN->ops->gap_bwd(EMUL_IN, dyf, dxf, n, c, hw, beta))
 			    : -1;
 	if (rc == 0)
