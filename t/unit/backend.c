@@ -689,6 +689,13 @@ static void run_suite(struct pair *p, int convs_only)
 	    {2, 4, 5, 5, 3, 5, 5, 1, 0, 1, 0, 0},      /* kernel covers the input */
 	    {2, 16, 4, 4, 16, 1, 1, 1, 0, 1, 0, 0},    /* 1x1 with bias */
 	    {2, 64, 12, 12, 256, 1, 1, 1, 0, 0, 0, 0}, /* bottleneck expansion */
+	    /* resnet18 with the ImageNet stem at 64x64 (model_parity.c's): the stem, and the
+	     * deepest layers, where a 3x3 pad 1 window is larger than the 2x2 input and a 1x1/2
+	     * downsample leaves the last row unread (negative right padding); 64 and 512
+	     * channels are whole blocks of 8 (AVX2) and 16 (AVX-512) */
+	    {2, 3, 64, 64, 64, 7, 7, 2, 3, 0, 0, 0},
+	    {2, 256, 4, 4, 512, 1, 1, 2, 0, 0, 0, 0},
+	    {2, 512, 2, 2, 512, 3, 3, 1, 1, 0, 0, 0},
 	};
 	static const struct be_bn_desc bns[] = {
 	    {2, 3, 5, 7, 1e-5f, 0, 0},  {2, 3, 5, 7, 1e-5f, 1, 0},   {1, 16, 4, 4, 1e-5f, 1, 0},
@@ -703,6 +710,7 @@ static void run_suite(struct pair *p, int convs_only)
 	    {BE_POOL_MAX, 2, 3, 7, 7, 2, 2, 2, 0, 0, 0},
 	    {BE_POOL_MAX, 1, 4, 16, 16, 3, 3, 1, 1, 0, 0},
 	    {BE_POOL_MAX, 2, 17, 12, 10, 3, 3, 2, 1, 0, 0},
+	    {BE_POOL_MAX, 2, 64, 32, 32, 3, 3, 2, 1, 0, 0}, /* the ImageNet stem's, at 64x64 */
 	    {BE_POOL_AVG, 2, 3, 8, 8, 2, 2, 2, 0, 0, 0},
 	    {BE_POOL_AVG, 2, 5, 9, 7, 3, 3, 1, 1, 0, 0},
 	    {BE_POOL_AVG, 1, 16, 7, 7, 7, 7, 1, 0, 0, 0},
