@@ -192,6 +192,11 @@ struct backend {
  * (OMP_NUM_THREADS, else all cores); it is set with omp_set_num_threads(), which OpenMP keeps
  * per thread: create the backend in the thread that runs its ops. NULL with *err on failure. */
 struct backend *be_cpu_create(int threads, char *err, size_t errlen);
+/* What the CPU backend computes with, for logs and --devices: "oneDNN 2.6.3, avx512_core_vnni"
+ * (the instruction set oneDNN dispatches to: the CPU's best, or less where ONEDNN_MAX_CPU_ISA
+ * caps it; its kernels, and so the last bits of a result, differ between them), or "no oneDNN:
+ * reference kernels". */
+void be_cpu_describe(char *buf, size_t len);
 /* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
  * right; the test suite checks the other backends against it and against PyTorch. */
 struct backend *be_ref_create(char *err, size_t errlen);

@@ -24,6 +24,11 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen)
 	return be_ref_create_parallel(threads, err, errlen);
 }
 
+void be_cpu_describe(char *buf, size_t len)
+{
+	snprintf(buf, len, "no oneDNN: reference kernels");
+}
+
 #else
 
 #include <oneapi/dnnl/dnnl.h>
@@ -896,6 +901,35 @@ static void cpu_destroy(struct backend *be)
 		free(ctx);
 	}
 	free(be);
+}
+
+void be_cpu_describe(char *buf, size_t len)
+{
+	static const struct {
+		dnnl_cpu_isa_t isa;
+		const char *name;
+	} isas[] = {
+	    {dnnl_cpu_isa_sse41, "sse41"},
+	    {dnnl_cpu_isa_avx, "avx"},
+	    {dnnl_cpu_isa_avx2, "avx2"},
+	    {dnnl_cpu_isa_avx2_vnni, "avx2_vnni"},
+	    {dnnl_cpu_isa_avx512_core, "avx512_core"},
+	    {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+	    {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+	    {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
+	};
+	const dnnl_version_t *v = dnnl_version();
+	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+	const char *name = NULL;
+
+	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++)
+		if (isas[i].isa == isa)
+			name = isas[i].name;
+	if (name)
+		snprintf(buf, len, "oneDNN %d.%d.%d, %s", v->major, v->minor, v->patch, name);
+	else
+		snprintf(buf, len, "oneDNN %d.%d.%d, instruction set 0x%x", v->major, v->minor,
+			 v->patch, (unsigned)isa);
 }
 
 static const struct backend_ops cpu_ops = {

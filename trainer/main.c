@@ -221,6 +221,8 @@ static int list_devices(void)
 	char why[512], desc[512];
 	int n = be_cuda_device_count(why, sizeof(why));
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	be_cpu_describe(desc, sizeof(desc));
+	printf("CPU: %s\n", desc);
 	if (n <= 0) {
 		printf("no GPU: %s (CUDA_VISIBLE_DEVICES=%s); dptrain trains on the CPU\n", why,
 		       cvd ? cvd : "(unset)");

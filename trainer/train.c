@@ -692,12 +692,18 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			goto out;
 		}
 	}
-	if (rank0)
+	if (rank0) {
+		char cpu[96], bdesc[128] = ""; /* the CPU's: oneDNN's version and ISA */
+		if (env->gpu < 0) {
+			be_cpu_describe(cpu, sizeof(cpu));
+			snprintf(bdesc, sizeof(bdesc), " (%s)", cpu);
+		}
 		fprintf(out,
 			"dptrain: %s, %zu parameters, %zu training samples (%ld steps/epoch of %d x "
-			"%d), %d epoch%s, %ld steps, backend %s\n",
+			"%d), %d epoch%s, %ld steps, backend %s%s\n",
 			m.name, nn_param_count(&m), tr.ds.count, spe, c->data.batch_size, accum,
-			epochs, epochs == 1 ? "" : "s", total, be->ops->name);
+			epochs, epochs == 1 ? "" : "s", total, be->ops->name, bdesc);
+	}
 	if (ddp && rank0)
 		fprintf(out,
 			"dptrain: %d ranks, %s of %s on %s, %d gradient bucket%s, %d x %d samples per "

@@ -1,7 +1,9 @@
 /* nn.c — the model graph: parameter counts against torchvision, state_dict names and the
  * reverse-order layout, a finite-difference check of every model's backward schedule
  * (in-place ReLU, residual fan-out, gradient-slot reuse, accumulation), and the safetensors
- * round trip with its errors. Runs on the reference backend. */
+ * round trip with its errors. Runs on the reference backend; that fusing changes no bit also on
+ * the CPU backend, alone with --cpu (t0020 runs that under every instruction set oneDNN may
+ * pick). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -258,17 +260,19 @@ static void fused_same_bits(const char *name, int batch, int hw)
 		}
 	}
 	int blocks = !strcmp(name, "resnet18") ? 8 : 16;
-	ok(nodes[1] - nodes[0] == 2 * blocks, "%s: %d nodes fused, %d unfused (%d blocks fused)",
-	   name, nodes[0], nodes[1], blocks);
+	const char *bn = be->ops->name;
+	ok(nodes[1] - nodes[0] == 2 * blocks,
+	   "%s [%s]: %d nodes fused, %d unfused (%d blocks fused)", name, bn, nodes[0], nodes[1],
+	   blocks);
 	/* the BN output and the add's (the ReLU ran in place on the latter) */
-	ok(acts[1] - acts[0] == blocks, "%s: %d activations allocated fused, %d unfused", name,
-	   acts[0], acts[1]);
-	ok(memcmp(loss[0], loss[1], sizeof(loss[0])) == 0, "%s: same losses (%.9g %.9g)", name,
-	   loss[0][0], loss[0][1]);
+	ok(acts[1] - acts[0] == blocks, "%s [%s]: %d activations allocated fused, %d unfused",
+	   name, bn, acts[0], acts[1]);
+	ok(memcmp(loss[0], loss[1], sizeof(loss[0])) == 0, "%s [%s]: same losses (%.9g %.9g)",
+	   name, bn, loss[0][0], loss[0][1]);
 	ok(memcmp(m[0].grads, m[1].grads, m[0].param_total * sizeof(float)) == 0,
-	   "%s: same accumulated gradients, bit for bit", name);
+	   "%s [%s]: same accumulated gradients, bit for bit", name, bn);
 	ok(memcmp(m[0].state, m[1].state, m[0].state_total * sizeof(float)) == 0,
-	   "%s: same running statistics", name);
+	   "%s [%s]: same running statistics", name, bn);
 	close(mkstemp(pa));
 	close(mkstemp(pb));
 	int saved = nn_save_weights(&m[0], pa, NULL, err, sizeof(err)) == 0 &&
@@ -280,7 +284,7 @@ static void fused_same_bits(const char *name, int batch, int hw)
 		cb = fgetc(fb);
 		same = ca == cb;
 	}
-	ok(same, "%s: fused and unfused models save the same safetensors file", name);
+	ok(same, "%s [%s]: fused and unfused models save the same safetensors file", name, bn);
 	if (fa)
 		fclose(fa);
 	if (fb)
@@ -292,23 +296,35 @@ static void fused_same_bits(const char *name, int batch, int hw)
 	free(x);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	char err[512] = "";
-	be = be_ref_create(err, sizeof(err));
+	int cpu_only = argc > 1 && strcmp(argv[1], "--cpu") == 0;
+	if (argc > 1 && !cpu_only)
+		bail_out("usage: nn.t [--cpu]");
+	if (!cpu_only) {
+		be = be_ref_create(err, sizeof(err));
+		if (!be)
+			bail_out("reference backend: %s", err);
+		param_counts();
+		static const int hidden[2] = {12, 9};
+		gradcheck("mlp", 1, 5, 5, 4, 3, NULL, hidden, 2);
+		gradcheck("lenet", 1, 28, 28, 10, 2, NULL, NULL, 0);
+		/* resnet18 covers basic blocks with and without downsampling, fan-out into the
+		 * residual add and in-place ReLU. resnet50's bottlenecks and the imagenet stem are
+		 * checked against PyTorch in model_parity.c: float32 central differences are too
+		 * coarse for them. */
+		gradcheck("resnet18", 3, 16, 16, 4, 4, "small", NULL, 0);
+		fused_same_bits("resnet18", 4, 8);
+		fused_same_bits("resnet50", 2, 8);
+		save_load();
+		be->ops->destroy(be);
+	}
+	be = be_cpu_create(0, err, sizeof(err));
 	if (!be)
-		bail_out("reference backend: %s", err);
-	param_counts();
-	static const int hidden[2] = {12, 9};
-	gradcheck("mlp", 1, 5, 5, 4, 3, NULL, hidden, 2);
-	gradcheck("lenet", 1, 28, 28, 10, 2, NULL, NULL, 0);
-	/* resnet18 covers basic blocks with and without downsampling, fan-out into the residual
-	 * add and in-place ReLU. resnet50's bottlenecks and the imagenet stem are checked against
-	 * PyTorch in model_parity.c: float32 central differences are too coarse for them. */
-	gradcheck("resnet18", 3, 16, 16, 4, 4, "small", NULL, 0);
+		bail_out("cpu backend: %s", err);
 	fused_same_bits("resnet18", 4, 8);
 	fused_same_bits("resnet50", 2, 8);
-	save_load();
 	be->ops->destroy(be);
 	return done_testing();
 }
