@@ -20,8 +20,9 @@ if test "$DPTRAIN_SAN" = 1; then
 	lenet_args="train.epochs=0 train.max_steps=300"
 	lenet_min=0.70
 else
+	# what contrib/examples promise, on every CPU (t0020 checks each instruction set)
 	mlp_args=""
-	mlp_min=0.85
+	mlp_min=0.87
 	lenet_args=""
 	lenet_min=0.87
 fi
