@@ -31,8 +31,9 @@ void be_cpu_describe(char *buf, size_t len)
 
 #else
 
-#include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl_debug.h>
+
+#include "backend_cpu_dnnl.h" /* oneDNN 2 and 3 behind oneDNN 3's calls */
 
 /* The caller's tensors are plain NCHW / OIHW / [n][features]; a convolution pass may run in
  * oneDNN's blocked layouts (format `any`), reordering at the op boundary through the arena (see
@@ -83,7 +84,7 @@ struct cpu_pass {
 struct arg_spec {
 	int id;
 	enum arg_role role;
-	const dnnl_memory_desc_t *md;
+	cpu_cmd md;
 };
 
 enum cpu_kind { CPU_CONV, CPU_BN, CPU_POOL, CPU_LINEAR };
@@ -125,13 +126,20 @@ static int dnnl_fail(struct backend *be, const char *fn, const char *what, const
 		}                                                                                  \
 	} while (0)
 
-static void md_plain(dnnl_memory_desc_t *md, int ndims, const int64_t *dims, dnnl_format_tag_t tag)
+/* A float32 memory descriptor (cpu_md_destroy it; NULL on failure, which creating a primitive
+ * from it then reports). */
+static cpu_md md_plain(int ndims, const int64_t *dims, dnnl_format_tag_t tag)
 {
 	dnnl_dims_t d;
+	cpu_md md = NULL;
 
 	for (int i = 0; i < ndims; i++)
 		d[i] = dims[i];
-	dnnl_memory_desc_init_by_tag(md, ndims, d, dnnl_f32, tag);
+	if (cpu_md_create(&md, ndims, d, tag) != dnnl_success) {
+		cpu_md_destroy(md);
+		md = NULL;
+	}
+	return md;
 }
 
 static size_t align64(size_t n)
@@ -156,9 +164,8 @@ static int arena_reserve(struct backend *be, size_t bytes, const char *fn, const
 	return 0;
 }
 
-static int reorder_create(struct backend *be, dnnl_primitive_t *prim,
-			  const dnnl_memory_desc_t *from, const dnnl_memory_desc_t *to, int add,
-			  const char *fn, const char *what)
+static int reorder_create(struct backend *be, dnnl_primitive_t *prim, cpu_cmd from, cpu_cmd to,
+			  int add, const char *fn, const char *what)
 {
 	struct cpu_ctx *ctx = ctx_of(be);
 	dnnl_primitive_attr_t attr = NULL;
@@ -168,7 +175,7 @@ static int reorder_create(struct backend *be, dnnl_primitive_t *prim,
 
 	if (add) {
 		DNNL_TRY(dnnl_post_ops_create, (&po));
-		DNNL_TRY(dnnl_post_ops_append_sum, (po, 1.0f));
+		DNNL_TRY(cpu_sum_post_op, (po));
 		DNNL_TRY(dnnl_primitive_attr_create, (&attr));
 		DNNL_TRY(dnnl_primitive_attr_set_post_ops, (attr, po));
 	}
@@ -196,30 +203,30 @@ static void pass_destroy(struct cpu_pass *p)
 	memset(p, 0, sizeof(*p));
 }
 
-/* Plans one primitive from its descriptor (hint: the forward's, for backward passes). */
+/* Plans one primitive from its descriptor *pdp, which it takes over (and sets to NULL): kept in
+ * *keep_pd when that is not NULL (a forward's, the hint of its backward passes), else
+ * destroyed. */
 static int pass_create(struct backend *be, struct be_op *op, struct cpu_pass *p,
-		       const_dnnl_op_desc_t desc, const_dnnl_primitive_desc_t hint,
-		       dnnl_primitive_desc_t *keep_pd, const struct arg_spec *spec, int nspec,
-		       const char *fn)
+		       dnnl_primitive_desc_t *pdp, dnnl_primitive_desc_t *keep_pd,
+		       const struct arg_spec *spec, int nspec, const char *fn)
 {
 	struct cpu_ctx *ctx = ctx_of(be);
 	const char *what = op->what;
-	dnnl_primitive_desc_t pd = NULL;
+	dnnl_primitive_desc_t pd = *pdp;
 	size_t off = 0;
 	int rv = -1;
 
-	DNNL_TRY(dnnl_primitive_desc_create, (&pd, desc, NULL, ctx->eng, hint));
+	*pdp = NULL;
 	DNNL_TRY(dnnl_primitive_create, (&p->prim, pd));
 	for (int i = 0; i < nspec; i++) {
 		struct cpu_arg *a = &p->arg[i];
-		const dnnl_memory_desc_t *pmd =
-		    dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, spec[i].id);
-		const dnnl_memory_desc_t *umd = spec[i].md;
+		cpu_cmd pmd = dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md, spec[i].id);
+		cpu_cmd umd = spec[i].md;
 
 		p->nargs = i + 1;
 		a->id = spec[i].id;
 		a->role = spec[i].role;
-		if (!pmd || pmd->ndims == 0) {
+		if (!pmd || cpu_md_ndims(pmd) == 0) {
 			be_errf(be, "%s%s: the primitive has no argument %d", fn, what, a->id);
 			goto out;
 		}
@@ -344,9 +351,7 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	const char *fn = "conv_create";
 	char shape[160];
 	struct be_op *op = NULL;
-	dnnl_primitive_desc_t fwd_pd = NULL;
-	dnnl_memory_desc_t x, w, b, y, xa, wa, ya;
-	dnnl_convolution_desc_t cd;
+	dnnl_primitive_desc_t pd = NULL, fwd_pd = NULL;
 	dnnl_dims_t strides = {d->stride, d->stride}, pl = {d->pad, d->pad}, pr;
 	int rv = -1;
 
@@ -361,56 +366,53 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	 * padding that may be negative. */
 	pr[0] = (int64_t)(d->oh - 1) * d->stride + d->kh - d->h - d->pad;
 	pr[1] = (int64_t)(d->ow - 1) * d->stride + d->kw - d->w - d->pad;
-	md_plain(&x, 4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_nchw);
-	md_plain(&w, 4, (int64_t[]){d->k, d->c, d->kh, d->kw}, dnnl_oihw);
-	md_plain(&b, 1, (int64_t[]){d->k}, dnnl_a);
-	md_plain(&y, 4, (int64_t[]){d->n, d->k, d->oh, d->ow}, dnnl_nchw);
-	md_plain(&xa, 4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_format_tag_any);
-	md_plain(&wa, 4, (int64_t[]){d->k, d->c, d->kh, d->kw}, dnnl_format_tag_any);
-	md_plain(&ya, 4, (int64_t[]){d->n, d->k, d->oh, d->ow}, dnnl_format_tag_any);
+	const int64_t xd[] = {d->n, d->c, d->h, d->w}, wd[] = {d->k, d->c, d->kh, d->kw},
+		      bd[] = {d->k}, yd[] = {d->n, d->k, d->oh, d->ow};
+	cpu_md x = md_plain(4, xd, dnnl_nchw), w = md_plain(4, wd, dnnl_oihw);
+	cpu_md b = md_plain(1, bd, dnnl_a), y = md_plain(4, yd, dnnl_nchw);
+	cpu_md xa = md_plain(4, xd, dnnl_format_tag_any), wa = md_plain(4, wd, dnnl_format_tag_any);
+	cpu_md ya = md_plain(4, yd, dnnl_format_tag_any);
 	/* Per pass, plain NCHW or `any` (oneDNN's blocked layouts, reordered at the boundary).
 	 * Measured with contrib/bench/ops-bench.c (2 threads, batch 64, ResNet-50 layers): a 1x1
 	 * forward or backward-data pass is a plain GEMM, up to 2x faster without the reorders;
 	 * 3x3 passes and every backward-weights pass are 1.5-3x faster blocked. */
 	int gemm = ctx->conv == CONV_PLAIN || (ctx->conv == CONV_AUTO && d->kh == 1 && d->kw == 1);
-	const dnnl_memory_desc_t *fx = gemm ? &x : &xa, *fw = gemm ? &w : &wa,
-				 *fy = gemm ? &y : &ya;
+	cpu_cmd fx = gemm ? x : xa, fw = gemm ? w : wa, fy = gemm ? y : ya;
 	int plain_w = ctx->conv == CONV_PLAIN;
-	const dnnl_memory_desc_t *wx = plain_w ? &x : &xa, *ww = plain_w ? &w : &wa;
-	const dnnl_memory_desc_t *wy = plain_w ? &y : &ya;
+	cpu_cmd wx = plain_w ? x : xa, ww = plain_w ? w : wa, wy = plain_w ? y : ya;
+	cpu_cmd bias = d->has_bias ? b : NULL;
 
-	DNNL_TRY(dnnl_convolution_forward_desc_init,
-		 (&cd, dnnl_forward_training, dnnl_convolution_direct, fx, fw,
-		  d->has_bias ? &b : NULL, fy, strides, pl, pr));
-	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, &x},
-				 {DNNL_ARG_WEIGHTS, ARG_IN, &w},
-				 {DNNL_ARG_DST, ARG_OUT, &y},
-				 {DNNL_ARG_BIAS, ARG_IN, &b}};
-	if (pass_create(be, op, &op->pass[PASS_FWD], &cd, NULL, &fwd_pd, fwd, 3 + !!d->has_bias,
+	DNNL_TRY(cpu_conv_fwd_pd,
+		 (&pd, ctx->eng, dnnl_forward_training, fx, fw, bias, fy, strides, pl, pr));
+	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
+				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
+				 {DNNL_ARG_DST, ARG_OUT, y},
+				 {DNNL_ARG_BIAS, ARG_IN, b}};
+	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, &fwd_pd, fwd, 3 + !!d->has_bias, fn) < 0)
+		goto out;
+
+	DNNL_TRY(cpu_conv_bwd_data_pd, (&pd, ctx->eng, fx, fw, fy, strides, pl, pr, fwd_pd));
+	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, y},
+				      {DNNL_ARG_WEIGHTS, ARG_IN, w},
+				      {DNNL_ARG_DIFF_SRC, ARG_OUT, x}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, NULL, bwd_data, 3, fn) < 0)
+		goto out;
+
+	DNNL_TRY(cpu_conv_bwd_weights_pd,
+		 (&pd, ctx->eng, wx, ww, bias, wy, strides, pl, pr, fwd_pd));
+	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, x},
+				   {DNNL_ARG_DIFF_DST, ARG_IN, y},
+				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, w},
+				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, b}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_WEIGHTS], &pd, NULL, bwd_w, 3 + !!d->has_bias,
 			fn) < 0)
-		goto out;
-
-	DNNL_TRY(dnnl_convolution_backward_data_desc_init,
-		 (&cd, dnnl_convolution_direct, fx, fw, fy, strides, pl, pr));
-	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, &y},
-				      {DNNL_ARG_WEIGHTS, ARG_IN, &w},
-				      {DNNL_ARG_DIFF_SRC, ARG_OUT, &x}};
-	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &cd, fwd_pd, NULL, bwd_data, 3, fn) < 0)
-		goto out;
-
-	DNNL_TRY(
-	    dnnl_convolution_backward_weights_desc_init,
-	    (&cd, dnnl_convolution_direct, wx, ww, d->has_bias ? &b : NULL, wy, strides, pl, pr));
-	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, &x},
-				   {DNNL_ARG_DIFF_DST, ARG_IN, &y},
-				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, &w},
-				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, &b}};
-	if (pass_create(be, op, &op->pass[PASS_BWD_WEIGHTS], &cd, fwd_pd, NULL, bwd_w,
-			3 + !!d->has_bias, fn) < 0)
 		goto out;
 	rv = 0;
 out:
+	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_desc_destroy(fwd_pd);
+	cpu_md_destroy(x), cpu_md_destroy(w), cpu_md_destroy(b), cpu_md_destroy(y);
+	cpu_md_destroy(xa), cpu_md_destroy(wa), cpu_md_destroy(ya);
 	if (rv < 0) {
 		cpu_op_destroy(be, op);
 		return NULL;
@@ -645,12 +647,11 @@ static int cpu_bn_bwd(struct backend *be, struct be_op *op, const float *x, cons
 
 static struct be_op *cpu_pool_create(struct backend *be, struct be_pool_desc *d)
 {
+	struct cpu_ctx *ctx = ctx_of(be);
 	const char *fn = "pool_create";
 	char shape[160];
 	struct be_op *op = NULL;
-	dnnl_primitive_desc_t fwd_pd = NULL;
-	dnnl_memory_desc_t x, y;
-	dnnl_pooling_desc_t pd;
+	dnnl_primitive_desc_t pd = NULL, fwd_pd = NULL;
 	dnnl_dims_t strides = {d->stride, d->stride}, kernel = {d->kh, d->kw};
 	dnnl_dims_t pl = {d->pad, d->pad}, pr;
 	int max = d->kind == BE_POOL_MAX;
@@ -666,28 +667,28 @@ static struct be_op *cpu_pool_create(struct backend *be, struct be_pool_desc *d)
 	op->d.pool = *d;
 	pr[0] = (int64_t)(d->oh - 1) * d->stride + d->kh - d->h - d->pad;
 	pr[1] = (int64_t)(d->ow - 1) * d->stride + d->kw - d->w - d->pad;
-	md_plain(&x, 4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_nchw);
-	md_plain(&y, 4, (int64_t[]){d->n, d->c, d->oh, d->ow}, dnnl_nchw);
+	cpu_md x = md_plain(4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_nchw);
+	cpu_md y = md_plain(4, (int64_t[]){d->n, d->c, d->oh, d->ow}, dnnl_nchw);
 
 	/* Inference for max: no workspace to write, backward does not need one. */
-	DNNL_TRY(dnnl_pooling_forward_desc_init,
-		 (&pd, max ? dnnl_forward_inference : dnnl_forward_training, alg, &x, &y, strides,
-		  kernel, pl, pr));
-	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, &x}, {DNNL_ARG_DST, ARG_OUT, &y}};
-	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, NULL, &fwd_pd, fwd, 2, fn) < 0)
+	DNNL_TRY(cpu_pool_fwd_pd, (&pd, ctx->eng, max ? dnnl_forward_inference : dnnl_forward_training,
+				   alg, x, y, strides, kernel, pl, pr));
+	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x}, {DNNL_ARG_DST, ARG_OUT, y}};
+	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, &fwd_pd, fwd, 2, fn) < 0)
 		goto out;
 	if (!max) {
-		DNNL_TRY(dnnl_pooling_backward_desc_init,
-			 (&pd, alg, &x, &y, strides, kernel, pl, pr));
-		struct arg_spec bwd[] = {{DNNL_ARG_DIFF_DST, ARG_IN, &y},
-					 {DNNL_ARG_DIFF_SRC, ARG_OUT, &x}};
-		if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, fwd_pd, NULL, bwd, 2, fn) <
-		    0)
+		DNNL_TRY(cpu_pool_bwd_pd,
+			 (&pd, ctx->eng, alg, x, y, strides, kernel, pl, pr, fwd_pd));
+		struct arg_spec bwd[] = {{DNNL_ARG_DIFF_DST, ARG_IN, y},
+					 {DNNL_ARG_DIFF_SRC, ARG_OUT, x}};
+		if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, NULL, bwd, 2, fn) < 0)
 			goto out;
 	}
 	rv = 0;
 out:
+	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_desc_destroy(fwd_pd);
+	cpu_md_destroy(x), cpu_md_destroy(y);
 	if (rv < 0) {
 		cpu_op_destroy(be, op);
 		return NULL;
@@ -722,12 +723,11 @@ static int cpu_pool_bwd(struct backend *be, struct be_op *op, const float *x, co
 
 static struct be_op *cpu_linear_create(struct backend *be, const struct be_linear_desc *d)
 {
+	struct cpu_ctx *ctx = ctx_of(be);
 	const char *fn = "linear_create";
 	char shape[160];
 	struct be_op *op = NULL;
-	dnnl_primitive_desc_t fwd_pd = NULL;
-	dnnl_memory_desc_t x, w, b, y;
-	dnnl_inner_product_desc_t ipd;
+	dnnl_primitive_desc_t pd = NULL, fwd_pd = NULL;
 	int rv = -1;
 
 	if (be_linear_check(be, d) < 0)
@@ -737,38 +737,38 @@ static struct be_op *cpu_linear_create(struct backend *be, const struct be_linea
 		return NULL;
 	const char *what = op->what;
 	op->d.linear = *d;
-	md_plain(&x, 2, (int64_t[]){d->n, d->in}, dnnl_ab);
-	md_plain(&w, 2, (int64_t[]){d->out, d->in}, dnnl_ab);
-	md_plain(&b, 1, (int64_t[]){d->out}, dnnl_a);
-	md_plain(&y, 2, (int64_t[]){d->n, d->out}, dnnl_ab);
+	cpu_md x = md_plain(2, (int64_t[]){d->n, d->in}, dnnl_ab);
+	cpu_md w = md_plain(2, (int64_t[]){d->out, d->in}, dnnl_ab);
+	cpu_md b = md_plain(1, (int64_t[]){d->out}, dnnl_a);
+	cpu_md y = md_plain(2, (int64_t[]){d->n, d->out}, dnnl_ab);
+	cpu_cmd bias = d->has_bias ? b : NULL;
 
-	DNNL_TRY(dnnl_inner_product_forward_desc_init,
-		 (&ipd, dnnl_forward_training, &x, &w, d->has_bias ? &b : NULL, &y));
-	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, &x},
-				 {DNNL_ARG_WEIGHTS, ARG_IN, &w},
-				 {DNNL_ARG_DST, ARG_OUT, &y},
-				 {DNNL_ARG_BIAS, ARG_IN, &b}};
-	if (pass_create(be, op, &op->pass[PASS_FWD], &ipd, NULL, &fwd_pd, fwd, 3 + !!d->has_bias,
+	DNNL_TRY(cpu_ip_fwd_pd, (&pd, ctx->eng, dnnl_forward_training, x, w, bias, y));
+	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
+				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
+				 {DNNL_ARG_DST, ARG_OUT, y},
+				 {DNNL_ARG_BIAS, ARG_IN, b}};
+	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, &fwd_pd, fwd, 3 + !!d->has_bias, fn) < 0)
+		goto out;
+	DNNL_TRY(cpu_ip_bwd_data_pd, (&pd, ctx->eng, x, w, y, fwd_pd));
+	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, y},
+				      {DNNL_ARG_WEIGHTS, ARG_IN, w},
+				      {DNNL_ARG_DIFF_SRC, ARG_OUT, x}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, NULL, bwd_data, 3, fn) < 0)
+		goto out;
+	DNNL_TRY(cpu_ip_bwd_weights_pd, (&pd, ctx->eng, x, w, bias, y, fwd_pd));
+	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, x},
+				   {DNNL_ARG_DIFF_DST, ARG_IN, y},
+				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, w},
+				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, b}};
+	if (pass_create(be, op, &op->pass[PASS_BWD_WEIGHTS], &pd, NULL, bwd_w, 3 + !!d->has_bias,
 			fn) < 0)
-		goto out;
-	DNNL_TRY(dnnl_inner_product_backward_data_desc_init, (&ipd, &x, &w, &y));
-	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, &y},
-				      {DNNL_ARG_WEIGHTS, ARG_IN, &w},
-				      {DNNL_ARG_DIFF_SRC, ARG_OUT, &x}};
-	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &ipd, fwd_pd, NULL, bwd_data, 3, fn) < 0)
-		goto out;
-	DNNL_TRY(dnnl_inner_product_backward_weights_desc_init,
-		 (&ipd, &x, &w, d->has_bias ? &b : NULL, &y));
-	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, &x},
-				   {DNNL_ARG_DIFF_DST, ARG_IN, &y},
-				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, &w},
-				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, &b}};
-	if (pass_create(be, op, &op->pass[PASS_BWD_WEIGHTS], &ipd, fwd_pd, NULL, bwd_w,
-			3 + !!d->has_bias, fn) < 0)
 		goto out;
 	rv = 0;
 out:
+	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_desc_destroy(fwd_pd);
+	cpu_md_destroy(x), cpu_md_destroy(w), cpu_md_destroy(b), cpu_md_destroy(y);
 	if (rv < 0) {
 		cpu_op_destroy(be, op);
 		return NULL;
@@ -917,6 +917,7 @@ void be_cpu_describe(char *buf, size_t len)
 	    {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
 	    {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
 	    {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
+	    CPU_ISA_NAMES_3 /* oneDNN 3's newer levels */
 	};
 	const dnnl_version_t *v = dnnl_version();
 	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
