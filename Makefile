@@ -94,14 +94,21 @@ HAVE_SHARNESS := $(if $(wildcard /usr/share/sharness/sharness.sh),yes,no)
 HAVE_SLURMD   := $(if $(shell command -v slurmd 2>/dev/null),yes,no)
 HAVE_FUZZCC   := $(call probe_link_with,$(FUZZCC),int LLVMFuzzerTestOneInput(const char *d, unsigned long n){(void)d;(void)n;return 0;}\n,-fsanitize=fuzzer)
 
-ifneq ($(HAVE_JANSSON),yes)
-$(error jansson is required (Debian: libjansson-dev); run 'make deps')
-endif
+# Required: a C compiler, jansson and zlib. Without one, the targets that build (all, check,
+# install, ...) stop with what to install; deps, demo, help and clean work on a bare machine,
+# so no $(error) here: the probes above stay quiet when even the compiler is missing.
+HAVE_CC   := $(call probe_link,int main(void){return 0;}\n,)
+HAVE_ZLIB := $(call probe_link,$(hash)include <zlib.h>\nint main(void){return zlibVersion()==0;}\n,-lz)
+need = $(if $(filter yes,$(1)),,$(2);)
+MISSING_DEPS := $(strip $(call need,$(HAVE_CC),a C compiler '$(CC)' (Debian: gcc libc6-dev)) \
+	$(call need,$(HAVE_JANSSON),jansson (Debian: libjansson-dev)) $(call need,$(HAVE_ZLIB),zlib (Debian: zlib1g-dev)))
 
 # Print what was found once per top-level make (not for 'clean').
-ifeq ($(filter clean distclean deps help,$(MAKECMDGOALS)),)
+ifeq ($(filter clean distclean deps demo help,$(MAKECMDGOALS)),)
 $(info dptrain $(VERSION): build directory $(O)$(if $(filter 1,$(SAN)), (AddressSanitizer + UBSan),))
-$(info $(space) jansson:   $(HAVE_JANSSON) ($(JANSSON_VERSION)))
+$(info $(space) cc:        $(HAVE_CC) ($(CC))$(if $(filter yes,$(HAVE_CC)),, -- required (Debian: gcc libc6-dev)))
+$(info $(space) jansson:   $(HAVE_JANSSON)$(if $(filter yes,$(HAVE_JANSSON)), ($(JANSSON_VERSION)), -- required (Debian: libjansson-dev)))
+$(info $(space) zlib:      $(HAVE_ZLIB)$(if $(filter yes,$(HAVE_ZLIB)),, -- required (Debian: zlib1g-dev)))
 $(info $(space) slurm:     $(HAVE_SLURM)$(if $(filter yes,$(HAVE_SLURM)), ($(SLURM_VERSION); spank_prepend_task_argv: $(HAVE_SPANK_PREPEND)), -- skipping the SPANK plugin (Debian: libslurm-dev)))
 $(info $(space) pmix:      $(HAVE_PMIX)$(if $(filter yes,$(HAVE_PMIX)), ($(PMIX_VERSION)), -- dptrain-launch uses the SLURM_*/torchrun fallback only (Debian: libpmix-dev)))
 $(info $(space) onednn:    $(HAVE_DNNL)$(if $(filter yes,$(HAVE_DNNL)), ($(DNNL_VERSION)), (Debian: libdnnl-dev)))
@@ -154,12 +161,21 @@ PROGRAMS += $(SPANK_SO)
 endif
 endif
 
-.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo reference bench
+.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo reference bench missing-deps
 .DEFAULT_GOAL := all
 # Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
 .SECONDARY:
 
+ifeq ($(MISSING_DEPS),)
 all: $(PROGRAMS) $(UNIT_TESTS)
+else
+all: missing-deps
+endif
+
+missing-deps:
+	@echo "dptrain: cannot build without $(MISSING_DEPS)" | sed 's/; *$$/./; s/;/,/g' >&2
+	@echo "dptrain: run 'make deps' (as root: installs every Debian package the build and the tests need), then make again." >&2
+	@exit 1
 
 $(O)/obj/%.o: %.c
 	@mkdir -p $(@D)
@@ -266,7 +282,8 @@ $(O)/bench/%: $(O)/obj/contrib/bench/%.o $(LIBTRAINER) $(LIBRT) $(LIBCFG)
 bench: all $(BENCH_PROGS)
 
 # ---------------------------------------------------------------------------------------
-# Tests: C unit tests (TAP) and sharness integration tests, all through prove.
+# Tests: C unit tests (TAP) and sharness integration tests, all through prove. One of them:
+# make check-integration SHELL_TESTS=t/t0320-srun-dptrain.t (or UNIT_TESTS=... check-unit).
 SHELL_TESTS := $(sort $(wildcard t/t[0-9]*.t))
 PROVE_FLAGS ?= --timer
 export DPTRAIN_BUILD_DIR = $(abspath $(O))
