@@ -46,6 +46,23 @@ test_expect_success FMNIST "lenet on Fashion-MNIST reaches $lenet_min test accur
 	at_least "$acc" $lenet_min
 '
 
+# data_wait_ms: the time per step the trainer waited for its batch. With data.workers=0 the
+# batch is made inside that wait, so it cannot be 0; with workers it is there and >= 0.
+test_expect_success FMNIST 'metrics.jsonl reports the wait for the input pipeline' '
+	args="train.epochs=0 train.max_steps=20 train.log_every=5 data.eval=null output.metrics=true" &&
+	dptrain "$ex/lenet-fmnist.json" output.dir=w0 data.workers=0 $args >w0.out &&
+	dptrain "$ex/lenet-fmnist.json" output.dir=w2 data.workers=2 $args >w2.out &&
+	grep "\"event\":\"train\"" w0/metrics.jsonl >t0 &&
+	test $(wc -l <t0) -eq 4 &&
+	sed -n "s/.*\"data_wait_ms\":\([0-9.e+-]*\).*/\1/p" t0 >v0 &&
+	test $(wc -l <v0) -eq 4 &&
+	awk "{ if (!(\$1 > 0)) exit 1 }" v0 &&
+	grep "\"event\":\"train\"" w2/metrics.jsonl |
+		sed -n "s/.*\"data_wait_ms\":\([0-9.e+-]*\).*/\1/p" >v2 &&
+	test $(wc -l <v2) -eq 4 &&
+	awk "{ if (!(\$1 >= 0)) exit 1 }" v2
+'
+
 test_expect_success FMNIST 'the same config and seed twice give identical losses' '
 	args="train.epochs=0 train.max_steps=40 train.log_every=5 data.eval=null" &&
 	dptrain "$ex/lenet-fmnist.json" output.dir=d1 $args >d1.out &&

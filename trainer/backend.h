@@ -177,6 +177,9 @@ struct backend_ops {
 	int (*mark)(struct backend *be, void **ev);
 	int (*mark_wait)(struct backend *be, void *ev);
 	void (*mark_free)(struct backend *be, void *ev);
+	/* Starts (on=1) or stops (on=0) the vendor profiler's capture range (ncu
+	 * --profile-from-start off): DPTRAIN_PROFILE_STEP in dptrain(1). */
+	int (*profile)(struct backend *be, int on);
 };
 
 struct backend {

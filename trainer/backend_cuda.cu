@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 extern "C" {
@@ -2068,6 +2069,15 @@ static void cu_destroy(struct backend *be)
 	free(be);
 }
 
+static int cu_profile(struct backend *be, int on)
+{
+	const char *fn = on ? "profile start" : "profile stop", *shape = "";
+
+	CU_RET(cudaStreamSynchronize(ctx_of(be)->stream));
+	CU_RET(on ? cudaProfilerStart() : cudaProfilerStop());
+	return 0;
+}
+
 /* The op table, in backend.h's order (C++ has no designated initializers here). Float32
  * mode leaves act_import, act_export and act_accum NULL: an act is then a float array, and nn.c
  * uses its input batch and axpby directly instead of copies. */
@@ -2080,7 +2090,7 @@ static void cu_destroy(struct backend *be)
 		    cu_linear_bwd_weights, cu_op_destroy, cu_relu_fwd, cu_relu_bwd, cu_add,        \
 		    cu_axpby, cu_gap_fwd, cu_gap_bwd, cu_xent, cu_sumsq, cu_destroy, import,       \
 		    export_, accum, cu_host_alloc, cu_host_free, cu_upload, cu_mark, cu_mark_wait, \
-		    cu_mark_free,                                                                  \
+		    cu_mark_free, cu_profile,                                                      \
 	}
 
 static const struct backend_ops cu_ops = CU_OPS("cuda", NULL, NULL, NULL);

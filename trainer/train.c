@@ -722,9 +722,22 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
 		     m.name, nn_param_count(&m), env->world_size, spe, total);
 
+	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
+	long prof = 0;
+	const char *pe = getenv("DPTRAIN_PROFILE_STEP");
+	if (pe && *pe && be->ops->profile) {
+		char *end;
+		prof = strtol(pe, &end, 10);
+		if (*end || prof < 1)
+			prof = 0;
+		if (prof == pos.step + 1 && be->ops->profile(be, 1) < 0) {
+			failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", be->err);
+			goto out;
+		}
+	}
 	double t0 = now_s(), tlog = t0;
 	long step = pos.step, imgs_since_log = 0;
-	double loss_since_log = 0, wait_since_log = 0;
+	double loss_since_log = 0, wait_since_log = 0, data_since_log = 0;
 	int n_since_log = 0;
 	float scale = 1.0f / (float)accum;
 	const struct cfg_checkpoint *cc = &c->checkpoint;
@@ -744,7 +757,9 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		for (s = s0; s < s0 + nsteps && step < total; s++) {
 			double step_loss = 0;
 			for (int micro = 0; micro < accum; micro++) {
+				double tw = now_s();
 				int got = loader_next(tr.l, &b, le);
+				data_since_log += now_s() - tw; /* the input pipeline fell behind */
 				if (got <= 0) {
 					failf(err, errlen, "data.train: %s",
 					      got < 0 ? le : "epoch ended early");
@@ -812,6 +827,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				goto out;
 			}
 			step++;
+			if (prof && (step == prof - 1 || step == prof) &&
+			    be->ops->profile(be, step == prof - 1) < 0) {
+				failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", be->err);
+				goto out;
+			}
 			step_loss /= accum;
 			res->last_loss = step_loss;
 			loss_since_log += step_loss;
@@ -843,14 +863,16 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
 					     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
 					     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f,"
-					     "\"comm_wait_ms\":%.4f,\"loss_scale\":%.9g}",
+					     "\"comm_wait_ms\":%.4f,\"data_wait_ms\":%.4f,"
+					     "\"loss_scale\":%.9g}",
 					     epoch + 1, s + 1, step, gl[0], gl[1], step_loss, lr,
 					     ips * env->world_size, 1e3 * wait_since_log / n_since_log,
-					     step_scale);
+					     1e3 * data_since_log / n_since_log, step_scale);
 				tlog = t;
 				imgs_since_log = 0;
 				loss_since_log = 0;
 				wait_since_log = 0;
+				data_since_log = 0;
 				n_since_log = 0;
 			}
 			/* a stop request (SIGTERM, SIGUSR1) on any rank stops every rank after

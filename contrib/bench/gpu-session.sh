@@ -14,8 +14,12 @@
 #   OUT=/tmp/gpu-out-test JOBS=2 bash contrib/bench/gpu-session.sh     (no-GPU dry run)
 #
 # Environment: OUT (default ./gpu-out), BUILD_DIR (build-gpu), JOBS (16), BUDGET (seconds for
-# everything, 470), STAGES (tests,bench: which of the unit and sharness tests and the benchmarks
-# run after the build), NVCC_ARCH (-gencode arch=compute_90,code=sm_90), CUDA_HOME (found from
+# everything, 470), STAGES (tests,bench: a comma list of tests, bench, profile (ncu over one
+# dptrain step, PROFILE_MODE bf16, PROFILE_BATCH, PROFILE_CAP 150 s) and sanitize
+# (compute-sanitizer memcheck and racecheck over backend_cuda.t and comm_nccl.t, SANITIZE_CAP
+# 90 s each)), PLAN (the benchmark runs in order, SIDE:MODE:CAP with SIDE torch or dptrain; default
+# bf16, tf32 and fp32 of each), TEST_CAP (backend_cuda.t's seconds, 150; the other unit tests
+# 3/5 of it), E2E_CAP (t1000-gpu.t's, 300), NVCC_ARCH (-gencode arch=compute_90,code=sm_90), CUDA_HOME (found from
 # nvcc), PYTHON (the first python3 that imports torch and torchvision), DEBS_DIR (.gpudeps): .deb
 # files to unpack into a private prefix for what the machine lacks: libraries, and for
 # t/t1000-gpu.t Debian's sharness and dataset-fashion-mnist (pointed at in the prefix: a copy of
@@ -26,7 +30,8 @@
 # and carried ('carry': [".gpudeps"]; about 31 MB with the dataset).
 # At most 8 files come back from a device run, so OUT holds exactly these: summary.md, env.log,
 # build.log, tests.log (every test stage, one after the other), bench.log (both benchmarks),
-# bench.json ({"pytorch": [...], "dptrain": [...]}: each mode's --json report).
+# bench.json ({"pytorch": [...], "dptrain": [...]}: each mode's --json report), profile.csv
+# (ncu's), sanitize.log.
 set -u -o pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -40,8 +45,8 @@ BUDGET=${BUDGET:-470}
 NVCC_ARCH=${NVCC_ARCH:--gencode arch=compute_90,code=sm_90}
 DEBS_DIR=${DEBS_DIR:-.gpudeps}
 STAGES=${STAGES:-tests,bench}
-case ,$STAGES, in *,tests,* | *,bench,*) ;; *)
-	echo "gpu-session: STAGES=$STAGES: give tests, bench or tests,bench" >&2
+case ,$STAGES, in *,tests,* | *,bench,* | *,profile,* | *,sanitize,*) ;; *)
+	echo "gpu-session: STAGES=$STAGES: give a comma list of tests, bench, profile, sanitize" >&2
 	exit 1
 	;;
 esac
@@ -51,7 +56,7 @@ trap 'rm -rf "$work"' EXIT
 deadline=$((SECONDS + BUDGET))
 failed=0
 rm -f "$OUT/summary.md" "$OUT/env.log" "$OUT/build.log" "$OUT/tests.log" "$OUT/bench.log" \
-	"$OUT/bench.json"
+	"$OUT/bench.json" "$OUT/profile.csv" "$OUT/sanitize.log"
 : >"$work/rows"
 : >"$work/notes"
 
@@ -270,6 +275,16 @@ else
 	[ $rc -eq 0 ] && build_ok=yes
 	[ $rc -ne 0 ] && [ $rc -ne 125 ] && res="$res: $(grep -m1 -E 'error|Error' "$OUT/build.log" | cut -c1-160 | sed 's/|/\//g')"
 	record build "$res" $rc $dt build.log
+	# Another compiler may warn where this project's does not: the GPU stages still need a
+	# build, so a failed one is retried without -Werror (the failure stays in the table).
+	if [ $rc -ne 0 ] && [ $rc -ne 125 ] && grep -q -- '-Werror' "$OUT/build.log"; then
+		echo "==== again without -Werror" >>"$OUT/build.log"
+		run_stage 200 "$OUT/build.log" make -k O="$BUILD_DIR" -j"$JOBS" NVCC_ARCH="$NVCC_ARCH" \
+			CUDA_HOME="$CUDA_HOME" "${make_cuda[@]}" \
+			WARN="-Wall -Wextra -Wshadow -Wformat=2 -Wno-format-nonliteral"
+		[ $rc -eq 0 ] && build_ok=yes
+		record "build without -Werror" "$res" $rc $dt build.log
+	fi
 	note "- build probes: $(grep -E '^ +(cuda|cudnn|nccl|onednn|openblas):' "$OUT/build.log" | tr -s ' ' | sed 's/^ //; s/|/\//g' | paste -sd';' - | sed 's/;/; /g')"
 fi
 
@@ -304,6 +319,11 @@ fresh() {
 	return 1
 }
 
+# tap TEST [ARGS] (a command for run_stage): through prove where the machine has it, else the
+# test itself (its TAP stream in the log; its exit status counts the failures)
+tap=(bash -c 't=$1; shift
+	if command -v prove >/dev/null 2>&1; then exec prove -v --timer --exec "" "$t" ${1:+::} "$@"; fi
+	echo "(no prove here: the test'"'"'s own TAP output)"; exec "$t" "$@"' tap)
 : >"$OUT/tests.log"
 if stage_on tests; then
 	for t in backend_cuda comm_nccl optim_gpu; do
@@ -320,10 +340,10 @@ if stage_on tests; then
 			continue
 		fi
 		fresh "$t" "$bin" || continue
-		cap=150
-		[ $t = backend_cuda ] || cap=90
+		cap=${TEST_CAP:-150}
+		[ $t = backend_cuda ] || cap=$((cap * 3 / 5))
 		off=$(stat -c %s "$OUT/tests.log")
-		run_stage $cap "$OUT/tests.log" prove -v --timer --exec '' "$bin"
+		run_stage $cap "$OUT/tests.log" "${tap[@]}" "$bin"
 		test_result "$t" "$off"
 	done
 
@@ -349,7 +369,7 @@ if stage_on tests; then
 		"$BUILD_DIR/bin/dptrain-launch"; then
 		off=$(stat -c %s "$OUT/tests.log")
 		# sharness -v: every command's output, for a failure seen only here
-		run_stage 300 "$OUT/tests.log" prove -v --timer --exec '' "$t1000" :: -v
+		run_stage "${E2E_CAP:-300}" "$OUT/tests.log" "${tap[@]}" "$t1000" -v
 		test_result t1000-gpu "$off"
 	fi
 fi
@@ -359,11 +379,13 @@ bench=contrib/bench/resnet50-torch.py
 dbench=contrib/bench/resnet50-dptrain.sh
 export PYTHONUNBUFFERED=1
 tjsons=() djsons=()
+# PLAN: SIDE:MODE:CAP entries run in order; SIDE is torch or dptrain. dptrain's batch search
+# starts at the batch the last PyTorch entry found (or 256).
 if [ $have_gpu = yes ]; then
-	plan="bf16:100 tf32:100 fp32:120"
+	plan=${PLAN:-"torch:bf16:100 dptrain:bf16:100 torch:tf32:100 dptrain:tf32:100 torch:fp32:120 dptrain:fp32:120"}
 	args=() dargs=()
 else
-	plan="fp32:120"
+	plan=${PLAN:-"torch:fp32:120 dptrain:fp32:120"}
 	args=(--device cpu --batch 2 --steps 2 --warmup 1)
 	dargs=(--smoke)
 	stage_on bench && note "- no GPU: the benchmarks ran as CPU smoke tests (PyTorch: batch 2 at 224x224, 2 steps; dptrain: batch 2 at 32x32, 3 steps), not measurements"
@@ -377,23 +399,30 @@ print("%s img/s at batch %s" % (r["img_per_s"], r["batch"]) if r["status"] == "o
 }
 stage_on bench || plan=
 : >"$OUT/bench.log"
+tbatch=
 for p in $plan; do
-	mode=${p%%:*} cap=${p#*:}
-	echo "==== pytorch $mode" >>"$OUT/bench.log"
-	run_stage "$cap" "$OUT/bench.log" \
-		bash -c 'py=$1 script=$2 mode=$3 out=$4; shift 4
-			"$py" "$script" --modes "$mode" --json "$@" >"$out.tmp"; rc=$?
-			[ -s "$out.tmp" ] && mv "$out.tmp" "$out"; exit $rc' \
-		bash "$PYTHON" "$bench" "$mode" "$work/bench-$mode.json" "${args[@]}"
-	[ $rc -eq 2 ] && res="failed: $(tail -n 1 "$OUT/bench.log" | cut -c1-160 | sed 's/|/\//g')"
-	tbatch=
-	if [ -s "$work/bench-$mode.json" ]; then
-		tjsons+=("$work/bench-$mode.json")
-		res="$res: $(json_row "$work/bench-$mode.json")"
-		tbatch=$("$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print(r["batch"] if r["status"] == "ok" else "")' "$work/bench-$mode.json" 2>/dev/null)
+	side=${p%%:*} rest=${p#*:}
+	mode=${rest%%:*} cap=${rest#*:}
+	if [ "$side" = torch ]; then
+		echo "==== pytorch $mode" >>"$OUT/bench.log"
+		tb=()
+		# a compiled mode compiles once per batch: it takes the batch eager bf16 found
+		case $mode in *compile* | *autotune*) [ -n "$tbatch" ] && tb=(--batch "$tbatch") ;; esac
+		run_stage "$cap" "$OUT/bench.log" \
+			bash -c 'py=$1 script=$2 mode=$3 out=$4; shift 4
+				"$py" "$script" --modes "$mode" --json "$@" >"$out.tmp"; rc=$?
+				[ -s "$out.tmp" ] && mv "$out.tmp" "$out"; exit $rc' \
+			bash "$PYTHON" "$bench" "$mode" "$work/bench-$mode.json" "${args[@]}" "${tb[@]}"
+		[ $rc -eq 2 ] && res="failed: $(tail -n 1 "$OUT/bench.log" | cut -c1-160 | sed 's/|/\//g')"
+		if [ -s "$work/bench-$mode.json" ]; then
+			tjsons+=("$work/bench-$mode.json")
+			res="$res: $(json_row "$work/bench-$mode.json")"
+			b=$("$PYTHON" -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"][0]; print(r["batch"] if r["status"] == "ok" else "")' "$work/bench-$mode.json" 2>/dev/null)
+			[ -n "$b" ] && tbatch=$b
+		fi
+		record "bench pytorch $mode" "$res" $rc $dt bench.log
+		continue
 	fi
-	record "bench pytorch $mode" "$res" $rc $dt bench.log
-
 	# dptrain at the batch PyTorch found (or smaller, if it does not fit), each run boxed
 	# inside the stage's cap.
 	echo "==== dptrain $mode" >>"$OUT/bench.log"
@@ -414,6 +443,48 @@ for p in $plan; do
 	fi
 	record "bench dptrain $mode" "$res" $rc $dt bench.log
 done
+
+# ---- 6. where dptrain's step goes: ncu over one whole step (PROFILE_MODE, default bf16) ------
+# DPTRAIN_PROFILE_STEP opens ncu's capture range for that step alone; every kernel's duration
+# (gpu__time_duration.sum) lands in profile.csv, summed by kind in the summary.
+if stage_on profile && [ $have_gpu = yes ] && command -v ncu >/dev/null 2>&1; then
+	pm=${PROFILE_MODE:-bf16} pb=${PROFILE_BATCH:-${tbatch:-128}}
+	echo "==== ncu: dptrain $pm batch $pb, step 6" >>"$OUT/bench.log"
+	run_stage "${PROFILE_CAP:-150}" "$OUT/bench.log" env DPTRAIN_PROFILE_STEP=6 \
+		ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+		--csv --log-file "$OUT/profile.csv" \
+		"$BUILD_DIR/bin/dptrain" contrib/examples/resnet50.json device.kind=cuda \
+		precision.mode="$pm" data.batch_size="$pb" train.epochs=0 train.max_steps=7 \
+		train.log_every=1 data.eval=null output.dir="$work/prof" checkpoint.resume=never \
+		checkpoint.every_epochs=0 checkpoint.every_steps=0 lr_schedule=null optimizer.lr=0.01 \
+		optimizer.weight_decay=0 train.label_smoothing=0
+	record "profile dptrain $pm" "$res" $rc $dt profile.csv
+	if [ -s "$OUT/profile.csv" ]; then
+		{
+			echo
+			echo "## One dptrain step ($pm, batch $pb) by kernel kind (ncu, --clock-control none)"
+			echo
+			"$PYTHON" contrib/bench/ncu-breakdown.py "$OUT/profile.csv" 2>&1
+		} >>"$work/notes"
+		write_summary
+	fi
+	rm -rf "$work/prof"
+fi
+
+# ---- 7. compute-sanitizer memcheck and racecheck over the backend and NCCL tests ------------
+if stage_on sanitize && [ $have_gpu = yes ] && command -v compute-sanitizer >/dev/null 2>&1; then
+	: >"$OUT/sanitize.log"
+	for tool in memcheck racecheck; do
+		for t in backend_cuda comm_nccl; do
+			[ -x "./$BUILD_DIR/t/$t.t" ] || continue
+			echo "==== compute-sanitizer --tool $tool $t" >>"$OUT/sanitize.log"
+			run_stage "${SANITIZE_CAP:-90}" "$OUT/sanitize.log" compute-sanitizer --tool $tool \
+				--error-exitcode 99 --print-limit 20 "./$BUILD_DIR/t/$t.t"
+			errs=$(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitize.log" | tail -n 1)
+			record "sanitize $tool $t" "$res${errs:+: $errs}" $rc $dt sanitize.log
+		done
+	done
+fi
 if [ $((${#tjsons[@]} + ${#djsons[@]})) -gt 0 ]; then
 	"$PYTHON" - "${tjsons[@]}" -- "${djsons[@]}" >"$OUT/bench.json" 2>>"$OUT/bench.log" <<-'PY'
 	import json, sys
@@ -455,9 +526,7 @@ if [ $((${#tjsons[@]} + ${#djsons[@]})) -gt 0 ]; then
 		    if not ok(r):
 		        return "%s: %s" % (r.get("status"), r.get("error", "?")[:80].replace("|", "/"))
 		    return "%.1f" % r["img_per_s"]
-		for mode in ("bf16", "tf32", "fp32"):
-		    if mode not in rows:
-		        continue
+		for mode in rows:
 		    d, t = rows[mode].get("dptrain"), rows[mode].get("pytorch")
 		    ratio = "-"
 		    if ok(d) and ok(t):  # a ratio of other image sizes (the CPU smoke tests) is none

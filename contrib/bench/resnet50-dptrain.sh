@@ -5,7 +5,7 @@
 # smoothing, no lr schedule), one dptrain process per precision and batch. Writes only a
 # temporary directory it removes; prints a markdown table and a JSON line.
 #
-#   contrib/bench/resnet50-dptrain.sh [--modes bf16,tf32,fp32] [--batch N | --max-batch N]
+#   contrib/bench/resnet50-dptrain.sh [--modes bf16,fp16,tf32,fp32] [--batch N | --max-batch N]
 #       [--warmup N] [--steps N] [--log-every N] [--seconds S] [--device cuda|cpu] [--json]
 #   contrib/bench/resnet50-dptrain.sh --smoke      (CPU, 3x32x32, batch 2: checks this script
 #                                                   end to end, measures nothing)
@@ -87,9 +87,9 @@ done
 	die "--steps, --log-every, --seconds and --max-batch must be at least 1"
 case $device in cuda | cpu) ;; *) die "--device '$device': choose cuda or cpu" ;; esac
 IFS=, read -r -a mode_list <<<"$modes"
-[ ${#mode_list[@]} -gt 0 ] || die "--modes is empty; choose from fp32,tf32,bf16"
+[ ${#mode_list[@]} -gt 0 ] || die "--modes is empty; choose from fp32,tf32,bf16,fp16"
 for m in "${mode_list[@]}"; do
-	case $m in fp32 | tf32 | bf16) ;; *) die "--modes: unknown mode '$m'; choose from fp32,tf32,bf16" ;; esac
+	case $m in fp32 | tf32 | bf16 | fp16) ;; *) die "--modes: unknown mode '$m'; choose from fp32,tf32,bf16,fp16" ;; esac
 done
 
 if [ -z "${DPTRAIN:-}" ]; then
@@ -202,6 +202,8 @@ row() {
 	              "step_ms_max": round(batch * 1e3 / min(ips), 3),
 	              "img_per_s": round(med, 1), "tflops": round(med * gflop / 1e3, 2),
 	              "final_loss": round(train[-1]["loss"], 4),
+	              # the input pipeline: ms per step the trainer waited for a batch
+	              "data_wait_ms": round(statistics.median(e.get("data_wait_ms", 0) for e in timed), 3),
 	              "peak_mem_gib": None if mib is None else round(mib / 1024, 2)})
 	    if outcome == "timeout":
 	        r["note"] = "stopped after %d s; %d intervals after the warm-up" % (seconds, len(timed))
