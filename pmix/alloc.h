@@ -127,6 +127,11 @@ int alloc_port_parse(const char *s, const char *what, int *port, char *err, size
 /* A free TCP port on addr: bind port 0, read it back, close. Another program may take it
  * before the trainer binds it; the window is short and the trainer reports a clash. */
 int alloc_port_pick(const char *addr, int *port, char *err, size_t errlen);
+/* The same, but the port stays held by *fd until it is closed: bound with SO_REUSEADDR and
+ * close-on-exec, never listening, so the kernel gives it to no other socket while rank 0
+ * starts, and rank 0's store (which sets SO_REUSEADDR too) can still bind it and listen. For
+ * a picker that outlives the ranks' start (dptrain-run). */
+int alloc_port_hold(const char *addr, int *port, int *fd, char *err, size_t errlen);
 
 /* MASTER_ADDR / MASTER_PORT set by the user: 1 and the value when set, 0 when unset, -1 when
  * set but unusable (err says why). */

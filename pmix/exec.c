@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -32,6 +33,8 @@ static int do_exec(const struct launch_exec *e, int fd, int fd2)
 	char msg[LAUNCH_PATH_MAX + 256];
 	int n, errnum;
 
+	if (e->stop && !e->pass_stop)
+		sigprocmask(SIG_UNBLOCK, e->stop, NULL);
 	if (e->path)
 		execv(e->path, e->argv);
 	else
@@ -71,9 +74,11 @@ static int open_log(const struct launch_exec *e)
 	return fd;
 }
 
-/* Copy the command's output to train.log and the console until it exits. */
+/* Copy the command's output to train.log and the console until it exits. If our parent
+ * (dptrain-run, slurmstepd) dies meanwhile, the command gets one SIGTERM, as it would have
+ * from there: we ignore the signals, so PR_SET_PDEATHSIG alone would not reach it. */
 static void tee_loop(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
-		     const char *log_path)
+		     const char *log_path, pid_t parent)
 {
 	struct pollfd pf[2] = {{out_r, POLLIN, 0}, {err_r, POLLIN, 0}};
 	const int console[2] = {STDOUT_FILENO, STDERR_FILENO};
@@ -81,6 +86,10 @@ static void tee_loop(pid_t child, int out_r, int err_r, int log_fd, const char *
 	char buf[65536];
 
 	while (open_fds > 0) {
+		if (parent > 0 && getppid() != parent) {
+			kill(child, SIGTERM);
+			parent = 0;
+		}
 		/* Whoever the command started may hold the pipes open after it exits: once it
 		 * has, copy only what is already buffered (non-blocking) and stop. */
 		siginfo_t info;
@@ -148,12 +157,18 @@ static int run_with_tee(const struct launch_exec *e, int log_fd)
 	struct sigaction ign, old[NIGNORED];
 	int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, status, rc;
 	size_t i;
-	pid_t pid;
+	pid_t pid, parent = getppid(), tee = getpid();
+	sigset_t pending;
 
 	if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) {
 		fprintf(stderr, "dptrain-launch: %s: pipe: %s\n", e->ident, strerror(errno));
 		return 1;
 	}
+	/* A stop request that came during the wire-up is pending in this process: the child does
+	 * not inherit it, and ignoring it here would discard it. Note it for the child. */
+	sigemptyset(&pending);
+	if (e->stop)
+		sigpending(&pending);
 	memset(&ign, 0, sizeof(ign));
 	ign.sa_handler = SIG_IGN;
 	sigemptyset(&ign.sa_mask);
@@ -169,13 +184,19 @@ static int run_with_tee(const struct launch_exec *e, int log_fd)
 		/* The command gets the dispositions we were started with, not the tee's. */
 		for (i = 0; i < NIGNORED; i++)
 			sigaction(tee_ignored[i], &old[i], NULL);
+		for (int sig = 1; e->stop && sig < NSIG; sig++)
+			if (sigismember(e->stop, sig) == 1 && sigismember(&pending, sig) == 1)
+				raise(sig); /* blocked: pending again, here */
+		/* and if the tee dies, the command is told to stop */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != tee)
+			_exit(1);
 		if (dup2(out_p[1], STDOUT_FILENO) < 0 || dup2(err_p[1], STDERR_FILENO) < 0)
 			_exit(126);
 		_exit(do_exec(e, STDERR_FILENO, -1));
 	}
 	close(out_p[1]);
 	close(err_p[1]);
-	tee_loop(pid, out_p[0], err_p[0], log_fd, e->ident, e->train_log);
+	tee_loop(pid, out_p[0], err_p[0], log_fd, e->ident, e->train_log, parent);
 	close(log_fd);
 	do
 		rc = waitpid(pid, &status, 0);

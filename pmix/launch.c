@@ -7,6 +7,7 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,16 +39,18 @@ static const char usage_text[] =
     "Test hooks: DPTRAIN_TEST_STALL_RANK=N makes rank N sleep (DPTRAIN_TEST_STALL_SECONDS,\n"
     "default 3600) before it joins the others, to test rendezvous timeouts.\n";
 
-/* The process's one context: who we are for messages, what the watchdog says if a step
- * hangs past every timeout, and whether a PMIx session is open. */
+/* The process's one context: who we are for messages, what we are doing (for the guard's
+ * messages), and whether a PMIx session is open. The guard thread reads ident and step: lock. */
 static struct {
+	pthread_mutex_t lock;
 	char ident[RT_HOST_MAX + 64]; /* "rank 3 on n2" */
 	char step[128];
 	int limit_s;
 	int pmix_open;
-	char alarm_msg[512];
-	size_t alarm_len;
-} ctx;
+	sigset_t stop;	   /* SIGTERM, SIGUSR1: blocked from main's first instruction */
+	pthread_t guard;   /* takes them, and ends a wire-up that outlives every timeout */
+	int guard_running;
+} ctx = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 #if defined(__SANITIZE_ADDRESS__)
 /* Sanitizer builds only: libpmix 4.2 leaks by itself, whatever its client does (measured with
@@ -87,27 +90,79 @@ static void die(const char *fmt, ...)
 	exit(1);
 }
 
-/* SIGALRM: only async-signal-safe calls here, so the message was formatted in advance. */
-static void watchdog(int sig)
+/* The guard: a thread that waits for SIGTERM/SIGUSR1 until the wire-up's deadline (two
+ * rendezvous plus slack: the last resort against a hang nobody foresaw). No signal handler
+ * runs anywhere in this process, so none can interrupt PMIx's threads. A stop request during
+ * the wire-up ends the rank at once with the trainer's "stopped" status (4): nothing is
+ * trained yet, so nothing is lost, and peers still waiting for it are stopped by Slurm. */
+static void *guard_main(void *arg)
 {
-	(void)sig;
-	if (ctx.alarm_len > 0)
-		(void)!write(STDERR_FILENO, ctx.alarm_msg, ctx.alarm_len);
-	_exit(1);
+	struct timespec end, left;
+	char msg[768];
+	int sig, n;
+
+	(void)arg;
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	end.tv_sec += ctx.limit_s;
+	for (;;) {
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		left.tv_sec = end.tv_sec - now.tv_sec;
+		left.tv_nsec = end.tv_nsec - now.tv_nsec;
+		if (left.tv_nsec < 0) {
+			left.tv_sec--;
+			left.tv_nsec += 1000000000L;
+		}
+		if (left.tv_sec < 0)
+			left.tv_sec = left.tv_nsec = 0;
+		sig = sigtimedwait(&ctx.stop, NULL, &left);
+		if (sig < 0 && errno == EINTR)
+			continue;
+		pthread_mutex_lock(&ctx.lock);
+		if (sig > 0)
+			n = snprintf(msg, sizeof(msg),
+				     "dptrain-launch: %s: %s while %s: stopping; nothing was trained "
+				     "yet, so there is nothing to save\n",
+				     ctx.ident, sig == SIGTERM ? "SIGTERM" : "SIGUSR1", ctx.step);
+		else
+			n = snprintf(msg, sizeof(msg),
+				     "dptrain-launch: %s: still %s after %d s, past every timeout; "
+				     "giving up\n",
+				     ctx.ident, ctx.step, ctx.limit_s);
+		pthread_mutex_unlock(&ctx.lock);
+		(void)!write(STDERR_FILENO, msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+		_exit(sig > 0 ? 4 : 1); /* no exit handlers: PMIx's threads are running */
+	}
+	return NULL;
 }
 
-/* What we are doing now, for the watchdog's message. Call again when ctx.ident changes. */
+static void guard_start(void)
+{
+	int e = pthread_create(&ctx.guard, NULL, guard_main, NULL);
+	if (e != 0) {
+		fprintf(stderr, "dptrain-launch: %s: cannot start a thread: %s\n", ctx.ident,
+			strerror(e));
+		exit(1);
+	}
+	ctx.guard_running = 1;
+}
+
+/* Before the exec: a stop signal from now on stays pending, for the command to take. */
+static void guard_stop(void)
+{
+	if (!ctx.guard_running)
+		return;
+	pthread_cancel(ctx.guard); /* sigtimedwait is a cancellation point */
+	pthread_join(ctx.guard, NULL);
+	ctx.guard_running = 0;
+}
+
+/* What we are doing now, for the guard's messages. */
 static void set_step(const char *step)
 {
-	int n;
-
+	pthread_mutex_lock(&ctx.lock);
 	snprintf(ctx.step, sizeof(ctx.step), "%s", step);
-	n = snprintf(ctx.alarm_msg, sizeof(ctx.alarm_msg),
-		     "dptrain-launch: %s: still %s after %d s, past every timeout; giving up\n",
-		     ctx.ident, ctx.step, ctx.limit_s);
-	ctx.alarm_len = n < 0				    ? 0
-			: (size_t)n < sizeof(ctx.alarm_msg) ? (size_t)n
-							    : sizeof(ctx.alarm_msg) - 1;
+	pthread_mutex_unlock(&ctx.lock);
 }
 
 /* Before discovery: the rank as the environment tells it, for early messages. */
@@ -198,13 +253,18 @@ int main(int argc, char **argv)
 	struct launch_exec ex;
 	char err[ALLOC_ERR_MAX], rterr[RT_ERR_MAX], outdir[LAUNCH_PATH_MAX];
 	char header[1024], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
-	const char *trainer, *restart;
+	const char *trainer, *restart, *base;
 	char **cmd;
 	time_t now;
 	struct tm tm;
 	char when[32];
 	int i, used, tee, rc;
 
+	/* Before anything else, so that every thread (PMIx's) inherits it. */
+	sigemptyset(&ctx.stop);
+	sigaddset(&ctx.stop, SIGTERM);
+	sigaddset(&ctx.stop, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &ctx.stop, NULL);
 	early_ident();
 	if (argc > 1 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
 		fputs(usage_text, stdout);
@@ -222,12 +282,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	set_step("reading the job config");
 	read_settings(&st);
-	/* Last resort against a hang nobody foresaw: two rendezvous plus slack. */
 	ctx.limit_s = 2 * st.opts.timeout_s + 30;
 	set_step("discovering the allocation");
-	signal(SIGALRM, watchdog);
-	alarm((unsigned)ctx.limit_s);
+	guard_start();
 
 	/* A second PMIx client in this rank (MPI_Init of the command) needs the hash store. */
 	if (getenv("PMIX_RANK") && setenv("PMIX_MCA_gds", "hash", 0) != 0)
@@ -238,8 +297,9 @@ int main(int argc, char **argv)
 	ctx.pmix_open = a.pmix != NULL;
 	if (rc != 0)
 		die("%s", err);
+	pthread_mutex_lock(&ctx.lock);
 	snprintf(ctx.ident, sizeof(ctx.ident), "rank %d on %s", a.rank, a.ranks[a.rank].host);
-	set_step("discovering the allocation");
+	pthread_mutex_unlock(&ctx.lock);
 	if (st.opts.verbose)
 		fprintf(stderr,
 			"dptrain-launch: %s: allocation from %s: %d ranks on %d nodes, local rank "
@@ -270,10 +330,10 @@ int main(int argc, char **argv)
 	set_step("waiting for every node's rank table");
 	if (alloc_sync(&a, paths.rank_table, &rt, st.opts.timeout_s, err, sizeof(err)) != 0)
 		die("%s", err);
+	set_step("finishing the wire-up");
 	alloc_finish(&a);
 	ctx.pmix_open = 0;
-	alarm(0);
-	signal(SIGALRM, SIG_DFL);
+	guard_stop();
 
 	memset(&ex, 0, sizeof(ex));
 	ex.argv = cmd;
@@ -281,6 +341,12 @@ int main(int argc, char **argv)
 	trainer = getenv("DPTRAIN_TRAINER");
 	if (strcmp(cmd[0], "dptrain") == 0 && trainer && *trainer)
 		ex.path = trainer;
+	/* The bundled trainer takes SIGTERM/SIGUSR1 from its first instruction: hand it the
+	 * mask, and a request that came meanwhile, pending. Any other command gets them as it
+	 * would without us. */
+	ex.stop = &ctx.stop;
+	base = strrchr(cmd[0], '/');
+	ex.pass_stop = strcmp(base ? base + 1 : cmd[0], "dptrain") == 0;
 	tee = st.console == CFG_CONSOLE_ALL || (st.console == CFG_CONSOLE_RANK0 && a.rank == 0);
 	if (st.per_rank_logs) {
 		snprintf(train_log, sizeof(train_log), "%s/train.log", paths.devdir);

@@ -4,6 +4,7 @@
 #ifndef DPTRAIN_LAUNCH_H
 #define DPTRAIN_LAUNCH_H
 
+#include <signal.h>
 #include <stddef.h>
 
 #include "alloc.h"
@@ -59,6 +60,9 @@ struct launch_exec {
 	int tee;	       /* with train_log: also keep the output on the console */
 	const char *header;    /* one line written to train_log first (no newline needed) */
 	const char *ident;     /* "rank 3 on n2", for messages */
+	const sigset_t *stop;  /* signals blocked in this process (NULL: none) */
+	int pass_stop;	       /* exec the command with them still blocked, and pending ones
+				* pending; else unblocked (a pending one is then delivered) */
 };
 
 /* Run the command. Without tee this execs and returns only on failure (with the exit status a

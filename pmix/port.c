@@ -1,6 +1,7 @@
 /* port.c — master ports: parsing a user's MASTER_PORT and picking a free one on rank 0's
  * node. The port derived from job and step id (no PMIx) is ranktable's rt_default_port, so
- * dptrain-ranktable from-env and the launcher agree. Binds only to probe, never listens. */
+ * dptrain-ranktable from-env and the launcher agree. Binds only to probe or hold, never
+ * listens. */
 #include "alloc.h"
 
 #include <arpa/inet.h>
@@ -33,9 +34,18 @@ int alloc_port_parse(const char *s, const char *what, int *port, char *err, size
 
 int alloc_port_pick(const char *addr, int *port, char *err, size_t errlen)
 {
+	int fd;
+	if (alloc_port_hold(addr, port, &fd, err, errlen) != 0)
+		return -1;
+	close(fd);
+	return 0;
+}
+
+int alloc_port_hold(const char *addr, int *port, int *held, char *err, size_t errlen)
+{
 	struct sockaddr_storage ss;
 	socklen_t len;
-	int fd = -1, rv = -1;
+	int fd = -1, rv = -1, one = 1;
 
 	memset(&ss, 0, sizeof(ss));
 	if (inet_pton(AF_INET, addr, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
@@ -49,7 +59,7 @@ int alloc_port_pick(const char *addr, int *port, char *err, size_t errlen)
 		return -1;
 	}
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
 		snprintf(err, errlen, "cannot pick a master port: socket: %s", strerror(errno));
 		goto out;
 	}
@@ -67,6 +77,8 @@ int alloc_port_pick(const char *addr, int *port, char *err, size_t errlen)
 	}
 	*port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
 					      : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	*held = fd;
+	fd = -1;
 	rv = 0;
 out:
 	if (fd >= 0)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -42,9 +43,11 @@ static const char usage_text[] =
     "  -h, --help        this text\n"
     "      --version     the version\n"
     "\n"
-    "SIGINT, SIGTERM and SIGHUP are forwarded to every rank. When a rank fails the others\n"
-    "are stopped and dptrain-run exits with the failed rank's status (128+N for signal N).\n"
-    "The ranks' standard input is /dev/null.\n";
+    "SIGINT, SIGTERM, SIGHUP and SIGUSR1 are forwarded to every rank (the bundled trainer\n"
+    "checkpoints and exits 4). When a rank fails the others are stopped and dptrain-run\n"
+    "exits with the failed rank's status (128+N for signal N); every rank that crashed is\n"
+    "named, also after a stop request. If dptrain-run itself dies (even by SIGKILL), its\n"
+    "ranks get SIGTERM. The ranks' standard input is /dev/null.\n";
 
 struct rank_proc {
 	pid_t pid;  /* 0 once reaped */
@@ -144,10 +147,19 @@ static void describe(int status, char *buf, size_t len)
 		snprintf(buf, len, "ended with wait status 0x%x", status);
 }
 
+/* A rank's end that is not what was asked of it: 0, or 4 (stopped on request) once the ranks
+ * were told to stop. */
+static int crashed(int status, int interrupted)
+{
+	return !(WIFEXITED(status) &&
+		 (WEXITSTATUS(status) == 0 || (interrupted && WEXITSTATUS(status) == 4)));
+}
+
 static pid_t start_rank(int r, const char *launcher, char **cmd, const sigset_t *mask)
 {
 	char **argv;
-	pid_t pid;
+	pid_t pid, parent = getpid();
+	sigset_t stop;
 	int i, n, fd;
 
 	for (n = 0; cmd[n]; n++)
@@ -173,7 +185,15 @@ static pid_t start_rank(int r, const char *launcher, char **cmd, const sigset_t 
 			dup2(fd, STDIN_FILENO);
 			close(fd);
 		}
-		sigprocmask(SIG_SETMASK, mask, NULL);
+		/* The rank goes when we go, even by SIGKILL: a trainer checkpoints and stops. */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+			_exit(1);
+		/* The stop signals stay blocked through the exec: dptrain-launch takes them from
+		 * its first instruction, and one that comes before that waits for it. */
+		stop = *mask;
+		sigaddset(&stop, SIGTERM);
+		sigaddset(&stop, SIGUSR1);
+		sigprocmask(SIG_SETMASK, &stop, NULL);
 		execv(launcher, argv);
 		fprintf(stderr, "dptrain-run: rank %d: cannot run %s: %s\n", r, launcher,
 			strerror(errno));
@@ -201,7 +221,7 @@ int main(int argc, char **argv)
 	struct cfg c;
 	siginfo_t info;
 	time_t kill_at = 0;
-	int opt, r, port, per_rank_logs, failed = -1, sig, exit_code = 0, interrupted = 0;
+	int opt, r, port, port_fd, per_rank_logs, failed = -1, sig, exit_code = 0, interrupted = 0;
 
 	run.grace_s = RUN_GRACE_S;
 	while ((opt = getopt_long(argc, argv, "+n:o:vh", longopts, NULL)) != -1) {
@@ -263,7 +283,8 @@ int main(int argc, char **argv)
 	snprintf(job, sizeof(job), "local.%ld", (long)getpid());
 	if (launch_outdir_expand(pattern, job, "0", outdir, err, sizeof(err)) != 0)
 		die(1, "%s", err);
-	if (alloc_port_pick("127.0.0.1", &port, err, sizeof(err)) != 0)
+	/* held until the ranks are done: no other program takes it before rank 0 binds it */
+	if (alloc_port_hold("127.0.0.1", &port, &port_fd, err, sizeof(err)) != 0)
 		die(1, "%s", err);
 	set("DPTRAIN_SOURCE", "env");
 	set("DPTRAIN_JOB_ID", job);
@@ -291,6 +312,7 @@ int main(int argc, char **argv)
 	sigaddset(&block, SIGINT);
 	sigaddset(&block, SIGTERM);
 	sigaddset(&block, SIGHUP);
+	sigaddset(&block, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &block, &oldmask);
 	for (r = 0; r < run.nranks; r++) {
 		run.ranks[r].pid = start_rank(r, launcher, cmd, &oldmask);
@@ -311,28 +333,30 @@ int main(int argc, char **argv)
 			run.ranks[r].pid = 0;
 			run.ranks[r].status = status;
 			run.alive--;
-			if (run.verbose || (failed < 0 && !interrupted && status != 0)) {
+			/* Every crash is named, stopped or not, and the first one decides the exit
+			 * status. A rank that stops as asked (4 after a stop request) is no failure:
+			 * the others may still be writing the checkpoint. */
+			int bad = crashed(status, interrupted);
+			if (run.verbose || bad) {
 				describe(status, what, sizeof(what));
 				fprintf(stderr, "dptrain-run: rank %d %s", r, what);
+				if (bad && per_rank_logs)
+					fprintf(stderr, " (its output: %s/device%d/train.log)", outdir,
+						r);
 			}
-			if (failed < 0 && status != 0) {
+			if (bad && failed < 0) {
 				failed = r;
 				exit_code = shell_status(status);
-				if (!interrupted) {
-					if (per_rank_logs)
-						fprintf(stderr,
-							" (its output: %s/device%d/train.log)",
-							outdir, r);
-					if (run.alive)
-						fprintf(stderr, "; stopping the other %d rank%s",
-							run.alive, run.alive > 1 ? "s" : "");
-				}
-				fputc('\n', stderr);
+				if (!interrupted && run.alive)
+					fprintf(stderr, "; stopping the other %d rank%s", run.alive,
+						run.alive > 1 ? "s" : "");
 				signal_all(SIGTERM);
 				kill_at = time(NULL) + run.grace_s;
-			} else if (run.verbose || (failed < 0 && !interrupted && status != 0)) {
-				fputc('\n', stderr);
+			} else if (failed < 0 && status != 0) {
+				exit_code = shell_status(status); /* 4: stopped on request */
 			}
+			if (run.verbose || bad)
+				fputc('\n', stderr);
 		}
 		if (run.alive == 0)
 			break;
@@ -366,6 +390,7 @@ int main(int argc, char **argv)
 	if (failed >= 0 || interrupted)
 		for (r = 0; r < run.nranks; r++)
 			kill(-run.ranks[r].pgid, SIGKILL);
+	close(port_fd);
 	free(run.ranks);
 	free(launcher);
 	free(trainer);

@@ -42,12 +42,13 @@ test_expect_success 'an unknown option is an error that names it' '
 	grep "unknown option .--bogus." err
 '
 
+# "quickly": without fixed waits; the bound is one no busy machine reaches
 test_expect_success 'start a one-node cluster quickly' '
 	start=$(date +%s%N) &&
 	dp_cluster_start --no-plugin &&
 	end=$(date +%s%N) &&
 	echo "started in $(( (end - start) / 1000000 )) ms" >&2 &&
-	test $(( (end - start) / 1000000 )) -lt 10000 &&
+	test $(( (end - start) / 1000000 )) -lt 60000 &&
 	test -f "$SLURM_CONF" &&
 	grep -q "^NodeName=n1 " "$SLURM_CONF"
 '
@@ -91,20 +92,21 @@ test_expect_success 'start on a running cluster says so and changes nothing' '
 	test "$(dp_cluster pids -d "$DPTRAIN_CLUSTER_DIR")" = "$pids"
 '
 
+# the bound on the stop tells "stopped it" from "waited for srun's 60 s timeout"
 test_expect_success 'stop ends a running job and leaves no process behind' '
 	dir=$DPTRAIN_CLUSTER_DIR &&
 	nap="sleep 299.$$" &&
 	{ timeout 60 srun -n2 sh -c "touch started.\$SLURM_PROCID; exec $nap" \
 		>/dev/null 2>&1 & } &&
 	srun_pid=$! &&
-	for i in $(seq 400); do
+	for i in $(seq 2400); do
 		test -e started.0 && test -e started.1 && break; sleep 0.05
 	done &&
 	test "$(pgrep -f -x "$nap" | wc -l)" -eq 2 &&
 	start=$(date +%s) &&
 	dp_cluster_stop "$dir" &&
 	echo "stopped in $(( $(date +%s) - start )) s" >&2 &&
-	test $(( $(date +%s) - start )) -lt 20 &&
+	test $(( $(date +%s) - start )) -lt 50 &&
 	no_process_left "$dir" &&
 	! pgrep -f -x "$nap" &&
 	test ! -e "$dir/munge/munge.socket.2" &&

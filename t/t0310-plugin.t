@@ -266,7 +266,7 @@ test_expect_success 'sbatch --dptrain: the script runs itself, its sruns go thro
 	echo done
 	EOF
 	jobid=$(timeout 30 sbatch --parsable job.sh) &&
-	for i in $(seq 300); do
+	for i in $(seq 3000); do
 		test -z "$(squeue -h -j "$jobid" 2>/dev/null)" && break; sleep 0.1
 	done &&
 	cat job.out &&

@@ -67,7 +67,7 @@ test_expect_success 'sbatch with #SBATCH --dptrain: the script runs as itself, i
 	srun ./probe.sh
 	EOF
 	job=$(sbatch --parsable -o slurm-%j.out batch.sh) &&
-	for i in $(seq 300); do
+	for i in $(seq 3000); do
 		squeue -h -j "$job" 2>/dev/null | grep -q . || break
 		sleep 0.1
 	done &&

@@ -106,6 +106,8 @@ test_expect_success 'srun exits with the command'"'"'s status' '
 	grep "dptrain-launch: rank [01] on n[12]: cannot run .no-such-cmd-t0400.: No such file or directory" err
 '
 
+# The bounds on the elapsed time below only tell "gave up after DPTRAIN_TIMEOUT" from "waited
+# for the stalled rank" (srun's timeout, 60 s), whatever the load.
 test_expect_success 'a rank that never arrives: the others time out naming it, nothing left' '
 	start=$(date +%s) &&
 	# srun reports the ranks Slurm killed (137): any failure will do
@@ -115,7 +117,7 @@ test_expect_success 'a rank that never arrives: the others time out naming it, n
 	cat err >&2 &&
 	grep "rank 2: test hook DPTRAIN_TEST_STALL_RANK" err &&
 	grep "dptrain-launch: rank [0-3] on n[12]: PMIx fence (rendezvous of all ranks) timed out after 3 s: 1 of 4 ranks did not arrive: rank 2 on n1" err &&
-	test $((end - start)) -lt 20 &&
+	test $((end - start)) -lt 50 &&
 	nothing_left
 '
 
@@ -126,7 +128,7 @@ test_expect_success 'without PMIx: local rank 0 that never writes the rank table
 		timeout 60 srun --mpi=none -K -n3 dptrain-launch ./probe.sh 2>err &&
 	end=$(date +%s) &&
 	grep "dptrain-launch: rank [12] on n[12]: rank 0 (local rank 0 on n[12]) did not write .*/stall2/rank_table.json within 2 s" err &&
-	test $((end - start)) -lt 20 &&
+	test $((end - start)) -lt 50 &&
 	nothing_left
 '
 

@@ -3,7 +3,8 @@
 # batch b against 1 rank x N*b (losses and final weights), gradient accumulation, sharded
 # evaluation, PyTorch DDP (gloo) from the same weights, BatchNorm's per-rank statistics, and
 # what happens when a rank dies or stalls, the master is missing or its port is taken.
-# Owns only its trash directory.
+# Owns only its trash directory. Nothing here depends on the machine's speed or load: see
+# "Tolerances" for the numbers and "Failures" for the timeouts.
 
 test_description='data-parallel training: equivalence, PyTorch DDP, failures'
 
@@ -46,8 +47,87 @@ close() {
 eval_of() { # the last eval's "correct count" from a metrics file
 	grep '"event":"eval"' "$1" | tail -n 1 | sed 's/.*"correct":\([0-9]*\),"count":\([0-9]*\).*/\1 \2/'
 }
-free_port() {
-	/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+
+# Tolerances. N ranks x b and 1 rank x N*b compute the same gradient as different float32
+# sums: each rank sums its own samples and the ring adds the ranks' sums, where one rank sums
+# all N*b in one GEMM, blocked as the CPU's kernels (ONEDNN_MAX_CPU_ISA) choose. Reassociation
+# moves a sum by a few ulps, and through the smooth parts of a network such differences stay
+# at the losses' ulps (~1e-7 over these 20-25 steps). But a ReLU or max-pool decision that
+# sits within an ulp of its kink can go the other way, which moves the gradient by one
+# sample's share at once: lenet's losses then differ by ~4e-5 and its weights by ~5e-3 after
+# 20 steps. Which runs take which side depends on the kernels, so a fixed rtol near the ulps
+# fails on some CPUs (1e-5 did with AVX2), and one loose enough for that everywhere would hide
+# real mistakes. So each comparison is judged against the spread between equally valid orders
+# of the same sum on this machine: the 1-rank big batch against the same job as accumulation
+# micro-steps (the same samples, summed in other orders) and under each ONEDNN_MAX_CPU_ISA
+# level (other kernels, other blocking), whatever level the test itself runs at. rtol =
+# 4 x max(spread, 16 float32 ulps): a third valid order lies within twice the spread of the
+# others (the triangle inequality), and twice again since the spread is estimated from a few
+# runs. Where the references agree to the ulps (mlp here) that still catches an lr off by 0.02%
+# or twice the weight decay (losses off by 5e-3); where they flip (lenet here) only coarser
+# mistakes (an unaveraged gradient, other samples), hence the exact comparison below.
+#
+# Where the sums can be made order-identical the comparison is exact. With batch_size 1 a
+# 2-rank step holds the same two samples, one per rank, as a 1-rank step of 2 micro-steps;
+# the 2-rank allreduce is one addition per element (commutative: the same on both ranks) and
+# the mean a division by 2, exact, while the accumulation adds the second micro-step's
+# gradient to the first once (beta = 1) after scaling each by 1/2 through the loss, exact
+# too: the two runs agree bit for bit. So does the sum of gradients with half the lr and
+# twice the weight decay against the mean: every difference is a factor of 2.
+ulps16=9.5367431640625e-07 # 16 float32 ulps, 16 x 2^-24
+
+# orders RUN REF OTHER...: RUN (several ranks) is the same mathematics as REF (1 rank, one big
+# batch): its per-step losses and final weights (st_compare.py's measure) are within 4 x the
+# worst difference among REF and the OTHERs (REF's job as accumulation micro-steps), or
+# within 4 x 16 float32 ulps where that is smaller. NAME means NAME.loss and NAME/model.safetensors.
+orders() {
+	/usr/bin/python3 - "$ref" "$ulps16" "$@" <<-\EOF
+	import itertools, math, sys
+	import numpy as np
+	sys.path.insert(0, sys.argv[1])
+	from st_compare import load
+	floor, run, refs = float(sys.argv[2]), sys.argv[3], sys.argv[4:]
+	def steps(n):
+	    return [l.split() for l in open(n + ".loss") if l.strip()]
+	def dl(a, b):
+	    x, y = steps(a), steps(b)
+	    if [s[0] for s in x] != [s[0] for s in y] or not x:
+	        sys.exit(f"{a} and {b} logged different steps")
+	    return max(abs(float(p[1]) - float(q[1])) / max(abs(float(q[1])), 1e-12)
+	               for p, q in zip(x, y))
+	def dw(a, b):
+	    x, y = load(a + "/model.safetensors"), load(b + "/model.safetensors")
+	    if sorted(x) != sorted(y):
+	        sys.exit(f"{a} and {b} hold different tensors")
+	    total = math.sqrt(sum(float(np.sum(v[1] ** 2)) for v in y.values()))
+	    nel = sum(v[1].size for v in y.values())
+	    return max(float(np.linalg.norm(x[k][1] - y[k][1]))
+	               / max(float(np.linalg.norm(y[k][1])), total * math.sqrt(y[k][1].size / nel), 1e-30)
+	               for k in y)
+	pairs = list(itertools.combinations(refs, 2))
+	sl = max(dl(a, b) for a, b in pairs) if pairs else 0.0
+	sw = max(dw(a, b) for a, b in pairs) if pairs else 0.0
+	tl, tw = 4 * max(sl, floor), 4 * max(sw, floor)
+	l, w = dl(run, refs[0]), dw(run, refs[0])
+	print(f"{run} vs {refs[0]}: losses {l:.3g} (rtol {tl:.3g}), weights {w:.3g} (rtol {tw:.3g});"
+	      f" spread of {', '.join(refs)}: losses {sl:.3g}, weights {sw:.3g}")
+	sys.exit(l > tl or w > tw)
+	EOF
+}
+# isa_refs NAME CONFIG [OVERRIDES...]: NAME's 1-rank job again under each ONEDNN_MAX_CPU_ISA
+# level, as NAME.SSE41, NAME.AVX2 and NAME.AVX512_CORE (a level the CPU lacks runs as the
+# highest it has; elsewhere than x86 they are the same run thrice)
+isa_refs() {
+	_n=$1 _c=$2 && shift 2 &&
+	for _i in SSE41 AVX2 AVX512_CORE; do
+		ONEDNN_MAX_CPU_ISA=$_i dptrain $_c output.dir=$_n.$_i "$@" >$_n.$_i.out 2>&1 &&
+		losses_metrics $_n.$_i/metrics.jsonl >$_n.$_i.loss || return 1
+	done
+}
+# same RUN REF: bit for bit the same losses and final weights
+same() {
+	cmp "$1.loss" "$2.loss" && cmp "$1/model.safetensors" "$2/model.safetensors" &&
+	echo "$1 = $2 bit for bit ($(wc -l <"$1.loss") steps)"
 }
 
 # Small, fast, deterministic jobs: no augmentation, constant lr, every step logged.
@@ -64,10 +144,14 @@ EOF
 sed -e 's/"mlp", "num_classes"/"lenet", "num_classes"/' -e 's/, "hidden": \[128, 64\]//' \
 	-e 's/"max_steps": 25/"max_steps": 20/' mlp.json >lenet.json
 
-test_expect_success FMNIST 'mlp: 1 rank x 64 (the reference run)' '
+test_expect_success FMNIST 'mlp: 1 rank x 64, and as 2 and 4 accumulation micro-steps (the reference orders)' '
 	dptrain mlp.json output.dir=m1 >m1.out 2>&1 &&
-	losses_metrics m1/metrics.jsonl >m1.loss &&
-	test $(wc -l <m1.loss) = 25
+	dptrain mlp.json output.dir=mk2 data.batch_size=32 parallel.grad_accumulation_step=2 >mk2.out 2>&1 &&
+	dptrain mlp.json output.dir=k4 data.batch_size=16 parallel.grad_accumulation_step=4 >k4.out 2>&1 &&
+	for n in m1 mk2 k4; do
+		losses_metrics $n/metrics.jsonl >$n.loss && test $(wc -l <$n.loss) = 25 || return 1
+	done &&
+	isa_refs m1 mlp.json
 '
 
 test_expect_success FMNIST 'mlp: 4 ranks x 16 = 1 rank x 64: losses and final weights' '
@@ -75,8 +159,7 @@ test_expect_success FMNIST 'mlp: 4 ranks x 16 = 1 rank x 64: losses and final we
 	cat m4.out &&
 	grep "4 ranks, average of gradients" m4.out &&
 	losses_metrics m4/metrics.jsonl >m4.loss &&
-	close m4.loss m1.loss 1e-5 25 &&
-	/usr/bin/python3 "$ref/st_compare.py" m4/model.safetensors m1/model.safetensors --rtol 1e-5
+	orders m4 m1 mk2 k4 m1.SSE41 m1.AVX2 m1.AVX512_CORE
 '
 
 test_expect_success FMNIST 'the evaluation is sharded: every test image once, same result' '
@@ -97,30 +180,46 @@ test_expect_success FMNIST 'every rank logs its own loss in its train.log, rank 
 
 test_expect_success FMNIST 'mlp: 3 ranks x 16 with 2 accumulation micro-steps = 1 rank x 96' '
 	dptrain mlp.json output.dir=a1 data.batch_size=96 >a1.out 2>&1 &&
+	dptrain mlp.json output.dir=ak2 data.batch_size=48 parallel.grad_accumulation_step=2 >ak2.out 2>&1 &&
 	dptrain-run -n 3 -o a3 mlp.json dptrain mlp.json data.batch_size=16 \
 		parallel.grad_accumulation_step=2 >a3.out 2>&1 &&
-	losses_metrics a1/metrics.jsonl >a1.loss && losses_metrics a3/metrics.jsonl >a3.loss &&
-	close a3.loss a1.loss 1e-5 25 &&
-	/usr/bin/python3 "$ref/st_compare.py" a3/model.safetensors a1/model.safetensors --rtol 1e-5
+	for n in a1 ak2 a3; do
+		losses_metrics $n/metrics.jsonl >$n.loss && test $(wc -l <$n.loss) = 25 || return 1
+	done &&
+	isa_refs a1 mlp.json data.batch_size=96 &&
+	orders a3 a1 ak2 a1.SSE41 a1.AVX2 a1.AVX512_CORE
 '
 
 test_expect_success FMNIST 'mlp: 1 rank, 4 micro-steps of 16 = one step of 64' '
-	dptrain mlp.json output.dir=k4 data.batch_size=16 parallel.grad_accumulation_step=4 >k4.out 2>&1 &&
-	losses_metrics k4/metrics.jsonl >k4.loss &&
-	close k4.loss m1.loss 1e-5 25 &&
-	/usr/bin/python3 "$ref/st_compare.py" k4/model.safetensors m1/model.safetensors --rtol 1e-5
+	orders k4 m1 mk2 m1.SSE41 m1.AVX2 m1.AVX512_CORE
 '
 
 test_expect_success FMNIST 'lenet: 2 ranks x 32 = 1 rank x 64, and sum instead of mean = 2x lr' '
 	dptrain lenet.json output.dir=l1 >l1.out 2>&1 &&
+	dptrain lenet.json output.dir=lk2 data.batch_size=32 parallel.grad_accumulation_step=2 >lk2.out 2>&1 &&
+	dptrain lenet.json output.dir=lk4 data.batch_size=16 parallel.grad_accumulation_step=4 >lk4.out 2>&1 &&
 	dptrain-run -n 2 -o l2 lenet.json dptrain lenet.json data.batch_size=32 >l2.out 2>&1 &&
-	losses_metrics l1/metrics.jsonl >l1.loss && losses_metrics l2/metrics.jsonl >l2.loss &&
-	close l2.loss l1.loss 1e-5 20 &&
-	/usr/bin/python3 "$ref/st_compare.py" l2/model.safetensors l1/model.safetensors --rtol 1e-5 &&
+	for n in l1 lk2 lk4 l2; do
+		losses_metrics $n/metrics.jsonl >$n.loss && test $(wc -l <$n.loss) = 20 || return 1
+	done &&
+	isa_refs l1 lenet.json &&
+	orders l2 l1 lk2 lk4 l1.SSE41 l1.AVX2 l1.AVX512_CORE &&
 	dptrain-run -n 2 -o ls lenet.json dptrain lenet.json data.batch_size=32 \
 		parallel.gradients_mean=false optimizer.lr=0.025 optimizer.weight_decay=0.0002 >ls.out 2>&1 &&
 	losses_metrics ls/metrics.jsonl >ls.loss &&
-	close ls.loss l1.loss 1e-5 20
+	same ls l2
+'
+
+test_expect_success FMNIST 'batch 1: 2 ranks = 1 rank with 2 accumulation micro-steps, bit for bit' '
+	for j in mlp lenet; do
+		dptrain $j.json output.dir=${j}1k data.batch_size=1 \
+			parallel.grad_accumulation_step=2 >${j}1k.out 2>&1 &&
+		dptrain-run -n 2 -o ${j}12 $j.json dptrain $j.json data.batch_size=1 >${j}12.out 2>&1 &&
+		losses_metrics ${j}1k/metrics.jsonl >${j}1k.loss &&
+		losses_metrics ${j}12/metrics.jsonl >${j}12.loss &&
+		test $(wc -l <${j}12.loss) -ge 20 &&
+		same ${j}12 ${j}1k || return 1
+	done
 '
 
 test_expect_success FMNIST 'buckets: all_reduce_fusion_config and tiny bucket_cap_mb give the same weights' '
@@ -165,29 +264,64 @@ torch_losses() { # DIR RANK: "step loss" lines of a ddp_torch.py run
 for l in open(sys.argv[1]):
     d = json.loads(l); print(d["step"], repr(d["loss"]))' "$1/losses.rank$2.jsonl"
 }
-vs_torch() { # NAME CONFIG RANKS STEPS LOSS_RTOL WEIGHT_RTOL [OVERRIDES...]
-	_n=$1 _c=$2 _w=$3 _s=$4 _lt=$5 _wt=$6 && shift 6 &&
+# vs_torch NAME CONFIG RANKS STEPS RTOL [OVERRIDES...]: each rank's losses and the final
+# weights of dptrain's ranks against PyTorch DDP's, from the same initial weights. PyTorch sums
+# in yet another order (its own kernels, which ONEDNN_MAX_CPU_ISA may not reach), so with
+# RTOL "orders" they are judged as `orders` judges one big batch: against the spread between
+# dptrain's job, the same job as 2 accumulation micro-steps (each rank's same samples summed
+# in another order) and the job under each ONEDNN_MAX_CPU_ISA level. A model with BatchNorm
+# has no micro-step order (a micro-batch has its own statistics): RTOL is then "LOSS_RTOL
+# WEIGHT_RTOL", fixed.
+vs_torch() {
+	_n=$1 _c=$2 _w=$3 _s=$4 _lt=${5% *} _wt=${5#* } && shift 5 &&
 	/usr/bin/python3 "$ref/ddp_torch.py" --save-init $_n.init.safetensors --config $_c &&
 	dptrain-run -n $_w -o $_n.dp $_c dptrain $_c "model.init=$PWD/$_n.init.safetensors" \
 		train.max_steps=$_s "$@" >$_n.dp.out 2>&1 &&
 	dptrain --check $_c "$@" >$_n.resolved.json &&
 	/usr/bin/python3 "$ref/ddp_torch.py" --nproc $_w --config $_n.resolved.json \
 		--init $_n.init.safetensors --steps $_s --out $_n.torch >$_n.torch.out 2>&1 &&
+	if [ "$_lt" = orders ]; then
+		_b=$(dp_json $_n.resolved.json "d[\"data\"][\"batch_size\"]") &&
+		dptrain-run -n $_w -o $_n.k2 $_c dptrain $_c "model.init=$PWD/$_n.init.safetensors" \
+			train.max_steps=$_s "$@" data.batch_size=$((_b / 2)) \
+			parallel.grad_accumulation_step=2 >$_n.k2.out 2>&1 &&
+		for _i in SSE41 AVX2 AVX512_CORE; do
+			ONEDNN_MAX_CPU_ISA=$_i dptrain-run -n $_w -o $_n.$_i $_c dptrain $_c \
+				"model.init=$PWD/$_n.init.safetensors" train.max_steps=$_s "$@" \
+				>$_n.$_i.out 2>&1 || return 1
+		done
+	fi &&
 	_r=0 && while [ $_r -lt $_w ]; do
+		echo "rank $_r:" &&
 		torch_losses $_n.torch $_r >$_n.t$_r &&
 		losses_log $_n.dp/device$_r/train.log >$_n.d$_r &&
-		echo "rank $_r:" && close $_n.d$_r $_n.t$_r $_lt $_s || return 1
+		if [ "$_lt" = orders ]; then
+			for _v in dp torch k2 SSE41 AVX2 AVX512_CORE; do
+				mkdir -p $_n.$_v.r$_r &&
+				ln -sf "$PWD/$_n.$_v/model.safetensors" $_n.$_v.r$_r/ || return 1
+				[ $_v = torch ] || losses_log $_n.$_v/device$_r/train.log >$_n.$_v.r$_r.loss ||
+					return 1
+			done &&
+			cp $_n.t$_r $_n.torch.r$_r.loss &&
+			orders $_n.torch.r$_r $_n.dp.r$_r $_n.k2.r$_r $_n.SSE41.r$_r $_n.AVX2.r$_r \
+				$_n.AVX512_CORE.r$_r
+		else
+			close $_n.d$_r $_n.t$_r $_lt $_s
+		fi || return 1
 		_r=$((_r + 1))
 	done &&
-	/usr/bin/python3 "$ref/st_compare.py" $_n.dp/model.safetensors $_n.torch/model.safetensors --rtol $_wt
+	if [ "$_lt" != orders ]; then
+		/usr/bin/python3 "$ref/st_compare.py" $_n.dp/model.safetensors \
+			$_n.torch/model.safetensors --rtol $_wt
+	fi
 }
 
 test_expect_success FMNIST,TORCH 'mlp: 2 ranks of dptrain = 2 ranks of PyTorch DDP, 20 steps' '
-	vs_torch mt mlp.json 2 20 1e-5 1e-5 data.batch_size=32
+	vs_torch mt mlp.json 2 20 orders data.batch_size=32
 '
 
 test_expect_success FMNIST,TORCH 'lenet with AdamW and label smoothing: 2 ranks = PyTorch DDP, 20 steps' '
-	vs_torch lt lenet.json 2 20 1e-5 1e-5 data.batch_size=32 optimizer.name=adamw \
+	vs_torch lt lenet.json 2 20 orders data.batch_size=32 optimizer.name=adamw \
 		optimizer.lr=0.002 optimizer.weight_decay=0.01 train.label_smoothing=0.1
 '
 
@@ -208,7 +342,7 @@ cat >resnet.json <<EOF
 }
 EOF
 test_expect_success FMNIST,TORCH 'resnet18 (BatchNorm): 2 ranks = PyTorch DDP per rank, buffers from rank 0' '
-	vs_torch rt resnet.json 2 4 1e-4 1e-3 data.eval=null
+	vs_torch rt resnet.json 2 4 "1e-4 1e-3" data.eval=null
 '
 
 test_expect_success FMNIST,TORCH 'resnet18 (BatchNorm): 2 ranks x 16 is not 1 rank x 32 (per-rank statistics)' '
@@ -237,8 +371,17 @@ test_expect_success FMNIST "dptrain-run -n 4 lenet-fmnist.json reaches $lenet_mi
 # Failures, with ranks started by hand as torchrun-style processes (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT): the trainer itself must notice, name the rank and exit, without
 # a launcher stopping it. Every wait has a deadline; nothing is left running.
+#
+# No outcome depends on the machine's speed. A timeout that is not what a test is about is
+# 600 s, so that a fault found another way (a death, an abort) is certainly found first; the
+# tests' own deadlines (wait_exit, until_logged) are hang guards, below 600 s so that a fault
+# found only by such a timeout fails the test, and far above what a busy machine takes. Where a
+# timeout is the point (a stall, a rank that never arrives), what the test checks does not
+# depend on which rank's timer fires first: the store's roll call and rank 0's rendezvous
+# verdict decide. Ports are held from the moment they are chosen (hold_port), never merely
+# found free, and a rank is started after another only once that one listens.
 long=$(cat <<EOF
-train.epochs=0 train.max_steps=1000000 train.log_every=1 data.eval=null timeouts.collective_s=4 timeouts.rendezvous_s=20
+train.epochs=0 train.max_steps=1000000 train.log_every=1 data.eval=null checkpoint.every_epochs=0 timeouts.collective_s=600 timeouts.rendezvous_s=600
 EOF
 )
 start_rank() { # RANK WORLD PORT [OVERRIDES...]
@@ -256,30 +399,62 @@ wait_exit() {
 	if kill -0 $1 2>/dev/null; then kill -9 $1; wait $1; return 124; fi
 	wait $1
 }
-# until_logged FILE: wait (up to 60 s) until a rank has trained a few steps
+# until_logged FILE: wait (up to 300 s) until a rank has trained a few steps
 logged() {
 	_n=$(grep -c "loss is" "$1" 2>/dev/null) || :
 	[ "${_n:-0}" -ge 3 ]
 }
 until_logged() {
 	_i=0
-	while ! logged "$1" && [ $_i -lt 600 ]; do sleep 0.1; _i=$((_i + 1)); done
+	while ! logged "$1" && [ $_i -lt 3000 ]; do sleep 0.1; _i=$((_i + 1)); done
 	logged "$1"
 }
-# kill_ranks: whatever start_rank started is gone when a test ends, passed or not
+# kill_ranks: whatever start_rank and hold_port started is gone when a test ends, passed or not
 kill_ranks() {
 	for _p in $pid0 $pid1 $pid2; do kill -CONT $_p 2>/dev/null; kill -9 $_p 2>/dev/null; done
+	[ -z "$holder" ] || kill $holder 2>/dev/null
 	wait 2>/dev/null
-	pid0= pid1= pid2=
+	pid0= pid1= pid2= holder=
+}
+# hold_port [listen]: a free port of 127.0.0.1 in $port, held by a process ($holder) until
+# kill_ranks: bound with SO_REUSEADDR, so the kernel gives it to no other socket, and a
+# connection to it is refused until rank 0's store, which sets SO_REUSEADDR too, binds it.
+# A port that was only free a moment ago (bind to 0, close) can be taken by any process before
+# rank 0 binds it. With listen, the holder listens on it (a port in use).
+hold_port() {
+	rm -f port.fifo && mkfifo port.fifo &&
+	{ /usr/bin/python3 -c 'import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, len(sys.argv) == 1)
+s.bind(("127.0.0.1" if len(sys.argv) == 1 else "0.0.0.0", 0))
+if len(sys.argv) > 1:
+    s.listen()
+print(s.getsockname()[1], flush=True)
+sys.stdout.close()
+time.sleep(3600)' $1 >port.fifo & } &&
+	holder=$! && read port <port.fifo && test -n "$port"
+}
+# until_listening PORT: until something accepts connections on 127.0.0.1:PORT (up to 300 s)
+until_listening() {
+	/usr/bin/python3 -c 'import socket, sys, time
+t0 = time.monotonic()
+while True:
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1]))).close()
+        break
+    except OSError:
+        if time.monotonic() - t0 > 300:
+            sys.exit(f"nothing listens on port {sys.argv[1]} after 300 s")
+        time.sleep(0.05)' $1
 }
 
-test_expect_success FMNIST 'a rank killed mid-training: the others exit 3 within seconds, naming it' '
+test_expect_success FMNIST 'a rank killed mid-training: the others exit 3 at once, naming it' '
 	test_when_finished kill_ranks &&
-	port=$(free_port) &&
+	hold_port &&
 	start_rank 0 3 $port && start_rank 1 3 $port && start_rank 2 3 $port &&
 	until_logged fail.2.out &&
 	t0=$(date +%s) && kill -9 $pid2 &&
-	{ wait_exit $pid0 30; s0=$?; } && { wait_exit $pid1 30; s1=$?; } &&
+	{ wait_exit $pid0 120; s0=$?; } && { wait_exit $pid1 120; s1=$?; } &&
 	{ wait $pid2; s2=$?; } &&
 	echo "exit: rank 0 $s0, rank 1 $s1, rank 2 $s2 after $(( $(date +%s) - t0 )) s" &&
 	cat fail.0.err fail.1.err &&
@@ -288,60 +463,67 @@ test_expect_success FMNIST 'a rank killed mid-training: the others exit 3 within
 	grep "^dptrain: rank 1: .*rank 2 .*died" fail.1.err
 '
 
+# The stall is found by the collective timeout, which must also outlast the ranks' skew at the
+# start (each loads the data after the parameter broadcast, then waits for the others): 15 s.
+stall=timeouts.collective_s=15
 test_expect_success FMNIST 'a stalled rank (SIGSTOP): the others exit 3 after timeouts.collective_s, naming it' '
 	test_when_finished kill_ranks &&
-	port=$(free_port) &&
-	start_rank 0 3 $port && start_rank 1 3 $port && start_rank 2 3 $port &&
+	hold_port &&
+	start_rank 0 3 $port $stall && start_rank 1 3 $port $stall && start_rank 2 3 $port $stall &&
 	until_logged fail.1.out &&
 	kill -STOP $pid1 &&
-	{ wait_exit $pid0 40; s0=$?; } && { wait_exit $pid2 40; s2=$?; } &&
+	{ wait_exit $pid0 120; s0=$?; } && { wait_exit $pid2 120; s2=$?; } &&
 	kill -9 $pid1 && kill -CONT $pid1 && { wait $pid1 || :; } &&
 	echo "exit: rank 0 $s0, rank 2 $s2" && cat fail.0.err fail.2.err &&
 	test $s0 = 3 && test $s2 = 3 &&
-	grep "^dptrain: rank 0: .*rank 1" fail.0.err &&
-	grep "^dptrain: rank 2: .*rank 1" fail.2.err
+	grep "^dptrain: rank 0: .*rank 1 ([^)]*) stopped taking part: 2 of 3 ranks were waiting" fail.0.err &&
+	grep "^dptrain: rank 2: .*rank 1 ([^)]*) stopped taking part: 2 of 3 ranks were waiting" fail.2.err
 '
 
 test_expect_success FMNIST 'a rank that stops with an error (its loss diverged) tells the others why' '
 	test_when_finished kill_ranks &&
-	port=$(free_port) &&
+	hold_port &&
 	start_rank 0 2 $port && start_rank 1 2 $port optimizer.lr=1e30 &&
-	{ wait_exit $pid0 30; s0=$?; } && { wait_exit $pid1 30; s1=$?; } &&
+	{ wait_exit $pid0 120; s0=$?; } && { wait_exit $pid1 120; s1=$?; } &&
 	cat fail.0.err fail.1.err &&
 	test $s0 = 3 && test $s1 = 3 &&
 	grep "^dptrain: rank 1: loss is nan" fail.1.err &&
-	grep "^dptrain: rank 0: .*rank 1" fail.0.err
+	grep "^dptrain: rank 0: .*rank 1 stopped: loss is nan" fail.0.err
 '
 
-test_expect_success FMNIST 'a rank that never arrives: the rendezvous names it after timeouts.rendezvous_s' '
+# Rank 1 arrives with a rendezvous timeout of its own much shorter than rank 0's, and it
+# starts once rank 0 listens: its own deadline passes first, but rank 0's store judges the
+# rendezvous, and both ranks name rank 2, which never came (not rank 1 as dead because it
+# gave up on its own).
+test_expect_success FMNIST 'a rank that never arrives: every rank names it when rank 0 closes the rendezvous' '
 	test_when_finished kill_ranks &&
-	port=$(free_port) &&
-	start_rank 0 3 $port timeouts.rendezvous_s=2 && start_rank 1 3 $port timeouts.rendezvous_s=2 &&
-	{ wait_exit $pid0 30; s0=$?; } && { wait_exit $pid1 30; s1=$?; } &&
+	hold_port &&
+	start_rank 0 3 $port timeouts.rendezvous_s=8 &&
+	until_listening $port &&
+	start_rank 1 3 $port timeouts.rendezvous_s=1 &&
+	{ wait_exit $pid0 120; s0=$?; } && { wait_exit $pid1 120; s1=$?; } &&
 	cat fail.0.err fail.1.err &&
 	test $s0 = 3 && test $s1 = 3 &&
-	grep "^dptrain: rank 0: .*rank 2" fail.0.err &&
-	test_must_fail grep "rank 1 " fail.0.err
+	grep "^dptrain: rank 0: rendezvous: 1 of 3 ranks did not connect within 8 s: rank 2$" fail.0.err &&
+	grep "^dptrain: rank 1: rendezvous: 1 of 3 ranks did not connect within 8 s: rank 2$" fail.1.err
 '
 
 test_expect_success FMNIST 'the master port already in use: a clear error from rank 0' '
 	test_when_finished kill_ranks &&
-	port=$(free_port) &&
-	{ /usr/bin/python3 -c "import socket,sys,time; s=socket.socket(); s.bind((\"0.0.0.0\", int(sys.argv[1]))); s.listen(); print(1, flush=True); time.sleep(30)" $port >holder.out & } &&
-	holder=$! && until test -s holder.out; do sleep 0.1; done &&
+	hold_port listen &&
 	start_rank 0 2 $port timeouts.rendezvous_s=2 &&
-	{ wait_exit $pid0 30; s0=$?; } && kill $holder && { wait $holder || :; } &&
+	{ wait_exit $pid0 120; s0=$?; } &&
 	cat fail.0.err && test $s0 = 3 &&
 	grep "^dptrain: rank 0: .*$port.*in use" fail.0.err
 '
 
 test_expect_success FMNIST 'no master: rank 1 says it cannot reach MASTER_ADDR:MASTER_PORT' '
 	test_when_finished kill_ranks &&
-	port=$(free_port) &&
+	hold_port &&
 	start_rank 1 2 $port timeouts.rendezvous_s=1 &&
-	{ wait_exit $pid1 30; s1=$?; } &&
+	{ wait_exit $pid1 120; s1=$?; } &&
 	cat fail.1.err && test $s1 = 3 &&
-	grep "^dptrain: rank 1: .*127.0.0.1:$port" fail.1.err
+	grep "^dptrain: rank 1: .*127.0.0.1:$port within 1 s: Connection refused" fail.1.err
 '
 
 test_expect_success 'WORLD_SIZE > 1 without MASTER_ADDR: a clear error, not a hang' '

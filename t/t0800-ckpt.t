@@ -48,7 +48,7 @@ test_expect_success FMNIST '1 rank, momentum, mid-epoch: 40 steps = 20 + resume 
 
 test_expect_success FMNIST 'the checkpoint: safetensors weights, optimizer state, checksums, latest' '
 	test "$(cat r1/checkpoints/latest)" = step-40 &&
-	dp_json r1/checkpoints/step-40/state.json "d[\"state\"][\"step\"]" >step &&
+	dp_json r1/checkpoints/step-40/trainer_state.json "d[\"step\"]" >step &&
 	test "$(cat step)" = 40 &&
 	/usr/bin/python3 "$ref/st_compare.py" r1/checkpoints/step-40/model.safetensors \
 		r1/model.safetensors --rtol 0 &&
@@ -110,6 +110,45 @@ test_expect_success FMNIST 'a truncated newest checkpoint is skipped with a warn
 	grep "resuming from c1/checkpoints/step-20" c1.out
 '
 
+# reseal DIR KEY JSON: trainer_state.json's KEY set to JSON, its new size and CRC written into
+# state.json, as a buggy or hostile writer would: the checksums pass, only the bounds are left
+cat >reseal.py <<'EOF'
+import json, sys, zlib
+d, key, val = sys.argv[1:4]
+p = d + "/trainer_state.json"
+st = json.load(open(p))
+st[key] = json.loads(val)
+data = json.dumps(st, indent=1).encode()
+open(p, "wb").write(data)
+m = json.load(open(d + "/state.json"))
+m["files"]["trainer_state.json"] = {"bytes": len(data), "crc32": zlib.crc32(data)}
+open(d + "/state.json", "w").write(json.dumps(m, indent=1))
+EOF
+
+test_expect_success FMNIST 'trainer_state.json out of bounds, checksums right: skipped with a warning naming it' '
+	for kv in offset:1000000000000000 epoch:2147483653 step:4611686018427387904 \
+		optimizer_step:-1 world_size:0 batch_size:0 loss_scale:-1; do
+		k=${kv%%:*} v=${kv#*:} &&
+		rm -rf c3 && cp -r r1 c3 &&
+		/usr/bin/python3 reseal.py c3/checkpoints/step-40 $k $v &&
+		dptrain mlp.json output.dir=c3 train.max_steps=45 >c3.out 2>c3.err &&
+		grep "warning: .*step-40: trainer_state.json: .*$k $v" c3.err &&
+		grep "resuming from c3/checkpoints/step-20" c3.out || { cat c3.err; return 1; }
+	done &&
+	test_expect_code 3 dptrain --resume c3/checkpoints/step-40 mlp.json output.dir=c4 >c4.out 2>c4.err &&
+	grep "checkpoint.resume .*step-40: .*loss_scale -1 is not a positive number" c4.err
+'
+
+test_expect_success FMNIST 'trainer_state.json changed without its checksum: skipped with a warning' '
+	rm -rf c3 && cp -r r1 c3 &&
+	sed "s/\"step\": 40/\"step\": 41/" c3/checkpoints/step-40/trainer_state.json >t &&
+	! cmp -s t c3/checkpoints/step-40/trainer_state.json &&
+	mv t c3/checkpoints/step-40/trainer_state.json &&
+	dptrain mlp.json output.dir=c3 train.max_steps=45 >c3.out 2>c3.err &&
+	grep "warning: .*step-40.*trainer_state.json" c3.err &&
+	grep "resuming from c3/checkpoints/step-20" c3.out
+'
+
 test_expect_success FMNIST 'a checkpoint of another model is refused, naming it' '
 	test_expect_code 3 dptrain mlp.json output.dir=r1 "model.hidden=[64]" >o.out 2>o.err &&
 	grep "r1/checkpoints/step-40 was written for mlp .*109386 parameters" o.err
@@ -151,7 +190,8 @@ test_expect_success FMNIST,LAUNCH 'SIGTERM: every rank stops after the same step
 	dptrain-run -n 2 -o g mlp.json dptrain mlp.json data.batch_size=32 train.max_steps=3000 \
 		train.log_every=1 >g.out 2>&1 &
 	pid=$! &&
-	until grep -q "step: 30," g.out 2>/dev/null; do sleep 0.1; done &&
+	i=0 && until grep -q "step: 30," g.out 2>/dev/null || [ $i -ge 3000 ]; do sleep 0.1; i=$((i + 1)); done &&
+	grep -q "step: 30," g.out &&
 	kill -TERM $pid &&
 	{ wait $pid; s=$?; } && echo "exit $s" && test $s = 4 &&
 	grep "stopping on request at step" g.out &&

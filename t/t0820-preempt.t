@@ -1,7 +1,8 @@
 #!/bin/sh
-# t0820-preempt.t — preemption under the project's local Slurm: scancel --signal=USR1, a time
-# limit with sbatch --signal=USR1@N, and a requeued --requeue job that resumes by itself from
-# its checkpoint (same job id, same output directory). Owns its trash directory and cluster.
+# t0820-preempt.t — preemption under the project's local Slurm: scancel --signal=USR1 and TERM,
+# a time limit with sbatch --signal=USR1@N and one without, and a requeued --requeue job that
+# resumes by itself from its checkpoint (same job id, same output directory). Owns its trash
+# directory and cluster.
 
 test_description='SIGUSR1/SIGTERM from Slurm: checkpoint, exit 4, requeue resumes'
 
@@ -42,7 +43,7 @@ wait_gone() {
 }
 
 test_expect_success 'setup: a Slurm with the plugin, a long job' '
-	dp_cluster_start -c 4 &&
+	dp_cluster_start -c 4 --conf KillWait=10 &&
 	cat >job.json <<-EOF
 	{
 	  "seed": 7,
@@ -58,9 +59,9 @@ test_expect_success 'setup: a Slurm with the plugin, a long job' '
 '
 
 test_expect_success 'scancel --signal=USR1: both ranks stop after one step, checkpoint, exit 4' '
-	{ timeout 120 srun -n2 --dptrain=job.json dptrain >s.out 2>s.err & } &&
+	{ timeout 600 srun -n2 --dptrain=job.json dptrain >s.out 2>s.err & } &&
 	srun_pid=$! &&
-	wait_for s.out "step: 50," 60 &&
+	wait_for s.out "step: 50," 300 &&
 	jid=$(squeue -h -o %i | head -n 1) &&
 	scancel --signal=USR1 "$jid" &&
 	{ wait $srun_pid; s=$?; } && echo "srun exit $s" && cat s.err &&
@@ -71,9 +72,24 @@ test_expect_success 'scancel --signal=USR1: both ranks stop after one step, chec
 	grep "stopped at step $at on request" s.out
 '
 
+test_expect_success 'scancel --signal=TERM: the same, checkpoint and exit 4' '
+	{ timeout 600 srun -n2 --dptrain=job.json dptrain >t.out 2>t.err & } &&
+	srun_pid=$! &&
+	wait_for t.out "step: 50," 300 &&
+	tjid=$(squeue -h -o %i | head -n 1) &&
+	scancel --signal=TERM "$tjid" &&
+	{ wait $srun_pid; s=$?; } && echo "srun exit $s" && cat t.err &&
+	test $s = 4 &&
+	grep "Exited with exit code 4" t.err && ! grep "Exited with exit code [0-35-9]" t.err &&
+	tat=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" t.out) &&
+	test -f "out/$tjid.0/checkpoints/step-$tat/state.json" &&
+	grep "rank 0: SIGTERM: stopping after this step, with a checkpoint" t.err &&
+	grep "stopped at step $tat on request" t.out
+'
+
 test_expect_success 'the next job resumes from it with --resume' '
 	ck=out/$jid.0/checkpoints/step-$at &&
-	timeout 120 srun -n2 --dptrain=job.json dptrain --resume "$PWD/$ck" train.max_steps=$((at + 10)) >r.out 2>&1 &&
+	timeout 600 srun -n2 --dptrain=job.json dptrain --resume "$PWD/$ck" train.max_steps=$((at + 10)) >r.out 2>&1 &&
 	grep "resuming from $PWD/$ck: step $at" r.out &&
 	grep "dptrain: done: $((at + 10)) steps" r.out
 '
@@ -86,23 +102,43 @@ test_expect_success 'a time limit with sbatch --signal=USR1@50: checkpoint befor
 	echo "srun exit $?"
 	EOF
 	jid=$(sbatch --parsable --dptrain=job.json --time=1 --signal=USR1@50 -o limit.out limit.sh) &&
-	wait_gone "$jid" 120 &&
+	wait_gone "$jid" 300 &&
 	cat limit.out &&
 	grep "stopping on request at step" limit.out &&
 	grep "^srun exit 4" limit.out &&
 	ls "out/$jid.0/checkpoints/" | grep step-
 '
 
+# No --signal: at the time limit Slurm sends SIGTERM to every task, and SIGKILL KillWait (10 s
+# here) later; the ranks must have their checkpoint written by then.
+test_expect_success 'a time limit alone: SIGTERM at the limit, every rank checkpoints within KillWait' '
+	cat >tl.sh <<-\EOF &&
+	#!/bin/sh
+	#SBATCH -n 2
+	srun dptrain
+	EOF
+	jid=$(sbatch --parsable --dptrain=job.json --time=1 -o tl.out tl.sh) &&
+	wait_gone "$jid" 300 &&
+	cat tl.out &&
+	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" tl.out | head -n 1) &&
+	test -n "$at" &&
+	grep "stopped at step $at on request" tl.out &&
+	test -f "out/$jid.0/checkpoints/step-$at/state.json" &&
+	test "$(cat "out/$jid.0/checkpoints/latest")" = "step-$at" &&
+	grep "Exited with exit code 4" tl.out && ! grep "Exited with exit code [0-35-9]" tl.out &&
+	! grep -i "killed\|signal 9" tl.out
+'
+
 test_expect_success 'contrib/examples/requeue.sbatch: stopped by USR1, it requeues itself and resumes' '
 	jid=$(sbatch --parsable --dptrain=job.json --ntasks=2 -o example.out \
 		"$DPTRAIN_SRC_DIR/contrib/examples/requeue.sbatch") &&
-	wait_for example.out "step: 50," 60 &&
+	wait_for example.out "step: 50," 300 &&
 	scancel --signal=USR1 "$jid" &&
-	wait_for example.out "requeueing job $jid" 60 &&
-	wait_pending "$jid" 60 &&
+	wait_for example.out "requeueing job $jid" 300 &&
+	wait_pending "$jid" 300 &&
 	scontrol update JobId="$jid" StartTime=now &&
-	{ wait_for example.out "resuming from" 90 || { squeue -j "$jid"; false; }; } &&
-	scancel "$jid" && wait_gone "$jid" 60 &&
+	{ wait_for example.out "resuming from" 300 || { squeue -j "$jid"; false; }; } &&
+	scancel "$jid" && wait_gone "$jid" 300 &&
 	cat example.out &&
 	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" example.out | head -n 1) &&
 	grep "resuming from .*out/$jid.0/checkpoints/step-$at: step $at" example.out

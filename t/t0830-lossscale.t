@@ -74,9 +74,9 @@ test_expect_success FMNIST 'overflows halve the scale, growth_interval good step
 test_expect_success FMNIST 'the optimizer does not count a skipped step; the checkpoint has the scale' '
 	DPTRAIN_TEST_OVERFLOW_AT=3 dptrain mlp.json output.dir=oc train.max_steps=6 $dyn \
 		>oc.out 2>&1 &&
-	dp_json oc/checkpoints/step-6/state.json "d[\"state\"][\"optimizer_step\"]" >ostep &&
+	dp_json oc/checkpoints/step-6/trainer_state.json "d[\"optimizer_step\"]" >ostep &&
 	test "$(cat ostep)" = 5 &&
-	dp_json oc/checkpoints/step-6/state.json "d[\"state\"][\"loss_scale\"]" >lscale &&
+	dp_json oc/checkpoints/step-6/trainer_state.json "d[\"loss_scale\"]" >lscale &&
 	test "$(cat lscale)" = 32768
 '
 

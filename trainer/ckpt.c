@@ -23,8 +23,9 @@
 #include <zlib.h>
 
 #define CK_FORMAT    "dptrain-checkpoint"
-#define CK_VERSION   1
+#define CK_VERSION   2 /* 1: the caller's state inside state.json, unchecked (still read) */
 #define CK_STATE     "state.json"
+#define CK_TRAINER   "trainer_state.json" /* the caller's state, listed and checked as a file */
 #define CK_STATE_MAX (256L << 20) /* a bigger state.json is not one of ours */
 #define CK_CHUNK     (1 << 20)
 
@@ -352,14 +353,14 @@ fail:
 /* ckpt_open; with check_crc 0 only the sizes are compared (cheap enough for every prune). */
 static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *err, size_t errlen)
 {
-	char dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], label[CKPT_PATH_MAX + 16];
+	char dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], label[CKPT_PATH_MAX + 32];
 	const char *base, *rest, *fname, *fmt;
 	json_t *doc = NULL, *jfiles, *jstate, *v, *jf;
 	json_error_t je;
 	char *text = NULL;
 	size_t len, n;
 	long step;
-	int rv = -1;
+	int rv = -1, version;
 
 	memset(c, 0, sizeof(*c));
 	n = strlen(step_dir);
@@ -394,12 +395,14 @@ static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *er
 		goto out;
 	}
 	v = json_object_get(doc, "version");
-	if (!json_is_integer(v) || json_integer_value(v) != CK_VERSION) {
+	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+	    json_integer_value(v) > CK_VERSION) {
 		failf(err, errlen,
-		      "%s: \"version\" is not %d (written by another dptrain version?)", label,
+		      "%s: \"version\" is not 1 to %d (written by a newer dptrain version?)", label,
 		      CK_VERSION);
 		goto out;
 	}
+	version = (int)json_integer_value(v);
 	v = json_object_get(doc, "step");
 	if (!json_is_integer(v) || json_integer_value(v) != step) {
 		failf(err, errlen, "%s: \"step\" does not match the directory name (step %ld)",
@@ -407,9 +410,14 @@ static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *er
 		goto out;
 	}
 	jfiles = json_object_get(doc, "files");
-	jstate = json_object_get(doc, "state");
-	if (!json_is_object(jfiles) || !json_is_object(jstate)) {
-		failf(err, errlen, "%s: \"files\" and \"state\" must be objects", label);
+	jstate = version == 1 ? json_object_get(doc, "state") : NULL;
+	if (!json_is_object(jfiles) || (version == 1 && !json_is_object(jstate))) {
+		failf(err, errlen, "%s: \"files\"%s must be objects", label,
+		      version == 1 ? " and \"state\"" : "");
+		goto out;
+	}
+	if (version > 1 && !json_object_get(jfiles, CK_TRAINER)) {
+		failf(err, errlen, "%s: \"files\" does not list " CK_TRAINER, label);
 		goto out;
 	}
 	json_object_foreach(jfiles, fname, jf)
@@ -466,7 +474,27 @@ static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *er
 			goto out;
 		}
 	}
-	if (!(c->state_json = json_dumps(jstate, JSON_COMPACT | JSON_PRESERVE_ORDER))) {
+	if (version > 1) { /* its size and CRC were checked above, like every file's */
+		json_t *st;
+		char *stext;
+		size_t slen;
+		snprintf(label, sizeof(label), "%s: " CK_TRAINER, dir);
+		if (ck_join(path, dir, CK_TRAINER, err, errlen) < 0 ||
+		    !(stext = ck_read_small(path, &slen, err, errlen, label)))
+			goto out;
+		st = json_loadb(stext, slen, 0, &je);
+		free(stext);
+		if (!json_is_object(st)) {
+			failf(err, errlen, "%s: not a JSON object", label);
+			json_decref(st);
+			goto out;
+		}
+		c->state_json = json_dumps(st, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		json_decref(st);
+	} else {
+		c->state_json = json_dumps(jstate, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	}
+	if (!c->state_json) {
 		failf(err, errlen, "%s: out of memory", label);
 		goto out;
 	}
@@ -510,8 +538,8 @@ static void ck_warn(char *warn, size_t warnlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-int ckpt_find_latest(const char *root, struct ckpt *c, char *warn, size_t warnlen, char *err,
-		     size_t errlen)
+int ckpt_find_latest(const char *root, ckpt_state_check check, void *check_ctx, struct ckpt *c,
+		     char *warn, size_t warnlen, char *err, size_t errlen)
 {
 	char path[CKPT_PATH_MAX], why[CKPT_PATH_MAX + 256];
 	struct ck_ent *v;
@@ -535,10 +563,13 @@ int ckpt_find_latest(const char *root, struct ckpt *c, char *warn, size_t warnle
 				"%s: left by an interrupted checkpoint write; skipped (the next "
 				"checkpoint removes it)",
 				path);
-		else if (ck_open(c, path, 1, why, sizeof(why)) == 0)
-			rv = 1;
-		else
+		else if (ck_open(c, path, 1, why, sizeof(why)) < 0)
 			ck_warn(warn, warnlen, "%s; skipped", why);
+		else if (check && check(check_ctx, c->state_json, why, sizeof(why)) < 0) {
+			ck_warn(warn, warnlen, "%s: " CK_TRAINER ": %s; skipped", path, why);
+			ckpt_close(c);
+		} else
+			rv = 1;
 	}
 	free(v);
 	return rv;
@@ -678,13 +709,27 @@ static int ck_install(const char *root, long step, const char *tmp, const char *
 	return 0;
 }
 
+/* A ckpt_writer for text (the trainer state). */
+static int ck_write_text(void *ctx, const char *path, char *err, size_t errlen)
+{
+	const char *text = ctx;
+	size_t len = strlen(text);
+	FILE *f = fopen(path, "wx");
+	if (!f)
+		return failf(err, errlen, "%s: %s", path, strerror(errno));
+	int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
+	if (fclose(f) != 0 || !ok)
+		return failf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+	return 0;
+}
+
 int ckpt_write(const char *root, long step, const struct ckpt_file *files, int nfiles,
 	       const char *state_json, int keep, char *err, size_t errlen)
 {
 	char tmp[CKPT_PATH_MAX] = "", final[CKPT_PATH_MAX], path[CKPT_PATH_MAX],
 	     old[CKPT_PATH_MAX] = "", latest[64];
 	json_t *state = NULL, *jfiles = NULL, *doc = NULL;
-	char *text = NULL;
+	char *text = NULL, *stext = NULL;
 	json_error_t je;
 	int rv = -1, n;
 
@@ -694,7 +739,7 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 		return failf(err, errlen, "%s: %d files in a checkpoint; at most %d", root, nfiles,
 			     CKPT_MAX_FILES);
 	for (int i = 0; i < nfiles; i++) {
-		if (!ck_name_ok(files[i].name) || !files[i].write)
+		if (!ck_name_ok(files[i].name) || !files[i].write || !strcmp(files[i].name, CK_TRAINER))
 			return failf(err, errlen,
 				     "%s: checkpoint file \"%s\": not a plain file name with a "
 				     "writer",
@@ -734,6 +779,13 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 		goto out;
 	}
 
+	/* the caller's files, then its state as one more file: checked like them on reading */
+	struct ckpt_file all[CKPT_MAX_FILES + 1];
+	memcpy(all, files, (size_t)nfiles * sizeof(*files));
+	if (!(stext = json_dumps(state, JSON_INDENT(1) | JSON_PRESERVE_ORDER)))
+		goto oom;
+	all[nfiles++] = (struct ckpt_file){CK_TRAINER, ck_write_text, stext};
+	files = all;
 	for (int i = 0; i < nfiles; i++) {
 		if (ck_join(path, tmp, files[i].name, err, errlen) < 0)
 			goto out;
@@ -756,8 +808,8 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 						  (json_int_t)crc)) < 0)
 			goto oom;
 	}
-	doc = json_pack("{s:s,s:i,s:I,s:O,s:O}", "format", CK_FORMAT, "version", CK_VERSION, "step",
-			(json_int_t)step, "files", jfiles, "state", state);
+	doc = json_pack("{s:s,s:i,s:I,s:O}", "format", CK_FORMAT, "version", CK_VERSION, "step",
+			(json_int_t)step, "files", jfiles);
 	if (!doc || !(text = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER)))
 		goto oom;
 	/* ck_write_atomic fsyncs tmp after the rename, which makes the whole directory durable */
@@ -787,6 +839,7 @@ out:
 	/* old is set here only when step-<N> was swapped out and the root could not be synced:
 	 * the next write's prune removes it */
 	free(text);
+	free(stext);
 	json_decref(doc);
 	json_decref(jfiles);
 	json_decref(state);

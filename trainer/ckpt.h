@@ -1,9 +1,10 @@
 /* ckpt.h — checkpoint directories: root/step-<N>/ holding files that callers write (weights,
- * optimizer state), a state.json that lists every file with its size and CRC-32 plus the
- * caller's trainer state, and root/latest naming the newest. Owns atomicity (a step is
- * written under a temporary name, fsynced, renamed; latest is replaced by rename), validation,
- * choosing what to resume from, and keeping the last K. Knows nothing of models or optimizers:
- * the caller writes its files through a callback and reads them back from the directory.
+ * optimizer state) and the caller's trainer state (trainer_state.json), a state.json that
+ * lists every file with its size and CRC-32, and root/latest naming the newest. Owns atomicity
+ * (a step is written under a temporary name, fsynced, renamed; latest is replaced by rename),
+ * validation, choosing what to resume from, and keeping the last K. Knows nothing of models or
+ * optimizers: the caller writes its files through a callback and reads them back from the
+ * directory.
  *
  * Nothing else writes in root. A directory counts as a checkpoint only when its name is
  * step-<N>, its state.json parses and every file it lists has the listed size and CRC; so a
@@ -27,9 +28,11 @@ struct ckpt_file {
 	void *ctx;
 };
 
-/* Writes root/step-<step> with the files and state.json = {"format": "dptrain-checkpoint",
- * "version": 1, "step": step, "files": {name: {"bytes": B, "crc32": C}}, "state": STATE}
- * where STATE is state_json (a JSON object text from the caller), creating root if needed.
+/* Writes root/step-<step> with the files, trainer_state.json = state_json (a JSON object text
+ * from the caller), and state.json = {"format": "dptrain-checkpoint", "version": 2, "step":
+ * step, "files": {name: {"bytes": B, "crc32": C}}} listing them all, so the caller's state is
+ * checked like its files (version 1 kept the state in state.json, unchecked: still read).
+ * Creates root if needed.
  * Then points root/latest at it and removes all but the newest `keep` complete steps and any
  * leftover temporary directories. A step-<step> that already exists is replaced. On any error
  * (disk full, permission) nothing that existed is harmed and the error names the path. */
@@ -48,11 +51,16 @@ struct ckpt {
 int ckpt_open(struct ckpt *c, const char *step_dir, char *err, size_t errlen);
 void ckpt_close(struct ckpt *c);
 
+/* Whether the caller can resume from a state (its "state" object as JSON text): 0, or -1 with
+ * why (a value out of range for this job, say). */
+typedef int (*ckpt_state_check)(void *ctx, const char *state_json, char *why, size_t whylen);
+
 /* The newest valid checkpoint under root: 1 found (c filled), 0 none (root missing or holds
- * no complete step), -1 error (root unreadable). Invalid steps are skipped; each gets one line
- * in warn (joined with "\n", NUL-terminated, truncated to warnlen) naming it and why. latest
- * is a hint only: the scan decides. */
-int ckpt_find_latest(const char *root, struct ckpt *c, char *warn, size_t warnlen, char *err,
-		     size_t errlen);
+ * no complete step), -1 error (root unreadable). Invalid steps are skipped, and so are steps
+ * whose state check (when not NULL) refuses; each gets one line in warn (joined with "\n",
+ * NUL-terminated, truncated to warnlen) naming it and why. latest is a hint only: the scan
+ * decides. */
+int ckpt_find_latest(const char *root, ckpt_state_check check, void *check_ctx, struct ckpt *c,
+		     char *warn, size_t warnlen, char *err, size_t errlen);
 
 #endif

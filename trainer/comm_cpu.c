@@ -33,7 +33,11 @@
 #define CPU_CHUNK_DEFAULT (1u << 20)
 #define CPU_MSG_MAX	  1024
 #define CPU_HELLO_MAGIC	  0x64707267u /* "dprg" */
-#define CPU_PEER_WAIT_S	  1.0	      /* after a peer's EOF: for the store to name the dead rank */
+/* After a peer's EOF, how long to wait for the store to name the dead rank. When the peer
+ * died the verdict comes within milliseconds, but only once rank 0's store thread has run,
+ * which a busy machine can delay; the wait runs out only when the ring connection alone
+ * broke, so it may be as long as the store's own margin for a busy server. */
+#define CPU_PEER_WAIT_S 5.0
 
 struct comm_cpu {
 	struct comm base; /* first: the struct comm * the caller holds */
@@ -170,6 +174,16 @@ static int peer_lost(struct comm_cpu *c, int peer, int e, char *err, size_t errl
 	return cpu_fail(c, err, errlen, "%s closed the connection", name);
 }
 
+/* This rank waits for waiting_for: its timeout passed, or another rank's did and the store
+ * asks who else is waiting (the roll call). The store's verdict names who is not. */
+static int cpu_report(struct comm_cpu *c, int waiting_for, char *err, size_t errlen)
+{
+	char msg[CPU_MSG_MAX];
+	store_report_timeout(c->st, c->seq, c->op, waiting_for, c->timeout_s, c->grace_s, msg,
+			     sizeof(msg));
+	return cpu_fail(c, err, errlen, "%s", msg);
+}
+
 static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen)
 {
 	double last = now_s();
@@ -220,6 +234,8 @@ static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen
 		}
 		if (x->fwd && x->sdone == x->rdone)
 			want_in = 1; /* nothing to forward yet: wait for more */
+		if (store_rollcall(c->st))
+			return cpu_report(c, want_in ? c->prev : c->next, err, errlen);
 		struct pollfd p[4];
 		int np = 0;
 		if (want_out)
@@ -240,14 +256,10 @@ static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen
 			char msg[CPU_MSG_MAX];
 			if (store_poll_abort(c->st, 0, msg, sizeof(msg)) == 1)
 				return cpu_fail(c, err, errlen, "%s", msg);
+			continue; /* a roll call is answered at the top */
 		}
-		if (n == 0 && now_s() >= deadline) {
-			char msg[CPU_MSG_MAX];
-			int waiting_for = want_in ? c->prev : c->next;
-			store_report_timeout(c->st, c->seq, c->op, waiting_for, c->timeout_s,
-					     c->grace_s, msg, sizeof(msg));
-			return cpu_fail(c, err, errlen, "%s", msg);
-		}
+		if (n == 0 && now_s() >= deadline)
+			return cpu_report(c, want_in ? c->prev : c->next, err, errlen);
 	}
 	xfer_reduce(c, x);
 	return 0;
@@ -635,7 +647,9 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 	c->next = (c->base.rank + 1) % c->base.world_size;
 	c->prev = (c->base.rank + c->base.world_size - 1) % c->base.world_size;
 	c->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
-	/* the others time out within moments of each other: a short grace suffices */
+	/* the ranks waiting in a collective answer the store's roll call at once, whenever
+	 * their own timers would fire: the grace is for a rank that is elsewhere in the
+	 * program (computing) and about to come */
 	c->grace_s = c->timeout_s / 10 < 1 ? 1 : c->timeout_s / 10 > 10 ? 10 : c->timeout_s / 10;
 	c->chunk = o && o->chunk_bytes ? o->chunk_bytes : CPU_CHUNK_DEFAULT;
 	c->chunk = c->chunk < 64 ? 64 : c->chunk / 8 * 8;

@@ -411,10 +411,12 @@ static const struct cfg_key output_keys[] = {
 	{.name = NULL},
 };
 
-/* Up to about 11 days: long enough for any rendezvous, small enough for int milliseconds. */
+/* At least a second (less would time out work that is merely busy, and 1e-300 is no
+ * timeout), up to about 11 days: long enough for any rendezvous, small enough for int
+ * milliseconds. */
 #define TIMEOUT_KEY(f) \
 	{.name = #f, .kind = CFG_K_NUMBER, .off = OFF(struct cfg_timeouts, f), \
-	 .flags = MIN_GT | RANGE, .min = 0, .max = 1e6}
+	 .flags = RANGE, .min = 1, .max = 1e6}
 
 static const struct cfg_key timeouts_keys[] = {
 	TIMEOUT_KEY(rendezvous_s),

@@ -12,6 +12,8 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sched.h>
@@ -32,26 +34,80 @@ enum {
 	EXIT_STOPPED = 4,   /* stopped on SIGTERM/SIGUSR1 after writing a checkpoint */
 };
 
-/* SIGTERM (Slurm's preemption and time limit, scancel) and SIGUSR1 (sbatch --signal): finish
- * the step, checkpoint, stop. The one piece of global state: a signal handler has no other
- * way to say it ran. */
-static volatile sig_atomic_t stop_requested;
+/* Stop requests: SIGTERM (Slurm's preemption and time limit, scancel) and SIGUSR1 (sbatch
+ * --signal): finish the step, checkpoint, stop. They are blocked from main's first instruction,
+ * so every thread inherits the mask (OpenMP's, oneDNN's, OpenBLAS's, the loader's, CUDA's,
+ * NCCL's), and one thread that does nothing else takes them with sigwaitinfo: no handler ever
+ * runs on a thread that runs a kernel (oneDNN's AVX-512 GEMM points the stack pointer into a
+ * heap workspace, and the kernel would write the signal frame there). dptrain-launch hands a
+ * stop signal that arrived before the exec on, pending. The one piece of global state. */
+static struct {
+	sigset_t set;
+	atomic_int requested; /* the signal that asked, 0 while none */
+	atomic_int training;  /* a training run: a stop is a request, not the end of the process */
+	char who[32];	      /* "rank N" for the message */
+} stop;
 
-static void on_stop_signal(int sig)
+static void *stop_waiter(void *arg)
 {
-	(void)sig;
-	stop_requested = 1;
+	(void)arg;
+	for (;;) {
+		int sig = sigwaitinfo(&stop.set, NULL);
+		if (sig < 0)
+			continue; /* EINTR */
+		if (!atomic_load(&stop.training)) {
+			/* --check, --devices: what the signal does to any program */
+			sigset_t one;
+			sigemptyset(&one);
+			sigaddset(&one, sig);
+			signal(sig, SIG_DFL);
+			pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+			raise(sig);
+			_exit(128 + sig);
+		}
+		if (atomic_exchange(&stop.requested, sig) == 0) {
+			fprintf(stderr,
+				"dptrain: %s: %s: stopping after this step, with a checkpoint\n",
+				stop.who, sig == SIGTERM ? "SIGTERM" : "SIGUSR1");
+			fflush(stderr);
+		}
+	}
+	return NULL;
 }
 
-static void catch_stop_signals(void)
+/* First thing in main, before any thread exists: a stop signal from now on waits, pending,
+ * for the thread that takes it. */
+static void block_stop_signals(void)
 {
-	struct sigaction sa;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_stop_signal;
-	sa.sa_flags = SA_RESTART;
-	sigemptyset(&sa.sa_mask);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGUSR1, &sa, NULL);
+	/* a closed stdout (the launcher's tee gone) must not end a rank in its checkpoint */
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&stop.set);
+	sigaddset(&stop.set, SIGTERM);
+	sigaddset(&stop.set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &stop.set, NULL);
+}
+
+/* Once the command line says whether this is a training run (a signal that came earlier,
+ * even before the exec, is taken now). */
+static void take_stop_signals(int training)
+{
+	pthread_t t;
+	pthread_attr_t attr;
+	const char *r = getenv("RANK");
+
+	snprintf(stop.who, sizeof(stop.who), "rank %.12s", r && *r ? r : "0");
+	atomic_store(&stop.training, training);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int e = pthread_create(&t, &attr, stop_waiter, NULL);
+	if (e != 0) {
+		/* nobody would take them: leave their default action to them */
+		fprintf(stderr, "dptrain: warning: no thread for SIGTERM/SIGUSR1 (%s): they end "
+				"the process without a checkpoint\n",
+			strerror(e));
+		pthread_sigmask(SIG_UNBLOCK, &stop.set, NULL);
+	}
+	pthread_attr_destroy(&attr);
 }
 
 struct args {
@@ -83,7 +139,9 @@ static void usage(FILE *f)
 		"  dptrain --check lenet-fmnist.json train.epochs=1 data.batch_size=64\n"
 		"\n"
 		"Exit status: 0 success, 1 invalid config, 2 usage error, 3 training stopped (a\n"
-		"data or weights file, divergence, out of memory: the message says which).\n");
+		"data or weights file, divergence, out of memory: the message says which), 4\n"
+		"stopped on SIGTERM or SIGUSR1 after a checkpoint (or before the first step, with\n"
+		"nothing to save yet): run the job again to continue.\n");
 }
 
 /* KEY=VALUE with no '/' in KEY is an override; anything else is the config file (write
@@ -111,7 +169,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dptrain: out of memory\n");
 		return -1;
 	}
-	while ((ch = getopt_long(argc, argv, "cdhr:V", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":cdhr:V", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
 			a->check = 1;
@@ -131,6 +189,12 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case 'V':
 			printf("dptrain %s\n", DPTRAIN_VERSION);
 			exit(EXIT_OK);
+		case ':': /* getopt's "missing argument": opterr is 0 and the string starts ':' */
+			fprintf(stderr, "dptrain: %s needs a value%s; see dptrain --help\n",
+				argv[optind - 1],
+				optopt == 'r' ? ": the checkpoint to resume from (a step-N directory)"
+					      : "");
+			return -1;
 		default:
 			fprintf(stderr, "dptrain: unknown option '%s'; see dptrain --help\n",
 				argv[optind - 1]);
@@ -194,6 +258,18 @@ static int env_int(const char *name, int def)
 	if (errno || *end || x < 0 || x > 1 << 24)
 		return -1;
 	return (int)x;
+}
+
+/* How long the rendezvous may take: DPTRAIN_TIMEOUT (dptrain-run --timeout, plugstack.conf
+ * timeout=) when set, as dptrain-launch takes it for its own wire-up, else the config's
+ * timeouts.rendezvous_s. -1 when DPTRAIN_TIMEOUT is set but not a number of seconds. */
+static double rendezvous_timeout(const struct cfg *c)
+{
+	const char *v = getenv("DPTRAIN_TIMEOUT");
+	if (!v || !*v)
+		return c->timeouts.rendezvous_s;
+	int t = env_int("DPTRAIN_TIMEOUT", 0);
+	return t >= 1 ? t : -1;
 }
 
 /* mkdir -p; existing directories are fine. */
@@ -329,7 +405,8 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 		.world_size = world_size,
 		.job = job,
 		.hosts = hosts,
-		.timeout_s = c->timeouts.rendezvous_s,
+		.timeout_s = rendezvous_timeout(c),
+		.stop = &stop.requested,
 	};
 	if (store_open(&d->st, &so, e2, sizeof(e2)) < 0) {
 		snprintf(err, errlen, "%s", e2);
@@ -383,6 +460,19 @@ static int default_threads(void)
 	return mine < 1 ? 1 : mine;
 }
 
+/* A stop request before training began (while loading the config, during the rendezvous):
+ * there is nothing to save, and the job can simply run again. After that, a request ends the
+ * run after the step the ranks are in, with a checkpoint. */
+static int stopped_early(int rank)
+{
+	if (!atomic_load(&stop.requested))
+		return 0;
+	printf("dptrain: rank %d: stopped on request before the first step: nothing to save yet "
+	       "(a checkpoint from an earlier run stands); run the job again to continue\n",
+	       rank);
+	return 1;
+}
+
 /* The rank and output directory come from dptrain-launch (srun --dptrain, dptrain-run);
  * run by hand, dptrain is rank 0 of 1 and writes to output.dir with %j = "local". */
 static int train(const struct cfg *c)
@@ -392,10 +482,11 @@ static int train(const struct cfg *c)
 	struct train_env env = {.out = stdout};
 	struct train_result res;
 	env.threads = default_threads();
-	env.stop = &stop_requested;
-	catch_stop_signals();
+	env.stop = &stop.requested;
 	env.rank = env_int("RANK", 0);
 	env.world_size = env_int("WORLD_SIZE", 1);
+	if (stopped_early(env.rank))
+		return EXIT_STOPPED;
 	if (env.rank < 0 || env.world_size < 1 || env.rank >= env.world_size) {
 		fprintf(stderr, "dptrain: RANK=%s WORLD_SIZE=%s: not a rank of a job; unset them or "
 				"start ranks with srun --dptrain or dptrain-run\n",
@@ -422,14 +513,26 @@ static int train(const struct cfg *c)
 	/* DPTRAIN_DDP=1: the whole data-parallel machinery even for one rank (as torchrun
 	 * --nproc-per-node=1 does), to test it where there is one GPU */
 	int force_ddp = env_int("DPTRAIN_DDP", 0) == 1;
+	if (rendezvous_timeout(c) < 0) {
+		fprintf(stderr, "dptrain: rank %d: DPTRAIN_TIMEOUT=%s is not a number of seconds "
+				"(1 or more); it bounds the rendezvous (dptrain-run --timeout)\n",
+			env.rank, getenv("DPTRAIN_TIMEOUT"));
+		return EXIT_CONFIG;
+	}
 	struct dist dist = {0};
 	if ((env.world_size > 1 || force_ddp) &&
 	    dist_open(&dist, c, env.rank, env.world_size, env.gpu, err, sizeof(err)) < 0) {
-		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
 		dist_close(&dist, c, 0);
+		if (stopped_early(env.rank))
+			return EXIT_STOPPED;
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
 		return EXIT_TRAIN;
 	}
 	env.comm = dist.comm;
+	if (stopped_early(env.rank)) {
+		dist_close(&dist, c, 0);
+		return EXIT_STOPPED;
+	}
 	if (train_run(c, &env, &res, err, sizeof(err)) < 0) {
 		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
 		dist_close(&dist, c, 0);
@@ -460,10 +563,12 @@ int main(int argc, char **argv)
 	char err[1024];
 	int rv;
 
+	block_stop_signals();
 	if (parse_args(argc, argv, &a) < 0) {
 		rv = EXIT_USAGE;
 		goto out;
 	}
+	take_stop_signals(!a.check && !a.devices);
 	if (a.devices) {
 		rv = list_devices();
 		goto out;

@@ -4,7 +4,8 @@
  *
  * A frame is u32 length (of what follows, big-endian), u8 type, u32 request id, then the
  * fields: u32/u64 big-endian integers and u32-length-prefixed byte strings. The server
- * answers a request with a REPLY carrying the request's id; it sends ABORT (id 0) unasked. */
+ * answers a request with a REPLY carrying the request's id; it sends ABORT and ROLLCALL
+ * (id 0) unasked. */
 #define _GNU_SOURCE
 #include "store.h"
 #include "failf.h"
@@ -35,6 +36,7 @@ enum {
 	MSG_ABORT,
 	MSG_REPORT,
 	MSG_GOODBYE,
+	MSG_ROLLCALL, /* server -> every rank: another rank timed out; report if you wait too */
 	MSG_REPLY = 64,
 };
 enum { REPLY_OK = 0, REPLY_TIMEOUT = 1, REPLY_ERROR = 2 };
@@ -44,6 +46,10 @@ enum { REPLY_OK = 0, REPLY_TIMEOUT = 1, REPLY_ERROR = 2 };
 #define HOST_MAX       256
 #define MSG_MAX	       1024
 #define REPLY_MARGIN_S 5.0 /* beyond a server-side deadline before the server counts as mute */
+/* A store answers a hello at once: a peer on MASTER_PORT that is silent this long, or sends
+ * what is not a frame, is another program. */
+#define HELLO_ANSWER_S 10.0
+#define STOP_POLL_MS   100 /* how often a rendezvous wait looks at the stop request */
 #define OPEN_BARRIER   "dptrain.store.open"
 
 
@@ -336,6 +342,10 @@ struct store_server {
 	struct srv_barrier **bars;
 	size_t nbars, capbars;
 
+	/* the rendezvous (OPEN_BARRIER) closes at open_deadline: the server's verdict, the same
+	 * for every rank, whatever their own timeouts */
+	double open_deadline, open_timeout;
+
 	/* the timeout episode (store_report_timeout) */
 	int rep_active;
 	double rep_deadline;
@@ -530,8 +540,13 @@ static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32
 	}
 	b->waiting[c->rank] = 1;
 	b->id[c->rank] = id;
-	b->deadline[c->rank] = now_s() + timeout;
-	b->timeout[c->rank] = timeout;
+	if (strcmp(name, OPEN_BARRIER) == 0) { /* rank 0's timeout decides, for everyone */
+		b->deadline[c->rank] = s->open_deadline;
+		b->timeout[c->rank] = s->open_timeout;
+	} else {
+		b->deadline[c->rank] = now_s() + timeout;
+		b->timeout[c->rank] = timeout;
+	}
 	if (b->count < s->world)
 		return;
 	/* the rendezvous barrier tells every rank the others' host names */
@@ -560,9 +575,10 @@ static void srv_verdict(struct store_server *s)
 	srv_name(s, s->rep_waiting, waited, sizeof(waited));
 	if (missing > 0)
 		snprintf(msg, sizeof(msg),
-			 "%s stopped taking part: %d of %d ranks timed out after %g s in %s #%lu "
-			 "and %s did not (stalled, or elsewhere in the program)",
-			 list, reporters, s->world, s->rep_timeout, s->rep_what, s->rep_seq,
+			 "%s stopped taking part: %d of %d ranks were waiting in a collective (%s "
+			 "timed out after %g s in %s #%lu) and %s did not answer (stalled, or "
+			 "elsewhere in the program)",
+			 list, reporters, s->world, waiter, s->rep_timeout, s->rep_what, s->rep_seq,
 			 missing > 1 ? "they" : "it");
 	else
 		snprintf(msg, sizeof(msg),
@@ -644,7 +660,13 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 	free(s->hello_host[rank]);
 	s->hello_host[rank] = host;
 	host = NULL;
-	srv_reply(c, id, REPLY_OK, NULL, 0);
+	/* how long the rendezvous stays open: the rank waits for the verdict, not its own timer */
+	double open_left = s->open_deadline - now_s();
+	struct sbuf r = {0};
+	put_u64(&r, (uint64_t)(s->open_timeout * 1e3));
+	put_u64(&r, (uint64_t)(open_left > 0 ? open_left * 1e3 : 0));
+	srv_reply(c, id, REPLY_OK, r.p, r.len);
+	sbuf_free(&r);
 	if (s->abort_msg) {
 		struct sbuf f = {0};
 		size_t at = frame_begin(&f, MSG_ABORT, 0);
@@ -797,6 +819,16 @@ static void srv_request(struct store_server *s, struct srv_conn *c, int type, ui
 				s->rep_rank = c->rank;
 				s->rep_waiting = waiting;
 				s->rep_timeout = timeout;
+				/* the others' timers fire when they fire: ask who waits too */
+				struct sbuf f = {0};
+				size_t at = frame_begin(&f, MSG_ROLLCALL, 0);
+				put_u64(&f, seq);
+				put_str(&f, what);
+				frame_end(&f, at);
+				for (int r = 0; r < s->world; r++)
+					if (r != c->rank && s->by_rank[r])
+						srv_send(s->by_rank[r], &f);
+				sbuf_free(&f);
 			}
 			s->reported[c->rank] = 1;
 			if (memchr(s->reported, 0, (size_t)s->world) == NULL)
@@ -833,6 +865,28 @@ static void srv_read(struct store_server *s, struct srv_conn *c)
 		c->dead = 1;
 }
 
+/* The rendezvous closed with ranks missing: every rank waiting in it gets the same list, and
+ * it becomes the job's verdict, so that a rank leaving over it is not reported as dead. */
+static void srv_open_verdict(struct store_server *s, struct srv_barrier *b)
+{
+	char list[2048], msg[MSG_MAX + 2048];
+	int missing = srv_rank_list(s, b->arrived, 0, list, sizeof(list));
+	struct sbuf d = {0};
+	put_u32(&d, (uint32_t)missing);
+	put_str(&d, list);
+	for (int r = 0; r < s->world; r++) {
+		if (!b->waiting[r])
+			continue;
+		b->waiting[r] = 0;
+		if (s->by_rank[r])
+			srv_reply(s->by_rank[r], b->id[r], REPLY_TIMEOUT, d.p, d.len);
+	}
+	sbuf_free(&d);
+	snprintf(msg, sizeof(msg), "rendezvous: %d of %d ranks did not connect within %g s: %s",
+		 missing, s->world, s->open_timeout, list);
+	srv_abort(s, msg, -1);
+}
+
 /* Answers the gets and barrier waits whose deadline passed; ends a timeout episode. Returns
  * the next deadline. */
 static double srv_timers(struct store_server *s)
@@ -852,6 +906,13 @@ static double srv_timers(struct store_server *s)
 	}
 	for (size_t i = 0; i < s->nbars; i++) {
 		struct srv_barrier *b = s->bars[i];
+		if (strcmp(b->name, OPEN_BARRIER) == 0) {
+			if (s->open_deadline > t)
+				next = s->open_deadline < next ? s->open_deadline : next;
+			else
+				srv_open_verdict(s, b);
+			continue;
+		}
 		for (int r = 0; r < s->world; r++) {
 			if (!b->waiting[r])
 				continue;
@@ -1073,8 +1134,8 @@ static int srv_listen(int port, const char *host, char *err, size_t errlen)
 		     strerror(e));
 }
 
-static int srv_start(struct store_server **out, const struct store_opts *o, char *err,
-		     size_t errlen)
+static int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s,
+		     char *err, size_t errlen)
 {
 	struct store_server *s = calloc(1, sizeof(*s));
 	size_t w = (size_t)o->world_size;
@@ -1085,6 +1146,8 @@ static int srv_start(struct store_server **out, const struct store_opts *o, char
 	pthread_mutex_init(&s->lock, NULL);
 	s->world = o->world_size;
 	s->port = o->master_port;
+	s->open_timeout = timeout_s;
+	s->open_deadline = now_s() + timeout_s;
 	if (gethostname(s->hostname, sizeof(s->hostname)) < 0)
 		snprintf(s->hostname, sizeof(s->hostname), "localhost");
 	s->hostname[sizeof(s->hostname) - 1] = 0;
@@ -1161,9 +1224,12 @@ struct store {
 	uint32_t next_id;
 	struct sbuf in;
 
-	pthread_mutex_t lock; /* guards sends on fd, aborted and abort_msg */
+	pthread_mutex_t lock; /* guards sends on fd, aborted, abort_msg and rollcall */
 	int aborted;
 	char abort_msg[MSG_MAX];
+	int rollcall; /* the server asked the ranks waiting in a collective to report */
+	const atomic_int *stop; /* store_opts.stop */
+	int opening;		/* in store_open: a stop request ends its waits */
 };
 
 static void cl_set_abort(struct store *st, const char *msg)
@@ -1267,6 +1333,10 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 				char msg[MSG_MAX];
 				snprintf(msg, sizeof(msg), "%.*s", (int)n, m);
 				cl_set_abort(st, msg);
+			} else if (type == MSG_ROLLCALL) {
+				pthread_mutex_lock(&st->lock);
+				st->rollcall = 1;
+				pthread_mutex_unlock(&st->lock);
 			} else if (type == MSG_REPLY && want && id == want) {
 				size_t n;
 				*status = (int)rd_u32(&b);
@@ -1286,6 +1356,16 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 }
 
 /* Waits for the reply to id by the deadline. An abort fails it, unless ignore_abort. */
+/* During the rendezvous: a stop request (SIGTERM, SIGUSR1) ends the wait. */
+static int cl_stopped(const struct store *st, char *err, size_t errlen)
+{
+	if (!st->opening || !st->stop || !atomic_load(st->stop))
+		return 0;
+	failf(err, errlen, "rendezvous: stopped on request while rank %d waited for the others",
+	      st->rank);
+	return 1;
+}
+
 static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_abort, int *status,
 		   struct rd *body, char *err, size_t errlen)
 {
@@ -1298,8 +1378,13 @@ static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_ab
 		}
 		if (rc > 0)
 			return 0;
+		if (cl_stopped(st, err, errlen))
+			return -1;
 		struct pollfd p = {.fd = st->fd, .events = POLLIN};
-		int n = poll(&p, 1, ms_until(deadline));
+		int ms = ms_until(deadline);
+		if (st->opening && st->stop && (ms < 0 || ms > STOP_POLL_MS))
+			ms = STOP_POLL_MS;
+		int n = poll(&p, 1, ms);
 		if (n == 0 && now_s() >= deadline) {
 			cl_mute(st, now_s() - t0, err, errlen);
 			return -1;
@@ -1366,11 +1451,13 @@ static int cl_connect(struct store *st, double timeout_s, char *err, size_t errl
 		}
 		if (res)
 			freeaddrinfo(res);
-		if (now_s() >= deadline)
+		if (now_s() >= deadline || cl_stopped(st, err, errlen))
 			break;
 		struct timespec ts = {0, 100 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
+	if (cl_stopped(st, err, errlen))
+		return -1;
 	return failf(
 	    err, errlen,
 	    "rendezvous: cannot connect to rank 0's store at %s:%d within %g s: %s (rank 0 "
@@ -1463,6 +1550,8 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	st->rank = o->rank;
 	st->world = o->world_size;
 	st->port = o->master_port;
+	st->stop = o->stop;
+	st->opening = 1;
 	snprintf(st->master, sizeof(st->master), "%s", o->master_addr);
 	if (gethostname(st->hostname, sizeof(st->hostname)) < 0)
 		snprintf(st->hostname, sizeof(st->hostname), "localhost");
@@ -1479,7 +1568,7 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 				failf(err, errlen, "rendezvous: out of memory");
 				goto out;
 			}
-	if (st->rank == 0 && srv_start(&st->srv, o, err, errlen) < 0)
+	if (st->rank == 0 && srv_start(&st->srv, o, timeout, err, errlen) < 0)
 		goto out;
 	if (cl_connect(st, timeout, err, errlen) < 0)
 		goto out;
@@ -1510,9 +1599,19 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	put_str(&f, st->hostname);
 	frame_end(&f, at);
 	double left = timeout - (now_s() - t0);
-	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1) + REPLY_MARGIN_S, &status, &body,
-		    err, errlen) < 0)
+	if (left > HELLO_ANSWER_S)
+		left = HELLO_ANSWER_S;
+	char why[MSG_MAX];
+	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, why,
+		    sizeof(why)) < 0) {
+		if (!cl_stopped(st, err, errlen))
+			failf(err, errlen,
+			      "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
+			      "but did not answer as a dptrain store does (%s): another program "
+			      "listens on that port, or rank 0 ended; choose another MASTER_PORT",
+			      st->master, st->port, st->rank, why);
 		goto out;
+	}
 	if (status != REPLY_OK) {
 		size_t n;
 		const char *m = (const char *)body.p;
@@ -1521,19 +1620,30 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 		      st->master, st->port, st->rank, (int)n, m);
 		goto out;
 	}
-
-	char list[2048];
-	int missing;
-	left = timeout - (now_s() - t0);
-	if (cl_barrier(st, OPEN_BARRIER, left > 0.1 ? left : 0.1, &missing, list, sizeof(list), err,
-		       errlen) < 0)
-		goto out;
-	if (missing) {
-		failf(err, errlen, "rendezvous: %d of %d ranks did not connect within %g s: %s",
-		      missing, st->world, timeout, list);
+	/* From here rank 0's clock decides: the server says how long the rendezvous stays open
+	 * and judges it; this rank waits for that verdict (cl_barrier adds the margin for a
+	 * busy server), so every rank names the same missing ranks. */
+	double open_timeout = (double)rd_u64(&body) / 1e3, open_left = (double)rd_u64(&body) / 1e3;
+	if (body.bad) {
+		failf(err, errlen,
+		      "rendezvous: the store at %s:%d sent a malformed answer to rank "
+		      "%d's hello (another program on MASTER_PORT?)",
+		      st->master, st->port, st->rank);
 		goto out;
 	}
 
+	char list[2048];
+	int missing;
+	if (cl_barrier(st, OPEN_BARRIER, open_left > 0.1 ? open_left : 0.1, &missing, list,
+		       sizeof(list), err, errlen) < 0)
+		goto out;
+	if (missing) {
+		failf(err, errlen, "rendezvous: %d of %d ranks did not connect within %g s: %s",
+		      missing, st->world, open_timeout, list);
+		goto out;
+	}
+
+	st->opening = 0;
 	*out = st;
 	st = NULL;
 	rv = 0;
@@ -1713,6 +1823,14 @@ void store_abort(struct store *st, const char *reason)
 	sbuf_free(&f);
 }
 
+int store_rollcall(struct store *st)
+{
+	pthread_mutex_lock(&st->lock);
+	int r = st->rollcall;
+	pthread_mutex_unlock(&st->lock);
+	return r;
+}
+
 void store_report_timeout(struct store *st, unsigned long seq, const char *what, int waiting_for,
 			  double timeout_s, double grace_s, char *err, size_t errlen)
 {
@@ -1730,7 +1848,7 @@ void store_report_timeout(struct store *st, unsigned long seq, const char *what,
 	put_u64(&f, (uint64_t)(grace_s * 1e3));
 	frame_end(&f, at);
 	if (cl_send(st, &f, now_s() + 2, e2, sizeof(e2)) == 0 &&
-	    store_poll_abort(st, grace_s + 2.0, err, errlen) == 1)
+	    store_poll_abort(st, grace_s + REPLY_MARGIN_S, err, errlen) == 1)
 		goto out;
 	if (cl_get_abort(st, err, errlen))
 		goto out;

@@ -6,12 +6,19 @@
  * Liveness. Every rank keeps its store connection open for the whole job and says goodbye in
  * store_close. When a connection drops without goodbye, the server tells every other rank
  * at once (an abort message naming the rank), so a dead rank is named within milliseconds
- * on every rank. A stalled rank is found by store_report_timeout: ranks that timed out in a
- * collective report it; after a short grace the server names the ranks that did not report
- * (they are not taking part) and tells everyone. */
+ * on every rank. A stalled rank is found by store_report_timeout: the first rank that times
+ * out in a collective reports it, and the server asks every other rank to report at once if
+ * it is waiting in a collective too (a roll call, store_rollcall); after a short grace it
+ * names the ranks that did not report (they are not taking part) and tells everyone. So the
+ * verdict does not depend on whose timer fires first, only on who answers.
+ *
+ * The rendezvous is judged by the server too: it closes rank 0's timeout_s after the server
+ * started, and every rank that arrived is told the same verdict naming the ranks that did
+ * not; a rank's own timeout_s only bounds how long it tries to reach the server. */
 #ifndef DPTRAIN_STORE_H
 #define DPTRAIN_STORE_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 #define STORE_KEY_MAX 256
@@ -26,12 +33,18 @@ struct store_opts {
 	const char *job;	 /* job identity (e.g. "1234.0"); a rank of another job on the
 				    same port is refused by name. NULL: "" */
 	const char *const *hosts; /* world_size host names for messages ("rank 2 (n1)"), or NULL */
-	double timeout_s;	  /* rendezvous: connecting, waiting for all ranks */
+	double timeout_s;	  /* rendezvous (0: 300): how long a rank tries to connect; rank
+				     0's also how long the rendezvous stays open */
+	const atomic_int *stop;	  /* set (by another thread) when the rank is asked to stop:
+				     store_open's waits end at once; NULL: never */
 };
 
 /* Rank 0 starts the server (an error names the port in use and what to do) and every rank
  * connects, retrying until timeout_s; returns when every rank has connected (the first
- * barrier), or -1 naming the ranks that did not arrive / the unreachable master. */
+ * barrier), or -1 naming the ranks that did not arrive / the unreachable master. Whether a
+ * rank arrived is rank 0's verdict, given to every rank that connected when rank 0's
+ * timeout_s has passed: a rank whose own timeout_s is shorter, or started earlier, waits
+ * for it (with a margin for a busy server) instead of giving up on its own. */
 int store_open(struct store **st, const struct store_opts *o, char *err, size_t errlen);
 
 /* Key/value operations. get waits until the key exists (up to timeout_s). */
@@ -55,10 +68,15 @@ int store_fd(const struct store *st);
 int store_poll_abort(struct store *st, double wait_s, char *err, size_t errlen);
 /* Tell every rank this job is aborted with reason (e.g. "rank 1: loss is nan"). */
 void store_abort(struct store *st, const char *reason);
+/* 1 if another rank timed out in a collective and the server asks every rank that is waiting
+ * in one to report now (store_report_timeout) rather than when its own timer fires. Reads only
+ * what store_poll_abort (or any other call) already received. */
+int store_rollcall(struct store *st);
 /* This rank timed out in collective number seq (what: "allreduce", waiting for rank
- * `waiting_for`). Waits up to grace_s for the server's verdict and returns it in err: the
- * ranks that did not report, i.e. are not taking part (stalled, or elsewhere in the
- * program), or the first abort. Falls back to a message naming waiting_for. */
+ * `waiting_for`), or answers a roll call while waiting there. Waits up to grace_s (plus a
+ * margin for a busy server) for the server's verdict and returns it in err: the ranks that
+ * did not report, i.e. are not taking part (stalled, or elsewhere in the program), or the
+ * first abort. Falls back to a message naming waiting_for. */
 void store_report_timeout(struct store *st, unsigned long seq, const char *what,
 			  int waiting_for, double timeout_s, double grace_s, char *err,
 			  size_t errlen);

@@ -652,7 +652,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	struct train_ckpt ck;
 	struct train_pos pos = {0};
 	char from[1024];
-	train_ckpt_init(&ck, c, env->output_dir, &m, &opt.o, env->comm, env->rank, env->world_size);
+	train_ckpt_init(&ck, c, env->output_dir, &m, &opt.o, env->comm, env->rank, env->world_size,
+			tr.ds.count);
 	int resumed = train_ckpt_resume(&ck, &pos, from, sizeof(from), err, errlen);
 	if (resumed < 0)
 		goto out;

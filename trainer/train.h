@@ -4,7 +4,7 @@
 #ifndef DPTRAIN_TRAIN_H
 #define DPTRAIN_TRAIN_H
 
-#include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -17,9 +17,9 @@ struct train_env {
 	struct comm *comm;    /* collectives between the ranks; NULL for a single rank */
 	int threads;	      /* compute threads when train.threads is 0 (0: the backend's) */
 	int gpu;	      /* the CUDA device to train on; -1: the CPU */
-	/* set asynchronously (SIGTERM, SIGUSR1): the ranks agree on a step, checkpoint there
-	 * and stop; NULL: never */
-	volatile sig_atomic_t *stop;
+	/* set by another thread (on SIGTERM, SIGUSR1): the ranks agree on a step, checkpoint
+	 * there and stop; NULL: never */
+	const atomic_int *stop;
 	const char *output_dir; /* exists; metrics.jsonl and model.safetensors go here */
 	FILE *out;		/* progress lines (stdout) */
 };

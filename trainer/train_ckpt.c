@@ -5,6 +5,7 @@
 #include "train_ckpt.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,10 +20,11 @@
 
 void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,
 		     struct nn_model *m, struct optim *o, struct comm *comm, int rank,
-		     int world_size)
+		     int world_size, size_t train_samples)
 {
 	memset(k, 0, sizeof(*k));
 	k->c = c;
+	k->train_samples = train_samples;
 	k->m = m;
 	k->o = o;
 	k->comm = comm;
@@ -188,6 +190,62 @@ static int json_long(json_t *o, const char *key, long *v)
 	return 0;
 }
 
+/* A position this job can resume from: the numbers in trainer_state.json are checked like its
+ * bytes, against what any run of this job can reach (a checkpoint from another world size or
+ * batch size is fine: the sampler reshards). */
+static int state_check(void *ctx, const char *state_json, char *why, size_t whylen)
+{
+	const struct train_ckpt *k = ctx;
+	json_error_t je;
+	json_t *st = json_loads(state_json, 0, &je);
+	long step, epoch, offset, ostep, world, batch, accum;
+	int rv = -1;
+	if (!st || json_long(st, "step", &step) < 0 || json_long(st, "epoch", &epoch) < 0 ||
+	    json_long(st, "offset", &offset) < 0 || json_long(st, "optimizer_step", &ostep) < 0 ||
+	    json_long(st, "world_size", &world) < 0 || json_long(st, "batch_size", &batch) < 0 ||
+	    !json_is_string(json_object_get(st, "config")) ||
+	    !json_is_string(json_object_get(st, "layout_crc32"))) {
+		snprintf(why, whylen,
+			 "lacks one of step, epoch, offset, optimizer_step, world_size, batch_size, "
+			 "config, layout_crc32");
+		goto out;
+	}
+	if (json_long(st, "grad_accumulation_step", &accum) < 0)
+		accum = 1;
+	/* every step takes at least one sample of the epoch's sequence, every finished epoch at
+	 * least one step; the sequence has the data set's samples plus at most one per rank of
+	 * padding */
+	long n = (long)k->train_samples, seq = n + world;
+	json_t *ls = json_object_get(st, "loss_scale");
+	if (world < 1 || world > (1L << 24) || batch < 1 || batch > (1L << 30) || accum < 1 ||
+	    accum > (1L << 20))
+		snprintf(why, whylen, "world_size %ld, batch_size %ld, grad_accumulation_step %ld: "
+			 "not a job's", world, batch, accum);
+	else if (offset < 0 || offset > seq)
+		snprintf(why, whylen,
+			 "offset %ld is not within an epoch of %ld samples (+%ld of padding)", offset,
+			 n, world);
+	else if (epoch < 0 || epoch > step || epoch > INT32_MAX)
+		snprintf(why, whylen, "epoch %ld with step %ld: every finished epoch takes a step",
+			 epoch, step);
+	else if (step < 0 || step > (epoch + 1) * seq)
+		snprintf(why, whylen,
+			 "step %ld cannot be reached in %ld epochs of %ld samples", step, epoch + 1,
+			 n);
+	else if (ostep < 0 || ostep > step)
+		snprintf(why, whylen, "optimizer_step %ld is not within 0..step (%ld)", ostep, step);
+	else if (ls && !json_is_number(ls))
+		snprintf(why, whylen, "loss_scale is not a number");
+	else if (ls && (!isfinite(json_number_value(ls)) || json_number_value(ls) <= 0))
+		snprintf(why, whylen, "loss_scale %g is not a positive number",
+			 json_number_value(ls));
+	else
+		rv = 0;
+out:
+	json_decref(st);
+	return rv;
+}
+
 /* Rank 0: find and check the checkpoint, load the weights, keep optim.safetensors open. */
 static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_file *of,
 		       int *have_of)
@@ -198,14 +256,17 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 	int rv = -1;
 	json_t *st = NULL;
 	if (cc->resume == CFG_RESUME_PATH) {
-		if (ckpt_open(&ck, cc->resume_path, e2, sizeof(e2)) < 0) {
+		if (ckpt_open(&ck, cc->resume_path, e2, sizeof(e2)) < 0 ||
+		    state_check(k, ck.state_json, e2, sizeof(e2)) < 0) {
 			snprintf(h->msg, sizeof(h->msg),
 				 "checkpoint.resume %.600s: %.1200s; give a valid checkpoint or \"auto\"",
 				 cc->resume_path, e2);
+			ckpt_close(&ck);
 			return -1;
 		}
 	} else {
-		int found = ckpt_find_latest(k->root, &ck, warn, sizeof(warn), e2, sizeof(e2));
+		int found = ckpt_find_latest(k->root, state_check, k, &ck, warn, sizeof(warn), e2,
+					     sizeof(e2));
 		for (char *l = warn, *nl; *l; l = nl ? nl + 1 : l + strlen(l)) {
 			nl = strchr(l, '\n');
 			fprintf(stderr, "dptrain: warning: %.*s\n", nl ? (int)(nl - l) : (int)strlen(l),

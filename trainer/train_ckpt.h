@@ -22,6 +22,7 @@ struct train_ckpt {
 	char root[4096]; /* the checkpoint directory */
 	char fingerprint[512];
 	long last_saved; /* step of the last checkpoint written, -1 */
+	size_t train_samples; /* in an epoch: what a resumed position is checked against */
 };
 
 /* Where we are: after `step` optimizer steps, in epoch `epoch` (0-based) at global sampler
@@ -36,7 +37,7 @@ struct train_pos {
 
 void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,
 		     struct nn_model *m, struct optim *o, struct comm *comm, int rank,
-		     int world_size);
+		     int world_size, size_t train_samples);
 
 /* Per checkpoint.resume: nothing (0), or the weights, optimizer state and position restored
  * on every rank (1, *pos and *from set). auto skips invalid checkpoints with a warning on

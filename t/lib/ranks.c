@@ -28,15 +28,16 @@ void ranks_sleep(double s)
 	nanosleep(&ts, NULL);
 }
 
-int ranks_free_port(void)
+int ranks_hold_port(int *fd)
 {
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	socklen_t l = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
-	    getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+	int one = 1;
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*fd < 0 || setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(*fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    getsockname(*fd, (struct sockaddr *)&a, &l) < 0)
 		bail_out("cannot find a free port");
-	close(fd);
 	return ntohs(a.sin_port);
 }
 
@@ -59,7 +60,8 @@ void ranks_run(struct ranks_job *j, ranks_fn fn, int nowait, double deadline_s,
 	size_t got[RANKS_MAX] = {0};
 	if (j->world < 1 || j->world > RANKS_MAX)
 		bail_out("ranks_run: %d ranks, want 1 to %d", j->world, RANKS_MAX);
-	j->port = ranks_free_port();
+	int held;
+	j->port = ranks_hold_port(&held);
 	fflush(stdout);
 	fflush(stderr);
 	for (int r = 0; r < j->world; r++) {
@@ -72,6 +74,7 @@ void ranks_run(struct ranks_job *j, ranks_fn fn, int nowait, double deadline_s,
 		if (pid[r] < 0)
 			bail_out("fork");
 		if (pid[r] == 0) {
+			close(held);
 			close(p[0]);
 			for (int k = 0; k < r; k++)
 				close(fd[k]);
@@ -126,4 +129,5 @@ void ranks_run(struct ranks_job *j, ranks_fn fn, int nowait, double deadline_s,
 			waitpid(pid[r], NULL, 0);
 		}
 	}
+	close(held);
 }

@@ -25,9 +25,14 @@ typedef int (*ranks_fn)(const struct ranks_job *j, int rank, char *msg, size_t l
 
 double ranks_now(void); /* CLOCK_MONOTONIC in seconds */
 void ranks_sleep(double s);
-/* A TCP port on 127.0.0.1 that was free a moment ago; bails out of the test if there is none. */
-int ranks_free_port(void);
-/* Runs fn as j->world processes on a fresh j->port. Waits up to deadline_s for every rank but
+/* A TCP port on 127.0.0.1 held by *fd until it is closed: bound with SO_REUSEADDR but not
+ * listening, so a connection to it is refused, the kernel gives it to no other socket, and
+ * only a socket that sets SO_REUSEADDR too (the store's) can bind it and listen. A port that
+ * was merely free a moment ago can be taken by anyone before the test binds it. Bails out of
+ * the test if there is none. */
+int ranks_hold_port(int *fd);
+/* Runs fn as j->world processes on a fresh j->port, held (ranks_hold_port) until they are
+ * done. Waits up to deadline_s for every rank but
  * `nowait` (-1: none), then kills what is left; out[r] holds rank r's status and message. */
 void ranks_run(struct ranks_job *j, ranks_fn fn, int nowait, double deadline_s,
 	       struct ranks_out *out);

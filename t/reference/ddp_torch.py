@@ -423,10 +423,15 @@ def worker(args):
 # the launcher
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def held_port():
+    """A free port of 127.0.0.1 and the socket that holds it until the workers are done: bound
+    with SO_REUSEADDR but not listening, so no other program gets it while the workers start
+    (a port that was only free a moment ago can be taken before rank 0 binds it), and rank 0's
+    TCPStore, which sets SO_REUSEADDR too, can still bind it and listen."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s, s.getsockname()[1]
 
 
 def ended(procs):
@@ -451,7 +456,7 @@ def launch(args):
         if not os.path.exists(p):
             fail("%s: data: %s does not exist" % (args.config, p))
     os.makedirs(args.out, exist_ok=True)
-    port = free_port()
+    holder, port = held_port()
     procs = []
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--config", args.config,
            "--init", args.init, "--steps", str(args.steps), "--out", args.out,
@@ -485,6 +490,7 @@ def launch(args):
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        holder.close()
     if err:
         fail(err)
 

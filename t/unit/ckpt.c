@@ -1,7 +1,9 @@
 /* ckpt.c — unit tests for checkpoint directories (trainer/ckpt.c): write/open round trip,
  * pruning to `keep`, every kind of damaged step skipped by ckpt_find_latest with a warning
- * naming it, a writer failing midway, replacing a step, a full disk (root only, on a small
- * tmpfs). Everything happens under a mkdtemp directory in /tmp that is removed at the end. */
+ * naming it (the caller's state too: its file's CRC, and the caller's own check of it), a
+ * version-1 checkpoint still read, a writer failing midway, replacing a step, a full disk
+ * (root only, on a small tmpfs). Everything happens under a mkdtemp directory in /tmp that is
+ * removed at the end. */
 #define _GNU_SOURCE
 #include "ckpt.h"
 #include "tap.h"
@@ -193,7 +195,7 @@ static void test_round_trip(void)
 	is(text ? text : "(none)", "step-10\n", "latest names step-10");
 	free(text);
 	is_int(count_names(root, "tmp", NULL, 0), 0, "no temporary left in root");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "find_latest finds it");
 	is_int(c.step, 10, "... step 10");
 	is(warn, "", "... without warnings");
@@ -255,7 +257,7 @@ static void test_prune(void)
 	ok(WIFEXITED(status) && WEXITSTATUS(status) == 99, "a write that crashes in its prune");
 	snprintf(p, sizeof(p), "%s/step-45", root);
 	ok(!exists(p), "... left no step-45 with some of its files (it was renamed first)");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "... the new step is whole");
 	is_int(c.step, 47, "... step-47");
 	ckpt_close(&c);
@@ -263,7 +265,7 @@ static void test_prune(void)
 	mkdir(p, 0755);
 	snprintf(p, sizeof(p), "%s/step-44.old-77-prune/state.json", root);
 	write_text(p, "{\"format\": \"dptrain-checkpoint\"}");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "a half-pruned step is not a checkpoint");
 	is_int(c.step, 47, "... step-47 is taken");
 	ckpt_close(&c);
@@ -290,7 +292,7 @@ static void test_damage(void)
 	is_int(ckpt_open(&c, p, err, sizeof(err)), -1, "ckpt_open refuses a truncated file");
 	like(err, "step-2: model.safetensors: 100 bytes, state.json says 1000 (truncated?)",
 	     "... saying which and how: %s", err);
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "find_latest falls back");
 	is_int(c.step, 1, "... to step-1");
 	ckpt_close(&c);
@@ -305,7 +307,7 @@ static void test_damage(void)
 		fputc(optim[77] ^ 0x10, f);
 		fclose(f);
 	}
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "flipped byte: find_latest falls back");
 	is_int(c.step, 1, "... to step-1");
 	ckpt_close(&c);
@@ -315,7 +317,7 @@ static void test_damage(void)
 	put(root, 4, 100, err, sizeof(err));
 	snprintf(p, sizeof(p), "%s/step-4/optim.bin", root);
 	unlink(p);
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "missing file: find_latest falls back");
 	is_int(c.step, 1, "... to step-1");
 	ckpt_close(&c);
@@ -325,7 +327,7 @@ static void test_damage(void)
 	put(root, 5, 100, err, sizeof(err));
 	snprintf(p, sizeof(p), "%s/step-5/state.json", root);
 	write_text(p, "{garbage");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "garbage state.json: find_latest falls back");
 	is_int(c.step, 1, "... to step-1");
 	ckpt_close(&c);
@@ -336,7 +338,7 @@ static void test_damage(void)
 	mkdir(p, 0755);
 	snprintf(p, sizeof(p), "%s/step-6.tmp-123-abcdef/model.safetensors", root);
 	write_text(p, "half");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "leftover temporary: find_latest falls back");
 	is_int(c.step, 1, "... to step-1");
 	ckpt_close(&c);
@@ -353,7 +355,7 @@ static void test_damage(void)
 	write_text(p, "mine");
 	snprintf(p, sizeof(p), "%s/step-99x", root);
 	mkdir(p, 0755);
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "no state.json: find_latest falls back");
 	is_int(c.step, 1, "... to step-1");
 	ckpt_close(&c);
@@ -378,7 +380,7 @@ static void test_damage(void)
 
 	/* a truncated warning buffer stays a string */
 	char tiny[16];
-	is_int(ckpt_find_latest(root, &c, tiny, sizeof(tiny), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, tiny, sizeof(tiny), err, sizeof(err)), 1,
 	       "a small warning buffer");
 	ok(strlen(tiny) < sizeof(tiny), "... is truncated, NUL-terminated");
 	ckpt_close(&c);
@@ -393,10 +395,100 @@ static void test_damage(void)
 	ok(exists(p), "... but not a file that is not ours");
 	snprintf(p, sizeof(p), "%s/step-99x", root);
 	ok(exists(p), "... nor a directory that is not ours");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "find_latest after step-8");
 	is_int(c.step, 8, "... takes step-8");
 	ckpt_close(&c);
+}
+
+/* The caller's check of the state: here, "step_seen" must be below a limit. */
+static int below(void *ctx, const char *state_json, char *why, size_t whylen)
+{
+	long limit = *(const long *)ctx, seen = -1;
+	const char *p = strstr(state_json, "\"step_seen\":");
+	if (p)
+		seen = strtol(p + strlen("\"step_seen\":"), NULL, 10);
+	if (seen >= 0 && seen < limit)
+		return 0;
+	snprintf(why, whylen, "step_seen %ld is not below %ld", seen, limit);
+	return -1;
+}
+
+static void test_state(void)
+{
+	char root[256], p[512], err[1024], warn[4096];
+	struct ckpt c;
+	FILE *f;
+	long limit = 3;
+
+	path_of(root, sizeof(root), base, "state");
+	is_int(put(root, 1, 100, err, sizeof(err)), 0, "state: step-1");
+	snprintf(p, sizeof(p), "%s/step-1/trainer_state.json", root);
+	ok(exists(p), "the caller's state is a file of its own");
+	snprintf(p, sizeof(p), "%s/step-1/state.json", root);
+	size_t len;
+	char *text = slurp(p, &len);
+	ok(text && strstr(text, "\"trainer_state.json\"") && strstr(text, "\"crc32\"") &&
+	       !strstr(text, "step_seen"),
+	   "state.json lists it with its size and CRC, and holds no state itself");
+	free(text);
+
+	/* one digit of the state changed: the CRC sees it */
+	put(root, 2, 100, err, sizeof(err));
+	snprintf(p, sizeof(p), "%s/step-2/trainer_state.json", root);
+	text = slurp(p, &len);
+	char *d = text ? strstr(text, "2") : NULL;
+	if (d && (f = fopen(p, "r+"))) {
+		fseek(f, d - text, SEEK_SET);
+		fputc('7', f);
+		fclose(f);
+	}
+	free(text);
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	       "an edited trainer_state.json: find_latest falls back");
+	is_int(c.step, 1, "... to step-1");
+	ckpt_close(&c);
+	like(warn, "step-2: trainer_state.json: crc32 mismatch (corrupt)", "... naming it");
+
+	/* a state the caller refuses */
+	put(root, 3, 100, err, sizeof(err));
+	is_int(ckpt_find_latest(root, below, &limit, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	       "a state the caller's check refuses: find_latest falls back");
+	is_int(c.step, 1, "... to step-1");
+	ok(c.state_json && strstr(c.state_json, "\"step_seen\":1"), "... with its state: %s",
+	   c.state_json ? c.state_json : "(null)");
+	ckpt_close(&c);
+	like(warn, "step-3: trainer_state.json: step_seen 3 is not below 3; skipped",
+	     "... saying why");
+	limit = 10;
+	is_int(ckpt_find_latest(root, below, &limit, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	       "the check accepting it");
+	is_int(c.step, 3, "... takes step-3");
+	ckpt_close(&c);
+
+	/* a version-1 checkpoint (the state inside state.json, unchecked) is still read */
+	snprintf(p, sizeof(p), "%s/step-4", root);
+	mkdir(p, 0755);
+	snprintf(p, sizeof(p), "%s/step-4/state.json", root);
+	write_text(p, "{\"format\": \"dptrain-checkpoint\", \"version\": 1, \"step\": 4, "
+		      "\"files\": {}, \"state\": {\"step_seen\": 4}}");
+	is_int(ckpt_find_latest(root, below, &limit, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	       "a version-1 checkpoint");
+	is_int(c.step, 4, "... is read");
+	ok(c.state_json && strstr(c.state_json, "\"step_seen\":4"), "... with its state: %s",
+	   c.state_json ? c.state_json : "(null)");
+	ckpt_close(&c);
+	write_text(p, "{\"format\": \"dptrain-checkpoint\", \"version\": 3, \"step\": 4, "
+		      "\"files\": {}}");
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	       "a version from the future");
+	is_int(c.step, 3, "... is skipped");
+	ckpt_close(&c);
+	like(warn, "step-4: state.json: \"version\" is not 1 to 2", "... saying why");
+
+	struct ckpt_file bad[1] = {{"trainer_state.json", write_blob, &bmodel}};
+	is_int(ckpt_write(root, 9, bad, 1, "{}", 100, err, sizeof(err)), -1,
+	       "a caller's file may not be called trainer_state.json");
 }
 
 static void test_none_valid(void)
@@ -405,19 +497,19 @@ static void test_none_valid(void)
 	struct ckpt c;
 
 	path_of(root, sizeof(root), base, "none");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 0,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 0,
 	       "root missing: nothing to resume from");
 	put(root, 1, 3, err, sizeof(err));
 	snprintf(p, sizeof(p), "%s/step-1/model.safetensors", root);
 	ok(truncate(p, 0) == 0, "truncate step-1/model.safetensors to 0");
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 0,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 0,
 	       "only a damaged step: 0");
 	like(warn, "step-1: model.safetensors: 0 bytes", "... with a warning about it");
 	is(c.state_json ? "set" : "NULL", "NULL", "... c left empty");
 	if (geteuid() != 0) {
 		snprintf(p, sizeof(p), "%s/unreadable", base);
 		mkdir(p, 0);
-		is_int(ckpt_find_latest(p, &c, warn, sizeof(warn), err, sizeof(err)), -1,
+		is_int(ckpt_find_latest(p, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), -1,
 		       "an unreadable root is an error");
 		like(err, "Permission denied", "... saying why: %s", err);
 		chmod(p, 0755);
@@ -449,7 +541,7 @@ static void test_writer_fails(void)
 	text = slurp(p, &len);
 	is(text ? text : "(none)", "step-1\n", "... latest unchanged");
 	free(text);
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "... step-1 still found");
 	is_int(c.step, 1, "... as the newest");
 	is(warn, "", "... without warnings");
@@ -510,7 +602,7 @@ static void test_full_disk(void)
 	ok(!exists(p), "... no step-2");
 	is_int(count_names(root, ".tmp-", list, sizeof(list)), 0, "... no temporary left: %s",
 	       list);
-	is_int(ckpt_find_latest(root, &c, warn, sizeof(warn), err, sizeof(err)), 1,
+	is_int(ckpt_find_latest(root, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), 1,
 	       "... step-1 still found");
 	is_int(c.step, 1, "... as the newest");
 	is(warn, "", "... without warnings");
@@ -532,6 +624,7 @@ int main(void)
 	test_round_trip();
 	test_prune();
 	test_damage();
+	test_state();
 	test_none_valid();
 	test_writer_fails();
 	test_rewrite();

@@ -1,7 +1,10 @@
 /* comm.c — unit tests for the CPU collective engine (trainer/comm_cpu.c): every operation for
  * world sizes 1 to 5 against a direct computation in the ring's order, bitwise equal on every
  * rank and run; then a rank that dies, stalls, or aborts mid-job, named on the others.
- * Ranks are forked processes on 127.0.0.1; the parent waits with a deadline and kills leftovers. */
+ * Ranks are forked processes on 127.0.0.1; the parent waits with a deadline and kills leftovers.
+ * No check depends on the machine's speed: a failure found by a timeout must take at least the
+ * timeout, one found otherwise must take less than its (long) timeout, and the survivors'
+ * verdict must not depend on whose timer fired first. */
 #define _GNU_SOURCE
 #include "comm.h"
 #include "ranks.h"
@@ -20,11 +23,18 @@
 
 enum fault { FAULT_NONE, FAULT_DIES, FAULT_STOPS, FAULT_SLEEPS, FAULT_ABORTS };
 
+/* The rendezvous and collective timeout where none is meant to pass: a fault found without a
+ * timeout (a death, an abort) must be found long before it, so it is set high enough that no
+ * slow machine reaches it first. A stall is found by the timeout, kept short there so that the
+ * test is quick. */
+#define LONG_S 30
+
 /* A scenario (the ranks' ranks_job.arg): the comm's timeout, and what it does to which rank. */
 struct job {
 	double timeout;
 	int special; /* the rank the fault happens to; -1: none */
 	enum fault fault;
+	int slow; /* a rank whose own timeout is LONG_S: its timer fires late (0: none) */
 };
 
 static int open_all(const struct ranks_job *j, int rank, struct store **st, struct comm **c,
@@ -36,8 +46,9 @@ static int open_all(const struct ranks_job *j, int rank, struct store **st, stru
 				.rank = rank,
 				.world_size = j->world,
 				.job = "comm-test",
-				.timeout_s = 10};
-	struct comm_cpu_opts co = {.timeout_s = s->timeout, .chunk_bytes = chunk};
+				.timeout_s = LONG_S};
+	struct comm_cpu_opts co = {.timeout_s = s->slow && rank == s->slow ? LONG_S : s->timeout,
+				   .chunk_bytes = chunk};
 	*c = NULL;
 	if (store_open(st, &so, msg, len) < 0)
 		return -1;
@@ -423,17 +434,21 @@ struct fault_case {
 	int world;
 	int nowait; /* the rank not waited for (a stalled one); -1: none */
 	struct job job;
-	const char *want1, *want2;
-	double max_s; /* how long the survivors' failing call may take */
+	const char *want1, *want2, *want3;
+	int timed_out; /* found by the survivors' timeout: no sooner than it; else long before */
 };
 
+/* what a survivor's verdict says when the other survivor answered the roll call */
+#define WAITED "2 of 3 ranks were waiting"
+
 static const struct fault_case faults[] = {
-    {"rank 2 dies", 4, -1, {10, 2, FAULT_DIES}, "rank 2", "died", 3},
-    {"rank 0 dies", 3, -1, {10, 0, FAULT_DIES}, "rank 0", "died", 3},
-    {"rank 1 stops", 3, 1, {1.5, 1, FAULT_STOPS}, "rank 1", "stopped taking part", 6},
-    {"rank 0 sleeps", 3, 0, {1.5, 0, FAULT_SLEEPS}, "rank 0", "stopped taking part", 6},
-    {"rank 0 stops", 3, 0, {1.5, 0, FAULT_STOPS}, "rank 0", "not responding", 8},
-    {"rank 1 aborts", 3, -1, {10, 1, FAULT_ABORTS}, "loss is nan", "rank 1", 3},
+    {"rank 2 dies", 4, -1, {LONG_S, 2, FAULT_DIES, 0}, "rank 2", "died", "", 0},
+    {"rank 0 dies", 3, -1, {LONG_S, 0, FAULT_DIES, 0}, "rank 0", "died", "", 0},
+    {"rank 1 stops", 3, 1, {1.5, 1, FAULT_STOPS, 0}, "rank 1", "stopped taking part", WAITED, 1},
+    {"rank 1 stops, 2 is late", 3, 1, {1.5, 1, FAULT_STOPS, 2}, "rank 1", "stopped", WAITED, 1},
+    {"rank 0 sleeps", 3, 0, {1.5, 0, FAULT_SLEEPS, 0}, "rank 0", "stopped", WAITED, 1},
+    {"rank 0 stops", 3, 0, {1.5, 0, FAULT_STOPS, 0}, "rank 0", "not responding", "", 1},
+    {"rank 1 aborts", 3, -1, {LONG_S, 1, FAULT_ABORTS, 0}, "loss is nan", "rank 1", "", 0},
 };
 
 /* "<t>|<msg>|<again>": the failing call's seconds, message, and whether the next matched. */
@@ -458,7 +473,19 @@ static void check_failure(const struct fault_case *f, const struct ranks_out *ou
 			note("%s: rank %d: %s", name, r, first);
 		like(first, f->want1, "%s: rank %d's message names it", name, r);
 		like(first, f->want2, "%s: rank %d's message says what happened", name, r);
-		ok(t < f->max_s, "%s: rank %d failed within %.0f s (%.2f s)", name, r, f->max_s, t);
+		if (*f->want3) /* the other survivor answered the roll call, whenever its timer */
+			like(first, f->want3, "%s: rank %d's message names no survivor", name, r);
+		if (f->job.slow && r == f->job.slow) /* the roll call, not its own timer */
+			ok(t < LONG_S, "%s: rank %d failed before its own %d s timeout (%.2f s)",
+			   name, r, LONG_S, t);
+		else if (f->timed_out)
+			ok(t >= f->job.timeout,
+			   "%s: rank %d failed after the %.1f s timeout (%.2f s)", name, r,
+			   f->job.timeout, t);
+		else
+			ok(t < f->job.timeout,
+			   "%s: rank %d failed before the %.0f s timeout (%.2f s)", name, r,
+			   f->job.timeout, t);
 		ok(bar2 && strcmp(first, bar2 + 1) == 0, "%s: rank %d: the comm stays failed", name,
 		   r);
 	}
@@ -468,7 +495,7 @@ int main(void)
 {
 	struct ranks_out out[RANKS_MAX];
 	double t0 = ranks_now();
-	struct job ops = {.timeout = 10, .special = -1, .fault = FAULT_NONE};
+	struct job ops = {.timeout = LONG_S, .special = -1, .fault = FAULT_NONE};
 
 	for (int w = 1; w <= 5; w++) {
 		struct ranks_job j = {.world = w, .arg = &ops};
@@ -493,7 +520,7 @@ int main(void)
 	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
 		const struct fault_case *f = &faults[i];
 		struct ranks_job j = {.world = f->world, .arg = &f->job};
-		ranks_run(&j, rank_fault, f->nowait, 20, out);
+		ranks_run(&j, rank_fault, f->nowait, 3 * LONG_S, out);
 		check_failure(f, out);
 		if (f->job.fault == FAULT_ABORTS)
 			like(out[f->job.special].msg, "aborted: rank 1: loss is nan",

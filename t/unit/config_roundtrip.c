@@ -44,7 +44,7 @@ static const char *const full[] = {
     " \"device\": {\"kind\": \"cuda\", \"allow_shared_gpu\": true, \"deterministic\": true},"
     " \"output\": {\"dir\": \"runs/%j-%s-%%\", \"per_rank_logs\": false, \"console\": \"all\","
     "  \"metrics\": false},"
-    " \"timeouts\": {\"rendezvous_s\": 0.5, \"collective_s\": 1e6, \"shutdown_s\": 2.25}}",
+    " \"timeouts\": {\"rendezvous_s\": 1.5, \"collective_s\": 1e6, \"shutdown_s\": 2.25}}",
 
     "{\"model\": {\"name\": \"resnet152\", \"num_classes\": 1000, \"input_shape\": [1, 224, "
     "224], \"stem\": \"small\"},"
@@ -158,11 +158,13 @@ static void test_printed(void)
 	free(s);
 	cfg_free(&c);
 
-	ok(cfg_parse(&c, full[0], strlen(full[0]), "/j/job.json", 0, NULL, err, sizeof(err)) == 0,
-	   "config 0");
+	if (!ok(cfg_parse(&c, full[0], strlen(full[0]), "/j/job.json", 0, NULL, err, sizeof(err)) ==
+		    0,
+		"config 0: %s", err))
+		bail_out("config 0 does not parse: %s", err);
 	s = cfg_to_json(&c);
 	ok(s && strstr(s, "\"lr\": 0.0003,") != NULL, "shortest exact numbers (0.0003)");
-	ok(s && strstr(s, "\"rendezvous_s\": 0.5,") != NULL, "0.5");
+	ok(s && strstr(s, "\"rendezvous_s\": 1.5,") != NULL, "1.5");
 	ok(s && strstr(s, "\"seed\": 12345678901234,") != NULL, "64-bit seed");
 	ok(s && strstr(s, "\"description\": \"every key \\\"quoted\\\" \\\\ \\u0009 tab "
 			  "\xc3\xa9\xe4\xb8\xad\"") != NULL,
@@ -198,10 +200,11 @@ static void test_equal(void)
 {
 	struct cfg a, b;
 
-	ok(cfg_parse(&a, full[0], strlen(full[0]), "job.json", 0, NULL, err, sizeof(err)) == 0,
-	   "a");
-	ok(cfg_parse(&b, full[0], strlen(full[0]), "job.json", 0, NULL, err, sizeof(err)) == 0,
-	   "b");
+	if (!ok(cfg_parse(&a, full[0], strlen(full[0]), "job.json", 0, NULL, err, sizeof(err)) == 0,
+		"a") ||
+	    !ok(cfg_parse(&b, full[0], strlen(full[0]), "job.json", 0, NULL, err, sizeof(err)) == 0,
+		"b"))
+		bail_out("config 0 does not parse: %s", err);
 	ok(cfg_equal(&a, &b), "the same text gives equal structs");
 	b.model.hidden.v[2]++;
 	ok(!cfg_equal(&a, &b), "an int list element");

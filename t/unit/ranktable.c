@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,12 +301,16 @@ static void test_write_errors(void)
 
 /* A reader parses the table in a loop while a child rewrites it `writes` times, alternating an
  * 8-rank and a 16-rank table. atomic=0 is the control: a plain truncate-and-write in two halves,
- * which the same reader must catch, so the test can tell an atomic writer from one that is not. */
+ * which the same reader must catch, so the test can tell an atomic writer from one that is not.
+ * What must be seen does not depend on scheduling: at the control's half-written points, and
+ * after the atomic writer's first two tables, the writer waits until the reader has read the
+ * file once more (a byte on `point`, answered on `ack`); in between both run freely. */
 static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8, int *seen16)
 {
 	struct fixture f8, f16;
 	struct ranktable t8, t16, got;
-	char err[RT_ERR_MAX], path[512];
+	char err[RT_ERR_MAX], path[512], c = 0;
+	int point[2], ack[2];
 	pid_t pid;
 	int status;
 
@@ -317,14 +322,21 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 	snprintf(path, sizeof(path), "%s/concurrent-%d.json", tmpdir, atomic);
 	if (rt_write_atomic(&t8, path, RT_SCHEMA_DPTRAIN, err) < 0)
 		bail_out("%s", err);
+	if (pipe(point) < 0 || pipe(ack) < 0)
+		bail_out("pipe: %s", strerror(errno));
 	fflush(stdout);
 	if ((pid = fork()) < 0)
 		bail_out("fork: %s", strerror(errno));
 	if (pid == 0) {
+		close(point[0]);
+		close(ack[1]);
 		for (int i = 0; i < writes; i++) {
 			const struct ranktable *t = i % 2 ? &t8 : &t16;
 			if (atomic) {
 				if (rt_write_atomic(t, path, RT_SCHEMA_DPTRAIN, err) < 0)
+					_exit(1);
+				if (i < 2 &&
+				    (write(point[1], "w", 1) != 1 || read(ack[0], &c, 1) != 1))
 					_exit(1);
 				continue;
 			}
@@ -333,15 +345,21 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 			size_t half = strlen(text) / 2;
 			if (!text || !out || fwrite(text, 1, half, out) != half || fflush(out))
 				_exit(1);
-			usleep(200); /* a writer preempted halfway */
+			/* a writer preempted halfway, until the reader has looked */
+			if (write(point[1], "h", 1) != 1 || read(ack[0], &c, 1) != 1)
+				_exit(1);
 			fputs(text + half, out);
 			fclose(out);
 			free(text);
 		}
 		_exit(0);
 	}
+	close(point[1]);
+	close(ack[0]);
+	fcntl(point[0], F_SETFL, O_NONBLOCK);
 	for (;;) {
 		int done = waitpid(pid, &status, WNOHANG) == pid;
+		int at_point = read(point[0], &c, 1) == 1; /* nonblocking */
 		if (rt_read(&got, path, err) < 0) {
 			if (atomic && *bad < 3)
 				diag("read %d: %s", *reads, err);
@@ -352,9 +370,13 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 			rt_free(&got);
 		}
 		(*reads)++;
+		if (at_point && write(ack[1], "a", 1) != 1)
+			bail_out("ack: %s", strerror(errno));
 		if (done)
 			break;
 	}
+	close(point[0]);
+	close(ack[1]);
 	ok(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s writer: %d writes done",
 	   atomic ? "atomic" : "plain", writes);
 	unlink(path);

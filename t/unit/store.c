@@ -1,7 +1,13 @@
 /* store.c — unit tests for the rendezvous store (trainer/store.c): set/get/add/barrier between
  * forked ranks on 127.0.0.1, the messages for a barrier timeout, a port in use, an unreachable
- * master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that dies, a
- * rank that does not report a timeout, an abort). The parent kills whatever is left. */
+ * master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that never
+ * arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort). The
+ * parent kills whatever is left.
+ *
+ * No check depends on how fast the machine is: what must happen before something else is made
+ * to by a key the other rank waits for, elapsed times are only checked against lower bounds
+ * that a chain of such waits guarantees, and the upper bounds are hang guards far above what
+ * the scenario takes. */
 #define _GNU_SOURCE
 #include "ranks.h"
 #include "store.h"
@@ -14,6 +20,8 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#define HANG_S 30 /* a wait that only a broken store (or a stopped machine) lets run out */
 
 static struct store_opts opts(const struct ranks_job *j, int rank, int world, const char *job,
 			      double timeout)
@@ -29,13 +37,37 @@ static struct store_opts opts(const struct ranks_job *j, int rank, int world, co
 /* Opens rank's store in an unnamed job of 3 ranks; if it cannot, msg says why. */
 static int open3(const struct ranks_job *j, int rank, struct store **st, char *msg, size_t len)
 {
-	struct store_opts o = opts(j, rank, 3, "", 10);
+	struct store_opts o = opts(j, rank, 3, "", HANG_S);
 	char err[1024];
 	*st = NULL;
 	if (store_open(st, &o, err, sizeof(err)) == 0)
 		return 0;
 	snprintf(msg, len, "open: %s", err);
 	return -1;
+}
+
+/* Waits until rank 0's store accepts connections on j->port (the port is held, so until then
+ * a connection is refused), so that a rank's own short timeout starts only once rank 0 is up:
+ * a scenario about what happens after the connection does not depend on who started first. */
+static int until_listening(const struct ranks_job *j, char *msg, size_t len)
+{
+	double t0 = ranks_now();
+	for (;;) {
+		struct sockaddr_in a = {.sin_family = AF_INET,
+					.sin_port = htons((uint16_t)j->port),
+					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		int fd = socket(AF_INET, SOCK_STREAM, 0), c;
+		c = fd >= 0 ? connect(fd, (struct sockaddr *)&a, sizeof(a)) : -1;
+		if (fd >= 0)
+			close(fd);
+		if (c == 0)
+			return 0;
+		if (ranks_now() - t0 > HANG_S) {
+			snprintf(msg, len, "rank 0's store did not listen within %d s", HANG_S);
+			return -1;
+		}
+		ranks_sleep(0.01);
+	}
 }
 
 /* In a rank: the first failed expectation goes to msg. */
@@ -54,8 +86,8 @@ static int open3(const struct ranks_job *j, int rank, struct store **st, char *m
 static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st = NULL;
-	struct store_opts o = opts(j, rank, 3, "1234.0", 10);
-	char err[1024];
+	struct store_opts o = opts(j, rank, 3, "1234.0", HANG_S);
+	char err[1024], key[64];
 	void *v = NULL;
 	size_t n;
 	long sum;
@@ -67,20 +99,30 @@ static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 	if (rank == 0)
 		EXPECT(store_set(st, "greeting", "hello", 5, err, sizeof(err)) == 0, "set: %s",
 		       err);
-	EXPECT(store_get(st, "greeting", &v, &n, 5, err, sizeof(err)) == 0, "get: %s", err);
+	EXPECT(store_get(st, "greeting", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s", err);
 	EXPECT(n == 5 && strcmp(v, "hello") == 0, "get greeting: %zu bytes '%s'", n, (char *)v);
 	free(v);
 	v = NULL;
 
-	/* get waits for a later set */
+	/* get waits for a later set: rank 2 sets "late" 0.3 s after it saw that ranks 0 and 1
+	 * are about to get it, so their get returns no sooner than that, however slow they are */
 	if (rank == 2) {
+		for (int r = 0; r < 2; r++) {
+			snprintf(key, sizeof(key), "getting.%d", r);
+			EXPECT(store_get(st, key, &v, &n, HANG_S, err, sizeof(err)) == 0,
+			       "get %s: %s", key, err);
+			free(v);
+			v = NULL;
+		}
 		ranks_sleep(0.3);
 		EXPECT(store_set(st, "late", "x\0y", 3, err, sizeof(err)) == 0, "set: %s", err);
 	} else {
 		double t0 = ranks_now();
-		EXPECT(store_get(st, "late", &v, &n, 5, err, sizeof(err)) == 0, "get late: %s",
+		snprintf(key, sizeof(key), "getting.%d", rank);
+		EXPECT(store_set(st, key, "1", 1, err, sizeof(err)) == 0, "set %s: %s", key, err);
+		EXPECT(store_get(st, "late", &v, &n, HANG_S, err, sizeof(err)) == 0, "get late: %s",
 		       err);
-		EXPECT(ranks_now() - t0 > 0.2, "get late returned after %.2f s", ranks_now() - t0);
+		EXPECT(ranks_now() - t0 >= 0.3, "get late returned after %.2f s", ranks_now() - t0);
 		EXPECT(n == 3 && memcmp(v, "x\0y", 4) == 0, "get late: wrong value");
 		free(v);
 		v = NULL;
@@ -95,7 +137,7 @@ static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 		free(big);
 		EXPECT(ok == 0, "set big: %s", err);
 	}
-	EXPECT(store_get(st, "big", &v, &n, 5, err, sizeof(err)) == 0, "get big: %s", err);
+	EXPECT(store_get(st, "big", &v, &n, HANG_S, err, sizeof(err)) == 0, "get big: %s", err);
 	EXPECT(n == 1 << 20, "big is %zu bytes", n);
 	for (size_t i = 0; i < n; i++)
 		EXPECT(((char *)v)[i] == (char)(i * 7), "big: byte %zu differs", i);
@@ -104,26 +146,28 @@ static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 
 	EXPECT(store_add(st, "count", rank + 1, &sum, err, sizeof(err)) == 0, "add: %s", err);
 	EXPECT(sum >= rank + 1 && sum <= 6, "add returned %ld", sum);
-	EXPECT(store_barrier(st, "added", 15, err, sizeof(err)) == 0, "barrier: %s", err);
-	EXPECT(store_get(st, "count", &v, &n, 1, err, sizeof(err)) == 0, "get count: %s", err);
+	EXPECT(store_barrier(st, "added", HANG_S, err, sizeof(err)) == 0, "barrier: %s", err);
+	EXPECT(store_get(st, "count", &v, &n, HANG_S, err, sizeof(err)) == 0, "get count: %s", err);
 	EXPECT(strcmp(v, "6") == 0, "count is '%s', want 6", (char *)v);
 	free(v);
 	v = NULL;
 	EXPECT(store_add(st, "greeting", 1, &sum, err, sizeof(err)) < 0, "add to a string worked");
 
-	/* a key never set */
+	/* a key never set: the server's timer, which cannot fire early */
+	double t0 = ranks_now();
 	EXPECT(store_get(st, "never", &v, &n, 0.3, err, sizeof(err)) < 0, "get never worked");
 	EXPECT(strstr(err, "never") && strstr(err, "not set"), "get never: %s", err);
+	EXPECT(ranks_now() - t0 >= 0.3, "get never gave up after %.2f s", ranks_now() - t0);
 
-	/* a barrier rank 2 does not enter: the others' message names it */
+	/* a barrier rank 2 does not enter (it goes on to the next): the others' message names it */
 	if (rank != 2) {
 		EXPECT(store_barrier(st, "partial", 0.5, err, sizeof(err)) < 0, "barrier worked");
 		snprintf(msg, len, "%s", err);
 	}
 	/* the same name again, now with everyone */
-	EXPECT(store_barrier(st, "again", 15, err, sizeof(err)) == 0, "barrier again: %s", err);
+	EXPECT(store_barrier(st, "again", HANG_S, err, sizeof(err)) == 0, "barrier again: %s", err);
 	for (int i = 0; i < 20; i++)
-		EXPECT(store_barrier(st, "loop", 15, err, sizeof(err)) == 0, "barrier loop: %s",
+		EXPECT(store_barrier(st, "loop", HANG_S, err, sizeof(err)) == 0, "barrier loop: %s",
 		       err);
 	char name[64];
 	EXPECT(strcmp(store_rank_name(st, 1, name, sizeof(name)), "rank 1") != 0 &&
@@ -135,13 +179,12 @@ out:
 	return rv;
 }
 
-/* Rank 0 serves job A; rank 1 is of job B; a third process claims rank 1 again. */
+/* Rank 0 serves a job A of 2 ranks and waits for its rank 1 (the parent does not wait for it);
+ * a rank 1 of job B and a rank 1 that says the job has 3 ranks are refused. */
 static int rank_foreign(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st = NULL;
-	struct store_opts o = opts(j, rank == 2 ? 1 : rank, 2, rank == 1 ? "B" : "A", 2);
-	if (rank == 1)
-		ranks_sleep(0.2);
+	struct store_opts o = opts(j, rank == 2 ? 1 : rank, 2, rank == 1 ? "B" : "A", HANG_S);
 	if (rank == 2)
 		o.world_size = 3;
 	if (store_open(&st, &o, msg, len) == 0) {
@@ -151,21 +194,57 @@ static int rank_foreign(const struct ranks_job *j, int rank, char *msg, size_t l
 	return 0;
 }
 
+/* Ranks 0 and 1 of a job of 2 open; then rank 0 claims rank 1 again from a second client,
+ * while the real rank 1 waits for it to be done (so it is still connected). */
 static int rank_duplicate(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
-	struct store *st = NULL;
-	struct store_opts o = opts(j, rank == 2 ? 1 : rank, 2, "A", 3);
-	if (rank == 2)
-		ranks_sleep(0.5); /* after the real rank 1 */
-	if (store_open(&st, &o, msg, len) == 0) {
+	struct store *st = NULL, *dup = NULL;
+	struct store_opts o = opts(j, rank, 2, "A", HANG_S);
+	char err[1024];
+	void *v = NULL;
+	size_t n;
+	int rv = 0;
+	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	if (rank == 0) {
+		struct store_opts d = opts(j, 1, 2, "A", HANG_S);
+		EXPECT(store_open(&dup, &d, msg, len) < 0, "a second rank 1 opened");
+		EXPECT(store_set(st, "dup.done", "1", 1, err, sizeof(err)) == 0, "set: %s", err);
+	} else {
+		EXPECT(store_get(st, "dup.done", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s",
+		       err);
 		snprintf(msg, len, "opened");
-		ranks_sleep(1.0);
-		store_close(st, 1);
 	}
+out:
+	free(v);
+	store_close(dup, 1);
+	store_close(st, 5);
+	return rv;
+}
+
+/* The rendezvous verdict is rank 0's. Rank 0 waits 3 s for a job of 3 ranks; rank 1 arrives
+ * with a timeout of its own of 0.2 s, which passes first; a process of another job claims rank
+ * 2 and is refused; the real rank 2 never comes. Ranks 0 and 1 must both name rank 2 (not
+ * rank 1 as dead when its own timer ran out, not the refused claimant as arrived). Ranks 1
+ * and 2 start once rank 0 listens, so only rank 0's clock matters. */
+static int rank_verdict(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	struct store *st = NULL;
+	struct store_opts o = opts(j, rank, 3, rank == 2 ? "other" : "J", rank == 0 ? 3 : 0.2);
+	if (rank > 0 && until_listening(j, msg, len) < 0)
+		return -1;
+	double t0 = ranks_now();
+	char err[1024];
+	if (store_open(&st, &o, err, sizeof(err)) == 0) {
+		snprintf(msg, len, "opened");
+		store_close(st, 1);
+		return 0;
+	}
+	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
 	return 0;
 }
 
-/* Rank 2 dies without goodbye; the others hear of it at once. */
+/* Rank 2 dies without goodbye; the others hear of it at once: their store connection becomes
+ * readable (pushed, not found by a timeout: there is none in this scenario). */
 static int rank_death(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
@@ -179,8 +258,8 @@ static int rank_death(const struct ranks_job *j, int rank, char *msg, size_t len
 	}
 	double t0 = ranks_now();
 	struct pollfd p = {.fd = store_fd(st), .events = POLLIN};
-	EXPECT(poll(&p, 1, 5000) == 1, "the store's descriptor did not become readable");
-	EXPECT(store_poll_abort(st, 5, err, sizeof(err)) == 1, "no abort");
+	EXPECT(poll(&p, 1, HANG_S * 1000) == 1, "the store's descriptor did not become readable");
+	EXPECT(store_poll_abort(st, HANG_S, err, sizeof(err)) == 1, "no abort");
 	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
 	EXPECT(store_set(st, "k", "v", 1, err, sizeof(err)) < 0, "set after the abort worked");
 out:
@@ -188,23 +267,41 @@ out:
 	return rv;
 }
 
-/* Ranks 0 and 2 time out in a collective; rank 1 does not report: it is named. */
+/* A timeout episode. Rank 0 times out in collective #17 and reports it; rank 2 waits in a
+ * collective too (it polls the store as comm_cpu does) and answers the store's roll call at
+ * once, long before a timer of its own would fire; rank 1 is elsewhere in the program: it
+ * reads the store but does not report. The verdict names rank 1 only. With `all`, rank 1
+ * reports too: the verdict comes as soon as everyone has, without the grace. */
+struct report_job {
+	double grace;
+	int all;
+};
+
 static int rank_report(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
+	const struct report_job *rj = j->arg;
 	struct store *st;
 	char err[1024];
+	int rv = 0;
 	if (open3(j, rank, &st, msg, len) < 0)
 		return -1;
-	if (rank == 1) {
-		ranks_sleep(2.5);
+	double t0 = ranks_now();
+	if (rank == 0) {
+		store_report_timeout(st, 17, "allreduce", 2, 30, rj->grace, err, sizeof(err));
+	} else if (rank == 2 || rj->all) {
+		while (!store_rollcall(st) && ranks_now() - t0 < HANG_S)
+			if (store_poll_abort(st, 0.05, err, sizeof(err)) == 1)
+				break;
+		EXPECT(store_rollcall(st), "no roll call within %d s", HANG_S);
+		store_report_timeout(st, 16, "broadcast", 0, 30, rj->grace, err, sizeof(err));
 	} else {
-		double t0 = ranks_now();
-		store_report_timeout(st, 17, "allreduce", rank == 0 ? 2 : 1, 30, 1.0, err,
-				     sizeof(err));
-		snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
+		EXPECT(store_poll_abort(st, HANG_S, err, sizeof(err)) == 1, "no verdict");
+		EXPECT(store_rollcall(st), "the roll call did not reach rank 1");
 	}
+	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
+out:
 	store_close(st, 3);
-	return 0;
+	return rv;
 }
 
 /* Rank 1 aborts the job. */
@@ -219,7 +316,7 @@ static int rank_abort(const struct ranks_job *j, int rank, char *msg, size_t len
 		store_abort(st, "rank 1: loss is nan");
 		snprintf(msg, len, "aborted");
 	} else {
-		EXPECT(store_poll_abort(st, 5, err, sizeof(err)) == 1, "no abort");
+		EXPECT(store_poll_abort(st, HANG_S, err, sizeof(err)) == 1, "no abort");
 		snprintf(msg, len, "%s", err);
 	}
 out:
@@ -227,7 +324,8 @@ out:
 	return rv;
 }
 
-/* Rank 0 closes first; rank 2 still uses the store for a while before its goodbye. */
+/* Rank 0 closes first; rank 2 still uses the store for a while before its goodbye. Rank 2
+ * starts its 0.5 s only once it saw rank 0's "closing", set just before rank 0's close. */
 static int rank_close(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
@@ -238,13 +336,20 @@ static int rank_close(const struct ranks_job *j, int rank, char *msg, size_t len
 	if (open3(j, rank, &st, msg, len) < 0)
 		return -1;
 	if (rank == 2) {
+		EXPECT(store_get(st, "closing", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s",
+		       err);
 		ranks_sleep(0.5);
 		EXPECT(store_set(st, "late", "1", 1, err, sizeof(err)) == 0, "set: %s", err);
-		EXPECT(store_get(st, "late", &v, &n, 1, err, sizeof(err)) == 0, "get: %s", err);
+		free(v);
+		v = NULL;
+		EXPECT(store_get(st, "late", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s",
+		       err);
 		EXPECT(store_poll_abort(st, 0, err, sizeof(err)) == 0, "an abort: %s", err);
 	}
 	double t0 = ranks_now();
-	store_close(st, 5);
+	if (rank == 0)
+		EXPECT(store_set(st, "closing", "1", 1, err, sizeof(err)) == 0, "set: %s", err);
+	store_close(st, HANG_S);
 	st = NULL;
 	snprintf(msg, len, "%.2f", ranks_now() - t0);
 out:
@@ -253,11 +358,11 @@ out:
 	return rv;
 }
 
-/* Runs fn as the 3 ranks of a job, for up to 20 s. */
-static void run3(ranks_fn fn, struct ranks_out *out)
+/* Runs fn as the world ranks of a job, for up to a minute (a hang guard). */
+static void run(int world, ranks_fn fn, const void *arg, int nowait, struct ranks_out *out)
 {
-	struct ranks_job j = {.world = 3};
-	ranks_run(&j, fn, -1, 20, out);
+	struct ranks_job j = {.world = world, .arg = arg};
+	ranks_run(&j, fn, nowait, 2 * HANG_S, out);
 }
 
 int main(void)
@@ -267,7 +372,7 @@ int main(void)
 	double t0 = ranks_now();
 
 	{
-		run3(rank_kv, out);
+		run(3, rank_kv, NULL, -1, out);
 		for (int r = 0; r < 3; r++)
 			ok(out[r].status == 0, "set/get/add/barrier on rank %d%s%s", r,
 			   out[r].status ? ": " : "", out[r].status ? out[r].msg : "");
@@ -280,15 +385,17 @@ int main(void)
 		note("%s", out[0].msg);
 	}
 	{
-		/* someone else has the port */
-		struct ranks_job j = {.port = ranks_free_port()};
-		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)j.port)};
+		/* someone else has the port: it listens there */
+		struct sockaddr_in a = {.sin_family = AF_INET};
+		socklen_t l = sizeof(a);
 		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1) < 0 ||
+		    getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+			bail_out("cannot listen on a port for the test");
+		struct ranks_job j = {.port = ntohs(a.sin_port)};
 		struct store *st = NULL;
 		struct store_opts o = opts(&j, 0, 2, "", 1);
 		char port[32];
-		if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 1) < 0)
-			bail_out("cannot bind a port for the test");
 		ok(store_open(&st, &o, err, sizeof(err)) < 0, "rank 0 cannot bind a port in use");
 		snprintf(port, sizeof(port), "port %d", j.port);
 		like(err, port, "the message names the port");
@@ -297,75 +404,104 @@ int main(void)
 		close(fd);
 	}
 	{
-		/* nobody listens */
-		struct ranks_job j = {.port = ranks_free_port()};
+		/* nobody listens: the port is held (bound, not listening), so nobody else can */
+		int held;
+		struct ranks_job j = {.port = ranks_hold_port(&held)};
 		struct store *st = NULL;
 		struct store_opts o = opts(&j, 1, 2, "", 1);
 		char where[64];
 		double t = ranks_now();
 		ok(store_open(&st, &o, err, sizeof(err)) < 0, "no rank 0: open fails");
 		t = ranks_now() - t;
-		ok(t >= 0.9 && t < 3, "after the timeout (%.2f s)", t);
+		ok(t >= 1 && t < HANG_S, "after the timeout (%.2f s)", t);
 		snprintf(where, sizeof(where), "127.0.0.1:%d", j.port);
 		like(err, where, "the message names the master's address");
 		like(err, "Connection refused", "and why");
 		like(err, "rank 0 may not have started", "and what it may mean");
 		note("%s", err);
+		close(held);
 	}
 	{
-		run3(rank_foreign, out);
+		run(3, rank_foreign, NULL, 0, out);
 		like(out[1].msg, "belongs to job 'B'", "a rank of another job is refused");
 		like(out[1].msg, "serves job 'A'", "the message names both jobs");
 		note("%s", out[1].msg);
 		like(out[2].msg, "says the job has 3 ranks but rank 0 says 2",
 		     "a rank with another world size is refused");
-		like(out[0].msg, "1 of 2 ranks did not connect within 2 s: rank 1",
-		     "rank 0 names the rank that did not join");
+	}
+	{
+		run(2, rank_duplicate, NULL, -1, out);
+		ok(out[0].status == 0 && out[1].status == 0, "ranks 0 and 1 open (%s; %s)",
+		   out[0].msg, out[1].msg);
+		like(out[0].msg, "rank 1 is already connected", "a second rank 1 is refused");
 		note("%s", out[0].msg);
 	}
 	{
-		run3(rank_duplicate, out);
-		is(out[0].msg, "opened", "rank 0 opens");
-		is(out[1].msg, "opened", "rank 1 opens");
-		like(out[2].msg, "rank 1 is already connected", "a second rank 1 is refused");
-		note("%s", out[2].msg);
+		run(3, rank_verdict, NULL, -1, out);
+		for (int r = 0; r < 2; r++) {
+			like(out[r].msg,
+			     "rendezvous: 1 of 3 ranks did not connect within 3 s: rank 2",
+			     "rendezvous: rank %d names the rank that never arrived", r);
+			ok(!strstr(out[r].msg, "rank 1"),
+			   "rendezvous: rank %d does not name rank 1", r);
+		}
+		ok(atof(out[0].msg) >= 3, "rendezvous: rank 0 waited its 3 s (%.2f s)",
+		   atof(out[0].msg));
+		note("%s", out[1].msg);
+		like(out[2].msg, "belongs to job 'other'", "rendezvous: the claimant is refused");
 	}
 	{
-		run3(rank_death, out);
+		run(3, rank_death, NULL, -1, out);
 		for (int r = 0; r < 2; r++) {
-			like(out[r].msg, "|rank 2 (", "a death: rank %d hears it", r);
+			ok(out[r].status == 0, "a death: rank %d hears of it (%s)", r, out[r].msg);
+			like(out[r].msg, "|rank 2 (", "a death: rank %d's message names it", r);
 			like(out[r].msg, "died (its connection to the rendezvous store closed)",
 			     "a death: rank %d is told what happened", r);
-			ok(out[r].status == 0 && atof(out[r].msg) < 3, "at once (%.2f s)",
-			   atof(out[r].msg));
 		}
 		note("%s", out[0].msg);
 	}
 	{
-		run3(rank_report, out);
-		for (int r = 0; r < 3; r += 2) {
-			like(out[r].msg, "rank 1 (", "a timeout: rank %d's verdict names rank 1",
+		struct report_job rj = {.grace = 2};
+		run(3, rank_report, &rj, -1, out);
+		for (int r = 0; r < 3; r++) {
+			ok(out[r].status == 0, "a timeout: rank %d (%s)", r, out[r].msg);
+			like(out[r].msg, "|rank 1 (", "a timeout: rank %d's verdict names rank 1",
 			     r);
 			like(out[r].msg,
-			     "stopped taking part: 2 of 3 ranks timed out after 30 s in "
-			     "allreduce #17",
+			     "stopped taking part: 2 of 3 ranks were waiting in a collective (rank "
+			     "0 (",
+			     "a timeout: rank %d's verdict counts rank 2, which answered the roll "
+			     "call",
+			     r);
+			like(out[r].msg,
+			     "timed out after 30 s in allreduce #17) and it did not answer",
 			     "a timeout: rank %d's verdict says what happened", r);
-			double t = atof(out[r].msg);
-			ok(t > 0.5 && t < 5, "after the grace (%.2f s)", t);
 		}
+		ok(atof(out[0].msg) >= rj.grace, "the verdict waited the grace for rank 1 (%.2f s)",
+		   atof(out[0].msg));
 		note("%s", out[0].msg);
 	}
 	{
-		run3(rank_abort, out);
+		struct report_job rj = {.grace = HANG_S, .all = 1};
+		run(3, rank_report, &rj, -1, out);
+		for (int r = 0; r < 3; r++)
+			like(out[r].msg, "|all 3 ranks timed out after 30 s in allreduce #17",
+			     "everyone reports: rank %d's verdict says none stopped", r);
+		ok(atof(out[0].msg) < rj.grace,
+		   "everyone reports: the verdict does not wait the grace (%.2f s)",
+		   atof(out[0].msg));
+	}
+	{
+		run(3, rank_abort, NULL, -1, out);
 		is(out[0].msg, "rank 1: loss is nan", "an abort reaches rank 0");
 		is(out[2].msg, "rank 1: loss is nan", "an abort reaches rank 2");
 	}
 	{
-		run3(rank_close, out);
+		run(3, rank_close, NULL, -1, out);
 		if (!ok(out[2].status == 0, "a rank still uses the store after rank 0 closed it"))
 			diag("%s", out[2].msg);
-		ok(atof(out[0].msg) > 0.3, "rank 0's close waited for the others (%s s)",
-		   out[0].msg);
+		ok(out[0].status == 0 && atof(out[0].msg) >= 0.5,
+		   "rank 0's close waited for the others (%s s)", out[0].msg);
 	}
 	diag("store tests took %.1f s", ranks_now() - t0);
 	return done_testing();
