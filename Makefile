@@ -61,24 +61,43 @@ probe_link = $(call probe_link_with,$(CC),$(1),$(2))
 probe_link_with = $(shell printf '%b' '$(2)' | $(1) -x c - -o /dev/null $(3) >/dev/null 2>&1 && echo yes || echo no)
 probe_macro = $(shell printf '%b' '$(1)' | $(CC) -E -P -x c - $(2) 2>/dev/null | tail -n 1 | sed 's/[ "]//g; s/\([0-9]\)[LU]*\b/\1/g')
 
-HAVE_JANSSON := $(call probe_link,$(hash)include <jansson.h>\nint main(void){return json_object()==0;}\n,-ljansson)
-JANSSON_VERSION := $(call probe_macro,$(hash)include <jansson.h>\nJANSSON_VERSION\n,)
+# Libraries outside the compiler's default paths (Slurm built into /opt/slurm, oneDNN from
+# Intel's installer): X_CFLAGS and X_LDFLAGS on make's command line say where, e.g.
+#   make SLURM_CFLAGS=-I/opt/slurm/include DNNL_CFLAGS=-I/opt/dnnl/include \
+#        DNNL_LDFLAGS="-L/opt/dnnl/lib64 -Wl,-rpath,/opt/dnnl/lib64"
+# By default they come from pkg-config where the library ships a .pc file (jansson, pmix,
+# openblas everywhere; slurm.pc with the RPMs that Slurm's own slurm.spec builds, whatever
+# their prefix; Debian's libslurm-dev and oneDNN have none and need none).
+pc_default = $(if $(filter undefined,$(origin $(1))),$(eval $(1) := $(shell $(PKG_CONFIG) $(2) 2>/dev/null)))
+$(call pc_default,JANSSON_CFLAGS,--cflags jansson)
+$(call pc_default,JANSSON_LDFLAGS,--libs-only-L jansson)
+$(call pc_default,SLURM_CFLAGS,--cflags slurm)
+$(call pc_default,OPENBLAS_CFLAGS,--cflags openblas)
+$(call pc_default,OPENBLAS_LDFLAGS,--libs-only-L openblas)
+DNNL_CFLAGS  ?=
+DNNL_LDFLAGS ?=
 
-HAVE_SLURM := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return 0;}\n,)
-SLURM_VERSION := $(shell v=$$(printf '%b' '$(hash)include <slurm/slurm_version.h>\nSLURM_VERSION_NUMBER\n' | $(CC) -E -P -x c - 2>/dev/null | tail -n 1); [ -n "$$v" ] && echo $$((v>>16)).$$((v>>8&255)).$$((v&255)))
-HAVE_SPANK_PREPEND := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return (int)(long)&spank_prepend_task_argv;}\n,-Wl$(comma)--unresolved-symbols=ignore-all -Werror=implicit-function-declaration)
+HAVE_JANSSON := $(call probe_link,$(hash)include <jansson.h>\nint main(void){return json_object()==0;}\n,$(JANSSON_CFLAGS) $(JANSSON_LDFLAGS) -ljansson)
+JANSSON_VERSION := $(call probe_macro,$(hash)include <jansson.h>\nJANSSON_VERSION\n,$(JANSSON_CFLAGS))
+
+HAVE_SLURM := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return 0;}\n,$(SLURM_CFLAGS))
+SLURM_VERSION := $(shell v=$$(printf '%b' '$(hash)include <slurm/slurm_version.h>\nSLURM_VERSION_NUMBER\n' | $(CC) -E -P -x c - $(SLURM_CFLAGS) 2>/dev/null | tail -n 1); [ -n "$$v" ] && printf '%d.%02d.%d' $$((v>>16)) $$((v>>8&255)) $$((v&255)))
+HAVE_SPANK_PREPEND := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return (int)(long)&spank_prepend_task_argv;}\n,$(SLURM_CFLAGS) -Wl$(comma)--unresolved-symbols=ignore-all -Werror=implicit-function-declaration)
 
 PMIX_CFLAGS := $(shell $(PKG_CONFIG) --cflags pmix 2>/dev/null)
 PMIX_LIBS   := $(shell $(PKG_CONFIG) --libs pmix 2>/dev/null)
 HAVE_PMIX := $(call probe_link,$(hash)include <pmix.h>\nint main(void){return PMIx_Initialized();}\n,$(PMIX_CFLAGS) $(PMIX_LIBS))
 PMIX_VERSION := $(call probe_macro,$(hash)include <pmix_version.h>\nPMIX_VERSION_MAJOR.PMIX_VERSION_MINOR.PMIX_VERSION_RELEASE\n,$(PMIX_CFLAGS))
 
-HAVE_DNNL := $(call probe_link,$(hash)include <oneapi/dnnl/dnnl.h>\nint main(void){return dnnl_version()==0;}\n,-ldnnl)
-DNNL_VERSION := $(call probe_macro,$(hash)include <oneapi/dnnl/dnnl_version.h>\nDNNL_VERSION_MAJOR.DNNL_VERSION_MINOR.DNNL_VERSION_PATCH\n,)
+HAVE_DNNL := $(call probe_link,$(hash)include <oneapi/dnnl/dnnl.h>\nint main(void){return dnnl_version()==0;}\n,$(DNNL_CFLAGS) $(DNNL_LDFLAGS) -ldnnl)
+DNNL_VERSION := $(call probe_macro,$(hash)include <oneapi/dnnl/dnnl_version.h>\nDNNL_VERSION_MAJOR.DNNL_VERSION_MINOR.DNNL_VERSION_PATCH\n,$(DNNL_CFLAGS))
 
-OPENBLAS_CFLAGS := $(shell $(PKG_CONFIG) --cflags openblas 2>/dev/null)
-HAVE_OPENBLAS := $(call probe_link,$(hash)include <cblas.h>\nint main(void){return openblas_get_num_threads()<0;}\n,$(OPENBLAS_CFLAGS) -lopenblas)
+HAVE_OPENBLAS := $(call probe_link,$(hash)include <cblas.h>\nint main(void){return openblas_get_num_threads()<0;}\n,$(OPENBLAS_CFLAGS) $(OPENBLAS_LDFLAGS) -lopenblas)
 OPENBLAS_VERSION := $(patsubst OpenBLAS%,%,$(call probe_macro,$(hash)include <openblas_config.h>\nOPENBLAS_VERSION\n,$(OPENBLAS_CFLAGS)))
+
+# Every object and program sees them (openblas's and pmix's only where those are used, below).
+CPPFLAGS += $(JANSSON_CFLAGS) $(SLURM_CFLAGS) $(DNNL_CFLAGS)
+LDFLAGS  += $(JANSSON_LDFLAGS) $(DNNL_LDFLAGS) $(if $(filter yes,$(HAVE_OPENBLAS)),$(OPENBLAS_LDFLAGS))
 
 CUDA_CFLAGS := -I$(CUDA_HOME)/include
 CUDA_LIBS   := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
@@ -183,7 +202,6 @@ $(O)/obj/%.o: %.c
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -MMD -MP -c -o $@ $<
 
 CPPFLAGS += $(LAUNCH_CPPFLAGS)
-$(call obj,$(SPANK_SRC)): CPPFLAGS += $(if $(filter yes,$(HAVE_SPANK_PREPEND)),-DHAVE_SPANK_PREPEND_TASK_ARGV=1,)
 
 $(O)/lib/%.a:
 	@mkdir -p $(@D)
@@ -260,10 +278,17 @@ $(O)/obj-plugin/%.o: %.c
 	@$(if $(filter 0,$(V)),echo "  CC      $< (plugin)",:)
 	$(Q)$(CC) $(CPPFLAGS) $(PLUGIN_CFLAGS) -MMD -MP -c -o $@ $<
 
-# The plugin's default launcher is $(BINDIR)/dptrain-launch: rebuild when PREFIX/BINDIR change.
+# What the plugin decides at build time: its default launcher ($(BINDIR)/dptrain-launch), how
+# it hands a task over (spank_prepend_task_argv, Slurm 23.11 and later; else execve), and
+# whether tasks need PMIX_MCA_gds=hash (the PMIx major version dptrain-launch is built with).
+# They go to the plugin's own objects; a change of any of them rebuilds them.
+PLUGIN_PMIX_MAJOR := $(if $(filter yes,$(HAVE_PMIX)),$(firstword $(subst ., ,$(PMIX_VERSION))))
+PLUGIN_STAMP_TEXT := $(BINDIR) prepend=$(HAVE_SPANK_PREPEND) pmix=$(PLUGIN_PMIX_MAJOR)
 PREFIX_STAMP := $(O)/prefix.stamp
-$(shell mkdir -p $(O) && { [ "$$(cat $(PREFIX_STAMP) 2>/dev/null)" = "$(BINDIR)" ] || echo "$(BINDIR)" > $(PREFIX_STAMP); })
-$(O)/obj-plugin/spank/%.o: CPPFLAGS += -DDPTRAIN_BINDIR='"$(BINDIR)"'
+$(shell mkdir -p $(O) && { [ "$$(cat $(PREFIX_STAMP) 2>/dev/null)" = "$(PLUGIN_STAMP_TEXT)" ] || echo "$(PLUGIN_STAMP_TEXT)" > $(PREFIX_STAMP); })
+$(O)/obj-plugin/spank/%.o: CPPFLAGS += -DDPTRAIN_BINDIR='"$(BINDIR)"' \
+	$(if $(filter yes,$(HAVE_SPANK_PREPEND)),-DHAVE_SPANK_PREPEND_TASK_ARGV=1) \
+	$(if $(PLUGIN_PMIX_MAJOR),-DDPTRAIN_PMIX_MAJOR=$(PLUGIN_PMIX_MAJOR))
 $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC)): $(PREFIX_STAMP)
 
 $(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(CFG_LIB_SRC)) spank/dptrain.map

@@ -508,7 +508,11 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 		mynode = -1;
 
 	memset(&self, 0, sizeof(self));
-	if (get_string(&s->me, PMIX_HOSTNAME, self.host, sizeof(self.host)) != 0)
+	/* Under Slurm the node's name is Slurm's (SLURMD_NODENAME): PMIX_HOSTNAME is Slurm's node
+	 * name with PMIx 4 or the hash store, but the machine's hostname with PMIx 5's default
+	 * store, which emulated nodes of one machine share. Elsewhere PMIx's, else gethostname. */
+	if (getenv("SLURMD_NODENAME") ||
+	    get_string(&s->me, PMIX_HOSTNAME, self.host, sizeof(self.host)) != 0)
 		alloc_hostname(self.host);
 	if (alloc_iface_addr(o->iface, self.addr, err, errlen) != 0 ||
 	    alloc_self_gpu(o, ALLOC_SRC_PMIX, local, &self.gpu, err, errlen) != 0)

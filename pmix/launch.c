@@ -15,6 +15,9 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef HAVE_PMIX
+#include <pmix_version.h>
+#endif
 
 static const char usage_text[] =
     "usage: dptrain-launch [--] COMMAND [ARGS...]\n"
@@ -288,9 +291,14 @@ int main(int argc, char **argv)
 	set_step("discovering the allocation");
 	guard_start();
 
-	/* A second PMIx client in this rank (MPI_Init of the command) needs the hash store. */
+#if defined(HAVE_PMIX) && PMIX_VERSION_MAJOR < 5
+	/* PMIx 4: a second PMIx client in this rank (MPI_Init of the command) needs the hash
+	 * store. PMIx 5's default store takes a second client, and OpenMPI 5 needs the node-level
+	 * data the hash store lacks (dptrain(8), VERSIONS): left as it is there, as the plugin
+	 * does. */
 	if (getenv("PMIX_RANK") && setenv("PMIX_MCA_gds", "hash", 0) != 0)
 		die("cannot set PMIX_MCA_gds: %s", strerror(errno));
+#endif
 
 	err[0] = '\0';
 	rc = alloc_discover(&a, &st.opts, err, sizeof(err));

@@ -118,10 +118,14 @@ static int dp_task_env(struct dp_plugin *dp, spank_t sp)
 	if (dp_setenv(sp, DP_ENV_CONFIG, dp->config, 1) ||
 	    dp_setenv(sp, DP_ENV_TRAINER, a->trainer, 1))
 		return -1;
-	/* Without it a second PMIx client in the rank (OpenMPI's MPI_Init after the launcher's
-	 * PMIx_Finalize) fails: the shared-memory store cannot be attached twice. */
+#if defined(DPTRAIN_PMIX_MAJOR) && DPTRAIN_PMIX_MAJOR < 5
+	/* PMIx 4: without it a second PMIx client in the rank (OpenMPI's MPI_Init after the
+	 * launcher's PMIx_Finalize) fails, the ds21 shared-memory store cannot be attached twice.
+	 * Not with PMIx 5: its store (shmem2) takes a second client, and with hash alone the
+	 * node-level data (PMIX_LOCAL_PEERS) is missing and OpenMPI 5's MPI_Init fails. */
 	if (dp_setenv(sp, "PMIX_MCA_gds", "hash", 1))
 		return -1;
+#endif
 	if (a->output_dir[0] && dp_setenv(sp, DP_ENV_OUTPUT_DIR, a->output_dir, 1))
 		return -1;
 	if (a->iface[0] && dp_setenv(sp, DP_ENV_IFACE, a->iface, 1))

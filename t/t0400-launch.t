@@ -46,12 +46,15 @@ test_expect_success 'setup: a two-node Slurm without the plugin, a probe' '
 	dp_write_probe probe.sh
 '
 
+# the launcher sets PMIX_MCA_gds=hash with PMIx 4 only (dptrain(8), VERSIONS)
+gds=
+test_have_prereq PMIX_GDS_HASH && gds=hash
 test_expect_success 'srun --mpi=pmix -n4: the variables match Slurm' '
 	DPTRAIN_OUTPUT_DIR=pmix1 timeout 60 srun --mpi=pmix -n4 dptrain-launch ./probe.sh >out &&
 	grep "^probe rank=0 " out &&
 	test $(grep -c "^probe" out) = 1 &&
 	dp_check_ranks pmix1 4 pmix &&
-	grep "gds=hash" pmix1/device3/train.log
+	grep " gds=$gds " pmix1/device3/train.log
 '
 
 test_expect_success 'the PMIx master is rank 0 with a port picked on its node' '
@@ -160,7 +163,15 @@ test_expect_success MPICC 'an OpenMPI program as the command (second PMIx client
 	done
 '
 
-test_expect_success MPICC 'an OpenMPI program across two emulated nodes' '
+# OpenMPI 5 (Debian 13) does not start across two emulated nodes of one machine at all, with
+# or without dptrain: the dptrain case runs where the plain one does (OpenMPI 4, Debian 12).
+if test_have_prereq MPICC && test -x allreduce &&
+	OMPI_MCA_btl=self,tcp timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 ./allreduce \
+		>plain2.out 2>&1; then
+	test_set_prereq MPI_EMULATED_NODES
+fi
+
+test_expect_success MPICC,MPI_EMULATED_NODES 'an OpenMPI program across two emulated nodes' '
 	OMPI_MCA_btl=self,tcp DPTRAIN_OUTPUT_DIR=mpi2 timeout 120 \
 		srun --mpi=pmix -N2 --ntasks-per-node=2 dptrain-launch ./allreduce >out &&
 	grep -x "mpi rank 0 of 4 sum 10" out &&

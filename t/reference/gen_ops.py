@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """gen_ops.py — PyTorch reference data for the backend op tests (t/unit/backend_torch.c).
 
-Owns t/reference/data/ops.bin; touches nothing else. Run with Debian's python3-torch (1.13):
-/usr/bin/python3 t/reference/gen_ops.py [OUTDIR]   (default t/reference/data).
+Owns t/reference/data/ops.bin; touches nothing else. Run with Debian's python3-torch
+(the committed file: Debian 12's 1.13; t/t0610-torch-ref.t compares it with what the installed
+torch gives): /usr/bin/python3 t/reference/gen_ops.py [OUTDIR]   (default t/reference/data).
 Deterministic: the same torch gives the same file byte for byte.
 
 Inputs are drawn as float32 from a fixed seed; torch then computes every output and gradient

@@ -2,8 +2,9 @@
 """gen_optim.py — PyTorch reference data for t/unit/optim.c and t/unit/lr_schedule.c.
 
 Owns t/reference/data/optim-*.json; touches nothing else. Run with Debian's python3-torch
-(1.13): /usr/bin/python3 t/reference/gen_optim.py [OUTDIR]   (default t/reference/data).
-Deterministic: the same torch gives the same files byte for byte.
+(the committed files: Debian 12's 1.13; t/t0610-torch-ref.t compares them with what the
+installed torch gives): /usr/bin/python3 t/reference/gen_optim.py [OUTDIR]   (default
+t/reference/data). Deterministic: the same torch gives the same files byte for byte.
 
 torch runs with ATEN_CPU_CAPABILITY=default: its AVX2/AVX-512 kernels fuse multiply-adds, so
 their results depend on the machine; the default kernels do each float32 operation as written,
