@@ -462,8 +462,13 @@ def launch(args):
            "--init", args.init, "--steps", str(args.steps), "--out", args.out,
            "--timeout", str(args.timeout)]
     for r in range(args.nproc):
+        # USE_LIBUV=0: PyTorch 2.4 and later ask for the libuv TCPStore by default, and Debian
+        # 13's torch 2.6 is built without libuv ("use_libuv was requested but PyTorch was build
+        # without libuv support"); the classic store is also the one held_port's SO_REUSEADDR
+        # trick is known to work with. Older torch ignores the variable.
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
-                   WORLD_SIZE=str(args.nproc), LOCAL_RANK=str(r), OMP_NUM_THREADS="1")
+                   WORLD_SIZE=str(args.nproc), LOCAL_RANK=str(r), OMP_NUM_THREADS="1",
+                   USE_LIBUV="0")
         procs.append(subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL))
     deadline = time.monotonic() + args.timeout
     err = None
