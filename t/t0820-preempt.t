@@ -58,33 +58,31 @@ test_expect_success 'setup: a Slurm with the plugin, a long job' '
 	dptrain --check job.json >/dev/null
 '
 
-test_expect_success 'scancel --signal=USR1: both ranks stop after one step, checkpoint, exit 4' '
-	{ timeout 600 srun -n2 --dptrain=job.json dptrain >s.out 2>s.err & } &&
-	srun_pid=$! &&
-	wait_for s.out "step: 50," 300 &&
+# scancel_stop SIG NAME: a 2-rank job stopped by scancel --signal=SIG after step 50 (its
+# output in NAME.out, NAME.err): srun and every rank exit 4, the checkpoint of the step it
+# stopped at is there. Sets jid and at (that job and step).
+scancel_stop() {
+	{ timeout 600 srun -n2 --dptrain=job.json dptrain >$2.out 2>$2.err & } &&
+	_pid=$! &&
+	wait_for $2.out "step: 50," 300 &&
 	jid=$(squeue -h -o %i | head -n 1) &&
-	scancel --signal=USR1 "$jid" &&
-	{ wait $srun_pid; s=$?; } && echo "srun exit $s" && cat s.err &&
-	test $s = 4 &&
-	grep "Exited with exit code 4" s.err && ! grep "Exited with exit code [0-35-9]" s.err &&
-	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" s.out) &&
+	scancel --signal=$1 "$jid" &&
+	{ wait $_pid; _s=$?; } && echo "srun exit $_s" && cat $2.err &&
+	test $_s = 4 &&
+	grep "Exited with exit code 4" $2.err && ! grep "Exited with exit code [0-35-9]" $2.err &&
+	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" $2.out) &&
 	test -f "out/$jid.0/checkpoints/step-$at/state.json" &&
-	grep "stopped at step $at on request" s.out
+	grep "stopped at step $at on request" $2.out
+}
+
+test_expect_success 'scancel --signal=TERM: both ranks stop after one step, checkpoint, exit 4' '
+	scancel_stop TERM t &&
+	grep "rank 0: SIGTERM: stopping after this step, with a checkpoint" t.err
 '
 
-test_expect_success 'scancel --signal=TERM: the same, checkpoint and exit 4' '
-	{ timeout 600 srun -n2 --dptrain=job.json dptrain >t.out 2>t.err & } &&
-	srun_pid=$! &&
-	wait_for t.out "step: 50," 300 &&
-	tjid=$(squeue -h -o %i | head -n 1) &&
-	scancel --signal=TERM "$tjid" &&
-	{ wait $srun_pid; s=$?; } && echo "srun exit $s" && cat t.err &&
-	test $s = 4 &&
-	grep "Exited with exit code 4" t.err && ! grep "Exited with exit code [0-35-9]" t.err &&
-	tat=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" t.out) &&
-	test -f "out/$tjid.0/checkpoints/step-$tat/state.json" &&
-	grep "rank 0: SIGTERM: stopping after this step, with a checkpoint" t.err &&
-	grep "stopped at step $tat on request" t.out
+test_expect_success 'scancel --signal=USR1: the same' '
+	scancel_stop USR1 s &&
+	grep "rank 0: SIGUSR1: stopping after this step, with a checkpoint" s.err
 '
 
 test_expect_success 'the next job resumes from it with --resume' '
