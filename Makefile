@@ -82,7 +82,6 @@ JANSSON_VERSION := $(call probe_macro,$(hash)include <jansson.h>\nJANSSON_VERSIO
 
 HAVE_SLURM := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return 0;}\n,$(SLURM_CFLAGS))
 SLURM_VERSION := $(shell v=$$(printf '%b' '$(hash)include <slurm/slurm_version.h>\nSLURM_VERSION_NUMBER\n' | $(CC) -E -P -x c - $(SLURM_CFLAGS) 2>/dev/null | tail -n 1); [ -n "$$v" ] && printf '%d.%02d.%d' $$((v>>16)) $$((v>>8&255)) $$((v&255)))
-HAVE_SPANK_PREPEND := $(call probe_link,$(hash)include <slurm/spank.h>\nint main(void){return (int)(long)&spank_prepend_task_argv;}\n,$(SLURM_CFLAGS) -Wl$(comma)--unresolved-symbols=ignore-all -Werror=implicit-function-declaration)
 
 PMIX_CFLAGS := $(shell $(PKG_CONFIG) --cflags pmix 2>/dev/null)
 PMIX_LIBS   := $(shell $(PKG_CONFIG) --libs pmix 2>/dev/null)
@@ -128,7 +127,7 @@ $(info dptrain $(VERSION): build directory $(O)$(if $(filter 1,$(SAN)), (Address
 $(info $(space) cc:        $(HAVE_CC) ($(CC))$(if $(filter yes,$(HAVE_CC)),, -- required (Debian: gcc libc6-dev)))
 $(info $(space) jansson:   $(HAVE_JANSSON)$(if $(filter yes,$(HAVE_JANSSON)), ($(JANSSON_VERSION)), -- required (Debian: libjansson-dev)))
 $(info $(space) zlib:      $(HAVE_ZLIB)$(if $(filter yes,$(HAVE_ZLIB)),, -- required (Debian: zlib1g-dev)))
-$(info $(space) slurm:     $(HAVE_SLURM)$(if $(filter yes,$(HAVE_SLURM)), ($(SLURM_VERSION); spank_prepend_task_argv: $(HAVE_SPANK_PREPEND)), -- skipping the SPANK plugin (Debian: libslurm-dev)))
+$(info $(space) slurm:     $(HAVE_SLURM)$(if $(filter yes,$(HAVE_SLURM)), ($(SLURM_VERSION)), -- skipping the SPANK plugin (Debian: libslurm-dev)))
 $(info $(space) pmix:      $(HAVE_PMIX)$(if $(filter yes,$(HAVE_PMIX)), ($(PMIX_VERSION)), -- dptrain-launch uses the SLURM_*/torchrun fallback only (Debian: libpmix-dev)))
 $(info $(space) onednn:    $(HAVE_DNNL)$(if $(filter yes,$(HAVE_DNNL)), ($(DNNL_VERSION)), (Debian: libdnnl-dev)))
 $(info $(space) openblas:  $(HAVE_OPENBLAS)$(if $(filter yes,$(HAVE_OPENBLAS)), ($(OPENBLAS_VERSION)), (Debian: libopenblas-dev)))
@@ -145,6 +144,8 @@ CFG_LIB_SRC := $(wildcard trainer/config*.c)
 TRAINER_LIB_SRC := $(filter-out $(CFG_LIB_SRC) trainer/main.c,$(wildcard trainer/*.c))
 LAUNCH_LIB_SRC  := $(filter-out pmix/launch.c pmix/run.c,$(wildcard pmix/*.c))
 SPANK_SRC   := $(wildcard spank/*.c)
+# What the plugin shares with dptrain-launch: the tee of a rank's output (no PMIx in it).
+PLUGIN_SHARED_SRC := pmix/tee.c ranktable/atomic_file.c
 TAP_SRC     := $(wildcard t/lib/*.c)
 UNIT_SRC    := $(wildcard t/unit/*.c)
 
@@ -278,20 +279,18 @@ $(O)/obj-plugin/%.o: %.c
 	@$(if $(filter 0,$(V)),echo "  CC      $< (plugin)",:)
 	$(Q)$(CC) $(CPPFLAGS) $(PLUGIN_CFLAGS) -MMD -MP -c -o $@ $<
 
-# What the plugin decides at build time: its default launcher ($(BINDIR)/dptrain-launch), how
-# it hands a task over (spank_prepend_task_argv, Slurm 23.11 and later; else execve), and
+# What the plugin decides at build time: its default launcher ($(BINDIR)/dptrain-launch) and
 # whether tasks need PMIX_MCA_gds=hash (the PMIx major version dptrain-launch is built with).
 # They go to the plugin's own objects; a change of any of them rebuilds them.
 PLUGIN_PMIX_MAJOR := $(if $(filter yes,$(HAVE_PMIX)),$(firstword $(subst ., ,$(PMIX_VERSION))))
-PLUGIN_STAMP_TEXT := $(BINDIR) prepend=$(HAVE_SPANK_PREPEND) pmix=$(PLUGIN_PMIX_MAJOR)
+PLUGIN_STAMP_TEXT := $(BINDIR) pmix=$(PLUGIN_PMIX_MAJOR)
 PREFIX_STAMP := $(O)/prefix.stamp
 $(shell mkdir -p $(O) && { [ "$$(cat $(PREFIX_STAMP) 2>/dev/null)" = "$(PLUGIN_STAMP_TEXT)" ] || echo "$(PLUGIN_STAMP_TEXT)" > $(PREFIX_STAMP); })
 $(O)/obj-plugin/spank/%.o: CPPFLAGS += -DDPTRAIN_BINDIR='"$(BINDIR)"' \
-	$(if $(filter yes,$(HAVE_SPANK_PREPEND)),-DHAVE_SPANK_PREPEND_TASK_ARGV=1) \
 	$(if $(PLUGIN_PMIX_MAJOR),-DDPTRAIN_PMIX_MAJOR=$(PLUGIN_PMIX_MAJOR))
 $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC)): $(PREFIX_STAMP)
 
-$(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(CFG_LIB_SRC)) spank/dptrain.map
+$(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(PLUGIN_SHARED_SRC) $(CFG_LIB_SRC)) spank/dptrain.map
 	@mkdir -p $(@D)
 	@$(if $(filter 0,$(V)),echo "  LD      $@",:)
 	$(Q)$(CC) $(PLUGIN_CFLAGS) $(PLUGIN_LDFLAGS) -shared -Wl,--version-script=spank/dptrain.map \

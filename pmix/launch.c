@@ -7,12 +7,17 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef HAVE_PMIX
@@ -42,17 +47,22 @@ static const char usage_text[] =
     "Test hooks: DPTRAIN_TEST_STALL_RANK=N makes rank N sleep (DPTRAIN_TEST_STALL_SECONDS,\n"
     "default 3600) before it joins the others, to test rendezvous timeouts.\n";
 
+/* How long reading the job config may take, before the guard knows the wire-up's limit. */
+#define LAUNCH_FIRST_LIMIT 60
+
 /* The process's one context: who we are for messages, what we are doing (for the guard's
  * messages), and whether a PMIx session is open. The guard thread reads ident and step: lock. */
 static struct {
 	pthread_mutex_t lock;
 	char ident[RT_HOST_MAX + 64]; /* "rank 3 on n2" */
 	char step[128];
-	int limit_s;
+	int limit_s;	       /* the guard's: from start, LAUNCH_FIRST_LIMIT until the config is read */
+	struct timespec start; /* CLOCK_MONOTONIC at guard_start */
 	int pmix_open;
 	sigset_t stop;	   /* SIGTERM, SIGUSR1: blocked from main's first instruction */
 	pthread_t guard;   /* takes them, and ends a wire-up that outlives every timeout */
 	int guard_running;
+	int sigfd, wakefd; /* the guard's: a signalfd for stop, an eventfd to end it */
 } ctx = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -97,51 +107,71 @@ static void die(const char *fmt, ...)
  * rendezvous plus slack: the last resort against a hang nobody foresaw). No signal handler
  * runs anywhere in this process, so none can interrupt PMIx's threads. A stop request during
  * the wire-up ends the rank at once with the trainer's "stopped" status (4): nothing is
- * trained yet, so nothing is lost, and peers still waiting for it are stopped by Slurm. */
+ * trained yet, so nothing is lost, and peers still waiting for it are stopped by Slurm.
+ * It polls a signalfd (the signals stay blocked everywhere) and an eventfd that guard_stop
+ * writes: the thread returns by itself, never cancelled (cancellation unwinds its stack
+ * without a trace in AddressSanitizer's shadow, which then reports the next use of it). */
 static void *guard_main(void *arg)
 {
-	struct timespec end, left;
+	struct timespec end;
+	struct pollfd fds[2] = {{.fd = ctx.sigfd, .events = POLLIN}, {.fd = ctx.wakefd, .events = POLLIN}};
+	struct signalfd_siginfo si;
 	char msg[768];
-	int sig, n;
+	int sig = 0, n;
 
 	(void)arg;
-	clock_gettime(CLOCK_MONOTONIC, &end);
-	end.tv_sec += ctx.limit_s;
 	for (;;) {
 		struct timespec now;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		left.tv_sec = end.tv_sec - now.tv_sec;
-		left.tv_nsec = end.tv_nsec - now.tv_nsec;
-		if (left.tv_nsec < 0) {
-			left.tv_sec--;
-			left.tv_nsec += 1000000000L;
-		}
-		if (left.tv_sec < 0)
-			left.tv_sec = left.tv_nsec = 0;
-		sig = sigtimedwait(&ctx.stop, NULL, &left);
-		if (sig < 0 && errno == EINTR)
-			continue;
-		pthread_mutex_lock(&ctx.lock);
-		if (sig > 0)
-			n = snprintf(msg, sizeof(msg),
-				     "dptrain-launch: %s: %s while %s: stopping; nothing was trained "
-				     "yet, so there is nothing to save\n",
-				     ctx.ident, sig == SIGTERM ? "SIGTERM" : "SIGUSR1", ctx.step);
-		else
-			n = snprintf(msg, sizeof(msg),
-				     "dptrain-launch: %s: still %s after %d s, past every timeout; "
-				     "giving up\n",
-				     ctx.ident, ctx.step, ctx.limit_s);
+		long long left_ms;
+		pthread_mutex_lock(&ctx.lock); /* the limit grows once the config is read */
+		end = ctx.start;
+		end.tv_sec += ctx.limit_s;
 		pthread_mutex_unlock(&ctx.lock);
-		(void)!write(STDERR_FILENO, msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
-		_exit(sig > 0 ? 4 : 1); /* no exit handlers: PMIx's threads are running */
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		left_ms = (long long)(end.tv_sec - now.tv_sec) * 1000 + (end.tv_nsec - now.tv_nsec) / 1000000;
+		if (left_ms <= 0)
+			break;
+		n = poll(fds, 2, left_ms > 60000 ? 60000 : (int)left_ms);
+		if (n < 0 && errno != EINTR)
+			break; /* cannot wait: treat as the deadline, the message says so */
+		if (n <= 0)
+			continue;
+		if (fds[1].revents)
+			return NULL; /* guard_stop: the wire-up is done */
+		if (fds[0].revents && read(ctx.sigfd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+			sig = (int)si.ssi_signo;
+			break;
+		}
 	}
-	return NULL;
+	pthread_mutex_lock(&ctx.lock);
+	if (sig > 0)
+		n = snprintf(msg, sizeof(msg),
+			     "dptrain-launch: %s: %s while %s: stopping; nothing was trained "
+			     "yet, so there is nothing to save\n",
+			     ctx.ident, sig == SIGTERM ? "SIGTERM" : "SIGUSR1", ctx.step);
+	else
+		n = snprintf(msg, sizeof(msg),
+			     "dptrain-launch: %s: still %s after %d s, past every timeout; "
+			     "giving up\n",
+			     ctx.ident, ctx.step, ctx.limit_s);
+	pthread_mutex_unlock(&ctx.lock);
+	(void)!write(STDERR_FILENO, msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+	_exit(sig > 0 ? 4 : 1); /* no exit handlers: PMIx's threads are running */
 }
 
 static void guard_start(void)
 {
-	int e = pthread_create(&ctx.guard, NULL, guard_main, NULL);
+	int e;
+
+	ctx.sigfd = signalfd(-1, &ctx.stop, SFD_CLOEXEC);
+	ctx.wakefd = eventfd(0, EFD_CLOEXEC);
+	if (ctx.sigfd < 0 || ctx.wakefd < 0) {
+		fprintf(stderr, "dptrain-launch: %s: cannot wait for stop signals: %s\n",
+			ctx.ident, strerror(errno));
+		exit(1);
+	}
+	clock_gettime(CLOCK_MONOTONIC, &ctx.start);
+	e = pthread_create(&ctx.guard, NULL, guard_main, NULL);
 	if (e != 0) {
 		fprintf(stderr, "dptrain-launch: %s: cannot start a thread: %s\n", ctx.ident,
 			strerror(e));
@@ -150,14 +180,21 @@ static void guard_start(void)
 	ctx.guard_running = 1;
 }
 
-/* Before the exec: a stop signal from now on stays pending, for the command to take. */
+/* Before the exec: a stop signal from now on stays pending, for the command to take. One
+ * that came just before it may already have been taken by the guard, which then ends the
+ * rank with status 4 as during the wire-up. */
 static void guard_stop(void)
 {
+	uint64_t one = 1;
+
 	if (!ctx.guard_running)
 		return;
-	pthread_cancel(ctx.guard); /* sigtimedwait is a cancellation point */
+	if (write(ctx.wakefd, &one, sizeof(one)) != (ssize_t)sizeof(one))
+		die("cannot stop the guard thread: %s", strerror(errno));
 	pthread_join(ctx.guard, NULL);
 	ctx.guard_running = 0;
+	close(ctx.sigfd);
+	close(ctx.wakefd);
 }
 
 /* What we are doing now, for the guard's messages. */
@@ -247,6 +284,62 @@ static void read_settings(struct settings *st)
 		die("%s", err);
 }
 
+/* --wire-up=FD: dptrain-launch as the SPANK plugin's helper. The plugin starts it from
+ * task_init (a fresh process, so a proper PMIx client, while the task itself stays a fork of
+ * slurmstepd that must not call PMIx); it does the whole wire-up, then, instead of running
+ * the command, tells the plugin on FD what the task needs, as NUL-terminated records:
+ *   D<seconds>    first: how long the wire-up may take (the guard's limit)
+ *   E<NAME=VALUE> a variable to set in the task (new or changed by the wire-up)
+ *   L<path>       the rank's train.log (created, header written): the task's output goes there
+ *   T<0|1>        with L: also keep the output on the console (the task tees)
+ *   S<0|1>        the command is the bundled trainer: start it with SIGTERM/SIGUSR1 blocked
+ *   Z             last: everything was sent (without it the plugin fails the task)
+ * Slurm then runs the command itself, with everything it does after task_init (dptrain(8)). */
+static int wire_fd = -1;
+static char **env0; /* the environment we were started with: only differences are sent */
+
+static void wire_put(char kind, const char *value)
+{
+	size_t n = strlen(value);
+	char *rec = malloc(n + 2);
+
+	if (!rec)
+		die("out of memory");
+	rec[0] = kind;
+	memcpy(rec + 1, value, n + 1);
+	if (launch_write_all(wire_fd, rec, n + 2) != 0)
+		die("cannot send the wire-up to the plugin: %s", strerror(errno));
+	free(rec);
+}
+
+static void wire_snapshot(void)
+{
+	extern char **environ;
+	size_t n = 0, i;
+
+	while (environ[n])
+		n++;
+	env0 = calloc(n + 1, sizeof(*env0));
+	if (!env0)
+		die("out of memory");
+	for (i = 0; i < n; i++)
+		if (!(env0[i] = strdup(environ[i])))
+			die("out of memory");
+}
+
+static void wire_send_env(void)
+{
+	extern char **environ;
+	size_t i, j;
+
+	for (i = 0; environ[i]; i++) {
+		for (j = 0; env0[j] && strcmp(env0[j], environ[i]) != 0; j++)
+			;
+		if (!env0[j])
+			wire_put('E', environ[i]);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct settings st;
@@ -278,6 +371,22 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	cmd = argv + 1;
+	if (cmd[0] && strncmp(cmd[0], "--wire-up=", 10) == 0) {
+		char *end;
+		long fd;
+		errno = 0;
+		fd = strtol(cmd[0] + 10, &end, 10);
+		if (errno || end == cmd[0] + 10 || *end || fd < 3 || fd > 1 << 20 ||
+		    fcntl((int)fd, F_GETFD) < 0) {
+			fprintf(stderr, "dptrain-launch: %s: %s: not an open descriptor\n",
+				ctx.ident, cmd[0]);
+			return 2;
+		}
+		wire_fd = (int)fd;
+		fcntl(wire_fd, F_SETFD, FD_CLOEXEC);
+		wire_snapshot();
+		cmd++;
+	}
 	if (cmd[0] && strcmp(cmd[0], "--") == 0)
 		cmd++;
 	if (!cmd[0]) {
@@ -285,11 +394,20 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	/* The guard covers everything, reading the config too (a config on a hung file system). */
 	set_step("reading the job config");
-	read_settings(&st);
-	ctx.limit_s = 2 * st.opts.timeout_s + 30;
-	set_step("discovering the allocation");
+	ctx.limit_s = LAUNCH_FIRST_LIMIT;
 	guard_start();
+	read_settings(&st);
+	pthread_mutex_lock(&ctx.lock);
+	ctx.limit_s = 2 * st.opts.timeout_s + 30;
+	pthread_mutex_unlock(&ctx.lock);
+	if (wire_fd >= 0) {
+		char v[32];
+		snprintf(v, sizeof(v), "%d", ctx.limit_s);
+		wire_put('D', v);
+	}
+	set_step("discovering the allocation");
 
 #if defined(HAVE_PMIX) && PMIX_VERSION_MAJOR < 5
 	/* PMIx 4: a second PMIx client in this rank (MPI_Init of the command) needs the hash
@@ -377,5 +495,20 @@ int main(int argc, char **argv)
 	}
 	rt_free(&rt);
 	alloc_free(&a);
-	return launch_exec(&ex);
+	if (wire_fd < 0)
+		return launch_exec(&ex);
+	/* The plugin's helper: the task runs the command; say what it needs. */
+	wire_send_env();
+	if (ex.train_log) {
+		int fd = launch_open_log(&ex);
+		if (fd < 0)
+			return 1;
+		close(fd);
+		wire_put('L', ex.train_log);
+		wire_put('T', ex.tee ? "1" : "0");
+	}
+	wire_put('S', ex.pass_stop ? "1" : "0");
+	wire_put('Z', "");
+	close(wire_fd);
+	return 0;
 }

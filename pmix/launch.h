@@ -72,6 +72,9 @@ struct launch_exec {
  * then, except on a setup failure (returns 1). */
 int launch_exec(const struct launch_exec *e);
 
+/* Open e->train_log for appending (created 0644, never through a symlink) and write e->header
+ * to it: the descriptor, or -1 with the reason on stderr. */
+int launch_open_log(const struct launch_exec *e);
 /* The status a shell reports for a failed exec: 127 for a missing file, else 126. */
 int launch_exec_status(int errnum);
 

@@ -50,16 +50,20 @@ static int dp_context_used(void)
 	}
 }
 
-/* Slurm does not say which plugstack.conf line failed: show the line's arguments. */
-static void dp_log_args(int ac, char **av)
+/* A plugstack.conf mistake: kept, with the line's arguments (Slurm does not say which line
+ * it read them from), for the jobs that use --dptrain; a job that does not runs as if the
+ * plugin were absent, so the mistake can neither stop every srun nor drain a node (a failing
+ * slurm_spank_init in slurmstepd fails batch steps too). */
+static void dp_keep_args_error(const char *err, int ac, char **av)
 {
-	char line[2048] = "";
-	size_t n = 0;
+	size_t n;
 	int i;
 
-	for (i = 0; i < ac && n < sizeof line; i++)
-		n += (size_t)snprintf(line + n, sizeof line - n, " %s", av[i]);
-	slurm_error("dptrain: the plugstack.conf line is: ... dptrain.so%s", line);
+	n = (size_t)snprintf(dp.args_error, sizeof dp.args_error,
+			     "%s; the plugstack.conf line is: ... dptrain.so", err);
+	for (i = 0; i < ac && n < sizeof dp.args_error; i++)
+		n += (size_t)snprintf(dp.args_error + n, sizeof dp.args_error - n, " %s", av[i]);
+	slurm_verbose("%s (only --dptrain jobs fail)", dp.args_error);
 }
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
@@ -73,11 +77,9 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		slurm_error("dptrain: cannot register the --dptrain option");
 		return -1;
 	}
-	if (dp_args_parse(&dp.args, ac, av, err, sizeof err) < 0) {
-		slurm_error("%s", err);
-		dp_log_args(ac, av);
-		return -1;
-	}
+	dp.args_error[0] = '\0';
+	if (dp_args_parse(&dp.args, ac, av, err, sizeof err) < 0)
+		dp_keep_args_error(err, ac, av);
 	return 0;
 }
 

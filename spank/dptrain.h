@@ -28,6 +28,9 @@ struct dp_args {
 struct dp_plugin {
 	struct dp_args args;
 	char *option; /* --dptrain value as given; NULL when the option was not used */
+	/* A plugstack.conf mistake, with the line's arguments: it fails --dptrain jobs only
+	 * (every other job must run as if the plugin were not there); "" when none. */
+	char args_error[4096];
 
 	/* slurmstepd side, decided in init_post_opt for the whole step */
 	int active;		    /* this step's tasks go through the launcher */
@@ -42,8 +45,8 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen
 /* local.c: srun, sbatch and salloc. Validates the config and exports its absolute path. */
 int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp);
 
-/* remote.c: slurmstepd. Decides whether the step is a dptrain step; then, per task, sets the
- * environment and hands the task to the launcher. */
+/* remote.c: slurmstepd. Decides whether the step is a dptrain step; then, per task, has the
+ * launcher's helper wire the rank up and sets what it answers in the task. */
 int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp);
 int dp_remote_task_init(struct dp_plugin *dp, spank_t sp);
 

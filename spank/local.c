@@ -55,6 +55,12 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 		if (!given || !*given)
 			return 0; /* not a dptrain job: nothing to do, nothing to change */
 	}
+	if (dp->args_error[0]) {
+		slurm_error("%s; ask the site's Slurm administrators to fix it (jobs without "
+			    "--dptrain are not affected)",
+			    dp->args_error);
+		goto out;
+	}
 	if (!*given) {
 		slurm_error("dptrain: --dptrain needs a job config file: --dptrain=FILE.json");
 		goto out;

@@ -1,19 +1,30 @@
 /* remote.c — the slurmstepd side of dptrain.so: decides once per step whether its tasks are
  * ranks of a dptrain job (user steps with --dptrain or DPTRAIN_CONFIG only; never the batch
- * script, extern or interactive step), then in each task sets the environment and hands the
- * task to the launcher. Must never call PMIx (the task is a fork of slurmstepd, which hosts
- * the PMIx server in the same library: a client call hangs), block, or write files. */
+ * script, extern or interactive step), then in each task's task_init runs dptrain-launch as a
+ * helper (--wire-up: discovery, rank table, device directory), sets the variables it answers
+ * in the task, points the task's output at train.log (copying it to the console where asked)
+ * and returns: Slurm runs the command itself. Must never call PMIx (the task is a fork of
+ * slurmstepd, which hosts the PMIx server in the same library: a client call hangs), execute
+ * anything in the task's own process, write files, or wait without a limit. */
+#define _GNU_SOURCE /* pipe2 */
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <slurm/slurm.h>
 
 #include "dptrain.h"
+#include "tee.h"
 
 /* Remember an error for task_init: failing here would fail the step with a message that
  * only reaches slurmd's log, while task_init's error reaches the user's srun. */
@@ -57,6 +68,12 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	if (!dp->option && !have_env)
 		return 0; /* not a dptrain step: leave it exactly as it is */
 
+	if (dp->args_error[0]) {
+		snprintf(dp->error, sizeof dp->error, "%.*s", (int)sizeof dp->error - 1,
+			 dp->args_error);
+		dp->active = 1;
+		return 0;
+	}
 	/* srun exported the absolute path of --dptrain (or of DPTRAIN_CONFIG) in the job's
 	 * environment after validating it; a relative option value is the user's spelling. */
 	if (dp->option && dp->option[0] == '/') {
@@ -135,129 +152,361 @@ static int dp_task_env(struct dp_plugin *dp, spank_t sp)
 	return 0;
 }
 
-#ifndef HAVE_SPANK_PREPEND_TASK_ARGV
-/* The resource limits srun propagates (PropagateResourceLimits, srun --propagate), applied
- * as slurmstepd does after task_init: the soft limit takes the submit host's value, failures
- * are errors only when the user asked with --propagate ("U" prefix). The variables go. */
-static void dp_propagate_rlimits(spank_t sp)
+/* The command `dptrain` that srun did not find on the submitting user's PATH: the trainer=
+ * program, found through the task's PATH, which Slurm searches after task_init. */
+static int dp_trainer_path(struct dp_plugin *dp, spank_t sp, const char *ident)
 {
-	static const struct {
-		const char *name;
-		int resource;
-	} limits[] = {
-	    {"CPU", RLIMIT_CPU},     {"FSIZE", RLIMIT_FSIZE},	{"DATA", RLIMIT_DATA},
-	    {"STACK", RLIMIT_STACK}, {"CORE", RLIMIT_CORE},	{"RSS", RLIMIT_RSS},
-	    {"NPROC", RLIMIT_NPROC}, {"NOFILE", RLIMIT_NOFILE}, {"MEMLOCK", RLIMIT_MEMLOCK},
-	    {"AS", RLIMIT_AS},
-	};
-	size_t i;
+	const char *t = dp->args.trainer, *slash = strrchr(t, '/');
+	char **argv = NULL, path[8192], *np;
+	int argc = 0, rc;
 
-	for (i = 0; i < sizeof limits / sizeof limits[0]; i++) {
-		char var[32], val[64], *v, *end;
-		unsigned long long want;
-		struct rlimit r;
-		int user;
-
-		snprintf(var, sizeof var, "SLURM_RLIMIT_%s", limits[i].name);
-		if (spank_getenv(sp, var, val, sizeof val) != ESPANK_SUCCESS)
-			continue;
-		spank_unsetenv(sp, var);
-		user = val[0] == 'U';
-		v = val + user;
-		errno = 0;
-		want = strtoull(v, &end, 10);
-		if (errno || end == v || *end || getrlimit(limits[i].resource, &r) < 0 ||
-		    r.rlim_cur == (rlim_t)want)
-			continue;
-		r.rlim_cur = (rlim_t)want;
-		if (setrlimit(limits[i].resource, &r) == 0)
-			continue;
-		if (user)
-			slurm_error(
-			    "dptrain: cannot propagate RLIMIT_%s=%s from the submit host: %s",
-			    limits[i].name, v, strerror(errno));
-		else
-			slurm_verbose(
-			    "dptrain: cannot propagate RLIMIT_%s=%s from the submit host: "
-			    "%s",
-			    limits[i].name, v, strerror(errno));
-	}
-}
-
-/* What slurmstepd does between task_init and its own execve, and would not do for us. Not
- * redone: TaskProlog and srun --task-prolog, creating a user-set TMPDIR, and holding the task
- * for a parallel debugger (see dptrain(8)). */
-static int dp_redo_after_task_init(spank_t sp)
-{
-	dp_propagate_rlimits(sp);
-	return dp_setenv(sp, "TMPDIR", "/tmp", 0);
-}
-
-/* Slurm before 23.11 cannot prepend to the task's command: become the launcher now, with the
- * task's environment as Slurm built it (PMIx, GPU binding, SLURM_* and the variables above). */
-static int dp_exec(spank_t sp, const char *launcher)
-{
-	char **argv = NULL, **env = NULL, **nargv = NULL;
-	int argc = 0, i, e;
-
-	if (dp_redo_after_task_init(sp) < 0)
+	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 ||
+	    strcmp(argv[0], "dptrain") != 0 || !slash)
+		return 0;
+	if (strcmp(slash + 1, "dptrain") != 0) {
+		slurm_error("dptrain: %s: the command dptrain is not on PATH, and the trainer= "
+			    "program %s cannot stand in for it (its name is not dptrain): give its "
+			    "path on the command line",
+			    ident, t);
 		return -1;
+	}
+	if (spank_getenv(sp, "PATH", path, sizeof path) != ESPANK_SUCCESS)
+		path[0] = '\0';
+	if (asprintf(&np, "%.*s%s%s", (int)(slash - t), t, path[0] ? ":" : "", path) < 0)
+		return -1;
+	rc = dp_setenv(sp, "PATH", np, 1);
+	free(np);
+	return rc;
+}
+
+/* "rank 3 on n2", for messages: the task's rank and Slurm node as Slurm set them. */
+static void dp_ident(spank_t sp, char *out, size_t outlen)
+{
+	char rank[32] = "?", node[256] = "";
+
+	if (spank_getenv(sp, "SLURM_PROCID", rank, sizeof rank) != ESPANK_SUCCESS)
+		snprintf(rank, sizeof rank, "?");
+	/* The Slurm node name: emulated nodes share one hostname. */
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof node) != ESPANK_SUCCESS)
+		gethostname(node, sizeof node - 1);
+	snprintf(out, outlen, "rank %s on %s", rank, node);
+}
+
+/* What the helper said (dptrain-launch --wire-up: its records, see pmix/launch.c). */
+struct dp_wire {
+	char *buf;
+	size_t len, cap;
+	pid_t pid;
+	int status;	  /* the helper's wait status, once reaped */
+	int complete;	  /* its last record was Z */
+	const char *log;  /* L, or NULL */
+	int tee, blocked; /* T, S */
+};
+
+#define DP_WIRE_MAX (1 << 20)
+#define DP_FIRST_WORD_S 90 /* until the helper says its limit (D): it gives up at 60 */
+
+static double dp_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Reap the helper within `secs` seconds, else kill it. Waits on a pidfd where the kernel has
+ * them (5.3 and later), else polls every 5 ms. */
+static void dp_reap(struct dp_wire *w, double secs)
+{
+	double end = dp_now() + secs;
+	int pfd = (int)syscall(SYS_pidfd_open, w->pid, 0);
+	pid_t r;
+
+	for (;;) {
+		r = waitpid(w->pid, &w->status, WNOHANG);
+		if (r == w->pid || (r < 0 && errno != EINTR))
+			break;
+		if (dp_now() >= end) {
+			kill(w->pid, SIGKILL);
+			while (waitpid(w->pid, &w->status, 0) < 0 && errno == EINTR)
+				;
+			break;
+		}
+		if (pfd >= 0) {
+			struct pollfd pf = {pfd, POLLIN, 0};
+			(void)poll(&pf, 1, (int)((end - dp_now()) * 1000) + 1);
+		} else {
+			usleep(5000);
+		}
+	}
+	if (pfd >= 0)
+		close(pfd);
+}
+
+/* Run the helper with the task's environment and read its answer. 0, or -1 after saying why
+ * (a helper that failed has said why itself; its status is in w->status). */
+static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, struct dp_wire *w)
+{
+	char **argv = NULL, **env = NULL, **nargv;
+	char fdarg[32];
+	int argc = 0, p[2], i, limit = -1;
+	double start = dp_now();
+
 	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS) {
-		slurm_error("dptrain: cannot read the task's command and environment from Slurm");
+		slurm_error("dptrain: %s: cannot read the task's command and environment", ident);
 		return -1;
 	}
-	nargv = calloc((size_t)argc + 2, sizeof *nargv);
-	if (!nargv) {
-		slurm_error("dptrain: out of memory");
+	nargv = calloc((size_t)argc + 4, sizeof *nargv);
+	if (!nargv || pipe2(p, O_CLOEXEC) != 0) {
+		slurm_error("dptrain: %s: cannot start the wire-up: %s", ident, strerror(errno));
+		free(nargv);
 		return -1;
 	}
-	nargv[0] = (char *)launcher;
-	for (i = 0; i < argc; i++)
-		nargv[i + 1] = argv[i];
-	execve(launcher, nargv, env);
-	e = errno;
-	slurm_error("dptrain: cannot execute the launcher %s: %s", launcher, strerror(e));
+	w->pid = fork();
+	if (w->pid == 0) {
+		/* The helper's end as descriptor 3 (whatever the task had there is the task's,
+		 * not the helper's), not close-on-exec. */
+		if (p[1] != 3 && dup2(p[1], 3) < 0)
+			_exit(126);
+		if (p[1] == 3 && fcntl(3, F_SETFD, 0) < 0)
+			_exit(126);
+		snprintf(fdarg, sizeof fdarg, "--wire-up=%d", 3);
+		nargv[0] = (char *)launcher;
+		nargv[1] = fdarg;
+		nargv[2] = "--";
+		for (i = 0; i < argc; i++)
+			nargv[i + 3] = argv[i];
+		execve(launcher, nargv, env);
+		dprintf(STDERR_FILENO, "dptrain: %s: cannot execute the launcher %s: %s\n", ident,
+			launcher, strerror(errno));
+		_exit(errno == ENOENT ? 127 : 126);
+	}
 	free(nargv);
-	return -1;
+	close(p[1]);
+	if (w->pid < 0) {
+		slurm_error("dptrain: %s: cannot start the wire-up: %s", ident, strerror(errno));
+		close(p[0]);
+		return -1;
+	}
+	for (;;) {
+		struct pollfd pf = {p[0], POLLIN, 0};
+		double left = (limit < 0 ? DP_FIRST_WORD_S : limit + 30) - (dp_now() - start);
+		ssize_t n;
+
+		if (left <= 0) {
+			slurm_error("dptrain: %s: the wire-up (%s) did not finish within %d s; "
+				    "stopped it",
+				    ident, launcher, limit < 0 ? DP_FIRST_WORD_S : limit + 30);
+			close(p[0]);
+			kill(w->pid, SIGKILL);
+			dp_reap(w, 10);
+			return -1;
+		}
+		if (poll(&pf, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR)
+			break;
+		if (w->len + 65536 > w->cap) {
+			char *nb;
+
+			if (w->cap >= DP_WIRE_MAX) {
+				slurm_error("dptrain: %s: the wire-up sent more than %d bytes", ident,
+					    DP_WIRE_MAX);
+				close(p[0]);
+				kill(w->pid, SIGKILL);
+				dp_reap(w, 10);
+				return -1;
+			}
+			nb = realloc(w->buf, w->cap + 65536);
+			if (!nb)
+				break;
+			w->buf = nb;
+			w->cap += 65536;
+		}
+		n = read(p[0], w->buf + w->len, w->cap - w->len - 1);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n <= 0)
+			break;
+		w->len += (size_t)n;
+		if (limit < 0 && w->len > 1 && w->buf[0] == 'D' && memchr(w->buf, '\0', w->len))
+			limit = atoi(w->buf + 1) > 0 ? atoi(w->buf + 1) : 0;
+	}
+	close(p[0]);
+	dp_reap(w, 10);
+	return 0;
 }
-#endif
+
+/* The records, applied to the task: its variables. Remembers L, T and S. */
+static int dp_apply(spank_t sp, const char *ident, struct dp_wire *w)
+{
+	size_t off = 0;
+
+	while (off < w->len) {
+		char *rec = w->buf + off, *eq;
+		size_t n = strnlen(rec, w->len - off);
+
+		if (off + n == w->len)
+			break; /* unterminated: the helper died mid-record */
+		off += n + 1;
+		switch (rec[0]) {
+		case 'E':
+			eq = strchr(rec + 1, '=');
+			if (!eq || eq == rec + 1)
+				continue;
+			*eq = '\0';
+			if (dp_setenv(sp, rec + 1, eq + 1, 1) < 0)
+				return -1;
+			break;
+		case 'L':
+			w->log = rec + 1;
+			break;
+		case 'T':
+			w->tee = rec[1] == '1';
+			break;
+		case 'S':
+			w->blocked = rec[1] == '1';
+			break;
+		case 'Z':
+			w->complete = 1;
+			break;
+		default:
+			break;
+		}
+	}
+	if (!w->complete) {
+		slurm_error("dptrain: %s: the wire-up ended without its answer", ident);
+		return -1;
+	}
+	return 0;
+}
+
+/* The task's output: into train.log, and with tee also on the console. For the console the
+ * task's process forks: the child returns to Slurm, which runs the command in it, while this
+ * process (the task's pid, which Slurm waits for) copies the output and leaves with the
+ * command's status. Returns in the command's process only. */
+static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t *stop)
+{
+	struct sigaction old[TEE_NIGNORED];
+	int fd, out_p[2], err_p[2];
+	pid_t pid, parent = getppid(), tee = getpid();
+	sigset_t pending;
+
+	if (!w->log)
+		return 0;
+	fd = open(w->log, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0) {
+		slurm_error("dptrain: %s: cannot open %s: %s", ident, w->log, strerror(errno));
+		return -1;
+	}
+	if (!w->tee) {
+		if (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0) {
+			slurm_error("dptrain: %s: cannot send the output to %s: %s", ident, w->log,
+				    strerror(errno));
+			close(fd);
+			return -1;
+		}
+		close(fd);
+		return 0;
+	}
+	if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) {
+		slurm_error("dptrain: %s: pipe: %s", ident, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	sigpending(&pending); /* a stop request meanwhile: the child does not inherit it */
+	fflush(NULL);
+	pid = fork();
+	if (pid < 0) {
+		slurm_error("dptrain: %s: fork: %s", ident, strerror(errno));
+		return -1;
+	}
+	if (pid == 0) {
+		int sig;
+
+		close(fd);
+		close(out_p[0]);
+		close(err_p[0]);
+		for (sig = 1; sig < NSIG; sig++)
+			if (sigismember(stop, sig) == 1 && sigismember(&pending, sig) == 1)
+				raise(sig); /* blocked: pending again, here */
+		/* if the tee dies, the command is told to stop */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != tee)
+			_exit(1);
+		if (dup2(out_p[1], STDOUT_FILENO) < 0 || dup2(err_p[1], STDERR_FILENO) < 0)
+			_exit(126);
+		close(out_p[1]);
+		close(err_p[1]);
+		return 0;
+	}
+	close(out_p[1]);
+	close(err_p[1]);
+	tee_ignore(old);
+	tee_copy(pid, out_p[0], err_p[0], fd, ident, w->log, parent);
+	close(fd);
+	tee_finish(pid, ident);
+}
+
+/* The helper failed: the task leaves with its status (1 for an error, 4 for a stop request
+ * during the wire-up, as the bundled trainer's), as if the launcher had been the task. */
+static void __attribute__((noreturn)) dp_leave_as(int status)
+{
+	if (WIFEXITED(status))
+		_exit(WEXITSTATUS(status) ? WEXITSTATUS(status) : 1);
+	_exit(128 + WTERMSIG(status));
+}
+
+/* A --dptrain task that cannot be wired up ends here, in both plugstack.conf modes: Slurm
+ * ignores a failing task_init of an "optional" plugin and would run the command without its
+ * rank's environment. The message (already logged) reaches the user's srun. */
+static void __attribute__((noreturn)) dp_fail_task(void)
+{
+	fflush(NULL);
+	_exit(1);
+}
 
 int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 {
-	char launcher[PATH_MAX], node[256] = "";
+	char launcher[PATH_MAX], ident[300];
+	struct dp_wire w;
+	sigset_t stop, old;
+	int rc;
 
 	if (!dp->active)
 		return 0;
 	if (dp->error[0]) {
 		slurm_error("%s", dp->error);
-		return -1;
+		dp_fail_task();
 	}
-	if (dp_task_env(dp, sp) < 0)
-		return -1;
+	dp_ident(sp, ident, sizeof ident);
+	if (dp_task_env(dp, sp) < 0 || dp_trainer_path(dp, sp, ident) < 0)
+		dp_fail_task();
 	if (dp_find_launcher(sp, dp->args.launcher, launcher, sizeof launcher) < 0) {
-		int e = errno;
-
-		/* The Slurm node name: emulated nodes share one hostname. */
-		if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof node) != ESPANK_SUCCESS)
-			gethostname(node, sizeof node - 1);
-		slurm_error("dptrain: the launcher %s cannot be executed on node %s: %s; install "
+		slurm_error("dptrain: the launcher %s cannot be executed (%s): %s; install "
 			    "dptrain-launch there or set launcher= in plugstack.conf",
-			    launcher, node, strerror(e));
-		return -1;
+			    launcher, ident, strerror(errno));
+		dp_fail_task();
 	}
-	slurm_verbose("dptrain: handing the task to %s (config %s)", launcher, dp->config);
-#ifdef HAVE_SPANK_PREPEND_TASK_ARGV
-	{
-		const char *prefix[] = {launcher};
-
-		if (spank_prepend_task_argv(sp, 1, prefix) != ESPANK_SUCCESS) {
-			slurm_error("dptrain: cannot prepend %s to the task's command", launcher);
-			return -1;
-		}
-		return 0;
+	slurm_verbose("dptrain: %s: wire-up by %s (config %s)", ident, launcher, dp->config);
+	/* A stop request from now on waits: for the wire-up's verdict, then for the command. */
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &stop, &old);
+	memset(&w, 0, sizeof w);
+	rc = dp_run_helper(sp, launcher, ident, &w);
+	if (rc == 0 && (!WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0)) {
+		free(w.buf);
+		dp_leave_as(w.status); /* the helper said why */
 	}
-#else
-	return dp_exec(sp, launcher);
-#endif
+	if (rc < 0 || dp_apply(sp, ident, &w) < 0 || dp_output(ident, &w, &stop) < 0) {
+		free(w.buf);
+		dp_fail_task();
+	}
+	/* The bundled trainer takes SIGTERM/SIGUSR1 from its first instruction: it gets them
+	 * blocked, and one that came meanwhile pending. Any other command gets them as it would
+	 * without dptrain (a pending one is delivered now). */
+	if (!w.blocked)
+		sigprocmask(SIG_SETMASK, &old, NULL);
+	free(w.buf);
+	return 0;
 }

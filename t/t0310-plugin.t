@@ -52,12 +52,14 @@ test_expect_success 'start a two-node cluster with the plugin and a probe launch
 	mkdir probe work &&
 	cat >"$PROBE" <<-\EOF &&
 	#!/bin/sh
-	# probe launcher: records what dptrain.so handed over, then runs the task command
+	# probe launcher: records what dptrain.so handed over, then answers as dptrain-launch
+	# --wire-up=FD does (pmix/launch.c), with nothing to change; Slurm runs the command.
 	n=${SLURM_PROCID:-x}
 	for a in "$0" "$@"; do printf "%s\n" "$a"; done >"$PROBE_OUT/argv.$n"
 	env | sort >"$PROBE_OUT/env.$n"
+	test "$1" = --wire-up=3 && shift && shift
 	echo "step ${SLURM_STEP_ID:-none} rank $n: $*" >>"$PROBE_OUT/calls"
-	exec "$@"
+	printf "D60\0Z\0" >&3
 	EOF
 	chmod +x "$PROBE" &&
 	plugstack &&
@@ -108,6 +110,16 @@ test_expect_success 'a missing config file is refused, naming it' '
 	test -z "$(ls -A probe)"
 '
 
+test_expect_success 'a FIFO as the config is refused at once, not waited on' '
+	mkfifo fifo.json &&
+	{ sleep 600 >fifo.json & } &&
+	holder=$! &&
+	test_when_finished "kill $holder 2>/dev/null; rm -f fifo.json" &&
+	test_expect_code 1 timeout 30 srun -n1 --dptrain=fifo.json true 2>err &&
+	grep "error: dptrain: .*fifo.json: not a regular file" err &&
+	test -z "$(ls -A probe)"
+'
+
 test_expect_success '--dptrain with no file is refused' '
 	test_expect_code 1 timeout 30 srun -n1 --dptrain= true 2>err &&
 	grep "error: dptrain: --dptrain needs a job config file" err
@@ -132,7 +144,7 @@ test_expect_success '--dptrain wins over DPTRAIN_CONFIG' '
 	rm -f probe/*
 '
 
-test_expect_success 'a --dptrain task runs the launcher with its original command line' '
+test_expect_success 'a --dptrain task: the launcher is told its command line, Slurm runs it' '
 	top=$PWD &&
 	(cd work && timeout 30 srun -N2 -n2 --dptrain="$top/good.json" \
 		sh -c "printf \"%s|\" \"\$@\"; echo" arg0 "two words" "" "\$HOME") >out &&
@@ -140,25 +152,34 @@ test_expect_success 'a --dptrain task runs the launcher with its original comman
 	cat expect1 expect1 >expect &&
 	test_cmp expect out &&
 	for r in 0 1; do
-		printf "%s\n" "$PROBE" sh -c "printf \"%s|\" \"\$@\"; echo" \
+		printf "%s\n" "$PROBE" --wire-up=3 -- sh -c "printf \"%s|\" \"\$@\"; echo" \
 			arg0 "two words" "" "\$HOME" >expect &&
 		test_cmp expect probe/argv.$r || return 1
-	done
+	done &&
+	# the command is the task: slurmstepd started it, nothing of ours stands between
+	timeout 30 srun -N2 -n2 --dptrain="$top/good.json" sh -c "cat /proc/\$PPID/comm" >parents &&
+	printf "slurmstepd\nslurmstepd\n" >expect &&
+	test_cmp expect parents
 '
 
 # PMIX_MCA_gds=hash only where dptrain was built with PMIx 4 (dptrain(8), VERSIONS)
 gds=
 test_have_prereq PMIX_GDS_HASH && gds=PMIX_MCA_gds=hash
-test_expect_success 'the launcher gets the plain environment plus exactly the dptrain variables' '
+test_expect_success 'the task gets the plain environment plus exactly the dptrain variables' '
+	top=$PWD && (cd work && timeout 30 srun -N2 -n2 --dptrain="$top/good.json" \
+		sh -c "env | sort >../task.\$SLURM_PROCID") &&
 	for r in 0 1; do
-		per_run probe/env.$r >with.$r &&
+		per_run task.$r >with.$r &&
 		per_run plain.$r >without.$r &&
 		comm -13 without.$r with.$r >added.$r &&
 		comm -23 without.$r with.$r >removed.$r &&
 		printf "%s\n" "DPTRAIN_CONFIG=$PWD/good.json" "DPTRAIN_TRAINER=$TRAINER" $gds |
 			sort >expect &&
 		test_cmp expect added.$r &&
-		test_must_be_empty removed.$r || return 1
+		test_must_be_empty removed.$r &&
+		# and the launcher had the same, as Slurm had built it for the task so far
+		grep "^SLURM_PROCID=$r\$" probe/env.$r &&
+		grep "^DPTRAIN_CONFIG=$PWD/good.json\$" probe/env.$r || return 1
 	done
 '
 
@@ -182,7 +203,7 @@ test_expect_success 'with --export=NONE a relative path is a clear task error' '
 	test_must_fail timeout 30 srun -n1 --export=NONE --dptrain=good.json true 2>err &&
 	grep "dptrain: the job config path .good.json. is not absolute" err &&
 	timeout 30 srun -n1 --export=NONE --dptrain="$PWD/good.json" \
-		sh -c "echo \$DPTRAIN_CONFIG" >out &&
+		/bin/sh -c "echo \$DPTRAIN_CONFIG" >out &&
 	echo "$PWD/good.json" >expect &&
 	test_cmp expect out
 '
@@ -202,11 +223,19 @@ test_expect_success 'plugstack.conf output_dir=, iface=, timeout=, trainer= reac
 	plugstack
 '
 
+test_expect_success 'dptrain not on the PATH: the trainer= program runs for it' '
+	PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout 30 srun -n1 --dptrain=good.json \
+		dptrain --version >out &&
+	"$TRAINER" --version >expect &&
+	test_cmp expect out &&
+	test_must_fail env PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout 30 srun -n1 dptrain --version
+'
+
 test_expect_success 'a launcher that does not exist fails the task, naming it and the node' '
 	plugstack launcher=/nonexistent/dptrain-launch &&
 	test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
 	cat err &&
-	grep "dptrain: the launcher /nonexistent/dptrain-launch cannot be executed on node n1: No such file" err &&
+	grep "dptrain: the launcher /nonexistent/dptrain-launch cannot be executed (rank 0 on n1): No such file" err &&
 	timeout 30 srun -n1 true &&
 	plugstack
 '
@@ -215,25 +244,55 @@ test_expect_success 'a launcher that is not executable fails the task' '
 	cp "$PROBE" "$DPTRAIN_CLUSTER_RUNDIR/noexec.sh" && chmod 644 "$DPTRAIN_CLUSTER_RUNDIR/noexec.sh" &&
 	plugstack launcher=$DPTRAIN_CLUSTER_RUNDIR/noexec.sh &&
 	test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
-	grep "dptrain: the launcher .*noexec.sh cannot be executed on node n1: Permission denied" err &&
+	grep "dptrain: the launcher .*noexec.sh cannot be executed (rank 0 on n1): Permission denied" err &&
 	plugstack
 '
 
-test_expect_success 'an unknown plugstack.conf argument fails every srun, naming it' '
-	plugstack launcher=$PROBE bogus=1 &&
-	test_must_fail timeout 30 srun -n1 true 2>err &&
-	grep "dptrain: plugstack.conf: unknown argument .bogus=1." err &&
-	grep "dptrain: the plugstack.conf line is: .* bogus=1" err &&
+# A site admin's typo must not stop the cluster: it fails --dptrain jobs only, naming the
+# word and the line, in required and optional mode; slurmstepd never fails a step for it, so
+# no node is drained (a failing slurm_spank_init there fails batch steps too).
+test_expect_success 'an unknown plugstack.conf argument fails --dptrain jobs only, naming it' '
+	for kind in required optional; do
+		echo "$kind $PLUGIN_SO launcher=$PROBE bogus=1" >"$DPTRAIN_CLUSTER_DIR/plugstack.conf" &&
+		test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
+		cat err &&
+		grep "dptrain: plugstack.conf: unknown argument .bogus=1." err &&
+		grep "the plugstack.conf line is: .* bogus=1" err &&
+		test_must_fail env DPTRAIN_CONFIG=good.json timeout 30 srun -n1 true 2>err &&
+		grep "unknown argument .bogus=1." err &&
+		timeout 30 srun -n1 sh -c "echo plain" >out 2>err &&
+		echo plain >expect && test_cmp expect out &&
+		test_must_be_empty err || return 1
+	done &&
 	plugstack
 '
 
-test_expect_success 'bad plugstack.conf values are refused with what is expected' '
+test_expect_success 'bad plugstack.conf values fail --dptrain jobs with what is expected' '
 	for a in launcher=relative/path trainer=dptrain "timeout=0" "timeout=abc" timeout=1.5 \
 		"iface=a/b" "output_dir=" "launcher=/a launcher=/b" noequals; do
 		plugstack $a &&
-		test_must_fail timeout 30 srun -n1 true 2>err &&
-		grep "error: dptrain: plugstack.conf: " err || return 1
+		test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
+		grep "error: dptrain: plugstack.conf: " err &&
+		timeout 30 srun -n1 true || return 1
 	done &&
+	plugstack
+'
+
+test_expect_success 'a plugstack.conf typo drains no node: batch jobs and steps run, nodes stay up' '
+	plugstack launcher=$PROBE bogus=1 &&
+	printf "#!/bin/sh\nsrun -n1 true && echo batch-ok\n" >plain-job.sh &&
+	for i in 1 2 3; do
+		timeout 30 sbatch --parsable -N1 -o "$PWD/plain-job.$i.out" plain-job.sh >>jobids || return 1
+	done &&
+	for i in $(seq 3000); do
+		test -z "$(squeue -h 2>/dev/null)" && break; sleep 0.1
+	done &&
+	test -z "$(squeue -h)" &&
+	cat plain-job.1.out plain-job.2.out plain-job.3.out >outs &&
+	test "$(grep -c "^batch-ok\$" outs)" = 3 &&
+	sinfo -h -N -o "%N %T" >states &&
+	cat states &&
+	! grep -E "drain|down|fail" states &&
 	plugstack
 '
 
@@ -279,8 +338,8 @@ test_expect_success 'sbatch --dptrain: the script runs itself, its sruns go thro
 	grep "^rank 1 $PWD/good.json\$" job.out &&
 	grep "^plain none\$" job.out &&
 	grep "^done\$" job.out &&
-	head -n 2 probe/argv.0 >argv && printf "%s\n" "$PROBE" sh >expect && test_cmp expect argv &&
-	head -n 2 probe/argv.1 >argv && test_cmp expect argv &&
+	sed -n "1p;4p" probe/argv.0 >argv && printf "%s\n" "$PROBE" sh >expect && test_cmp expect argv &&
+	sed -n "1p;4p" probe/argv.1 >argv && test_cmp expect argv &&
 	cat probe/calls &&
 	test "$(wc -l <probe/calls)" -eq 4 &&
 	! grep slurm_script probe/calls
@@ -304,24 +363,74 @@ test_expect_success 'salloc --dptrain: the srun inside goes through the launcher
 	grep "error: dptrain: .*modle" err
 '
 
-# What the man page says about TaskProlog: with the exec hand-off (Slurm before 23.11) the
-# task goes to the launcher before slurmstepd runs it; with spank_prepend_task_argv it runs.
-test_expect_success 'TaskProlog runs for plain tasks; for dptrain tasks only on Slurm >= 23.11' '
+# Everything slurmstepd does between the plugins' task_init and its exec of the command, done
+# for --dptrain tasks exactly as for plain ones (dptrain(8), HOW IT WORKS): TaskProlog and
+# --task-prolog, step memory limits (VSizeFactor), the task_init of a plugin listed after
+# dptrain.so. Rank 0 copies its output to the console and its train.log (a tee), rank 1
+# only writes its train.log: both paths.
+test_expect_success 'setup: a cluster with TaskProlog, VSizeFactor, memory, a later plugin' '
 	prolog=/tmp/dptrain-t0310-taskprolog.$$ &&
-	test_when_finished "rm -f $prolog" &&
 	printf "#!/bin/sh\necho export FROM_TASKPROLOG=yes\n" >$prolog &&
 	chmod 755 $prolog &&
-	dp_cluster_start -d "$PWD/prolog" --conf TaskProlog=$prolog &&
-	plugstack &&
-	timeout 30 srun -n1 sh -c "echo \${FROM_TASKPROLOG:-no}" >plain.out &&
-	echo yes >expect && test_cmp expect plain.out &&
-	timeout 30 srun -n1 --dptrain=good.json sh -c "echo \${FROM_TASKPROLOG:-no}" >dp.out &&
-	version=$(srun --version | awk "{print \$NF}") &&
-	case "$version" in
-	2[0-2].* | 23.0[0-9].*) echo no >expect ;;
-	*) echo yes >expect ;;
-	esac &&
+	printf "#!/bin/sh\necho export FROM_USER_PROLOG=yes\n" >uprolog.sh &&
+	chmod 755 uprolog.sh &&
+	cat >later.c <<-\EOF &&
+	#include <slurm/spank.h>
+	SPANK_PLUGIN(later, 1);
+	int slurm_spank_task_init(spank_t sp, int ac, char **av)
+	{
+		(void)ac;
+		(void)av;
+		return spank_setenv(sp, "LATER_PLUGIN", "ran", 1) == ESPANK_SUCCESS ? 0 : -1;
+	}
+	EOF
+	dp_cluster_start -d "$PWD/prolog" -c 4 --memory 4000 --conf TaskProlog=$prolog \
+		--conf VSizeFactor=100 &&
+	# plugstack.conf takes no spaces in paths: the cluster run directory has none
+	${CC:-cc} -shared -fPIC -o "$DPTRAIN_CLUSTER_RUNDIR/later.so" later.c &&
+	cp uprolog.sh "$DPTRAIN_CLUSTER_RUNDIR/" && uprolog=$DPTRAIN_CLUSTER_RUNDIR/uprolog.sh &&
+	{
+		echo "required $PLUGIN_SO launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch trainer=$TRAINER" &&
+		echo "required $DPTRAIN_CLUSTER_RUNDIR/later.so"
+	} >"$DPTRAIN_CLUSTER_DIR/plugstack.conf" &&
+	cat >steps.json <<-EOF &&
+	{
+	  "model": {"name": "mlp", "num_classes": 10, "input_shape": [1, 8, 8], "hidden": [16]},
+	  "data": {"format": "synthetic", "train": {"size": 64}, "batch_size": 8},
+	  "output": {"dir": "$PWD/steps/%j.%s"}
+	}
+	EOF
+	cat >show.sh <<-\EOF
+	#!/bin/sh
+	echo "rank $SLURM_PROCID: ${FROM_TASKPROLOG:-no} ${FROM_USER_PROLOG:-no} ${LATER_PLUGIN:-no} $(ulimit -v)"
+	EOF
+	chmod 755 show.sh
+'
+
+test_expect_success 'TaskProlog, --task-prolog, VSizeFactor and later plugins: as without --dptrain' '
+	timeout 60 srun -n2 --mem=300 --task-prolog=$uprolog ./show.sh | sort >plain.out &&
+	printf "rank %d: yes yes ran 307200\n" 0 1 >expect &&
+	test_cmp expect plain.out &&
+	timeout 60 srun -n2 --mem=300 --task-prolog=$uprolog --dptrain=steps.json \
+		./show.sh >dp.console &&
+	d=$(ls -d steps/*) &&
+	grep -h "^rank" "$d"/device0/train.log "$d"/device1/train.log | sort >dp.out &&
 	test_cmp expect dp.out &&
+	# rank 0 also on the console, rank 1 not (output.console: rank0)
+	printf "rank 0: yes yes ran 307200\n" >expect0 &&
+	test_cmp expect0 dp.console
+'
+
+test_expect_success 'the command runs under the step memory limit: 1 GiB fails, as without --dptrain' '
+	test_when_finished "rm -f $prolog" &&
+	big="b = bytearray(1 << 30)" &&
+	test_must_fail timeout 60 srun -n1 --mem=300 /usr/bin/python3 -c "$big" 2>plain.err &&
+	grep MemoryError plain.err &&
+	test_must_fail timeout 60 srun -n1 --mem=300 --dptrain=steps.json \
+		/usr/bin/python3 -c "$big" 2>dp.err &&
+	d=$(ls -td steps/* | head -n 1) &&
+	grep MemoryError "$d/device0/train.log" &&
+	timeout 60 srun -n1 --mem=3000 --dptrain=steps.json /usr/bin/python3 -c "$big" &&
 	dp_cluster_stop "$PWD/prolog"
 '
 

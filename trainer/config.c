@@ -1028,6 +1028,18 @@ int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overri
 		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(EISDIR));
 		goto out;
 	}
+	/* Only a regular file: a FIFO or a device could keep srun, slurmstepd or the launcher
+	 * waiting for data that never comes. */
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s: not a regular file (a job config must be a file, not a "
+			 "FIFO, device or socket)", path);
+		goto out;
+	}
+	if (st.st_size > CFG_MAX_FILE_SIZE) {
+		snprintf(err, errlen, "%s: too large: a config is at most %u bytes", path,
+			 CFG_MAX_FILE_SIZE);
+		goto out;
+	}
 	int flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
 		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));

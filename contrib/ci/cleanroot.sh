@@ -384,11 +384,11 @@ test_phase() {
 	if [ -n "$skips" ]; then
 		echo "ci: skipped in the clean root:"
 		printf '%s\n' "$skips" | sed 's/^/ci:     /'
-		# Allowed: no GPU; benchmarks on request; the branches for the other Slurm/PMIx version
+		# Allowed: no GPU; benchmarks on request; the branch for the other PMIx version
 		# (t0315); OpenMPI that cannot span emulated nodes even without dptrain (t0400); the
 		# byte-for-byte check of the reference data with another torch than wrote it (t0600).
 		bad=$(printf '%s\n' "$skips" |
-			grep -vE 'GPU|CUDA|cuda|NCCL|DPTRAIN_BENCH|running as root|missing !?(SPANK_PREPEND|PMIX_GDS_HASH)|missing MPI_EMULATED_NODES|missing TORCH_COMMITTED' || true)
+			grep -vE 'GPU|CUDA|cuda|NCCL|DPTRAIN_BENCH|running as root|missing !?PMIX_GDS_HASH|missing MPI_EMULATED_NODES|missing TORCH_COMMITTED' || true)
 		[ -z "$bad" ] || fail "$name: a test was skipped for a reason other than the missing GPU: after 'make deps' nothing may be missing"
 	fi
 	phase_end
@@ -414,9 +414,7 @@ if [ $DEMO = 1 ]; then
 else
 	run_phase "make deps" 2400 "make deps"
 	run_phase "make" 2400 "make 2>&1 | tee /tmp/ci-make.out"
-	# What 'make deps' gave the build: every probe but the CUDA toolkit's finds its library,
-	# and a Slurm that has spank_prepend_task_argv (23.11 and later) gets the plugin built
-	# with it.
+	# What 'make deps' gave the build: every probe but the CUDA toolkit's finds its library.
 	phase_begin "make found every dependency 'make deps' installs"
 	probes=$(sed -n '/^dptrain .*: build directory/,/^ *tests:/p' "$ROOT/tmp/ci-make.out")
 	printf '%s\n' "$probes" | sed 's/^/ci:   /'
@@ -426,11 +424,6 @@ else
 	for p in "sharness yes" "slurmd yes" "libFuzzer yes"; do
 		grep -qE "^ *tests: .*$p" <<<"$probes" || fail "'make' did not find ${p% yes} after 'make deps'"
 	done
-	slurm_v=$(sed -n 's/^ *slurm: *yes (\([0-9]*\)\.\([0-9]*\)\..*/\1 \2/p' <<<"$probes")
-	if [ -n "$slurm_v" ] && [ "$(printf '%d%02d' $slurm_v)" -ge 2311 ]; then
-		grep -q 'spank_prepend_task_argv: yes' <<<"$probes" ||
-			fail "Slurm $slurm_v has spank_prepend_task_argv but the build did not find it"
-	fi
 	phase_end
 	if [ $FULL = 1 ]; then
 		test_phase "make check" 5400 build/ci-check.log "make check"

@@ -5,6 +5,7 @@
 #include "tap.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -807,6 +808,31 @@ static void test_load(void)
 	is(err, want, "directory: message");
 	ok(cfg_load(&c, "", 0, NULL, err, sizeof(err)) == -1, "empty name");
 	is(err, "no config file given", "empty name: message");
+
+	/* A FIFO whose writer never writes (it is held open here, so a read would block for
+	 * ever), and an endless device: refused at once, neither is read. */
+	snprintf(p, sizeof(p), "%s/fifo.json", dir);
+	if (mkfifo(p, 0600) == 0) {
+		int rfd = open(p, O_RDONLY | O_NONBLOCK), wfd = open(p, O_WRONLY | O_NONBLOCK);
+		ok(cfg_load(&c, p, 0, NULL, err, sizeof(err)) == -1, "a FIFO with a silent writer");
+		snprintf(want, sizeof(want),
+			 "%s: not a regular file (a job config must be a file, not a FIFO, device "
+			 "or socket)",
+			 p);
+		is(err, want, "FIFO: message");
+		if (wfd >= 0)
+			close(wfd);
+		if (rfd >= 0)
+			close(rfd);
+		unlink(p);
+	} else {
+		ok(0, "mkfifo %s: %s", p, strerror(errno));
+	}
+	ok(cfg_load(&c, "/dev/zero", 0, NULL, err, sizeof(err)) == -1, "/dev/zero");
+	is(err,
+	   "/dev/zero: not a regular file (a job config must be a file, not a FIFO, device or "
+	   "socket)",
+	   "/dev/zero: message");
 
 	snprintf(p, sizeof(p), "%s/empty.json", dir);
 	f = fopen(p, "w");

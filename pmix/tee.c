@@ -1,0 +1,120 @@
+/* tee.c — copy a command's output to its rank's train.log and the console, then leave with
+ * the command's status (tee.h). Must not decide where the log is or what the command is. */
+#define _GNU_SOURCE
+#include "tee.h"
+#include "atomic_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const int tee_ignored[TEE_NIGNORED] = {SIGINT,	SIGTERM, SIGHUP, SIGQUIT,
+					      SIGUSR1, SIGUSR2, SIGPIPE};
+
+void tee_ignore(struct sigaction *old)
+{
+	struct sigaction ign;
+	int i;
+
+	memset(&ign, 0, sizeof(ign));
+	ign.sa_handler = SIG_IGN;
+	sigemptyset(&ign.sa_mask);
+	for (i = 0; i < TEE_NIGNORED; i++)
+		sigaction(tee_ignored[i], &ign, &old[i]);
+}
+
+void tee_restore(const struct sigaction *old)
+{
+	int i;
+
+	for (i = 0; i < TEE_NIGNORED; i++)
+		sigaction(tee_ignored[i], &old[i], NULL);
+}
+
+void tee_copy(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
+	      const char *log_path, pid_t parent)
+{
+	struct pollfd pf[2] = {{out_r, POLLIN, 0}, {err_r, POLLIN, 0}};
+	const int console[2] = {STDOUT_FILENO, STDERR_FILENO};
+	int console_ok[2] = {1, 1}, log_ok = 1, open_fds = 2, exited = 0, i;
+	char buf[65536];
+
+	while (open_fds > 0) {
+		if (parent > 0 && getppid() != parent) {
+			kill(child, SIGTERM);
+			parent = 0;
+		}
+		/* Whoever the command started may hold the pipes open after it exits: once it
+		 * has, copy only what is already buffered (non-blocking) and stop. */
+		siginfo_t info;
+		memset(&info, 0, sizeof(info));
+		if (!exited &&
+		    waitid(P_PID, (id_t)child, &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+		    info.si_pid == child) {
+			exited = 1;
+			for (i = 0; i < 2; i++)
+				if (pf[i].fd >= 0)
+					fcntl(pf[i].fd, F_SETFL, O_NONBLOCK);
+		}
+		if (!exited && poll(pf, 2, 200) < 0 && errno != EINTR)
+			break;
+		for (i = 0; i < 2; i++) {
+			ssize_t n;
+			if (pf[i].fd < 0 ||
+			    (!exited && !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))))
+				continue;
+			n = read(pf[i].fd, buf, sizeof(buf));
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				close(pf[i].fd);
+				pf[i].fd = -1;
+				open_fds--;
+				continue;
+			}
+			if (log_ok && af_write_fd(log_fd, buf, (size_t)n) != 0) {
+				log_ok = 0;
+				fprintf(stderr, "dptrain: %s: cannot write %s: %s\n", ident, log_path,
+					strerror(errno));
+			}
+			if (console_ok[i] && af_write_fd(console[i], buf, (size_t)n) != 0)
+				console_ok[i] = 0;
+		}
+	}
+	for (i = 0; i < 2; i++)
+		if (pf[i].fd >= 0)
+			close(pf[i].fd);
+}
+
+void tee_finish(pid_t child, const char *ident)
+{
+	struct rlimit no_core = {0, 0};
+	sigset_t set;
+	int status, rc, sig;
+
+	do
+		rc = waitpid(child, &status, 0);
+	while (rc < 0 && errno == EINTR);
+	fflush(NULL);
+	if (rc < 0) {
+		fprintf(stderr, "dptrain: %s: waitpid: %s\n", ident, strerror(errno));
+		_exit(1);
+	}
+	if (WIFEXITED(status))
+		_exit(WEXITSTATUS(status));
+	sig = WTERMSIG(status);
+	/* The command dumped core already if it was going to; one is enough. */
+	setrlimit(RLIMIT_CORE, &no_core);
+	signal(sig, SIG_DFL);
+	sigemptyset(&set);
+	sigaddset(&set, sig);
+	sigprocmask(SIG_UNBLOCK, &set, NULL);
+	raise(sig);
+	_exit(128 + sig);
+}

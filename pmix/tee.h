@@ -1,0 +1,30 @@
+/* tee.h — a rank's output copied to its train.log and the console while the command runs,
+ * then the command's exit status passed on. Shared by dptrain-launch (the command is its
+ * child) and the SPANK plugin (the task's process keeps Slurm's task pid and copies; the
+ * command is its child, which Slurm executes). Knows nothing about PMIx or Slurm; never
+ * calls exit() (in the plugin the process is a fork of slurmstepd: no exit handlers). */
+#ifndef DPTRAIN_TEE_H
+#define DPTRAIN_TEE_H
+#include <signal.h>
+#include <sys/types.h>
+
+/* Signals the tee ignores while it copies: Slurm signals every process of the step and
+ * dptrain-run the whole process group, so the command gets them itself; the tee must outlive
+ * it to copy its last lines, and forwarding would deliver them twice. tee_ignore() sets
+ * SIG_IGN for them and keeps the old dispositions in old[TEE_NIGNORED]; tee_restore() puts
+ * them back (in the command's process). */
+#define TEE_NIGNORED 7
+void tee_ignore(struct sigaction *old);
+void tee_restore(const struct sigaction *old);
+
+/* Copy out_r and err_r to log_fd and to stdout/stderr until both close, or until the child
+ * has exited and what it left in the pipes is copied (a grandchild may hold them open). When
+ * `parent` > 0 and our parent changes (it died), the child gets one SIGTERM. Write errors on
+ * the log are reported once on stderr (naming ident and log_path); the console's are ignored. */
+void tee_copy(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
+	      const char *log_path, pid_t parent);
+
+/* Wait for the child and leave the way it did: the same exit code, or death by the same
+ * signal (without a second core dump). Flushes stdio, never runs exit handlers. */
+void tee_finish(pid_t child, const char *ident) __attribute__((noreturn));
+#endif
