@@ -460,6 +460,11 @@ void alloc_finish(struct alloc *a)
 		alloc_pmix_finish(a);
 }
 
+int alloc_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen)
+{
+	return alloc_pmix_abort(a, status, msg, err, errlen);
+}
+
 void alloc_free(struct alloc *a)
 {
 	free(a->ranks);

@@ -80,10 +80,16 @@ int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_
 int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,
 	       int timeout_s, char *err, size_t errlen);
 
-/* Close the PMIx session (PMIx_Finalize) if one is open. Call before exec. On an error path,
- * do NOT call it: a rank that exits without finalizing makes Slurm cancel the whole step, so
- * peers stuck in a fence end too instead of hanging. */
+/* Close the PMIx session (PMIx_Finalize) if one is open. Call before exec; on an error path
+ * call alloc_abort instead. */
 void alloc_finish(struct alloc *a);
+
+/* End the whole step (PMIx_Abort: Slurm then kills every task of it, on every node, as
+ * srun -K would): on an error path, so peers stuck in a fence or a collective end now instead
+ * of at their own timeout. With a->pmix NULL (no session open) a session is opened for it
+ * (PMIx_Init as this task's rank), as the plugin's watcher does after a rank's command
+ * failed. 0 when PMIx took the request, or -1 with err (no PMIx here: nothing to end). */
+int alloc_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen);
 
 /* Free the rank array; leaves *a zeroed. Does not finalize PMIx. */
 void alloc_free(struct alloc *a);

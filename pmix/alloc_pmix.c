@@ -42,6 +42,15 @@ void alloc_pmix_finish(struct alloc *a)
 	(void)a;
 }
 
+int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen)
+{
+	(void)a;
+	(void)status;
+	(void)msg;
+	snprintf(err, errlen, "built without PMIx: cannot end the step");
+	return -1;
+}
+
 #else
 
 #include <errno.h>
@@ -592,6 +601,31 @@ void alloc_pmix_finish(struct alloc *a)
 	PMIx_Finalize(NULL, 0);
 	free(a->pmix);
 	a->pmix = NULL;
+}
+
+int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen)
+{
+	pmix_proc_t me;
+	pmix_status_t rc;
+
+	if (!a->pmix) {
+		if (!alloc_pmix_present()) {
+			snprintf(err, errlen, "not started by a PMIx server: cannot end the step");
+			return -1;
+		}
+		rc = PMIx_Init(&me, NULL, 0);
+		if (rc != PMIX_SUCCESS) {
+			snprintf(err, errlen, "PMIx_Init failed: %s", PMIx_Error_string(rc));
+			return -1;
+		}
+	}
+	/* NULL procs: the whole namespace, i.e. the step. */
+	rc = PMIx_Abort(status, msg, NULL, 0);
+	if (rc != PMIX_SUCCESS) {
+		snprintf(err, errlen, "PMIx_Abort failed: %s", PMIx_Error_string(rc));
+		return -1;
+	}
+	return 0;
 }
 
 #endif

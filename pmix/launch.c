@@ -63,6 +63,7 @@ static struct {
 	pthread_t guard;   /* takes them, and ends a wire-up that outlives every timeout */
 	int guard_running;
 	int sigfd, wakefd; /* the guard's: a signalfd for stop, an eventfd to end it */
+	struct alloc *alloc; /* for die(): the PMIx session to end the step with */
 } ctx = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -93,10 +94,19 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-	/* No PMIx_Finalize on purpose: Slurm then cancels the step, so peers stuck waiting for
-	 * this rank end now instead of at their own timeout (or never). The library's threads
+	/* With a PMIx session open, end the whole step (PMIx_Abort): peers stuck waiting for this
+	 * rank end now instead of at their own timeout, and srun returns. The library's threads
 	 * are still running then: leave without exit handlers. */
 	if (ctx.pmix_open) {
+		char msg[1024], aerr[256];
+		int n = snprintf(msg, sizeof(msg), "dptrain-launch: %s: ", ctx.ident);
+		va_start(ap, fmt);
+		if (n > 0 && (size_t)n < sizeof(msg))
+			vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+		va_end(ap);
+		fflush(NULL);
+		if (ctx.alloc && alloc_abort(ctx.alloc, 1, msg, aerr, sizeof(aerr)) != 0)
+			fprintf(stderr, "dptrain-launch: %s: %s\n", ctx.ident, aerr);
 		fflush(NULL);
 		_exit(1);
 	}
@@ -340,6 +350,35 @@ static void wire_send_env(void)
 	}
 }
 
+/* --abort=STATUS MESSAGE: the plugin's watcher, after this rank's command failed, ends the
+ * whole step through PMIx (alloc_abort), so the other ranks do not wait for it until their
+ * own timeouts; MESSAGE says why (Slurm logs it). The guard bounds it like any wire-up. */
+static int abort_step(char **cmd)
+{
+	struct alloc a;
+	char err[ALLOC_ERR_MAX], *end;
+	long status;
+
+	errno = 0;
+	status = strtol(cmd[0] + 8, &end, 10);
+	if (errno || end == cmd[0] + 8 || *end || status < 1 || status > 255 || !cmd[1]) {
+		fprintf(stderr, "dptrain-launch: %s: usage: --abort=STATUS (1-255) MESSAGE\n",
+			ctx.ident);
+		return 2;
+	}
+	set_step("ending the step");
+	ctx.limit_s = LAUNCH_FIRST_LIMIT;
+	guard_start();
+	memset(&a, 0, sizeof(a));
+	if (alloc_abort(&a, (int)status, cmd[1], err, sizeof(err)) != 0) {
+		fprintf(stderr, "dptrain-launch: %s: cannot end the step: %s\n", ctx.ident, err);
+		fflush(NULL);
+		_exit(1);
+	}
+	fflush(NULL);
+	_exit(0); /* PMIx's threads are running: no exit handlers */
+}
+
 int main(int argc, char **argv)
 {
 	struct settings st;
@@ -387,6 +426,8 @@ int main(int argc, char **argv)
 		wire_snapshot();
 		cmd++;
 	}
+	if (cmd[0] && strncmp(cmd[0], "--abort=", 8) == 0)
+		return abort_step(cmd);
 	if (cmd[0] && strcmp(cmd[0], "--") == 0)
 		cmd++;
 	if (!cmd[0]) {
@@ -419,6 +460,8 @@ int main(int argc, char **argv)
 #endif
 
 	err[0] = '\0';
+	memset(&a, 0, sizeof(a));
+	ctx.alloc = &a;
 	rc = alloc_discover(&a, &st.opts, err, sizeof(err));
 	ctx.pmix_open = a.pmix != NULL;
 	if (rc != 0)

@@ -92,20 +92,27 @@ void tee_copy(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
 			close(pf[i].fd);
 }
 
-void tee_finish(pid_t child, const char *ident)
+int tee_wait(pid_t child, const char *ident, int *status)
+{
+	int rc;
+
+	do
+		rc = waitpid(child, status, 0);
+	while (rc < 0 && errno == EINTR);
+	if (rc < 0) {
+		fprintf(stderr, "dptrain: %s: waitpid: %s\n", ident, strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+void tee_leave(int status)
 {
 	struct rlimit no_core = {0, 0};
 	sigset_t set;
-	int status, rc, sig;
+	int sig;
 
-	do
-		rc = waitpid(child, &status, 0);
-	while (rc < 0 && errno == EINTR);
 	fflush(NULL);
-	if (rc < 0) {
-		fprintf(stderr, "dptrain: %s: waitpid: %s\n", ident, strerror(errno));
-		_exit(1);
-	}
 	if (WIFEXITED(status))
 		_exit(WEXITSTATUS(status));
 	sig = WTERMSIG(status);
@@ -117,4 +124,15 @@ void tee_finish(pid_t child, const char *ident)
 	sigprocmask(SIG_UNBLOCK, &set, NULL);
 	raise(sig);
 	_exit(128 + sig);
+}
+
+void tee_finish(pid_t child, const char *ident)
+{
+	int status;
+
+	if (tee_wait(child, ident, &status) != 0) {
+		fflush(NULL);
+		_exit(1);
+	}
+	tee_leave(status);
 }

@@ -24,7 +24,13 @@ void tee_restore(const struct sigaction *old);
 void tee_copy(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
 	      const char *log_path, pid_t parent);
 
-/* Wait for the child and leave the way it did: the same exit code, or death by the same
+/* Wait for the child: its wait status, or -1 with the reason on stderr. */
+int tee_wait(pid_t child, const char *ident, int *status);
+
+/* Leave the way a child did (its wait status): the same exit code, or death by the same
  * signal (without a second core dump). Flushes stdio, never runs exit handlers. */
+void tee_leave(int status) __attribute__((noreturn));
+
+/* tee_wait, then tee_leave (exit 1 if the wait failed). */
 void tee_finish(pid_t child, const char *ident) __attribute__((noreturn));
 #endif

@@ -380,35 +380,86 @@ static int dp_apply(spank_t sp, const char *ident, struct dp_wire *w)
 	return 0;
 }
 
-/* The task's output: into train.log, and with tee also on the console. For the console the
- * task's process forks: the child returns to Slurm, which runs the command in it, while this
- * process (the task's pid, which Slurm waits for) copies the output and leaves with the
- * command's status. Returns in the command's process only. */
-static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t *stop)
+/* A status that means the rank failed, so the step must end: an error exit (not 4, the
+ * bundled trainer's "stopped, checkpoint written"), or death by a signal that is not a stop
+ * request (Slurm's SIGTERM/SIGINT at preemption, scancel or a time limit must let the other
+ * ranks finish their checkpoints). */
+static int dp_failed(int status)
+{
+	if (WIFEXITED(status))
+		return WEXITSTATUS(status) != 0 && WEXITSTATUS(status) != 4;
+	switch (WTERMSIG(status)) {
+	case SIGTERM:
+	case SIGINT:
+	case SIGHUP:
+	case SIGUSR1:
+	case SIGUSR2:
+	case SIGPIPE:
+		return 0;
+	default:
+		return 1;
+	}
+}
+
+/* End the step after this rank failed: dptrain-launch --abort (PMIx_Abort) in a process of
+ * its own, not waited for, so this task's status reaches Slurm at once. */
+static void dp_end_step(const char *launcher, char **env, const char *ident, int status)
+{
+	char code[32], msg[512];
+	pid_t pid;
+
+	if (WIFEXITED(status))
+		snprintf(msg, sizeof msg, "dptrain: %s: the command exited with status %d; "
+			 "ending the step", ident, WEXITSTATUS(status));
+	else
+		snprintf(msg, sizeof msg, "dptrain: %s: the command was killed by signal %d (%s); "
+			 "ending the step", ident, WTERMSIG(status), strsignal(WTERMSIG(status)));
+	snprintf(code, sizeof code, "--abort=%d",
+		 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+	dprintf(STDERR_FILENO, "%s\n", msg);
+	pid = fork();
+	if (pid == 0) {
+		char *argv[] = {(char *)launcher, code, msg, NULL};
+
+		execve(launcher, argv, env);
+		_exit(127);
+	}
+}
+
+/* The task's output into train.log, and the rank's watch. Where the output also goes to the
+ * console, or where a failed rank can end the step (PMIx), the task's process forks: the
+ * child returns to Slurm, which runs the command in it, while this process (the task's pid,
+ * which Slurm waits for) copies the output, and when the command fails ends the whole step
+ * (as srun -K would, for any command), then leaves with the command's status. Returns in the
+ * command's process only. */
+static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t *stop,
+		     const char *launcher, char **env, int can_end_step)
 {
 	struct sigaction old[TEE_NIGNORED];
-	int fd, out_p[2], err_p[2];
-	pid_t pid, parent = getppid(), tee = getpid();
+	int fd = -1, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, status;
+	pid_t pid, parent = getppid(), watcher = getpid();
 	sigset_t pending;
 
-	if (!w->log)
-		return 0;
-	fd = open(w->log, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0) {
-		slurm_error("dptrain: %s: cannot open %s: %s", ident, w->log, strerror(errno));
-		return -1;
+	if (w->log) {
+		fd = open(w->log, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+		if (fd < 0) {
+			slurm_error("dptrain: %s: cannot open %s: %s", ident, w->log,
+				    strerror(errno));
+			return -1;
+		}
 	}
-	if (!w->tee) {
-		if (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0) {
+	if (!(w->log && w->tee) && !can_end_step) {
+		if (fd >= 0 && (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)) {
 			slurm_error("dptrain: %s: cannot send the output to %s: %s", ident, w->log,
 				    strerror(errno));
 			close(fd);
 			return -1;
 		}
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		return 0;
 	}
-	if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) {
+	if (w->log && w->tee && (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0)) {
 		slurm_error("dptrain: %s: pipe: %s", ident, strerror(errno));
 		close(fd);
 		return -1;
@@ -421,29 +472,35 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		return -1;
 	}
 	if (pid == 0) {
-		int sig;
+		int sig, o = out_p[1] >= 0 ? out_p[1] : fd, e = err_p[1] >= 0 ? err_p[1] : fd;
 
-		close(fd);
-		close(out_p[0]);
-		close(err_p[0]);
 		for (sig = 1; sig < NSIG; sig++)
 			if (sigismember(stop, sig) == 1 && sigismember(&pending, sig) == 1)
 				raise(sig); /* blocked: pending again, here */
-		/* if the tee dies, the command is told to stop */
-		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != tee)
+		/* if the watcher dies, the command is told to stop */
+		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != watcher)
 			_exit(1);
-		if (dup2(out_p[1], STDOUT_FILENO) < 0 || dup2(err_p[1], STDERR_FILENO) < 0)
+		if (o >= 0 && (dup2(o, STDOUT_FILENO) < 0 || dup2(e, STDERR_FILENO) < 0))
 			_exit(126);
-		close(out_p[1]);
-		close(err_p[1]);
+		/* all of ours are close-on-exec: the command inherits none of them */
 		return 0;
 	}
-	close(out_p[1]);
-	close(err_p[1]);
+	if (out_p[1] >= 0) {
+		close(out_p[1]);
+		close(err_p[1]);
+	}
 	tee_ignore(old);
-	tee_copy(pid, out_p[0], err_p[0], fd, ident, w->log, parent);
-	close(fd);
-	tee_finish(pid, ident);
+	if (out_p[0] >= 0)
+		tee_copy(pid, out_p[0], err_p[0], fd, ident, w->log, parent);
+	if (fd >= 0)
+		close(fd);
+	if (tee_wait(pid, ident, &status) != 0) {
+		fflush(NULL);
+		_exit(1);
+	}
+	if (can_end_step && dp_failed(status))
+		dp_end_step(launcher, env, ident, status);
+	tee_leave(status);
 }
 
 /* The helper failed: the task leaves with its status (1 for an error, 4 for a stop request
@@ -466,7 +523,7 @@ static void __attribute__((noreturn)) dp_fail_task(void)
 
 int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 {
-	char launcher[PATH_MAX], ident[300];
+	char launcher[PATH_MAX], ident[300], pmix_rank[32], **env = NULL;
 	struct dp_wire w;
 	sigset_t stop, old;
 	int rc;
@@ -498,7 +555,11 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 		free(w.buf);
 		dp_leave_as(w.status); /* the helper said why */
 	}
-	if (rc < 0 || dp_apply(sp, ident, &w) < 0 || dp_output(ident, &w, &stop) < 0) {
+	if (rc < 0 || dp_apply(sp, ident, &w) < 0 ||
+	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS ||
+	    dp_output(ident, &w, &stop, launcher, env,
+		      spank_getenv(sp, "PMIX_RANK", pmix_rank, sizeof pmix_rank) == ESPANK_SUCCESS) <
+		0) {
 		free(w.buf);
 		dp_fail_task();
 	}

@@ -136,4 +136,54 @@ test_expect_success 'a bad config is refused by srun before anything runs' '
 	test_must_be_empty out
 '
 
+# A rank that fails ends the step for any command (dptrain(8)): the plugin's watcher asks
+# PMIx to abort it, as srun -K would. The others would sleep for 300 s; the bound is 120 s.
+fail_rank() { # RANK HOW: the command of every rank; RANK leaves by HOW, the others sleep
+	printf '#!/bin/sh\nif [ "$RANK" = %s ]; then %s; fi\nsleep 300\necho survived\n' "$1" "$2" >fail.sh &&
+	chmod +x fail.sh
+}
+
+test_expect_success 'a rank that exits 3 ends the step at once, naming itself (-N2 -n4)' '
+	fail_rank 2 "exit 3" &&
+	test_expect_code 3 timeout 120 srun -N2 --ntasks-per-node=2 --dptrain=job.json ./fail.sh \
+		>out 2>err &&
+	cat err &&
+	grep "dptrain: rank 2 on n2: the command exited with status 3; ending the step" err &&
+	! grep survived out
+'
+
+test_expect_success 'a rank killed by SIGKILL (as by the OOM killer) ends the step' '
+	fail_rank 1 "kill -9 \$\$" &&
+	test_expect_code 137 timeout 120 srun -n2 --dptrain=job.json ./fail.sh >out 2>err &&
+	cat err &&
+	grep "dptrain: rank 1 on n[12]: the command was killed by signal 9" err &&
+	! grep survived out
+'
+
+test_expect_success 'exit 4 (stopped, checkpoint written) does not end the others' '
+	printf "#!/bin/sh\nif [ \"\$RANK\" = 1 ]; then exit 4; fi\nsleep 2\necho finished\n" >stop4.sh &&
+	chmod +x stop4.sh &&
+	test_expect_code 4 timeout 120 srun -n3 --dptrain=job.json ./stop4.sh >out 2>err &&
+	d=$(newest steps) &&
+	grep -h "^finished" "$d"/device0/train.log "$d"/device2/train.log >finished &&
+	test "$(wc -l <finished)" = 2 &&
+	! grep "ending the step" err
+'
+
+test_expect_success FMNIST 'a stalled rank (SIGSTOP): the others give up naming it, and the step ends' '
+	cat >stall.sh <<-\EOF &&
+	#!/bin/sh
+	if [ "$RANK" = 1 ]; then (sleep 3; kill -STOP $$) & fi
+	exec dptrain "$@"
+	EOF
+	chmod +x stall.sh &&
+	rc=0 &&
+	timeout 120 srun -n2 --dptrain=job.json ./stall.sh train.epochs=50 data.eval=null \
+		timeouts.collective_s=5 >out 2>err || rc=$? &&
+	cat err &&
+	test $rc != 0 && test $rc != 124 &&
+	grep "rank 1" err &&
+	grep "ending the step" err
+'
+
 test_done
