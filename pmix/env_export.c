@@ -113,7 +113,7 @@ int launch_env_log(const char *path, char *err, size_t errlen)
 		used += l;
 		buf[used++] = '\n';
 	}
-	rv = launch_write_atomic(path, buf, used, err, errlen);
+	rv = launch_write_atomic(path, buf, used, 0600, err, errlen); /* it may hold secrets */
 	goto out;
 nomem:
 	snprintf(err, errlen, "out of memory writing %s", path);

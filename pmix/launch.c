@@ -480,7 +480,10 @@ int main(int argc, char **argv)
 	set_step("writing the output directory");
 	if (launch_outdir_expand(st.outdir, a.job_id, a.step_id, outdir, err, sizeof(err)) != 0 ||
 	    launch_paths_init(&paths, outdir, a.rank, err, sizeof(err)) != 0 ||
-	    launch_mkdir_p(paths.devdir, err, sizeof(err)) != 0)
+	    launch_mkdir_p(paths.outdir, err, sizeof(err)) != 0 ||
+	    launch_dir_owned(paths.outdir, err, sizeof(err)) != 0 ||
+	    launch_mkdir_p(paths.devdir, err, sizeof(err)) != 0 ||
+	    launch_dir_owned(paths.devdir, err, sizeof(err)) != 0)
 		die("%s", err);
 	memset(&rt, 0, sizeof(rt));
 	if (alloc_rank_table(&a, &rt, err, sizeof(err)) != 0)

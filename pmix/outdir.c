@@ -110,12 +110,42 @@ int launch_write_all(int fd, const char *p, size_t len)
 	return af_write_fd(fd, p, len);
 }
 
-int launch_write_atomic(const char *path, const char *data, size_t len, char *err, size_t errlen)
+int launch_dir_owned(const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (lstat(path, &st) != 0) {
+		snprintf(err, errlen, "cannot use directory '%s': %s", path, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(err, errlen, "'%s' is not a directory (a symbolic link or a file is "
+			 "refused: the job's files would go elsewhere)", path);
+		return -1;
+	}
+	if (st.st_uid != geteuid()) {
+		snprintf(err, errlen, "the output directory '%s' belongs to another user (uid %u); "
+			 "refusing to write this job's files there: choose another output.dir, or "
+			 "remove it if it is yours", path, (unsigned)st.st_uid);
+		return -1;
+	}
+	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+		snprintf(err, errlen, "the output directory '%s' is writable by %s (mode %04o); "
+			 "refusing to write this job's files where others can replace them: "
+			 "chmod go-w it", path, st.st_mode & S_IWOTH ? "everyone" : "its group",
+			 (unsigned)(st.st_mode & 07777));
+		return -1;
+	}
+	return 0;
+}
+
+int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode,
+			char *err, size_t errlen)
 {
 	struct af_file f;
 
 	/* Opened apart from the rest to keep this message: launch_files.c checks it. */
-	if (af_open(&f, path, 0644, err, errlen) < 0) {
+	if (af_open(&f, path, mode, err, errlen) < 0) {
 		snprintf(err, errlen, "cannot create a temporary file next to '%s': %s", path,
 			 strerror(errno));
 		return -1;

@@ -136,6 +136,25 @@ test_expect_success 'a bad config is refused by srun before anything runs' '
 	test_must_be_empty out
 '
 
+# A shared file system: another user may have made the job's output directory first, to
+# read its files or plant a checkpoint. It is refused, nothing is written into it.
+test_expect_success 'an output directory of another user, or a symlinked device dir, is refused' '
+	mkdir taken && chown 65534:65534 taken &&
+	rc=0 &&
+	DPTRAIN_OUTPUT_DIR=$PWD/taken timeout 120 srun -n2 --dptrain=job.json true 2>err || rc=$? &&
+	cat err &&
+	test $rc != 0 && test $rc != 124 &&
+	grep "the output directory .*taken. belongs to another user (uid 65534)" err &&
+	test -z "$(ls -A taken)" &&
+	mkdir -p mine/elsewhere && ln -s "$PWD/mine/elsewhere" mine/device0 &&
+	rc=0 &&
+	DPTRAIN_OUTPUT_DIR=$PWD/mine timeout 120 srun -n1 --dptrain=job.json true 2>err || rc=$? &&
+	cat err &&
+	test $rc != 0 && test $rc != 124 &&
+	grep "device0. is not a directory (a symbolic link" err &&
+	test -z "$(ls -A mine/elsewhere)"
+'
+
 # A rank that fails ends the step for any command (dptrain(8)): the plugin's watcher asks
 # PMIx to abort it, as srun -K would. The others would sleep for 300 s; the bound is 120 s.
 fail_rank() { # RANK HOW: the command of every rank; RANK leaves by HOW, the others sleep

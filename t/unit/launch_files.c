@@ -83,6 +83,30 @@ static void test_mkdir(void)
 	ok(launch_mkdir_p(path, err, sizeof(err)) == -1, "a file as a parent is refused");
 	like(err, "cannot create directory", "... naming the directory");
 	ok(launch_mkdir_p("/", err, sizeof(err)) == 0, "/ exists");
+
+	/* Whose directory the job's files may go into (issue: a shared output_dir) */
+	snprintf(path, sizeof(path), "%s/a/b", tmp);
+	ok(launch_dir_owned(path, err, sizeof(err)) == 0, "our own 0755 directory: fine %s", err);
+	chmod(path, 0775);
+	ok(launch_dir_owned(path, err, sizeof(err)) == -1, "group-writable: refused");
+	like(err, "writable by its group (mode 0775)", "... saying so");
+	chmod(path, 01777);
+	ok(launch_dir_owned(path, err, sizeof(err)) == -1, "world-writable, even sticky: refused");
+	like(err, "writable by everyone", "... saying so");
+	chmod(path, 0755);
+	snprintf(file, sizeof(file), "%s/link", tmp);
+	ok(symlink(path, file) == 0 && launch_dir_owned(file, err, sizeof(err)) == -1,
+	   "a symlink to our own directory: refused");
+	like(err, "is not a directory (a symbolic link", "... saying so");
+	if (geteuid() == 0) {
+		ok(chown(path, 65534, 65534) == 0, "give it to nobody");
+		ok(launch_dir_owned(path, err, sizeof(err)) == -1, "another user's: refused");
+		like(err, "belongs to another user (uid 65534)", "... naming the owner");
+		ok(chown(path, 0, 0) == 0, "back to root");
+	} else {
+		skip(3, "not root: cannot give a directory to another user");
+		ok(1, "not root");
+	}
 }
 
 static int count_entries(const char *dir)
@@ -109,14 +133,14 @@ static void test_atomic(void)
 	snprintf(dir, sizeof(dir), "%s/atomic", tmp);
 	mkdir(dir, 0755);
 	snprintf(path, sizeof(path), "%s/f.json", dir);
-	ok(launch_write_atomic(path, "first\n", 6, err, sizeof(err)) == 0, "write %s", err);
+	ok(launch_write_atomic(path, "first\n", 6, 0644, err, sizeof(err)) == 0, "write %s", err);
 	is(slurp(path), "first\n", "content");
-	ok(launch_write_atomic(path, "second\n", 7, err, sizeof(err)) == 0, "overwrite");
+	ok(launch_write_atomic(path, "second\n", 7, 0644, err, sizeof(err)) == 0, "overwrite");
 	is(slurp(path), "second\n", "new content");
 	is_int(count_entries(dir), 1, "no temporary file left behind");
 	ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "mode 0644");
 	snprintf(path, sizeof(path), "%s/missing/f", dir);
-	ok(launch_write_atomic(path, "x", 1, err, sizeof(err)) == -1, "missing directory fails");
+	ok(launch_write_atomic(path, "x", 1, 0644, err, sizeof(err)) == -1, "missing directory fails");
 	like(err, "cannot create a temporary file next to", "... saying where");
 }
 
@@ -172,6 +196,11 @@ static void test_env(void)
 
 	snprintf(path, sizeof(path), "%s/env.log", tmp);
 	ok(launch_env_log(path, err, sizeof(err)) == 0, "env.log written %s", err);
+	{
+		struct stat st;
+		ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600,
+		   "env.log is 0600: it holds the environment");
+	}
 	log = slurp(path);
 	ok(strncmp(log, "AAA_FIRST=a=b\n", 14) == 0, "env.log is sorted: AAA_FIRST first");
 	like(log, "\nRANK=1\n", "env.log has RANK=1");
