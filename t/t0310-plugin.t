@@ -55,6 +55,8 @@ test_expect_success 'start a two-node cluster with the plugin and a probe launch
 	# probe launcher: records what dptrain.so handed over, then answers as dptrain-launch
 	# --wire-up=FD does (pmix/launch.c), with nothing to change; Slurm runs the command.
 	n=${SLURM_PROCID:-x}
+	# the watcher asking to end the step after a failed command: noted, not done
+	case "$1" in --abort=*) echo "rank $n: $*" >>"$PROBE_OUT/aborts"; exit 0 ;; esac
 	for a in "$0" "$@"; do printf "%s\n" "$a"; done >"$PROBE_OUT/argv.$n"
 	env | sort >"$PROBE_OUT/env.$n"
 	test "$1" = --wire-up=3 && shift && shift
@@ -342,6 +344,9 @@ test_expect_success 'sbatch --dptrain: the script runs itself, its sruns go thro
 	sed -n "1p;4p" probe/argv.1 >argv && test_cmp expect argv &&
 	cat probe/calls &&
 	test "$(wc -l <probe/calls)" -eq 4 &&
+	# exit 5 is a failed rank: both watchers asked to end that step
+	grep -c "^rank [01]: --abort=5 dptrain: rank [01] on n[12]: the command exited with status 5; ending the step\$" probe/aborts >n &&
+	echo 2 >expect && test_cmp expect n &&
 	! grep slurm_script probe/calls
 '
 
