@@ -30,7 +30,7 @@ static struct spank_option dp_option = {
     .name = "dptrain",
     .arginfo = "FILE",
     .usage = "[dptrain] run every task as one rank of the data-parallel training job "
-	     "configured in FILE (JSON); see dptrain(8)",
+	     "configured in FILE (JSON); none: this step without dptrain; see dptrain(8)",
     .has_arg = 1,
     .val = 0,
     .cb = dp_option_cb,

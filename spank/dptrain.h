@@ -15,6 +15,10 @@
 #define DP_ENV_IFACE	  "DPTRAIN_IFACE"
 #define DP_ENV_TIMEOUT	  "DPTRAIN_TIMEOUT"
 
+/* --dptrain=none: this step without dptrain, in a job submitted with --dptrain (a file of
+ * that name is ./none). */
+#define DP_OPTION_NONE "none"
+
 /* plugstack.conf arguments; "" means not given (launcher and trainer have defaults). */
 struct dp_args {
 	char launcher[PATH_MAX];

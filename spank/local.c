@@ -39,6 +39,35 @@ static int dp_absolute(const char *path, char *out, size_t outlen)
 	return 0;
 }
 
+/* An srun inside a job submitted with a relative --dptrain=FILE: Slurm hands it the option
+ * as typed (SLURM_SPANK_... variables), and this srun may run elsewhere (the script did a
+ * cd). The path is resolved once, where the user typed it: sbatch/salloc exported it
+ * absolute as DPTRAIN_CONFIG, which is used when the option is the inherited one and names
+ * the same file. 1 with the path in out, else 0. */
+static int dp_inherited(const char *given, char *out, size_t outlen)
+{
+	static const char *const vars[] = {"SLURM_SPANK__SLURM_SPANK_OPTION_dptrain_dptrain",
+					   "_SLURM_SPANK_OPTION_dptrain_dptrain"};
+	const char *env = getenv(DP_ENV_CONFIG), *v, *rel = given;
+	size_t i, n, e;
+	int inherited = 0;
+
+	if (given[0] == '/' || !env || env[0] != '/')
+		return 0;
+	for (i = 0; i < sizeof vars / sizeof vars[0]; i++)
+		if ((v = getenv(vars[i])) && strcmp(v, given) == 0)
+			inherited = 1;
+	while (rel[0] == '.' && rel[1] == '/')
+		rel += 2;
+	n = strlen(rel);
+	e = strlen(env);
+	if (!inherited || n == 0 || e <= n || env[e - n - 1] != '/' || strcmp(env + e - n, rel) != 0 ||
+	    e >= outlen)
+		return 0;
+	snprintf(out, outlen, "%s", env);
+	return 1;
+}
+
 int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 {
 	const char *given = dp->option;
@@ -49,6 +78,12 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 
 	(void)sp;
 	memset(&c, 0, sizeof c);
+	if (given && strcmp(given, DP_OPTION_NONE) == 0) {
+		/* One step of a --dptrain job run without dptrain: its tasks must not see the
+		 * config either (a script that reads DPTRAIN_CONFIG). */
+		unsetenv(DP_ENV_CONFIG);
+		return 0;
+	}
 	if (!given) {
 		given = getenv(DP_ENV_CONFIG);
 		from = DP_ENV_CONFIG;
@@ -65,8 +100,11 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 		slurm_error("dptrain: --dptrain needs a job config file: --dptrain=FILE.json");
 		goto out;
 	}
-	if (dp_absolute(given, path, sizeof path) < 0)
+	if (dp_inherited(given, path, sizeof path)) {
+		from = "--dptrain of the job's sbatch or salloc";
+	} else if (dp_absolute(given, path, sizeof path) < 0) {
 		goto out;
+	}
 	if (cfg_load(&c, path, 0, NULL, err, sizeof err) < 0) {
 		slurm_error("dptrain: %s (from %s=%s); nothing was launched", err, from, given);
 		goto out;

@@ -65,7 +65,7 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	if (!dp_user_step(sp))
 		return 0;
 	have_env = spank_getenv(sp, DP_ENV_CONFIG, env, sizeof env) == ESPANK_SUCCESS && *env;
-	if (!dp->option && !have_env)
+	if ((!dp->option && !have_env) || (dp->option && strcmp(dp->option, DP_OPTION_NONE) == 0))
 		return 0; /* not a dptrain step: leave it exactly as it is */
 
 	if (dp->args_error[0]) {

@@ -326,7 +326,10 @@ test_expect_success 'sbatch --dptrain: the script runs itself, its sruns go thro
 	echo "srun exit $?"
 	srun sh -c "echo rank \$SLURM_PROCID \$DPTRAIN_CONFIG"
 	env -u DPTRAIN_CONFIG -u SLURM_SPANK__SLURM_SPANK_OPTION_dptrain_dptrain \
-		srun -n1 sh -c "echo plain \${DPTRAIN_CONFIG:-none}"
+		-u _SLURM_SPANK_OPTION_dptrain_dptrain srun -n1 sh -c "echo plain \${DPTRAIN_CONFIG:-none}"
+	srun -n1 --dptrain=none sh -c "echo opted-out \${DPTRAIN_CONFIG:-none}"
+	mkdir -p elsewhere && cd elsewhere &&
+		srun -n1 sh -c "echo from-elsewhere \$DPTRAIN_CONFIG"
 	echo done
 	EOF
 	jobid=$(timeout 30 sbatch --parsable job.sh) &&
@@ -339,11 +342,13 @@ test_expect_success 'sbatch --dptrain: the script runs itself, its sruns go thro
 	grep "^rank 0 $PWD/good.json\$" job.out &&
 	grep "^rank 1 $PWD/good.json\$" job.out &&
 	grep "^plain none\$" job.out &&
+	grep "^opted-out none\$" job.out &&
+	grep "^from-elsewhere $PWD/good.json\$" job.out &&
 	grep "^done\$" job.out &&
 	sed -n "1p;4p" probe/argv.0 >argv && printf "%s\n" "$PROBE" sh >expect && test_cmp expect argv &&
 	sed -n "1p;4p" probe/argv.1 >argv && test_cmp expect argv &&
 	cat probe/calls &&
-	test "$(wc -l <probe/calls)" -eq 4 &&
+	test "$(wc -l <probe/calls)" -eq 5 &&
 	# exit 5 is a failed rank: both watchers asked to end that step
 	grep -c "^rank [01]: --abort=5 dptrain: rank [01] on n[12]: the command exited with status 5; ending the step\$" probe/aborts >n &&
 	echo 2 >expect && test_cmp expect n &&
@@ -366,6 +371,21 @@ test_expect_success 'salloc --dptrain: the srun inside goes through the launcher
 	test -s probe/argv.0 &&
 	test_must_fail timeout 30 salloc -n1 --dptrain=bad.json true 2>err &&
 	grep "error: dptrain: .*modle" err
+'
+
+# dptrain(8): one step of a --dptrain allocation without dptrain, both ways it gives; and
+# the relative path resolved where salloc ran, wherever the srun runs.
+test_expect_success 'salloc --dptrain: --dptrain=none and the env -u recipe opt a step out' '
+	rm -f probe/* && mkdir -p sub &&
+	timeout 60 salloc -n1 --dptrain=good.json sh -c "
+		srun -n1 --dptrain=none sh -c \"echo none \\\${DPTRAIN_CONFIG:-unset}\" &&
+		env -u DPTRAIN_CONFIG -u SLURM_SPANK__SLURM_SPANK_OPTION_dptrain_dptrain \
+			-u _SLURM_SPANK_OPTION_dptrain_dptrain \
+			srun -n1 sh -c \"echo env \\\${DPTRAIN_CONFIG:-unset}\" &&
+		cd sub && srun -n1 sh -c \"echo sub \\\$DPTRAIN_CONFIG\"" >out &&
+	printf "none unset\nenv unset\nsub %s\n" "$PWD/good.json" >expect &&
+	test_cmp expect out &&
+	test "$(wc -l <probe/calls)" = 1
 '
 
 # Everything slurmstepd does between the plugins' task_init and its exec of the command, done
