@@ -303,8 +303,12 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 			dp_reap(w, 10);
 			return -1;
 		}
-		if (poll(&pf, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR)
+		int ready = poll(&pf, 1, left > 60 ? 60000 : (int)(left * 1000) + 1);
+
+		if (ready < 0 && errno != EINTR)
 			break;
+		if (ready <= 0)
+			continue; /* the deadline is checked above; read only what is there */
 		if (w->len + 65536 > w->cap) {
 			char *nb;
 

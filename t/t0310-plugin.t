@@ -233,6 +233,21 @@ test_expect_success 'dptrain not on the PATH: the trainer= program runs for it' 
 	test_must_fail env PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout 30 srun -n1 dptrain --version
 '
 
+test_expect_success 'a wire-up that hangs is stopped at its own limit + 30 s, naming the rank' '
+	cat >"$DPTRAIN_CLUSTER_RUNDIR/hang.sh" <<-\EOF &&
+	#!/bin/sh
+	# says its limit is 1 s, then never answers
+	printf "D1\0" >&3
+	exec sleep 600
+	EOF
+	chmod +x "$DPTRAIN_CLUSTER_RUNDIR/hang.sh" &&
+	plugstack launcher=$DPTRAIN_CLUSTER_RUNDIR/hang.sh &&
+	test_must_fail timeout 120 srun -n1 --dptrain=good.json true 2>err &&
+	cat err &&
+	grep "dptrain: rank 0 on n1: the wire-up (.*hang.sh) did not finish within 31 s; stopped it" err &&
+	plugstack
+'
+
 test_expect_success 'a launcher that does not exist fails the task, naming it and the node' '
 	plugstack launcher=/nonexistent/dptrain-launch &&
 	test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
