@@ -345,6 +345,18 @@ static int op_is(struct backend *be, const struct be_op *op, enum cpu_kind kind,
 /* ---------------------------------------------------------------------------------------
  * Convolution. */
 
+
+/* Whether oneDNN picked a reference (unoptimized, often 100x slower) implementation. */
+static int cpu_pd_is_ref(const_dnnl_primitive_desc_t pd)
+{
+	const char *impl = NULL;
+
+	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+	    !impl)
+		return 0;
+	return strstr(impl, "ref") != NULL;
+}
+
 static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 {
 	struct cpu_ctx *ctx = ctx_of(be);
@@ -376,7 +388,12 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	 * Measured with contrib/bench/ops-bench.c (2 threads, batch 64, ResNet-50 layers): a 1x1
 	 * forward or backward-data pass is a plain GEMM, up to 2x faster without the reorders;
 	 * 3x3 passes and every backward-weights pass are 1.5-3x faster blocked. */
-	int gemm = ctx->conv == CONV_PLAIN || (ctx->conv == CONV_AUTO && d->kh == 1 && d->kw == 1);
+	/* A strided 1x1 is a subsampling before the GEMM: oneDNN 3.7 runs it on plain layouts
+	 * with a reference kernel (jit_uni_ncsp_convolution:conv+ref:any, measured 100x slower
+	 * than blocked on ResNet-18's shortcuts), so it gets the blocked path; and any pass whose
+	 * plain-layout implementation is a reference one is recreated blocked (cpu_conv_no_ref). */
+	int gemm = ctx->conv == CONV_PLAIN ||
+		   (ctx->conv == CONV_AUTO && d->kh == 1 && d->kw == 1 && d->stride == 1);
 	cpu_cmd fx = gemm ? x : xa, fw = gemm ? w : wa, fy = gemm ? y : ya;
 	int plain_w = ctx->conv == CONV_PLAIN;
 	cpu_cmd wx = plain_w ? x : xa, ww = plain_w ? w : wa, wy = plain_w ? y : ya;
@@ -384,6 +401,14 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 
 	DNNL_TRY(cpu_conv_fwd_pd,
 		 (&pd, ctx->eng, dnnl_forward_training, fx, fw, bias, fy, strides, pl, pr));
+	if (gemm && ctx->conv == CONV_AUTO && cpu_pd_is_ref(pd)) {
+		dnnl_primitive_desc_destroy(pd);
+		pd = NULL;
+		gemm = 0;
+		fx = xa, fw = wa, fy = ya;
+		DNNL_TRY(cpu_conv_fwd_pd, (&pd, ctx->eng, dnnl_forward_training, fx, fw, bias, fy,
+					   strides, pl, pr));
+	}
 	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				 {DNNL_ARG_DST, ARG_OUT, y},
