@@ -228,10 +228,6 @@ ifeq ($(HAVE_DNNL),yes)
 CPPFLAGS     += -DHAVE_DNNL=1
 TRAINER_LIBS += -ldnnl
 endif
-ifeq ($(HAVE_OPENBLAS),yes)
-CPPFLAGS     += -DHAVE_OPENBLAS=1 $(OPENBLAS_CFLAGS)
-TRAINER_LIBS += -lopenblas
-endif
 CFLAGS += -fopenmp
 LDFLAGS += -fopenmp
 

@@ -80,8 +80,27 @@ test_expect_success 'the uninterrupted runs, one of each kind' '
 	done
 '
 
-# trial N: signal at a random moment (0.15 to 1.2 s after the start: the rendezvous, the
-# first steps and the middle of the run), then resume in the same directory to the end.
+# blocking PID: wait (at most 60 s) until PID has SIGTERM and SIGUSR1 blocked, which dptrain
+# and dptrain-run do at their main's first instruction. Before that the process is still
+# being loaded (the dynamic linker, libraries' constructors, the sanitizers' start): a signal
+# there ends it with the default action, which no program can prevent (dptrain(1)); under
+# srun --dptrain or dptrain-run the trainer starts with them blocked. Timing the signal from
+# here makes the trials the same on a busy machine as on a quiet one.
+blocking() {
+	_w=0
+	while test $_w -lt 6000 && kill -0 $1 2>/dev/null; do
+		_blk=$(sed -n "s/^SigBlk:[[:space:]]*//p" /proc/$1/status 2>/dev/null)
+		_low=${_blk#"${_blk%????}"}
+		test -n "$_low" && test $((0x$_low & 0x4200)) = $((0x4200)) && return 0
+		sleep 0.01
+		_w=$((_w + 1))
+	done
+	return 0
+}
+
+# trial N: signal at a random moment (0.15 to 1.2 s after the run blocked its stop signals:
+# the rendezvous, the first steps and the middle of the run), then resume in the same
+# directory to the end.
 trial() {
 	_n=$1
 	_k=$(kind_of $_n)
@@ -91,6 +110,7 @@ trial() {
 	rm -rf t$_n t$_n.out t$_n.resume
 	run_kind $_k t$_n >t$_n.out 2>&1 &
 	_pid=$!
+	blocking $_pid
 	sleep $_delay
 	kill -$_sig $_pid
 	wait $_pid
@@ -177,6 +197,27 @@ test_expect_success 'SIGTERM while waiting for a rank that never comes: exit 4 a
 	cat rz.out && test $s = 4 && test $((t1 - t0)) -lt 60 &&
 	grep "rank 0: stopped on request before the first step: nothing to save yet" rz.out &&
 	! test -d rz/checkpoints
+'
+
+# A library that starts threads in its constructor, before main blocks the stop signals
+# (OpenBLAS does): the kernel may deliver SIGTERM to such a thread. It must still reach the
+# trainer's waiting thread, not end the process (it did: exit 143, no checkpoint).
+blas=$(/sbin/ldconfig -p 2>/dev/null | sed -n "s/^[[:space:]]*libopenblas.so.0 (libc6,x86-64) => //p" | head -n 1)
+test -n "$blas" && test -f "$blas" && test_set_prereq OPENBLAS
+test_expect_success OPENBLAS 'SIGTERM with a library thread from before main (OpenBLAS): exit 4, a checkpoint' '
+	{
+		LD_PRELOAD=$blas DPTRAIN_OUTPUT_DIR=$PWD/pre dptrain mlp.json train.max_steps=100000 \
+			train.log_every=1 >pre.out 2>&1 &
+	} &&
+	pid=$! &&
+	i=0 && until grep -q "^epoch: 1 step: 2," pre.out || test $i -ge 6000; do sleep 0.01; i=$((i + 1)); done &&
+	test "$(ls /proc/$pid/task | wc -l)" -gt 3 &&
+	kill -TERM $pid &&
+	{ wait $pid; s=$?; } &&
+	tail -n 3 pre.out &&
+	test $s = 4 &&
+	grep "stopping on request at step" pre.out &&
+	ls pre/checkpoints/step-*/model.safetensors
 '
 
 test_expect_success 'a stranger on MASTER_PORT: rank 1 says so, without waiting for the rendezvous to close' '

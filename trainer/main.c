@@ -36,17 +36,39 @@ enum {
 
 /* Stop requests: SIGTERM (Slurm's preemption and time limit, scancel) and SIGUSR1 (sbatch
  * --signal): finish the step, checkpoint, stop. They are blocked from main's first instruction,
- * so every thread inherits the mask (OpenMP's, oneDNN's, OpenBLAS's, the loader's, CUDA's,
- * NCCL's), and one thread that does nothing else takes them with sigwaitinfo: no handler ever
- * runs on a thread that runs a kernel (oneDNN's AVX-512 GEMM points the stack pointer into a
- * heap workspace, and the kernel would write the signal frame there). dptrain-launch hands a
- * stop signal that arrived before the exec on, pending. The one piece of global state. */
+ * so every thread started from then on inherits the mask (OpenMP's, oneDNN's, the loader's,
+ * CUDA's, NCCL's), and one thread that does nothing else takes them with sigwaitinfo: no
+ * handler ever runs on a thread that runs a kernel (oneDNN's AVX-512 GEMM points the stack
+ * pointer into a heap workspace, and the kernel would write the signal frame there).
+ * A thread that a library started before main (in its constructor, as OpenBLAS starts its
+ * pool) has them unblocked, and the kernel delivers a process-directed signal there: the
+ * handler stop_forward, which only such threads can run, hands it to the waiting thread
+ * (measured: without it, SIGTERM to a build that loaded OpenBLAS ended the process, 143).
+ * dptrain-launch hands a stop signal that arrived before the exec on, pending. The one piece
+ * of global state. */
 static struct {
 	sigset_t set;
 	atomic_int requested; /* the signal that asked, 0 while none */
 	atomic_int training;  /* a training run: a stop is a request, not the end of the process */
 	char who[32];	      /* "rank N" for the message */
+	pthread_t waiter;     /* the thread in sigwaitinfo, once waiter_ready */
+	atomic_int waiter_ready;
+	atomic_int early; /* a signal stop_forward took before the waiter existed */
 } stop;
+
+static void stop_forward(int sig)
+{
+	int e = errno;
+
+	if (atomic_load(&stop.waiter_ready)) {
+		pthread_kill(stop.waiter, sig);
+	} else {
+		atomic_store(&stop.early, sig);
+		if (atomic_load(&stop.waiter_ready) && atomic_exchange(&stop.early, 0))
+			pthread_kill(stop.waiter, sig);
+	}
+	errno = e;
+}
 
 static void *stop_waiter(void *arg)
 {
@@ -80,11 +102,19 @@ static void *stop_waiter(void *arg)
 static void block_stop_signals(void)
 {
 	/* a closed stdout (the launcher's tee gone) must not end a rank in its checkpoint */
+	struct sigaction fwd;
+
 	signal(SIGPIPE, SIG_IGN);
 	sigemptyset(&stop.set);
 	sigaddset(&stop.set, SIGTERM);
 	sigaddset(&stop.set, SIGUSR1);
 	pthread_sigmask(SIG_BLOCK, &stop.set, NULL);
+	memset(&fwd, 0, sizeof(fwd));
+	fwd.sa_handler = stop_forward;
+	fwd.sa_flags = SA_RESTART;
+	sigfillset(&fwd.sa_mask);
+	sigaction(SIGTERM, &fwd, NULL);
+	sigaction(SIGUSR1, &fwd, NULL);
 }
 
 /* Once the command line says whether this is a training run (a signal that came earlier,
@@ -100,11 +130,19 @@ static void take_stop_signals(int training)
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	int e = pthread_create(&t, &attr, stop_waiter, NULL);
-	if (e != 0) {
+	if (e == 0) {
+		int sig;
+		stop.waiter = t;
+		atomic_store(&stop.waiter_ready, 1);
+		if ((sig = atomic_exchange(&stop.early, 0)) != 0)
+			pthread_kill(t, sig);
+	} else {
 		/* nobody would take them: leave their default action to them */
 		fprintf(stderr, "dptrain: warning: no thread for SIGTERM/SIGUSR1 (%s): they end "
 				"the process without a checkpoint\n",
 			strerror(e));
+		signal(SIGTERM, SIG_DFL);
+		signal(SIGUSR1, SIG_DFL);
 		pthread_sigmask(SIG_UNBLOCK, &stop.set, NULL);
 	}
 	pthread_attr_destroy(&attr);
