@@ -98,21 +98,32 @@ blocking() {
 	return 0
 }
 
-# trial N: signal at a random moment (0.15 to 1.2 s after the run blocked its stop signals:
-# the rendezvous, the first steps and the middle of the run), then resume in the same
-# directory to the end.
+# trial N: signal at a random moment, then resume in the same directory to the end. The
+# moment is a point of the run, not of the clock, so that it falls the same on a slow build,
+# a busy machine or a quiet one: in 1 trial of 7 during the start (the rendezvous), else in a
+# random step from 1 to 140 (every kind runs at least 150), in both cases up to 50 ms later:
+# mid-step, where the old signal handler struck.
 trial() {
 	_n=$1
 	_k=$(kind_of $_n)
 	_sig=TERM
 	test $((_n % 3)) = 2 && _sig=USR1
-	_delay=$(awk -v n=$_n 'BEGIN { srand(8400 + n); printf "%.3f", 0.15 + rand() * 1.05 }')
+	_at=$(awk -v n=$_n 'BEGIN { srand(8400 + n); s = rand() < 1 / 7 ? 0 : 1 + int(rand() * 140);
+		printf "%d %.3f", s, rand() * 0.05 }')
+	_step=${_at% *} _delay=${_at#* }
 	rm -rf t$_n t$_n.out t$_n.resume
-	run_kind $_k t$_n >t$_n.out 2>&1 &
+	run_kind $_k t$_n train.log_every=1 >t$_n.out 2>&1 &
 	_pid=$!
 	blocking $_pid
-	sleep $_delay
-	kill -$_sig $_pid
+	_w=0
+	while test $_step -gt 0 && test $_w -lt 30000 && ! grep -q "step: $_step," t$_n.out &&
+		kill -0 $_pid 2>/dev/null; do
+		sleep 0.01
+		_w=$((_w + 1))
+	done
+	_delay="step $_step + ${_delay}"
+	sleep ${_delay##* }
+	kill -$_sig $_pid 2>/dev/null
 	wait $_pid
 	_s=$?
 	if grep -qiE "corrupt|double free|killed by signal" t$_n.out t$_n/device*/train.log \
@@ -204,6 +215,8 @@ test_expect_success 'SIGTERM while waiting for a rank that never comes: exit 4 a
 # trainer's waiting thread, not end the process (it did: exit 143, no checkpoint).
 blas=$(/sbin/ldconfig -p 2>/dev/null | sed -n "s/^[[:space:]]*libopenblas.so.0 (libc6,x86-64) => //p" | head -n 1)
 test -n "$blas" && test -f "$blas" && test_set_prereq OPENBLAS
+# (the sanitizers' runtime must come first among preloaded libraries)
+test "$DPTRAIN_SAN" = 1 && blas="$(${CC:-cc} -print-file-name=libasan.so) $blas"
 test_expect_success OPENBLAS 'SIGTERM with a library thread from before main (OpenBLAS): exit 4, a checkpoint' '
 	{
 		LD_PRELOAD=$blas DPTRAIN_OUTPUT_DIR=$PWD/pre dptrain mlp.json train.max_steps=100000 \

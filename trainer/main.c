@@ -602,6 +602,9 @@ int main(int argc, char **argv)
 	int rv;
 
 	block_stop_signals();
+	/* The log is read as it grows (tail -f of train.log, srun's console): a line at a time,
+	 * not when a 4 KB buffer fills. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (parse_args(argc, argv, &a) < 0) {
 		rv = EXIT_USAGE;
 		goto out;

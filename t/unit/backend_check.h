@@ -20,11 +20,17 @@ struct chk_rng {
 	uint64_t s;
 };
 
-/* DPTRAIN_TEST_SEED reruns a failing case; otherwise every run draws fresh inputs. */
+/* The same inputs on every run (a test that passes once passes every time, on every machine):
+ * DPTRAIN_TEST_SEED=N picks other ones, DPTRAIN_TEST_SEED=time new ones per run, to explore.
+ * (With a seed per run, nn_half.t's fp16 LeNet gradients fell below their cosine bound about
+ * once in many runs: a max-pool or ReLU decision within fp16 rounding of its tie flips and
+ * moves one sample's share of the gradient, as t0700 explains for float32 sums.) */
 static inline uint64_t chk_seed(void)
 {
 	const char *env = getenv("DPTRAIN_TEST_SEED");
-	uint64_t seed = env && *env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL);
+	uint64_t seed = !env || !*env		    ? 20261126u
+			: strcmp(env, "time") == 0 ? (uint64_t)time(NULL)
+						    : strtoull(env, NULL, 0);
 
 	diag("seed %llu (rerun with DPTRAIN_TEST_SEED=%llu)", (unsigned long long)seed,
 	     (unsigned long long)seed);
