@@ -136,6 +136,15 @@ test_expect_success 'a bad config is refused by srun before anything runs' '
 	test_must_be_empty out
 '
 
+test_expect_success 'output.dir on the trainer command line under srun: refused, not ignored' '
+	rc=0 &&
+	timeout 120 srun -n1 --dptrain=job.json dptrain output.dir=elsewhere >out 2>err || rc=$? &&
+	cat out err &&
+	test $rc = 1 &&
+	grep "output.dir on the command line cannot move this rank.s output: the launcher already made its directory" out err &&
+	! test -e elsewhere
+'
+
 # A shared file system: another user may have made the job's output directory first, to
 # read its files or plant a checkpoint. It is refused, nothing is written into it.
 test_expect_success 'an output directory of another user, or a symlinked device dir, is refused' '
@@ -156,9 +165,11 @@ test_expect_success 'an output directory of another user, or a symlinked device 
 '
 
 # A rank that fails ends the step for any command (dptrain(8)): the plugin's watcher asks
-# PMIx to abort it, as srun -K would. The others would sleep for 300 s; the bound is 120 s.
+# PMIx to abort it, as srun -K would. The others sleep 300 s (exec: nothing of theirs can run
+# after Slurm kills them), srun's bound is 120 s: srun returning with the failed rank's
+# status, not timeout's 124, is the step ending.
 fail_rank() { # RANK HOW: the command of every rank; RANK leaves by HOW, the others sleep
-	printf '#!/bin/sh\nif [ "$RANK" = %s ]; then %s; fi\nsleep 300\necho survived\n' "$1" "$2" >fail.sh &&
+	printf '#!/bin/sh\nif [ "$RANK" = %s ]; then %s; fi\nexec sleep 300\n' "$1" "$2" >fail.sh &&
 	chmod +x fail.sh
 }
 
@@ -167,16 +178,14 @@ test_expect_success 'a rank that exits 3 ends the step at once, naming itself (-
 	test_expect_code 3 timeout 120 srun -N2 --ntasks-per-node=2 --dptrain=job.json ./fail.sh \
 		>out 2>err &&
 	cat err &&
-	grep "dptrain: rank 2 on n2: the command exited with status 3; ending the step" err &&
-	! grep survived out
+	grep "dptrain: rank 2 on n2: the command exited with status 3; ending the step" err
 '
 
 test_expect_success 'a rank killed by SIGKILL (as by the OOM killer) ends the step' '
 	fail_rank 1 "kill -9 \$\$" &&
 	test_expect_code 137 timeout 120 srun -n2 --dptrain=job.json ./fail.sh >out 2>err &&
 	cat err &&
-	grep "dptrain: rank 1 on n[12]: the command was killed by signal 9" err &&
-	! grep survived out
+	grep "dptrain: rank 1 on n[12]: the command was killed by signal 9" err
 '
 
 test_expect_success 'exit 4 (stopped, checkpoint written) does not end the others' '

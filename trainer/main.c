@@ -513,7 +513,7 @@ static int stopped_early(int rank)
 
 /* The rank and output directory come from dptrain-launch (srun --dptrain, dptrain-run);
  * run by hand, dptrain is rank 0 of 1 and writes to output.dir with %j = "local". */
-static int train(const struct cfg *c)
+static int train(const struct cfg *c, int outdir_overridden)
 {
 	char outdir[4096], err[4096];
 	const char *od = getenv("DPTRAIN_OUTPUT_DIR");
@@ -530,6 +530,17 @@ static int train(const struct cfg *c)
 				"start ranks with srun --dptrain or dptrain-run\n",
 			getenv("RANK") ? getenv("RANK") : "", getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "");
 		return EXIT_USAGE;
+	}
+	if (od && *od && outdir_overridden) {
+		/* the launcher made this rank's directory (rank table, device<N>/ and its logs)
+		 * before we ran: moving the weights elsewhere would split the job's output */
+		fprintf(stderr,
+			"dptrain: rank %d: output.dir on the command line cannot move this rank's "
+			"output: the launcher already made its directory %s (the job config's "
+			"output.dir or DPTRAIN_OUTPUT_DIR); set output.dir in the job config, or "
+			"DPTRAIN_OUTPUT_DIR for srun (dptrain-run -o)\n",
+			env.rank, od);
+		return EXIT_CONFIG;
 	}
 	if (od && *od) {
 		snprintf(outdir, sizeof(outdir), "%s", od);
@@ -621,7 +632,11 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < c.nwarnings; i++)
 		fprintf(stderr, "dptrain: warning: %s: %s\n", a.config, c.warnings[i]);
-	rv = a.check ? print_config(&c) : train(&c);
+	int outdir_overridden = 0;
+	for (int i = 0; i < a.noverrides; i++)
+		if (strncmp(a.overrides[i], "output.dir=", 11) == 0)
+			outdir_overridden = 1;
+	rv = a.check ? print_config(&c) : train(&c, outdir_overridden);
 out:
 	cfg_free(&c);
 	free(a.overrides);
