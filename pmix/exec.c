@@ -105,6 +105,7 @@ static int run_with_tee(const struct launch_exec *e, int log_fd)
 	}
 	close(out_p[1]);
 	close(err_p[1]);
+	tee_pass_pending(pid, e->stop, &pending);
 	tee_copy(pid, out_p[0], err_p[0], log_fd, e->ident, e->train_log, parent);
 	close(log_fd);
 	tee_finish(pid, e->ident);

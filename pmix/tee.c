@@ -20,13 +20,34 @@ static const int tee_ignored[TEE_NIGNORED] = {SIGINT,	SIGTERM, SIGHUP, SIGQUIT,
 void tee_ignore(struct sigaction *old)
 {
 	struct sigaction ign;
+	sigset_t blocked;
 	int i;
 
 	memset(&ign, 0, sizeof(ign));
 	ign.sa_handler = SIG_IGN;
 	sigemptyset(&ign.sa_mask);
-	for (i = 0; i < TEE_NIGNORED; i++)
-		sigaction(tee_ignored[i], &ign, &old[i]);
+	sigprocmask(SIG_BLOCK, NULL, &blocked);
+	for (i = 0; i < TEE_NIGNORED; i++) {
+		/* A blocked one (the stop signals) cannot end the tee anyway; ignoring it would
+		 * discard one already pending, which tee_pass_pending still has to hand on. */
+		if (sigismember(&blocked, tee_ignored[i]) == 1)
+			sigaction(tee_ignored[i], NULL, &old[i]);
+		else
+			sigaction(tee_ignored[i], &ign, &old[i]);
+	}
+}
+
+void tee_pass_pending(pid_t child, const sigset_t *stop, const sigset_t *before)
+{
+	sigset_t now;
+	int sig;
+
+	if (!stop || sigpending(&now) != 0)
+		return;
+	for (sig = 1; sig < NSIG; sig++)
+		if (sigismember(stop, sig) == 1 && sigismember(&now, sig) == 1 &&
+		    sigismember(before, sig) != 1)
+			kill(child, sig);
 }
 
 void tee_restore(const struct sigaction *old)

@@ -11,11 +11,18 @@
 /* Signals the tee ignores while it copies: Slurm signals every process of the step and
  * dptrain-run the whole process group, so the command gets them itself; the tee must outlive
  * it to copy its last lines, and forwarding would deliver them twice. tee_ignore() sets
- * SIG_IGN for them and keeps the old dispositions in old[TEE_NIGNORED]; tee_restore() puts
- * them back (in the command's process). */
+ * SIG_IGN for those not blocked (a blocked one cannot end the tee, and stays pending) and
+ * keeps the old dispositions in old[TEE_NIGNORED]; tee_restore() puts them back (in the
+ * command's process). */
 #define TEE_NIGNORED 7
 void tee_ignore(struct sigaction *old);
 void tee_restore(const struct sigaction *old);
+
+/* In the tee after the fork: stop signals (members of stop) pending here now that were not
+ * in `before` (taken just before the fork, and re-raised in the child) came in between and
+ * reached only this process: send them to the child. One that also reached the child (its
+ * process group was signalled after the fork) arrives twice, which is one stop request. */
+void tee_pass_pending(pid_t child, const sigset_t *stop, const sigset_t *before);
 
 /* Copy out_r and err_r to log_fd and to stdout/stderr until both close, or until the child
  * has exited and what it left in the pipes is copied (a grandchild may hold them open). When

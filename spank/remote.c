@@ -494,6 +494,7 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		close(err_p[1]);
 	}
 	tee_ignore(old);
+	tee_pass_pending(pid, stop, &pending);
 	if (out_p[0] >= 0)
 		tee_copy(pid, out_p[0], err_p[0], fd, ident, w->log, parent);
 	if (fd >= 0)
