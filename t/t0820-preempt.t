@@ -33,6 +33,21 @@ wait_pending() {
 	done
 	[ "$(squeue -h -j "$1" -o %T 2>/dev/null)" = PENDING ]
 }
+# nodes_idle SECONDS: every node has finished with the jobs it ran (no COMPLETING, nothing
+# allocated), and the clock has passed the second in which that was seen. Before an admin
+# starts a requeued job at once (StartTime=now): Slurm holds it for a while by itself,
+# because a relaunch whose credential is not newer than the node's revocation of the last run
+# (both in whole seconds) is killed as "Job credential revoked" (measured: a start 0.2 s after
+# the requeue, in the same second).
+nodes_idle() {
+	_i=0
+	while [ -n "$(sinfo -h -N -o %T 2>/dev/null | grep -v '^idle$')" ] && [ $_i -lt $(($1 * 10)) ]; do
+		sleep 0.1; _i=$((_i + 1))
+	done
+	[ -z "$(sinfo -h -N -o %T 2>/dev/null | grep -v '^idle$')" ] || return 1
+	_t=$(($(date +%s) + 1))
+	while [ "$(date +%s)" -le $_t ]; do sleep 0.1; done
+}
 # wait_gone JOBID SECONDS: the job left the queue
 wait_gone() {
 	_i=0
@@ -134,8 +149,9 @@ test_expect_success 'contrib/examples/requeue.sbatch: stopped by USR1, it requeu
 	scancel --signal=USR1 "$jid" &&
 	wait_for example.out "requeueing job $jid" 300 &&
 	wait_pending "$jid" 300 &&
+	nodes_idle 300 &&
 	scontrol update JobId="$jid" StartTime=now &&
-	{ wait_for example.out "resuming from" 300 || { squeue -j "$jid"; false; }; } &&
+	{ wait_for example.out "resuming from" 300 || { cat example.out; squeue -j "$jid"; false; }; } &&
 	scancel "$jid" && wait_gone "$jid" 300 &&
 	cat example.out &&
 	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" example.out | head -n 1) &&
@@ -159,13 +175,14 @@ test_expect_success 'sbatch --requeue: a requeued job resumes by itself and fini
 	echo "srun exit $?"
 	EOF
 	jid=$(sbatch --parsable --dptrain=job.json -o requeue.out --open-mode=append requeue.sh) &&
-	wait_for requeue.out "step: 50," 60 &&
+	wait_for requeue.out "step: 50," 300 &&
 	scontrol requeue "$jid" &&
-	wait_for requeue.out "stopped at step .* on request" 60 &&
-	wait_pending "$jid" 30 &&
+	wait_for requeue.out "stopped at step .* on request" 300 &&
+	wait_pending "$jid" 300 &&
 	# Slurm holds a requeued job for a while (BeginTime); an admin may release it at once
+	nodes_idle 300 &&
 	scontrol update JobId="$jid" StartTime=now &&
-	wait_gone "$jid" 90 &&
+	wait_gone "$jid" 300 &&
 	cat requeue.out &&
 	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" requeue.out) &&
 	grep "^run 1" requeue.out &&

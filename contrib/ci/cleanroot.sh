@@ -430,7 +430,7 @@ else
 		test_phase "make check" 5400 build/ci-check.log "make check"
 	else
 		[ $UNIT = 0 ] || test_phase "make check-unit" 2400 build/ci-unit.log "make check-unit"
-		test_phase "make check-integration SHELL_TESTS='${TESTS[*]}'" 1800 build/ci-integration.log \
+		test_phase "make check-integration SHELL_TESTS='${TESTS[*]}'" 3000 build/ci-integration.log \
 			"make check-integration SHELL_TESTS='${TESTS[*]}'"
 	fi
 fi
