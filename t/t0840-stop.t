@@ -143,7 +143,9 @@ trial() {
 		return 1
 		;;
 	esac
-	if test $_s = 4 && ! grep -q "nothing to save yet" t$_n.out t$_n/device*/train.log 2>/dev/null; then
+	# a stop during the start: the trainer says "nothing to save yet", a launcher still wiring
+	# up "nothing was trained yet, so there is nothing to save"
+	if test $_s = 4 && ! grep -qE "nothing to save yet|there is nothing to save" t$_n.out t$_n/device*/train.log 2>/dev/null; then
 		at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" t$_n.out t$_n/device0/train.log 2>/dev/null | head -n 1)
 		test -n "$at" && test -s t$_n/checkpoints/step-$at/model.safetensors || {
 			echo "trial $_n ($_k, SIG$_sig after $_delay s): exit 4 without its checkpoint:"
