@@ -93,9 +93,7 @@ static int run_with_tee(const struct launch_exec *e, int log_fd)
 	if (pid == 0) {
 		/* The command gets the dispositions we were started with, not the tee's. */
 		tee_restore(old);
-		for (int sig = 1; e->stop && sig < NSIG; sig++)
-			if (sigismember(e->stop, sig) == 1 && sigismember(&pending, sig) == 1)
-				raise(sig); /* blocked: pending again, here */
+		tee_raise_pending(e->stop, &pending);
 		/* and if the tee dies, the command is told to stop */
 		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != tee)
 			_exit(1);

@@ -37,6 +37,15 @@ void tee_ignore(struct sigaction *old)
 	}
 }
 
+void tee_raise_pending(const sigset_t *stop, const sigset_t *pending)
+{
+	int sig;
+
+	for (sig = 1; stop && sig < NSIG; sig++)
+		if (sigismember(stop, sig) == 1 && sigismember(pending, sig) == 1)
+			raise(sig); /* blocked: pending again, here */
+}
+
 void tee_pass_pending(pid_t child, const sigset_t *stop, const sigset_t *before)
 {
 	sigset_t now;

@@ -476,11 +476,9 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		return -1;
 	}
 	if (pid == 0) {
-		int sig, o = out_p[1] >= 0 ? out_p[1] : fd, e = err_p[1] >= 0 ? err_p[1] : fd;
+		int o = out_p[1] >= 0 ? out_p[1] : fd, e = err_p[1] >= 0 ? err_p[1] : fd;
 
-		for (sig = 1; sig < NSIG; sig++)
-			if (sigismember(stop, sig) == 1 && sigismember(&pending, sig) == 1)
-				raise(sig); /* blocked: pending again, here */
+		tee_raise_pending(stop, &pending);
 		/* if the watcher dies, the command is told to stop */
 		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != watcher)
 			_exit(1);
