@@ -13,3 +13,18 @@ if ! test -f /usr/share/sharness/sharness.sh; then
 	exit 0
 fi
 . /usr/share/sharness/sharness.sh
+# Every test file also writes its whole story to build/t/test-results/NAME.out: each test's
+# script, what its commands printed (stdout and stderr) and its ok / not ok line. prove shows
+# only the TAP lines; after a failure (here, in CI's clean root) the .out says why. With -v
+# the story goes to the terminal as before.
+if test "$verbose" != t; then
+	mkdir -p "$SHARNESS_TEST_DIRECTORY/test-results"
+	exec 3>"$SHARNESS_TEST_DIRECTORY/test-results/$this_test.out" 4>&3
+	# ok / not ok / skip lines to the .out too ("info" lines are already sent to it).
+	say_color() {
+		test -z "$1" && test -n "$quiet" && return
+		test "$1" = info || printf '%s\n' "$2" >&3
+		shift
+		printf '%s\n' "$*"
+	}
+fi

@@ -378,6 +378,7 @@ test_phase() {
 		grep -a -A12 '^not ok' "$log" | head -n 150 | sed 's/^/ci: | /' || true
 		echo "ci: | ..."
 		tail -n 12 "$log" | sed 's/^/ci: | /'
+		sh "$TOP/contrib/ci/failures.sh" "$ROOT$SRC_IN_ROOT/build" | head -n 400 | sed 's/^/ci: | /'
 		fail "$name: failed (exit $rc; the whole log: $log)"
 	fi
 	skips=$(grep -aiE '^ok [0-9]+.*# skip|^1\.\.0 # skip|skipped:' "$log" || true)
