@@ -145,7 +145,7 @@ TRAINER_LIB_SRC := $(filter-out $(CFG_LIB_SRC) trainer/main.c,$(wildcard trainer
 LAUNCH_LIB_SRC  := $(filter-out pmix/launch.c pmix/run.c,$(wildcard pmix/*.c))
 SPANK_SRC   := $(wildcard spank/*.c)
 # What the plugin shares with dptrain-launch: the tee of a rank's output (no PMIx in it).
-PLUGIN_SHARED_SRC := pmix/tee.c ranktable/atomic_file.c
+PLUGIN_SHARED_SRC := pmix/tee.c ranktable/atomic_file.c ranktable/secret.c
 TAP_SRC     := $(wildcard t/lib/*.c)
 UNIT_SRC    := $(wildcard t/unit/*.c)
 

@@ -217,7 +217,8 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, siz
 		goto out;
 	}
 	if (!a->master_port)
-		a->master_port = rt_default_port(a->job_id, a->step_id);
+		a->master_port =
+		    rt_default_port(a->job_id, a->step_id, getenv("DPTRAIN_STORE_SECRET"));
 	rv = 0;
 out:
 	if (hosts)

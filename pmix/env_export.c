@@ -2,6 +2,7 @@
  * table variables, dptrain's own) and env.log, its sorted copy in the device directory. Only
  * sets variables; must not decide the values (alloc.c and the rank table do). */
 #include "launch.h"
+#include "secret.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -109,6 +110,9 @@ int launch_env_log(const char *path, char *err, size_t errlen)
 		goto nomem;
 	for (i = 0; i < n; i++) {
 		size_t l = strlen(vars[i]);
+		/* the step's secret is the one value not written down, even in a 0600 file */
+		if (strncmp(vars[i], DP_SECRET_ENV "=", sizeof(DP_SECRET_ENV)) == 0)
+			l = sizeof(DP_SECRET_ENV);
 		memcpy(buf + used, vars[i], l);
 		used += l;
 		buf[used++] = '\n';

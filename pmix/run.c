@@ -6,6 +6,7 @@
 #include "alloc.h"
 #include "config.h"
 #include "launch.h"
+#include "secret.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -215,7 +216,7 @@ int main(int argc, char **argv)
 	const char *outdir_opt = NULL, *timeout_opt = NULL, *s;
 	char *launcher = NULL, *trainer = NULL, **cmd, *default_cmd[] = {"dptrain", NULL};
 	char err[ALLOC_ERR_MAX], outdir[LAUNCH_PATH_MAX], pattern[LAUNCH_PATH_MAX], job[64],
-	    what[128];
+	    secret[DP_SECRET_LEN + 1], what[128];
 	sigset_t block, oldmask;
 	struct timespec wait_ts;
 	struct cfg c;
@@ -296,6 +297,10 @@ int main(int argc, char **argv)
 	set("GROUP_RANK", "0");
 	set("MASTER_ADDR", "127.0.0.1");
 	set_int("MASTER_PORT", port);
+	/* this run's secret: another user's program on 127.0.0.1 cannot join the ranks */
+	if (dp_secret_make(secret, err, sizeof(err)) != 0)
+		die(1, "%s", err);
+	set(DP_SECRET_ENV, secret);
 	if (timeout_opt)
 		set("DPTRAIN_TIMEOUT", timeout_opt);
 	if (run.verbose)
@@ -334,15 +339,15 @@ int main(int argc, char **argv)
 			run.ranks[r].status = status;
 			run.alive--;
 			/* Every crash is named, stopped or not, and the first one decides the exit
-			 * status. A rank that stops as asked (4 after a stop request) is no failure:
-			 * the others may still be writing the checkpoint. */
+			 * status. A rank that stops as asked (4 after a stop request) is no
+			 * failure: the others may still be writing the checkpoint. */
 			int bad = crashed(status, interrupted);
 			if (run.verbose || bad) {
 				describe(status, what, sizeof(what));
 				fprintf(stderr, "dptrain-run: rank %d %s", r, what);
 				if (bad && per_rank_logs)
-					fprintf(stderr, " (its output: %s/device%d/train.log)", outdir,
-						r);
+					fprintf(stderr, " (its output: %s/device%d/train.log)",
+						outdir, r);
 			}
 			if (bad && failed < 0) {
 				failed = r;

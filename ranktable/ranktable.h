@@ -106,10 +106,13 @@ int rt_compare(const struct ranktable *a, const struct ranktable *b, enum rt_sch
  * IPv4 (then IPv6) address getaddrinfo gives. -1 with an error naming the host. */
 int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MAX]);
 
-/* The master port used when nobody chose one: derived from job and step id (numeric prefixes;
- * anything else counts as 0), in 61000..65499, above Linux's default ephemeral range, so
- * concurrent steps on one node rarely collide and every rank computes the same value. */
-int rt_default_port(const char *job_id, const char *step_id);
+/* The master port used when nobody chose one (no PMIx): in 61000..65499, above Linux's
+ * default ephemeral range, the same on every rank. With the step's secret (secret non-empty:
+ * DPTRAIN_STORE_SECRET, which srun --dptrain gives every task) a hash of job, step and secret,
+ * so another user cannot tell the port in advance and take it; without one, derived from job
+ * and step id alone (numeric prefixes; anything else counts as 0), so concurrent steps on one
+ * node rarely collide. */
+int rt_default_port(const char *job_id, const char *step_id, const char *secret);
 
 /* Build a table from the environment of a job step (what `dptrain-ranktable from-env` does):
  * RT_ENV_SLURM: SLURM_STEP_NODELIST/SLURM_JOB_NODELIST, SLURM_STEP_TASKS_PER_NODE/

@@ -51,9 +51,20 @@ int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MA
 	return 0;
 }
 
-int rt_default_port(const char *job_id, const char *step_id)
+int rt_default_port(const char *job_id, const char *step_id, const char *secret)
 {
 	unsigned long long job = 0, step = 0;
+	if (secret && *secret) { /* FNV-1a over "job\0step\0secret" */
+		unsigned long long h = 1469598103934665603ULL;
+		const char *part[3] = {job_id ? job_id : "", step_id ? step_id : "", secret};
+		for (int i = 0; i < 3; i++)
+			for (const char *s = part[i];; s++) {
+				h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+				if (!*s)
+					break;
+			}
+		return 61000 + (int)(h % 4500);
+	}
 	for (const char *s = job_id; s && *s >= '0' && *s <= '9'; s++)
 		job = (job * 10 + (unsigned long long)(*s - '0')) % 1000000007ULL;
 	for (const char *s = step_id; s && *s >= '0' && *s <= '9'; s++)
@@ -189,7 +200,7 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 		for (int l = 0; l < counts[i]; l++, r++)
 			ranks[r] = (struct rt_alloc_rank){hosts[i], addrs[i], i, l, -1};
 	a = (struct rt_alloc){world, addrs[0], 0, job, step, ranks};
-	a.master_port = rt_default_port(job, step);
+	a.master_port = rt_default_port(job, step, getenv("DPTRAIN_STORE_SECRET"));
 	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
 		goto out;
 	/* Each value is cut short, so the whole line fits in RT_ERR_MAX. */

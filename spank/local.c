@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "dptrain.h"
+#include "secret.h"
 
 /* The tasks start in another directory (--chdir, or sbatch's srun from elsewhere): the path
  * must not depend on the current one. Symlinks are kept, as the user named them. */
@@ -61,8 +62,8 @@ static int dp_inherited(const char *given, char *out, size_t outlen)
 		rel += 2;
 	n = strlen(rel);
 	e = strlen(env);
-	if (!inherited || n == 0 || e <= n || env[e - n - 1] != '/' || strcmp(env + e - n, rel) != 0 ||
-	    e >= outlen)
+	if (!inherited || n == 0 || e <= n || env[e - n - 1] != '/' ||
+	    strcmp(env + e - n, rel) != 0 || e >= outlen)
 		return 0;
 	snprintf(out, outlen, "%s", env);
 	return 1;
@@ -116,6 +117,20 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	if (setenv(DP_ENV_CONFIG, path, 1) < 0) {
 		slurm_error("dptrain: cannot set %s: %s", DP_ENV_CONFIG, strerror(errno));
 		goto out;
+	}
+	/* Each srun --dptrain (a step) gets its own secret, passed to its tasks with the rest of
+	 * srun's environment: the ranks' rendezvous store and collectives let in only who has
+	 * it. sbatch and salloc make none: their sruns do. */
+	if (spank_context() == S_CTX_LOCAL) {
+		char secret[DP_SECRET_LEN + 1];
+		if (dp_secret_make(secret, err, sizeof err) < 0) {
+			slurm_error("dptrain: %s; nothing was launched", err);
+			goto out;
+		}
+		if (setenv(DP_SECRET_ENV, secret, 1) < 0) {
+			slurm_error("dptrain: cannot set %s: %s", DP_SECRET_ENV, strerror(errno));
+			goto out;
+		}
 	}
 	slurm_verbose("dptrain: job config %s is valid", path);
 	rv = 0;

@@ -20,11 +20,11 @@ fi
 if test "$verbose" != t; then
 	mkdir -p "$SHARNESS_TEST_DIRECTORY/test-results"
 	exec 3>"$SHARNESS_TEST_DIRECTORY/test-results/$this_test.out" 4>&3
-	# ok / not ok / skip lines to the .out too ("info" lines are already sent to it).
+	# the ok / not ok lines to the .out too (the other lines sharness prints go there already)
 	say_color() {
 		test -z "$1" && test -n "$quiet" && return
-		test "$1" = info || printf '%s\n' "$2" >&3
 		shift
+		case "$*" in "ok "* | "not ok "*) printf '%s\n' "$*" >&3 ;; esac
 		printf '%s\n' "$*"
 	}
 fi

@@ -86,6 +86,38 @@ test_expect_success FMNIST 'srun --dptrain -n1 dptrain: the bundled trainer trai
 	grep "^epoch: 1 step: 30, loss is " "$d/device0/train.log"
 '
 
+test_expect_success FMNIST 'each srun --dptrain step has its own secret; a rank without it is refused, and logged by rank 0' '
+	cat >stranger.sh <<-\EOF &&
+	#!/bin/sh
+	echo "$DPTRAIN_STORE_SECRET" >"secret.$SLURM_STEP_ID.$RANK"
+	if test "$RANK" = 1; then
+		# first as a stranger (a wrong secret) on the same port, then as itself
+		DPTRAIN_STORE_SECRET=00000000000000000000000000000000 dptrain "$@" >stranger.out 2>&1
+		echo "stranger exited $?" >>stranger.out
+	fi
+	exec dptrain "$@"
+	EOF
+	chmod +x stranger.sh &&
+	timeout 300 srun -n2 --dptrain=job.json ./stranger.sh train.epochs=0 train.max_steps=5 \
+		data.eval=null >out 2>err &&
+	d=$(newest steps) && step=${d##*.} &&
+	cat stranger.out &&
+	grep "stranger exited 3" stranger.out &&
+	grep "refused rank 1: refused: not a rank of this job" stranger.out &&
+	! grep "$(basename "$d")" stranger.out &&
+	grep "dptrain: rendezvous: refused a connection to port [0-9]* from .*: it said it was rank 1 on .* but gave a wrong secret" "$d/device0/train.log" &&
+	grep "^dptrain: done: 5 steps" out &&
+	s0=$(cat secret.$step.0) && s1=$(cat secret.$step.1) &&
+	echo "$s0" | grep -Ex "[0-9a-f]{32}" &&
+	test "$s0" = "$s1" &&
+	! grep -r "$s0" "$d" &&
+	grep -x "DPTRAIN_STORE_SECRET=" "$d/device0/env.log" &&
+	timeout 120 srun -n2 --dptrain=job.json ./probe.sh >/dev/null &&
+	srun -n1 --dptrain=job.json sh -c "echo \$DPTRAIN_STORE_SECRET" >next &&
+	echo "$(cat next)" | grep -Ex "[0-9a-f]{32}" &&
+	test "$(cat next)" != "$s0"
+'
+
 # The README's job: LeNet-5 on 4 ranks, as one node and as two, to the single-process
 # accuracy target (t0900); under the sanitizers fewer steps and a lower bar.
 if test "$DPTRAIN_SAN" = 1; then

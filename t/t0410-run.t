@@ -153,6 +153,35 @@ test_expect_success 'env.log: the whole environment, sorted' '
 	! ls out/device0/env.log.* 2>/dev/null
 '
 
+test_expect_success 'each run gives its ranks one fresh secret, which no file holds; a rank without it is refused' '
+	cat >secret.sh <<-\EOF &&
+	#!/bin/sh
+	echo "$DPTRAIN_STORE_SECRET" >"$1.$RANK"
+	EOF
+	chmod +x secret.sh &&
+	dptrain-run -n 2 -o sec job.json ./secret.sh first >/dev/null &&
+	dptrain-run -n 2 -o sec job.json ./secret.sh second >/dev/null &&
+	grep -Ex "[0-9a-f]{32}" first.0 &&
+	cmp first.0 first.1 && cmp second.0 second.1 &&
+	! cmp first.0 second.0 &&
+	grep -x "DPTRAIN_STORE_SECRET=" sec/device0/env.log &&
+	! grep -r "$(cat first.0)" sec &&
+	cat >stranger.sh <<-\EOF &&
+	#!/bin/sh
+	if test "$RANK" = 1; then
+		DPTRAIN_STORE_SECRET= dptrain "$@" >stranger.out 2>&1
+		echo "stranger exited $?" >>stranger.out
+	fi
+	exec dptrain "$@"
+	EOF
+	chmod +x stranger.sh &&
+	dptrain-run -n 2 -o sec2 job.json ./stranger.sh train.max_steps=2 >console 2>&1 &&
+	cat stranger.out &&
+	grep "stranger exited 3" stranger.out &&
+	grep "refused rank 1: refused: not a rank of this job" stranger.out &&
+	grep "dptrain: rendezvous: refused a connection to port [0-9]* from 127.0.0.1:[0-9]*: it said it was rank 1 on .* but gave no secret" sec2/device0/train.log
+'
+
 test_expect_success 'a second launch appends to train.log' '
 	dptrain-run -n 2 -o out job.json ./probe.sh again >/dev/null &&
 	test $(grep -c "^=== dptrain-launch" out/device0/train.log) = 2 &&

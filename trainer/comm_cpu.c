@@ -61,7 +61,6 @@ struct comm_cpu {
 	char fail_msg[CPU_MSG_MAX];
 };
 
-
 /* Poisons the comm: this and every later call fail with "<op>: <message>". */
 static int cpu_fail(struct comm_cpu *c, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -547,9 +546,34 @@ static int io_all(int fd, void *p, size_t n, int out, double deadline)
 	return 0;
 }
 
+/* A ring neighbour's first words. secret: the job's secret (store_secret, "" when none),
+ * so a stranger who connects to a rank's collective port is not taken for its neighbour. */
 struct ring_hello {
 	uint32_t magic, rank, world, gen;
+	char secret[64];
 };
+
+/* The hello rank `from` sends. */
+static void ring_hello_make(const struct comm_cpu *c, int from, long gen, struct ring_hello *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = htonl(CPU_HELLO_MAGIC);
+	h->rank = htonl((uint32_t)from);
+	h->world = htonl((uint32_t)c->base.world_size);
+	h->gen = htonl((uint32_t)gen);
+	snprintf(h->secret, sizeof(h->secret), "%s", store_secret(c->st));
+}
+
+/* 1 if h is the hello rank c->prev sends: every byte compared, whatever differs first. */
+static int ring_hello_ok(const struct comm_cpu *c, long gen, const struct ring_hello *h)
+{
+	struct ring_hello want;
+	unsigned char d = 0;
+	ring_hello_make(c, c->prev, gen, &want);
+	for (size_t i = 0; i < sizeof(want); i++)
+		d |= (unsigned char)(((const unsigned char *)h)[i] ^ ((unsigned char *)&want)[i]);
+	return d == 0;
+}
 
 static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double deadline, char *err,
 			size_t errlen)
@@ -579,9 +603,8 @@ static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double d
 			}
 		}
 		if (e == 0) {
-			struct ring_hello h = {
-			    htonl(CPU_HELLO_MAGIC), htonl((uint32_t)c->base.rank),
-			    htonl((uint32_t)c->base.world_size), htonl((uint32_t)gen)};
+			struct ring_hello h;
+			ring_hello_make(c, c->base.rank, gen, &h);
 			if (io_all(fd, &h, sizeof(h), 1, deadline) == 0) {
 				c->next_fd = fd;
 				return 0;
@@ -616,9 +639,7 @@ static int ring_accept(struct comm_cpu *c, int lfd, long gen, double deadline, c
 			continue;
 		struct ring_hello h;
 		double d = now_s() + 5 < deadline ? now_s() + 5 : deadline;
-		if (io_all(fd, &h, sizeof(h), 0, d) == 0 && ntohl(h.magic) == CPU_HELLO_MAGIC &&
-		    (int)ntohl(h.rank) == c->prev && (int)ntohl(h.world) == c->base.world_size &&
-		    (long)ntohl(h.gen) == gen) {
+		if (io_all(fd, &h, sizeof(h), 0, d) == 0 && ring_hello_ok(c, gen, &h)) {
 			sock_tune(fd);
 			c->prev_fd = fd;
 			return 0;

@@ -7,6 +7,7 @@
 #include "comm.h"
 #include "config.h"
 #include "ranktable.h"
+#include "secret.h"
 #include "store.h"
 #include "train.h"
 
@@ -442,6 +443,7 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 		.rank = rank,
 		.world_size = world_size,
 		.job = job,
+		.secret = getenv(DP_SECRET_ENV),
 		.hosts = hosts,
 		.timeout_s = rendezvous_timeout(c),
 		.stop = &stop.requested,

@@ -49,9 +49,10 @@ enum { REPLY_OK = 0, REPLY_TIMEOUT = 1, REPLY_ERROR = 2 };
 /* A store answers a hello at once: a peer on MASTER_PORT that is silent this long, or sends
  * what is not a frame, is another program. */
 #define HELLO_ANSWER_S 10.0
-#define STOP_POLL_MS   100 /* how often a rendezvous wait looks at the stop request */
-#define OPEN_BARRIER   "dptrain.store.open"
-
+/* How many refused connections rank 0 logs (a port scan must not flood its log). */
+#define REFUSALS_LOGGED 20
+#define STOP_POLL_MS	100 /* how often a rendezvous wait looks at the stop request */
+#define OPEN_BARRIER	"dptrain.store.open"
 
 /* ---------------------------------------------------------------------------------------
  * Byte buffers and frames. */
@@ -290,7 +291,9 @@ static void rank_label(char *buf, size_t len, int rank, const char *host)
 
 struct srv_conn {
 	int fd;
-	int rank; /* -1 until its hello was accepted */
+	int rank;			 /* -1 until its hello was accepted */
+	char peer[INET6_ADDRSTRLEN + 8]; /* "addr:port" of the other end, for the refusal log */
+	double hello_by;		 /* a connection without a hello by then is dropped */
 	struct sbuf in, out;
 	int goodbye;
 	int closing; /* close once out is flushed (a refused hello) */
@@ -326,6 +329,8 @@ struct store_server {
 	pthread_t thread;
 	int world, port;
 	char *job;
+	char *secret; /* the job's secret ("" = none): a hello without it is refused */
+	int refusals; /* refused connections logged so far (at most REFUSALS_LOGGED) */
 	char hostname[HOST_MAX];
 	char **hosts;	   /* the rank table's names, or NULL */
 	char **hello_host; /* per rank, from its hello */
@@ -617,13 +622,50 @@ static void srv_drop(struct store_server *s, struct srv_conn *c)
 	s->left[r] = 1;
 }
 
+/* Every refused connection is logged on rank 0's stderr (the first REFUSALS_LOGGED of them),
+ * with the address it came from; the connection itself learns nothing about the job. */
+static void srv_refuse(struct store_server *s, struct srv_conn *c, const char *why)
+{
+	if (s->refusals < REFUSALS_LOGGED)
+		fprintf(
+		    stderr, "dptrain: rendezvous: refused a connection to port %d from %s: %s%s\n",
+		    s->port, c->peer[0] ? c->peer : "an unknown address", why,
+		    s->refusals + 1 == REFUSALS_LOGGED ? " (further refusals are not logged)" : "");
+	s->refusals++;
+}
+
+/* Compares two secrets in time that does not depend on where they differ. */
+static int secret_equal(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	unsigned char d = la != lb;
+	for (size_t i = 0; i < la && i < lb; i++)
+		d |= (unsigned char)(a[i] ^ b[i]);
+	return d == 0;
+}
+
 static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
 	int rank = (int)rd_u32(b), world = (int)rd_u32(b);
-	char *job = rd_strdup(b), *host = rd_strdup(b);
+	char *job = rd_strdup(b), *host = rd_strdup(b), *secret = rd_strdup(b);
 	char msg[MSG_MAX], name[HOST_MAX + 32];
 	if (b->bad || c->rank >= 0) {
+		if (c->rank < 0)
+			srv_refuse(s, c, "its hello is malformed");
 		c->dead = 1;
+		goto out;
+	}
+	/* Before anything is said about the job: a connection without the job's secret is not
+	 * one of its ranks (another user's program, a port scanner). It is told only that it
+	 * was refused. */
+	if (s->secret[0] && !secret_equal(secret, s->secret)) {
+		srv_reply_str(c, id, REPLY_ERROR,
+			      "refused: not a rank of this job (it lacks the job's secret, "
+			      "DPTRAIN_STORE_SECRET, which the launcher gives every rank)");
+		c->closing = 1;
+		snprintf(msg, sizeof(msg), "it said it was rank %d on '%.*s' but gave %s", rank,
+			 HOST_MAX - 1, host, secret[0] ? "a wrong secret" : "no secret");
+		srv_refuse(s, c, msg);
 		goto out;
 	}
 	rank_label(name, sizeof(name), rank, host);
@@ -678,6 +720,7 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 out:
 	free(job);
 	free(host);
+	free(secret);
 }
 
 static void srv_request(struct store_server *s, struct srv_conn *c, int type, uint32_t id,
@@ -688,6 +731,7 @@ static void srv_request(struct store_server *s, struct srv_conn *c, int type, ui
 		return;
 	}
 	if (c->rank < 0) { /* nothing but a hello before the hello */
+		srv_refuse(s, c, "it sent something other than a dptrain hello");
 		c->dead = 1;
 		return;
 	}
@@ -855,8 +899,11 @@ static void srv_read(struct store_server *s, struct srv_conn *c)
 		uint32_t id;
 		struct rd body;
 		int f = frame_next(&c->in, &type, &id, &body);
-		if (f < 0)
+		if (f < 0) {
+			if (c->rank < 0)
+				srv_refuse(s, c, "it does not speak the dptrain store's protocol");
 			c->dead = 1;
+		}
 		if (f <= 0 || c->dead || c->closing)
 			break;
 		srv_request(s, c, type, id, &body);
@@ -943,10 +990,34 @@ static double srv_timers(struct store_server *s)
 	return next;
 }
 
+/* "addr:port" ("[v6]:port") of a peer; IPv4-mapped IPv6 addresses as IPv4. */
+static void peer_name(const struct sockaddr_storage *ss, char *buf, size_t len)
+{
+	char a[INET6_ADDRSTRLEN] = "?";
+	int port = 0, v6 = 0;
+	if (ss->ss_family == AF_INET6) {
+		const struct sockaddr_in6 *a6 = (const struct sockaddr_in6 *)ss;
+		if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr)) {
+			inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], a, sizeof(a));
+		} else {
+			inet_ntop(AF_INET6, &a6->sin6_addr, a, sizeof(a));
+			v6 = 1;
+		}
+		port = ntohs(a6->sin6_port);
+	} else if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *a4 = (const struct sockaddr_in *)ss;
+		inet_ntop(AF_INET, &a4->sin_addr, a, sizeof(a));
+		port = ntohs(a4->sin_port);
+	}
+	snprintf(buf, len, v6 ? "[%s]:%d" : "%s:%d", a, port);
+}
+
 static void srv_accept(struct store_server *s)
 {
 	for (;;) {
-		int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage ss;
+		socklen_t sl = sizeof(ss);
+		int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
 		if (s->nconns == s->capconns) {
@@ -968,6 +1039,8 @@ static void srv_accept(struct store_server *s)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->rank = -1;
+		c->hello_by = now_s() + HELLO_ANSWER_S;
+		peer_name(&ss, c->peer, sizeof(c->peer));
 		s->conns[s->nconns++] = c;
 	}
 }
@@ -1039,6 +1112,10 @@ static void *srv_main(void *arg)
 			struct srv_conn *c = s->conns[i];
 			if (c->closing && !c->dead && c->out.off == c->out.len)
 				c->dead = 1;
+			if (c->rank < 0 && !c->closing && !c->dead && now_s() > c->hello_by) {
+				srv_refuse(s, c, "it sent no hello within 10 s");
+				c->dead = 1;
+			}
 			if (!c->dead) {
 				i++;
 				continue;
@@ -1083,6 +1160,7 @@ static void srv_free(struct store_server *s)
 	free(s->reported);
 	free(s->abort_msg);
 	free(s->job);
+	free(s->secret);
 	if (s->lfd >= 0)
 		close(s->lfd);
 	if (s->wake[0] >= 0)
@@ -1093,10 +1171,53 @@ static void srv_free(struct store_server *s)
 	free(s);
 }
 
-/* Binds the port on every address: IPv6 with IPv4 mapped where the host has IPv6. */
-static int srv_listen(int port, const char *host, char *err, size_t errlen)
+/* Binds the port on the address the ranks were told (MASTER_ADDR) when that is an IP address
+ * of this host: a store for a job on one node's loopback is not reachable from the network.
+ * Returns the socket, -2 if addr is not an address of this host, -1 with err otherwise. */
+static int srv_listen_addr(int port, const char *addr, const char *host, char *err, size_t errlen)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int one = 1;
+	memset(&ss, 0, sizeof(ss));
+	if (inet_pton(AF_INET, addr, &((struct sockaddr_in *)&ss)->sin_addr) == 1) {
+		ss.ss_family = AF_INET;
+		((struct sockaddr_in *)&ss)->sin_port = htons((uint16_t)port);
+		len = sizeof(struct sockaddr_in);
+	} else if (inet_pton(AF_INET6, addr, &((struct sockaddr_in6 *)&ss)->sin6_addr) == 1) {
+		ss.ss_family = AF_INET6;
+		((struct sockaddr_in6 *)&ss)->sin6_port = htons((uint16_t)port);
+		len = sizeof(struct sockaddr_in6);
+	} else {
+		return -2;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return failf(err, errlen, "rendezvous: socket: %s", strerror(errno));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&ss, len) == 0 && listen(fd, SOMAXCONN) == 0)
+		return fd;
+	int e = errno;
+	close(fd);
+	if (e == EADDRNOTAVAIL)
+		return -2;
+	if (e == EADDRINUSE)
+		return failf(err, errlen,
+			     "rendezvous: port %d on %s (%s) is already in use (another job, or a "
+			     "stale process?): pick another MASTER_PORT or wait",
+			     port, host, addr);
+	return failf(err, errlen, "rendezvous: cannot listen on %s port %d on %s: %s", addr, port,
+		     host, strerror(e));
+}
+
+/* Binds the port on MASTER_ADDR (above), or, when that is a host name or not an address of
+ * this host, on every address: IPv6 with IPv4 mapped where the host has IPv6. */
+static int srv_listen(int port, const char *addr, const char *host, char *err, size_t errlen)
 {
 	int one = 1, zero = 0, e = 0;
+	int fd0 = srv_listen_addr(port, addr, host, err, errlen);
+	if (fd0 != -2)
+		return fd0;
 	for (int pass = 0; pass < 2; pass++) {
 		int fd = socket(pass == 0 ? AF_INET6 : AF_INET,
 				SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -1152,11 +1273,12 @@ static int srv_start(struct store_server **out, const struct store_opts *o, doub
 		snprintf(s->hostname, sizeof(s->hostname), "localhost");
 	s->hostname[sizeof(s->hostname) - 1] = 0;
 	s->job = strdup(o->job ? o->job : "");
+	s->secret = strdup(o->secret ? o->secret : "");
 	s->by_rank = calloc(w, sizeof(*s->by_rank));
 	s->left = calloc(w, 1);
 	s->reported = calloc(w, 1);
 	s->hello_host = calloc(w, sizeof(*s->hello_host));
-	if (!s->job || !s->by_rank || !s->left || !s->reported || !s->hello_host) {
+	if (!s->job || !s->secret || !s->by_rank || !s->left || !s->reported || !s->hello_host) {
 		failf(err, errlen, "rendezvous: out of memory");
 		goto out;
 	}
@@ -1176,7 +1298,7 @@ static int srv_start(struct store_server **out, const struct store_opts *o, doub
 		failf(err, errlen, "rendezvous: pipe: %s", strerror(errno));
 		goto out;
 	}
-	s->lfd = srv_listen(o->master_port, s->hostname, err, errlen);
+	s->lfd = srv_listen(o->master_port, o->master_addr, s->hostname, err, errlen);
 	if (s->lfd < 0)
 		goto out;
 	int e = pthread_create(&s->thread, NULL, srv_main, s);
@@ -1215,6 +1337,7 @@ struct store {
 	int fd;
 	int rank, world;
 	char *job;
+	char *secret; /* store_opts.secret, given in the hello and to the collectives */
 	char **hosts; /* per rank: the rank table's name, or the one its hello gave */
 	char master[HOST_MAX];
 	int port;
@@ -1227,7 +1350,7 @@ struct store {
 	pthread_mutex_t lock; /* guards sends on fd, aborted, abort_msg and rollcall */
 	int aborted;
 	char abort_msg[MSG_MAX];
-	int rollcall; /* the server asked the ranks waiting in a collective to report */
+	int rollcall;		/* the server asked the ranks waiting in a collective to report */
 	const atomic_int *stop; /* store_opts.stop */
 	int opening;		/* in store_open: a stop request ends its waits */
 };
@@ -1476,6 +1599,7 @@ static void store_free(struct store *st)
 			free(st->hosts[r]);
 	free(st->hosts);
 	free(st->job);
+	free(st->secret);
 	sbuf_free(&st->in);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
@@ -1557,8 +1681,9 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 		snprintf(st->hostname, sizeof(st->hostname), "localhost");
 	st->hostname[sizeof(st->hostname) - 1] = 0;
 	st->job = strdup(o->job ? o->job : "");
+	st->secret = strdup(o->secret ? o->secret : "");
 	st->hosts = calloc((size_t)st->world, sizeof(*st->hosts));
-	if (!st->job || !st->hosts) {
+	if (!st->job || !st->secret || !st->hosts) {
 		failf(err, errlen, "rendezvous: out of memory");
 		goto out;
 	}
@@ -1597,19 +1722,21 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	put_u32(&f, (uint32_t)st->world);
 	put_str(&f, st->job);
 	put_str(&f, st->hostname);
+	put_str(&f, st->secret);
 	frame_end(&f, at);
 	double left = timeout - (now_s() - t0);
 	if (left > HELLO_ANSWER_S)
 		left = HELLO_ANSWER_S;
 	char why[MSG_MAX];
-	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, why,
-		    sizeof(why)) < 0) {
+	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, why, sizeof(why)) <
+	    0) {
 		if (!cl_stopped(st, err, errlen))
-			failf(err, errlen,
-			      "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
-			      "but did not answer as a dptrain store does (%s): another program "
-			      "listens on that port, or rank 0 ended; choose another MASTER_PORT",
-			      st->master, st->port, st->rank, why);
+			failf(
+			    err, errlen,
+			    "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
+			    "but did not answer as a dptrain store does (%s): another program "
+			    "listens on that port, or rank 0 ended; choose another MASTER_PORT",
+			    st->master, st->port, st->rank, why);
 		goto out;
 	}
 	if (status != REPLY_OK) {
@@ -1874,6 +2001,11 @@ const char *store_rank_name(const struct store *st, int rank, char *buf, size_t 
 	const char *h = rank >= 0 && rank < st->world && st->hosts ? st->hosts[rank] : NULL;
 	rank_label(buf, len, rank, h);
 	return buf;
+}
+
+const char *store_secret(const struct store *st)
+{
+	return st->secret;
 }
 
 int store_rank(const struct store *st)

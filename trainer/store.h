@@ -28,10 +28,16 @@ struct store;
 
 struct store_opts {
 	const char *master_addr; /* host name or address of rank 0 */
-	int master_port;	 /* rank 0 binds it on all addresses; others connect to it */
+	int master_port;	 /* rank 0 binds it on master_addr if that is an IP address of
+				    its host, else on all addresses; others connect to it */
 	int rank, world_size;
 	const char *job;	 /* job identity (e.g. "1234.0"); a rank of another job on the
 				    same port is refused by name. NULL: "" */
+	const char *secret; /* the job's secret (DPTRAIN_STORE_SECRET, which the launcher makes
+			       per step): rank 0's server refuses, and logs, a connection whose
+			       hello lacks it, telling it nothing about the job; the collectives'
+			       connections carry it too. NULL or "": none (anyone who reaches the
+			       port may join, as with torchrun's TCPStore) */
 	const char *const *hosts; /* world_size host names for messages ("rank 2 (n1)"), or NULL */
 	double timeout_s;	  /* rendezvous (0: 300): how long a rank tries to connect; rank
 				     0's also how long the rendezvous stays open */
@@ -84,6 +90,8 @@ void store_report_timeout(struct store *st, unsigned long seq, const char *what,
 /* "rank 2 (n1)" for messages. */
 const char *store_rank_name(const struct store *st, int rank, char *buf, size_t len);
 int store_rank(const struct store *st);
+/* store_opts.secret ("" when none), for the collectives' own connections. */
+const char *store_secret(const struct store *st);
 int store_world_size(const struct store *st);
 /* The local address of this rank's connection to rank 0: the interface peers reach it on. */
 const char *store_local_addr(const struct store *st);

@@ -46,6 +46,7 @@ static int open_all(const struct ranks_job *j, int rank, struct store **st, stru
 				.rank = rank,
 				.world_size = j->world,
 				.job = "comm-test",
+				.secret = "comm-test-secret", /* the ring's hellos carry it */
 				.timeout_s = LONG_S};
 	struct comm_cpu_opts co = {.timeout_s = s->slow && rank == s->slow ? LONG_S : s->timeout,
 				   .chunk_bytes = chunk};

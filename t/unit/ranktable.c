@@ -457,7 +457,8 @@ static void test_from_env(void)
 	is(rt.ranks[3].host, "127.0.0.2", "block distribution: rank 3 on the second node");
 	is_int(rt.ranks[3].local_rank, 0, "block distribution: rank 3 is local rank 0");
 	is(rt.master_addr, "127.0.0.1", "master: the first node's address");
-	is_int(rt.master_port, rt_default_port("77", NULL), "master port: derived from the job id");
+	is_int(rt.master_port, rt_default_port("77", NULL, getenv("DPTRAIN_STORE_SECRET")),
+	       "master port: derived from the job id");
 	is(rt.job_id, "77", "job id");
 	is(rt.step_id, "", "no step id");
 	rt_free(&rt);
@@ -547,12 +548,33 @@ static void test_helpers(void)
 	ok(rt_resolve_host("nosuchhost.invalid", addr, err) == -1, "an unknown host fails");
 	like(err, "cannot resolve host \"nosuchhost.invalid\": ", "an unknown host: message");
 
-	int p = rt_default_port("123456", "0");
+	int p = rt_default_port("123456", "0", NULL);
 	ok(p >= 61000 && p <= 65499, "default port %d is above the ephemeral range", p);
-	is_int(rt_default_port("123456", "0"), p, "default port: the same for every rank");
-	ok(rt_default_port("123456", "1") != p, "default port: another step, another port");
-	ok(rt_default_port("123457", "0") != p, "default port: another job, another port");
-	is_int(rt_default_port(NULL, NULL), 61000, "default port without ids");
+	is_int(rt_default_port("123456", "0", NULL), p, "default port: the same for every rank");
+	ok(rt_default_port("123456", "1", NULL) != p, "default port: another step, another port");
+	ok(rt_default_port("123457", "0", NULL) != p, "default port: another job, another port");
+	is_int(rt_default_port(NULL, NULL, NULL), 61000, "default port without ids");
+	is_int(rt_default_port(NULL, NULL, ""), 61000, "default port: an empty secret is none");
+	/* With the step's secret: unpredictable without it, the same for every rank with it. */
+	int ps = rt_default_port("123456", "0", "0123456789abcdef0123456789abcdef");
+	ok(ps >= 61000 && ps < 65500, "default port with a secret: in 61000..65499 (%d)", ps);
+	is_int(rt_default_port("123456", "0", "0123456789abcdef0123456789abcdef"), ps,
+	       "default port with a secret: the same for every rank");
+	int differ = 0;
+	char sec[33];
+	for (int i = 0; i < 16; i++) {
+		snprintf(sec, sizeof(sec), "%032x", i * 7919 + 1);
+		differ += rt_default_port("123456", "0", sec) != rt_default_port("123456", "0", NULL);
+	}
+	ok(differ >= 14, "default port with a secret: not the one job and step alone give (%d of 16 "
+	   "secrets)", differ);
+	int seen = 0;
+	for (int i = 0; i < 16; i++) {
+		snprintf(sec, sizeof(sec), "%032x", i * 7919 + 1);
+		seen += rt_default_port("123456", "0", sec) == ps;
+	}
+	ok(seen <= 1, "default port with a secret: another secret, another port (%d of 16 alike)",
+	   seen);
 
 	enum rt_schema s;
 	ok(rt_schema_from_name("legacy", &s) == 0 && s == RT_SCHEMA_LEGACY, "schema name legacy");

@@ -221,6 +221,57 @@ out:
 	return rv;
 }
 
+/* A job with a secret. Rank 1, once rank 0 listens, first plays strangers: a rank 1 with a
+ * wrong secret, one with none, a program that speaks another protocol; each is refused (told
+ * nothing about the job) and logged on rank 0's stderr, which rank 0 sends to the file in
+ * j->arg. Then the real rank 1 joins, and the two meet at a barrier. */
+#define SECRET "0123456789abcdef0123456789abcdef"
+static int rank_secret(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	struct store *st = NULL, *bad = NULL;
+	struct store_opts o = opts(j, rank, 2, "4711.3", HANG_S);
+	char err[1024];
+	int rv = 0;
+	o.secret = SECRET;
+	if (rank == 0) {
+		FILE *f = freopen((const char *)j->arg, "w", stderr);
+		EXPECT(f, "cannot send stderr to %s", (const char *)j->arg);
+		setvbuf(stderr, NULL, _IONBF, 0);
+	} else {
+		if (until_listening(j, msg, len) < 0)
+			return -1;
+		struct store_opts w = o;
+		w.secret = "00000000000000000000000000000000";
+		w.timeout_s = 5;
+		EXPECT(store_open(&bad, &w, err, sizeof(err)) < 0, "a wrong secret was let in");
+		size_t at = (size_t)snprintf(msg, len, "wrong|%s", err);
+		w.secret = NULL;
+		EXPECT(store_open(&bad, &w, err, sizeof(err)) < 0, "no secret was let in");
+		at += (size_t)snprintf(msg + at, len - at, "\nnone|%s", err);
+		struct sockaddr_in a = {.sin_family = AF_INET,
+					.sin_port = htons((uint16_t)j->port),
+					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		char buf[256];
+		EXPECT(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0,
+		       "cannot connect to rank 0");
+		const char req[] = "GET / HTTP/1.0\r\n\r\n";
+		ssize_t n = write(fd, req, sizeof(req) - 1), got = 0, r;
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		while (n > 0 && poll(&p, 1, HANG_S * 1000) == 1 &&
+		       (r = read(fd, buf + got, sizeof(buf) - 1 - (size_t)got)) > 0)
+			got += r;
+		buf[got] = 0;
+		close(fd);
+		snprintf(msg + at, len - at, "\nhttp|%zd bytes back", got);
+	}
+	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	EXPECT(store_barrier(st, "met", HANG_S, err, sizeof(err)) == 0, "barrier: %s", err);
+out:
+	store_close(st, 5);
+	return rv;
+}
+
 /* The rendezvous verdict is rank 0's. Rank 0 waits 3 s for a job of 3 ranks; rank 1 arrives
  * with a timeout of its own of 0.2 s, which passes first; a process of another job claims rank
  * 2 and is refused; the real rank 2 never comes. Ranks 0 and 1 must both name rank 2 (not
@@ -428,6 +479,42 @@ int main(void)
 		note("%s", out[1].msg);
 		like(out[2].msg, "says the job has 3 ranks but rank 0 says 2",
 		     "a rank with another world size is refused");
+	}
+	{
+		char log[] = "/tmp/dptrain-store-test.XXXXXX";
+		int lfd = mkstemp(log);
+		if (lfd < 0)
+			bail_out("mkstemp: cannot make a log file");
+		close(lfd);
+		struct ranks_job j = {.world = 2, .arg = log};
+		ranks_run(&j, rank_secret, -1, 2 * HANG_S, out);
+		ok(out[0].status == 0 && out[1].status == 0,
+		   "with a secret: the ranks that have it meet (%s; %s)", out[0].msg, out[1].msg);
+		like(out[1].msg, "wrong|rendezvous: the store at 127.0.0.1:",
+		     "a rank 1 with a wrong secret is refused");
+		like(out[1].msg, "refused rank 1: refused: not a rank of this job",
+		     "it is told it is not one of the job's ranks");
+		like(out[1].msg, "none|rendezvous: the store at", "a rank 1 with no secret is refused");
+		ok(!strstr(out[1].msg, "4711"), "a refused connection learns nothing of the job (its id)");
+		like(out[1].msg, "http|0 bytes back", "another protocol gets no answer at all");
+		note("%s", out[1].msg);
+		char text[4096] = "";
+		FILE *f = fopen(log, "r");
+		size_t n = f ? fread(text, 1, sizeof(text) - 1, f) : 0;
+		text[n] = 0;
+		if (f)
+			fclose(f);
+		unlink(log);
+		char want[128];
+		snprintf(want, sizeof(want),
+			 "dptrain: rendezvous: refused a connection to port %d from 127.0.0.1:", j.port);
+		like(text, want, "rank 0 logs each refused connection, with where it came from");
+		like(text, "it said it was rank 1 on '", "the log says who it claimed to be");
+		like(text, "but gave a wrong secret", "the log: a wrong secret");
+		like(text, "but gave no secret", "the log: no secret");
+		like(text, "it does not speak the dptrain store's protocol", "the log: another protocol");
+		ok(!strstr(text, SECRET), "the log does not hold the secret");
+		note("%s", text);
 	}
 	{
 		run(2, rank_duplicate, NULL, -1, out);
