@@ -417,6 +417,11 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
+{
+	return a->pmix ? alloc_pmix_gate(a, timeout_s, err, errlen) : 0;
+}
+
 int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,
 	       int timeout_s, char *err, size_t errlen)
 {

@@ -73,6 +73,12 @@ struct alloc_opts {
  * alloc_sync(); a timeout names the ranks that did not arrive. 0 on success, -1 with err. */
 int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
 
+/* The first meeting point after discovery: with PMIx a fence that no rank passes before rank
+ * 0 has checked and locked the output directory (if rank 0 cannot, it ends the step and the
+ * fence fails), so no rank writes into a directory another job is using. Without PMIx there
+ * is no channel: 0 at once. */
+int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
+
 /* The second meeting point, after local rank 0 of every node wrote `rank_table` (a path):
  * with PMIx a fence (so no rank execs before its node's table exists); without PMIx the other
  * local ranks wait, up to timeout_s, until the file holds the table they expect (`expect`).

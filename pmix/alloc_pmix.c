@@ -28,6 +28,15 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 	return -1;
 }
 
+int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
+{
+	(void)a;
+	(void)timeout_s;
+	(void)err;
+	(void)errlen;
+	return 0;
+}
+
 int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen)
 {
 	(void)a;
@@ -60,12 +69,31 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, si
 
 #define KEY_RANK  "dptrain.rank"  /* "1 host addr nodeid local_rank gpu gpu_id|- port" */
 #define KEY_READY "dptrain.ready" /* published after the rank table is written */
+#define KEY_GATE  "dptrain.gate"  /* published once rank 0 holds the output directory */
 #define PROBE_S	  1		  /* how long a rank that missed a fence gets to answer a Get */
 
 struct alloc_pmix {
 	pmix_proc_t me;
-	pmix_proc_t all; /* the whole namespace: PMIX_RANK_WILDCARD */
+	pmix_proc_t all;   /* the whole namespace: PMIX_RANK_WILDCARD */
+	double fence_took; /* seconds the last fence() took, for messages */
 };
+
+static double mono_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* "timed out after 300 s", or "failed (WHY) after 0.2 s": a fence that failed early says so. */
+static void fence_outcome(const struct alloc_pmix *s, const char *why, int timeout_s, char *buf,
+			  size_t len)
+{
+	if (strcmp(why, "timed out") == 0)
+		snprintf(buf, len, "timed out after %d s", timeout_s);
+	else
+		snprintf(buf, len, "failed (%s) after %.1f s", why, s->fence_took);
+}
 
 /* One outstanding non-blocking call. PMIx may read the proc and the info array after the _nb
  * call returns, so they live on the heap with the batch, not on the caller's stack. */
@@ -176,7 +204,10 @@ static int fence(struct alloc_pmix *s, int collect, int timeout_s, const char **
 	int secs = timeout_s, ok, rv = -1;
 	pmix_status_t rc;
 
+	double t0 = mono_s();
+
 	*why = "out of memory";
+	s->fence_took = 0;
 	if (!b)
 		return -1;
 	b->n = 1;
@@ -195,6 +226,7 @@ static int fence(struct alloc_pmix *s, int collect, int timeout_s, const char **
 	}
 	/* One second more than the server's own timeout, which fires where it works. */
 	ok = batch_wait(b, timeout_s + 1);
+	s->fence_took = mono_s() - t0;
 	if (!ok) {
 		*why = "timed out";
 		return -1;
@@ -259,14 +291,16 @@ static void name_missing(struct alloc_pmix *s, const char *key, int n, const cha
 			 int timeout_s, const char *why, char *err, size_t errlen)
 {
 	struct batch *b;
-	char list[256], hosts[256], h[RT_HOST_MAX];
+	char list[256], hosts[256], h[RT_HOST_MAX], outcome[160];
 	int *missing = NULL, nmissing = 0, all_done, r;
 	size_t used = 0;
+
+	fence_outcome(s, why, timeout_s, outcome, sizeof(outcome));
 
 	b = gather(s, key, n, PROBE_S, PROBE_S + 1, &all_done);
 	missing = malloc((size_t)n * sizeof(int));
 	if (!b || !missing) {
-		snprintf(err, errlen, "%s %s after %d s", what, why, timeout_s);
+		snprintf(err, errlen, "%s %s", what, outcome);
 		goto out;
 	}
 	pthread_mutex_lock(&px.mu);
@@ -275,8 +309,7 @@ static void name_missing(struct alloc_pmix *s, const char *key, int n, const cha
 			missing[nmissing++] = r;
 	pthread_mutex_unlock(&px.mu);
 	if (nmissing == 0) {
-		snprintf(err, errlen, "%s %s after %d s (every rank has arrived since; retry)",
-			 what, why, timeout_s);
+		snprintf(err, errlen, "%s %s (every rank has arrived since; retry)", what, outcome);
 		goto out;
 	}
 	alloc_format_ranks(missing, nmissing, list, sizeof(list));
@@ -289,9 +322,9 @@ static void name_missing(struct alloc_pmix *s, const char *key, int n, const cha
 					 used ? ", " : "", h);
 	}
 	snprintf(err, errlen,
-		 "%s %s after %d s: %d of %d ranks did not arrive: rank%s %s on %s%s; they did "
+		 "%s %s: %d of %d ranks did not arrive: rank%s %s on %s%s; they did "
 		 "not start or hang before this point: see their messages",
-		 what, why, timeout_s, nmissing, n, nmissing > 1 ? "s" : "", list, hosts,
+		 what, outcome, nmissing, n, nmissing > 1 ? "s" : "", list, hosts,
 		 nmissing > 8 ? ", ..." : "");
 out:
 	free(missing);
@@ -580,6 +613,45 @@ out:
 	free(nodeid);
 	free(port);
 	return rv;
+}
+
+/* Rank 0 publishes KEY_GATE once it holds the output directory; every rank then needs that
+ * value. A fence alone is no gate: when rank 0 has ended, Slurm's PMIx server may complete
+ * the fence without it (seen with Slurm 22.05), and a rank on another node would go on. */
+int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
+{
+	const char *why;
+	struct batch *b;
+	int all_done, ok;
+
+	if (a->rank == 0 && put_string(KEY_GATE, "1", err, errlen) != 0)
+		return -1;
+	if (fence(a->pmix, 1, timeout_s, &why) != 0) {
+		char outcome[160];
+		fence_outcome(a->pmix, why, timeout_s, outcome, sizeof(outcome));
+		snprintf(err, errlen,
+			 "PMIx fence (rank 0 taking the output directory) %s; see rank 0's "
+			 "message",
+			 outcome);
+		return -1;
+	}
+	b = gather(a->pmix, KEY_GATE, 1, PROBE_S, PROBE_S + 1, &all_done);
+	if (!b)
+		ok = 0;
+	else if (!all_done)
+		ok = 0; /* abandoned: read only under px.mu, and not needed */
+	else
+		ok = b->op[0].status == PMIX_SUCCESS && b->op[0].value &&
+		     strcmp(b->op[0].value, "1") == 0;
+	if (b && all_done)
+		batch_free(b);
+	if (!ok) {
+		snprintf(err, errlen,
+			 "rank 0 did not take the output directory (it ended before: its message "
+			 "says why); nothing written there");
+		return -1;
+	}
+	return 0;
 }
 
 int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen)

@@ -11,6 +11,7 @@
 int alloc_pmix_present(void); /* built with PMIx and started by a PMIx server */
 int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
 int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen);
+int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
 void alloc_pmix_finish(struct alloc *a);
 int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen);
 

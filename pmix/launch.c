@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #ifdef HAVE_PMIX
@@ -306,6 +307,31 @@ static void read_settings(struct settings *st)
  *   Z             last: everything was sent (without it the plugin fails the task)
  * Slurm then runs the command itself, with everything it does after task_init (dptrain(8)). */
 static int wire_fd = -1;
+static int lock_fd = -1; /* rank 0: the output directory's lock (launch_outdir_lock) */
+
+/* Rank 0: take the output directory before any rank writes in it; another live job's
+ * directory ends the step (die) with who holds it. */
+static void lock_outdir(const struct alloc *a, const char *outdir)
+{
+	char who[400], err[ALLOC_ERR_MAX + 512], host[256], when[32];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	gmtime_r(&now, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	snprintf(host, sizeof(host), "%s", a->ranks[a->rank].host);
+	snprintf(who, sizeof(who), "job %s step %s, rank 0 on %s, pid %ld, since %s", a->job_id,
+		 a->step_id, host, (long)getpid(), when);
+	switch (launch_outdir_lock(outdir, who, &lock_fd, err, sizeof(err))) {
+	case 0:
+		return;
+	case 1:
+		fprintf(stderr, "dptrain-launch: %s: warning: %s\n", ctx.ident, err);
+		return;
+	default:
+		die("%s", err);
+	}
+}
 static char **env0; /* the environment we were started with: only differences are sent */
 
 static void wire_put(char kind, const char *value)
@@ -320,6 +346,34 @@ static void wire_put(char kind, const char *value)
 	if (launch_write_all(wire_fd, rec, n + 2) != 0)
 		die("cannot send the wire-up to the plugin: %s", strerror(errno));
 	free(rec);
+}
+
+/* A record with a descriptor attached (SCM_RIGHTS): the plugin keeps it open in the task
+ * (the output directory's lock). The wire-up's descriptor is a socket for that. */
+static void wire_put_fd(char kind, int fd)
+{
+	char rec[2] = {kind, '\0'}, ctl[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {rec, sizeof(rec)};
+	struct msghdr m = {0};
+	struct cmsghdr *c;
+	ssize_t n;
+
+	memset(ctl, 0, sizeof(ctl));
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = ctl;
+	m.msg_controllen = sizeof(ctl);
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	do
+		n = sendmsg(wire_fd, &m, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)sizeof(rec))
+		die("cannot send the output directory's lock to the plugin: %s",
+		    n < 0 ? strerror(errno) : "short write");
 }
 
 static void wire_snapshot(void)
@@ -479,8 +533,20 @@ int main(int argc, char **argv)
 
 	set_step("writing the output directory");
 	if (launch_outdir_expand(st.outdir, a.job_id, a.step_id, outdir, err, sizeof(err)) != 0 ||
-	    launch_paths_init(&paths, outdir, a.rank, err, sizeof(err)) != 0 ||
-	    launch_mkdir_p(paths.outdir, err, sizeof(err)) != 0 ||
+	    launch_paths_init(&paths, outdir, a.rank, err, sizeof(err)) != 0)
+		die("%s", err);
+	/* Rank 0 takes the directory first; with PMIx no rank writes there before it has. */
+	if (a.rank == 0) {
+		if (launch_mkdir_p(paths.outdir, err, sizeof(err)) != 0 ||
+		    launch_dir_owned(paths.outdir, err, sizeof(err)) != 0)
+			die("%s", err);
+		lock_outdir(&a, paths.outdir);
+	}
+	set_step("waiting for rank 0 to take the output directory");
+	if (alloc_gate(&a, st.opts.timeout_s, err, sizeof(err)) != 0)
+		die("%s", err);
+	set_step("writing the output directory");
+	if (launch_mkdir_p(paths.outdir, err, sizeof(err)) != 0 ||
 	    launch_dir_owned(paths.outdir, err, sizeof(err)) != 0 ||
 	    launch_mkdir_p(paths.devdir, err, sizeof(err)) != 0 ||
 	    launch_dir_owned(paths.devdir, err, sizeof(err)) != 0)
@@ -541,8 +607,12 @@ int main(int argc, char **argv)
 	}
 	rt_free(&rt);
 	alloc_free(&a);
-	if (wire_fd < 0)
+	if (wire_fd < 0) {
+		/* the command holds the output directory's lock until it ends */
+		if (lock_fd >= 0 && fcntl(lock_fd, F_SETFD, 0) != 0)
+			die("cannot pass on the output directory's lock: %s", strerror(errno));
 		return launch_exec(&ex);
+	}
 	/* The plugin's helper: the task runs the command; say what it needs. */
 	wire_send_env();
 	if (ex.train_log) {
@@ -554,6 +624,8 @@ int main(int argc, char **argv)
 		wire_put('T', ex.tee ? "1" : "0");
 	}
 	wire_put('S', ex.pass_stop ? "1" : "0");
+	if (lock_fd >= 0)
+		wire_put_fd('K', lock_fd);
 	wire_put('Z', "");
 	close(wire_fd);
 	return 0;

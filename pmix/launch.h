@@ -35,6 +35,16 @@ int launch_write_atomic(const char *path, const char *data, size_t len, unsigned
  * another user could otherwise have made it first, to read or replace the job's files. */
 int launch_dir_owned(const char *path, char *err, size_t errlen);
 
+/* The output directory's lock, taken by rank 0 before any rank writes there and held until
+ * its command ends: outdir/.dptrain.lock, this user's regular file, flock'ed (shared file
+ * systems that have locks see it on every node), holding `who` ("job 12 step 0, rank 0 on
+ * n1, pid 42, since ...") for the message of a job that finds it taken. 0: *fd holds it
+ * (close-on-exec); 1: the file system has no locks (*fd -1, a warning in err: nothing is
+ * checked); -1: in use by another job, or an error, with what to do in err. */
+int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, size_t errlen);
+/* (A lock that dptrain-run took for its ranks, passed down as descriptor DPTRAIN_LOCK_FD, is
+ * taken as this one: the same file, already held by the same open file.) */
+
 /* --- environment (env_export.c) ------------------------------------------------------- */
 
 struct launch_paths {

@@ -5,9 +5,11 @@
 #include "launch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -153,4 +155,85 @@ int launch_write_atomic(const char *path, const char *data, size_t len, unsigned
 	if (af_write_chunk(&f, data, len, err, errlen) < 0)
 		return -1;
 	return af_commit(&f, err, errlen);
+}
+
+int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, size_t errlen)
+{
+	char path[LAUNCH_PATH_MAX + 16], holder[512];
+	struct stat st;
+	ssize_t n;
+	int f;
+
+	*fd = -1;
+	if (snprintf(path, sizeof(path), "%s/.dptrain.lock", outdir) >= (int)sizeof(path)) {
+		snprintf(err, errlen, "output directory is too long: '%.80s...'", outdir);
+		return -1;
+	}
+	f = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
+	if (f < 0) {
+		snprintf(err, errlen, "cannot open the output directory's lock %s: %s%s", path,
+			 strerror(errno),
+			 errno == ELOOP ? " (a symbolic link is refused: remove it)" : "");
+		return -1;
+	}
+	if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+		snprintf(err, errlen,
+			 "the output directory's lock %s is not a regular file of this user's; "
+			 "remove it",
+			 path);
+		close(f);
+		return -1;
+	}
+	/* dptrain-run took this lock for its ranks before starting them: the same lock, passed
+	 * down (DPTRAIN_LOCK_FD), is rank 0's */
+	const char *inherited = getenv("DPTRAIN_LOCK_FD");
+	struct stat ist;
+	if (inherited && *inherited >= '0' && *inherited <= '9' &&
+	    fstat(atoi(inherited), &ist) == 0 && ist.st_dev == st.st_dev &&
+	    ist.st_ino == st.st_ino && flock(atoi(inherited), LOCK_EX | LOCK_NB) == 0) {
+		int held = fcntl(atoi(inherited), F_DUPFD_CLOEXEC, 0);
+		close(f);
+		if (held < 0) {
+			snprintf(err, errlen, "cannot keep the output directory's lock: %s",
+				 strerror(errno));
+			return -1;
+		}
+		*fd = held;
+		return 0;
+	}
+	if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno;
+		if (e == EWOULDBLOCK) {
+			n = pread(f, holder, sizeof(holder) - 1, 0);
+			holder[n > 0 ? n : 0] = '\0';
+			holder[strcspn(holder, "\n")] = '\0';
+			snprintf(err, errlen,
+				 "the output directory '%s' is in use by another job (%s): two jobs "
+				 "writing one directory mix their logs, metrics and checkpoints; give "
+				 "this job its own output.dir (%%j.%%s in it makes one per step), or "
+				 "wait until that job has ended",
+				 outdir, holder[0] ? holder : "it did not say which");
+			close(f);
+			return -1;
+		}
+		close(f);
+		if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
+			snprintf(err, errlen,
+				 "the file system of '%s' has no locks (%s): whether another job "
+				 "uses the directory is not checked",
+				 outdir, strerror(e));
+			return 1;
+		}
+		snprintf(err, errlen, "cannot lock %s: %s", path, strerror(e));
+		return -1;
+	}
+	n = (ssize_t)strlen(who);
+	if (ftruncate(f, 0) != 0 || pwrite(f, who, (size_t)n, 0) != n ||
+	    pwrite(f, "\n", 1, n) != 1) {
+		snprintf(err, errlen, "cannot write the lock %s: %s", path, strerror(errno));
+		close(f);
+		return -1;
+	}
+	*fd = f;
+	return 0;
 }

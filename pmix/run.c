@@ -222,7 +222,8 @@ int main(int argc, char **argv)
 	struct cfg c;
 	siginfo_t info;
 	time_t kill_at = 0;
-	int opt, r, port, port_fd, per_rank_logs, failed = -1, sig, exit_code = 0, interrupted = 0;
+	int opt, r, port, port_fd, lock_fd = -1, per_rank_logs, failed = -1, sig, exit_code = 0,
+				   interrupted = 0;
 
 	run.grace_s = RUN_GRACE_S;
 	while ((opt = getopt_long(argc, argv, "+n:o:vh", longopts, NULL)) != -1) {
@@ -291,6 +292,35 @@ int main(int argc, char **argv)
 	set("DPTRAIN_JOB_ID", job);
 	set("DPTRAIN_STEP_ID", "0");
 	set("DPTRAIN_OUTPUT_DIR", outdir);
+	/* The output directory is this run's before any rank starts: another live run or job in
+	 * it is refused here, with nothing written. The ranks inherit the lock (rank 0's launcher
+	 * takes it as its own: DPTRAIN_LOCK_FD). */
+	if (launch_mkdir_p(outdir, err, sizeof(err)) != 0 ||
+	    launch_dir_owned(outdir, err, sizeof(err)) != 0)
+		die(1, "%s", err);
+	{
+		char who[LAUNCH_PATH_MAX + 128], when[32];
+		time_t now = time(NULL);
+		struct tm tm;
+
+		gmtime_r(&now, &tm);
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		snprintf(who, sizeof(who), "dptrain-run pid %ld (job %s), since %s", (long)getpid(),
+			 job, when);
+		switch (launch_outdir_lock(outdir, who, &lock_fd, err, sizeof(err))) {
+		case 0:
+			if (fcntl(lock_fd, F_SETFD, 0) != 0)
+				die(1, "cannot pass on the output directory's lock: %s",
+				    strerror(errno));
+			set_int("DPTRAIN_LOCK_FD", lock_fd);
+			break;
+		case 1:
+			fprintf(stderr, "dptrain-run: warning: %s\n", err);
+			break;
+		default:
+			die(1, "%s", err);
+		}
+	}
 	set_int("WORLD_SIZE", run.nranks);
 	set_int("LOCAL_WORLD_SIZE", run.nranks);
 	set("NODE_RANK", "0");

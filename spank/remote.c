@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -201,6 +202,7 @@ struct dp_wire {
 	int complete;	  /* its last record was Z */
 	const char *log;  /* L, or NULL */
 	int tee, blocked; /* T, S */
+	int lock_fd;	  /* K: the output directory's lock (rank 0), held by the task; or -1 */
 };
 
 #define DP_WIRE_MAX (1 << 20)
@@ -243,6 +245,46 @@ static void dp_reap(struct dp_wire *w, double secs)
 		close(pfd);
 }
 
+/* read(2) from the helper's socket, keeping the first descriptor it sends (close-on-exec)
+ * in *keep and closing any other. */
+static ssize_t dp_recv(int fd, char *buf, size_t len, int *keep)
+{
+	union {
+		char b[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {buf, len};
+	struct msghdr m;
+	struct cmsghdr *c;
+	ssize_t n;
+
+	memset(&m, 0, sizeof m);
+	m.msg_iov = &iov;
+	m.msg_iovlen = 1;
+	m.msg_control = ctl.b;
+	m.msg_controllen = sizeof ctl.b;
+	n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return n;
+	for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+		size_t i, k;
+
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (i = 0; i < k; i++) {
+			int got;
+
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*keep < 0)
+				*keep = got;
+			else
+				close(got);
+		}
+	}
+	return n;
+}
+
 /* Run the helper with the task's environment and read its answer. 0, or -1 after saying why
  * (a helper that failed has said why itself; its status is in w->status). */
 static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, struct dp_wire *w)
@@ -258,7 +300,8 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 		return -1;
 	}
 	nargv = calloc((size_t)argc + 4, sizeof *nargv);
-	if (!nargv || pipe2(p, O_CLOEXEC) != 0) {
+	/* a socket, not a pipe: the lock comes back as a descriptor (SCM_RIGHTS) */
+	if (!nargv || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) {
 		slurm_error("dptrain: %s: cannot start the wire-up: %s", ident, strerror(errno));
 		free(nargv);
 		return -1;
@@ -326,7 +369,7 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 			w->buf = nb;
 			w->cap += 65536;
 		}
-		n = read(p[0], w->buf + w->len, w->cap - w->len - 1);
+		n = dp_recv(p[0], w->buf + w->len, w->cap - w->len - 1, &w->lock_fd);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
 		if (n <= 0)
@@ -453,6 +496,13 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		}
 	}
 	if (!(w->log && w->tee) && !can_end_step) {
+		/* no watcher: the command itself holds the output directory's lock */
+		if (w->lock_fd >= 0 && fcntl(w->lock_fd, F_SETFD, 0) != 0) {
+			slurm_error("dptrain: %s: cannot keep the output directory's lock: %s",
+				    ident, strerror(errno));
+			close(fd);
+			return -1;
+		}
 		if (fd >= 0 && (dup2(fd, STDOUT_FILENO) < 0 || dup2(fd, STDERR_FILENO) < 0)) {
 			slurm_error("dptrain: %s: cannot send the output to %s: %s", ident, w->log,
 				    strerror(errno));
@@ -484,7 +534,8 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 			_exit(1);
 		if (o >= 0 && (dup2(o, STDOUT_FILENO) < 0 || dup2(e, STDERR_FILENO) < 0))
 			_exit(126);
-		/* all of ours are close-on-exec: the command inherits none of them */
+		/* all of ours are close-on-exec: the command inherits none of them (the lock stays
+		 * with the watcher, until the command has ended) */
 		return 0;
 	}
 	if (out_p[1] >= 0) {
@@ -553,6 +604,7 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 	sigaddset(&stop, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &stop, &old);
 	memset(&w, 0, sizeof w);
+	w.lock_fd = -1;
 	rc = dp_run_helper(sp, launcher, ident, &w);
 	if (rc == 0 && (!WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0)) {
 		free(w.buf);

@@ -196,6 +196,45 @@ test_expect_success 'an output directory of another user, or a symlinked device 
 	test -z "$(ls -A mine/elsewhere)"
 '
 
+# One output directory, two live steps: the second is refused before any of its ranks writes
+# there (PMIx: rank 0 takes the directory's lock before the others pass a fence), naming the
+# step that holds it; the lock goes with the first step's end. Without PMIx and without a
+# console copy (no watcher process) the command itself holds it.
+test_expect_success 'a step into an output directory another step is using is refused, nothing written; free once it ends' '
+	cat >hold.sh <<-\EOF &&
+	#!/bin/sh
+	: >"held.$1.$RANK"
+	i=0
+	while ! test -e "release.$1" && test $i -lt 900; do sleep 0.1; i=$((i + 1)); done
+	EOF
+	chmod +x hold.sh &&
+	test_when_finished "touch release.a release.b; wait" &&
+	{ DPTRAIN_OUTPUT_DIR=$PWD/busy timeout 120 srun --mpi=pmix -N2 -n4 --dptrain=job.json \
+		./hold.sh a >first.out 2>&1 & } &&
+	i=0 && while test $(ls held.a.* 2>/dev/null | wc -l) != 4; do
+		test $i -lt 900 || return 1; sleep 0.1; i=$((i + 1)); done &&
+	ls -lR busy >before && cat busy/device*/train.log >logs.before &&
+	rc=0 && DPTRAIN_OUTPUT_DIR=$PWD/busy timeout 120 srun --mpi=pmix -N2 -n4 --dptrain=job.json \
+		./probe.sh >out 2>err || rc=$? &&
+	cat err && test $rc != 0 && test $rc != 124 &&
+	grep "the output directory .*busy. is in use by another job (job [0-9]* step 0, rank 0 on n1, pid [0-9]*, since .*): two jobs writing one directory mix" err &&
+	ls -lR busy >after && { diff before after; true; } && test_cmp before after && cat busy/device*/train.log | cmp - logs.before &&
+	touch release.a && wait &&
+	DPTRAIN_OUTPUT_DIR=$PWD/busy timeout 120 srun --mpi=pmix -N2 -n4 --dptrain=job.json \
+		./probe.sh >out 2>err &&
+	grep "^probe rank=3 " busy/device3/train.log &&
+	/usr/bin/python3 -c "import json; c = json.load(open(\"job.json\")); c[\"output\"][\"console\"] = \"none\"; json.dump(c, open(\"quiet.json\", \"w\"))" &&
+	{ MASTER_ADDR=127.0.0.1 DPTRAIN_OUTPUT_DIR=$PWD/busy2 timeout 120 srun --mpi=none -n2 --dptrain=quiet.json \
+		./hold.sh b >first.out 2>&1 & } &&
+	i=0 && while test $(ls held.b.* 2>/dev/null | wc -l) != 2; do
+		test $i -lt 900 || return 1; sleep 0.1; i=$((i + 1)); done &&
+	rc=0 && MASTER_ADDR=127.0.0.1 DPTRAIN_OUTPUT_DIR=$PWD/busy2 timeout 120 srun --mpi=none -n1 --dptrain=job.json \
+		./probe.sh >out 2>err || rc=$? &&
+	cat err && test $rc != 0 && test $rc != 124 &&
+	grep "the output directory .*busy2. is in use by another job (job [0-9]* step [0-9]*, rank 0 on n1" err &&
+	touch release.b && wait
+'
+
 # Two unprivileged users on one shared, sticky directory (a site's /scratch): the victim's
 # job output is the victim's, and the attacker can neither take that directory over, read its
 # environment, nor lure the victim's job into a directory (and symlinks) the attacker made.

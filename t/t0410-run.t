@@ -182,6 +182,29 @@ test_expect_success 'each run gives its ranks one fresh secret, which no file ho
 	grep "dptrain: rendezvous: refused a connection to port [0-9]* from 127.0.0.1:[0-9]*: it said it was rank 1 on .* but gave no secret" sec2/device0/train.log
 '
 
+test_expect_success 'a run into an output directory another run is using is refused, nothing written; free again after' '
+	cat >hold.sh <<-\EOF &&
+	#!/bin/sh
+	: >"held.$RANK"
+	i=0
+	while ! test -e release && test $i -lt 600; do sleep 0.1; i=$((i + 1)); done
+	EOF
+	chmod +x hold.sh &&
+	{ dptrain-run -n 2 -o busy job.json ./hold.sh >first.out 2>&1 & } &&
+	first=$! &&
+	test_when_finished "touch release; wait $first 2>/dev/null || :" &&
+	i=0 && while ! test -e held.0 || ! test -e held.1; do
+		test $i -lt 600 || return 1; sleep 0.1; i=$((i + 1)); done &&
+	ls -lR busy >before && cat busy/device*/train.log >logs.before &&
+	test_expect_code 1 dptrain-run -n 2 -o busy job.json ./probe.sh >second.out 2>err &&
+	cat err &&
+	grep "dptrain-run: the output directory .*busy. is in use by another job (dptrain-run pid [0-9]* (job local.[0-9]*), since .*): two jobs writing one directory" err &&
+	ls -lR busy | cmp - before && cat busy/device*/train.log | cmp - logs.before &&
+	touch release && wait $first &&
+	dptrain-run -n 2 -o busy job.json ./probe.sh >third.out 2>err &&
+	grep "^probe-args rank=1" busy/device1/train.log
+'
+
 test_expect_success 'a second launch appends to train.log' '
 	dptrain-run -n 2 -o out job.json ./probe.sh again >/dev/null &&
 	test $(grep -c "^=== dptrain-launch" out/device0/train.log) = 2 &&

@@ -109,6 +109,60 @@ static void test_mkdir(void)
 	}
 }
 
+/* The output directory's lock: one holder; the next is told who; a symlinked or foreign lock
+ * file is refused; a lock passed down by dptrain-run (DPTRAIN_LOCK_FD) is taken as one's own;
+ * closing the holder frees it. */
+static void test_lock(void)
+{
+	char dir[512], file[600], env[32], err[ALLOC_ERR_MAX] = "";
+	int fd = -1, fd2 = -1;
+
+	snprintf(dir, sizeof(dir), "%s/locked", tmp);
+	ok(launch_mkdir_p(dir, err, sizeof(err)) == 0, "a directory to lock %s", err);
+	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 on n3", &fd, err, sizeof(err)) == 0 &&
+	       fd >= 0,
+	   "the first taker holds it %s", err);
+	ok((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0, "... close-on-exec until passed on");
+	snprintf(file, sizeof(file), "%s/.dptrain.lock", dir);
+	like(slurp(file), "job 7 step 1, rank 0 on n3\n", "... and says who it is");
+	ok(launch_outdir_lock(dir, "job 8 step 0, rank 0 on n1", &fd2, err, sizeof(err)) == -1 &&
+	       fd2 == -1,
+	   "a second taker is refused");
+	like(err, "is in use by another job (job 7 step 1, rank 0 on n3): two jobs writing one",
+	     "... naming the holder");
+	like(slurp(file), "job 7 step 1", "... and leaves the holder's note alone");
+	snprintf(env, sizeof(env), "%d", fd);
+	setenv("DPTRAIN_LOCK_FD", env, 1);
+	err[0] = '\0';
+	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 (launcher)", &fd2, err, sizeof(err)) == 0 &&
+	       fd2 >= 0 && fd2 != fd,
+	   "the holder's own lock, passed down: taken as one's own %s", err);
+	unsetenv("DPTRAIN_LOCK_FD");
+	close(fd2);
+	close(fd);
+	fd2 = -1;
+	err[0] = '\0';
+	ok(launch_outdir_lock(dir, "job 8 step 0, rank 0 on n1", &fd2, err, sizeof(err)) == 0,
+	   "once the holder has closed it, the next job gets it %s", err);
+	like(slurp(file), "job 8 step 0, rank 0 on n1\n", "... with its own note");
+	close(fd2);
+	unlink(file);
+	ok(symlink("/etc/passwd", file) == 0, "a symlink as the lock file");
+	ok(launch_outdir_lock(dir, "x", &fd2, err, sizeof(err)) == -1, "... is refused");
+	like(err, "a symbolic link is refused", "... saying so");
+	unlink(file);
+	if (geteuid() == 0) {
+		int f = open(file, O_WRONLY | O_CREAT, 0600);
+		ok(f >= 0 && fchown(f, 65534, 65534) == 0, "a lock file of another user");
+		close(f);
+		ok(launch_outdir_lock(dir, "x", &fd2, err, sizeof(err)) == -1, "... is refused");
+		like(err, "is not a regular file of this user's", "... saying so");
+		unlink(file);
+	} else {
+		skip(3, "not root: cannot give a file to another user");
+	}
+}
+
 static int count_entries(const char *dir)
 {
 	char cmd[600];
@@ -237,6 +291,7 @@ int main(void)
 		bail_out("chdir: %s", strerror(errno));
 	test_expand();
 	test_mkdir();
+	test_lock();
 	test_atomic();
 	test_env();
 	test_exec_status();
