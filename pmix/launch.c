@@ -535,6 +535,14 @@ int main(int argc, char **argv)
 	if (launch_outdir_expand(st.outdir, a.job_id, a.step_id, outdir, err, sizeof(err)) != 0 ||
 	    launch_paths_init(&paths, outdir, a.rank, err, sizeof(err)) != 0)
 		die("%s", err);
+	/* The lock dptrain-run holds for its ranks is rank 0's alone to pass on: another rank's
+	 * command (and whatever it leaves behind) must not hold the directory. */
+	if (a.rank != 0 && getenv("DPTRAIN_LOCK_FD")) {
+		const char *lfd = getenv("DPTRAIN_LOCK_FD");
+		if (*lfd >= '0' && *lfd <= '9' && atoi(lfd) > 2)
+			close(atoi(lfd));
+		unsetenv("DPTRAIN_LOCK_FD");
+	}
 	/* Rank 0 takes the directory first; with PMIx no rank writes there before it has. */
 	if (a.rank == 0) {
 		if (launch_mkdir_p(paths.outdir, err, sizeof(err)) != 0 ||

@@ -193,6 +193,10 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 	    ist.st_ino == st.st_ino && flock(atoi(inherited), LOCK_EX | LOCK_NB) == 0) {
 		int held = fcntl(atoi(inherited), F_DUPFD_CLOEXEC, 0);
 		close(f);
+		if (held >= 0) { /* one copy, close-on-exec like any other lock */
+			close(atoi(inherited));
+			unsetenv("DPTRAIN_LOCK_FD");
+		}
 		if (held < 0) {
 			snprintf(err, errlen, "cannot keep the output directory's lock: %s",
 				 strerror(errno));

@@ -185,7 +185,8 @@ test_expect_success 'each run gives its ranks one fresh secret, which no file ho
 test_expect_success 'a run into an output directory another run is using is refused, nothing written; free again after' '
 	cat >hold.sh <<-\EOF &&
 	#!/bin/sh
-	: >"held.$RANK"
+	# how many of its descriptors hold the directory lock
+	ls -l /proc/$$/fd | grep -c "/busy/.dptrain.lock" >"held.$RANK"
 	i=0
 	while ! test -e release && test $i -lt 600; do sleep 0.1; i=$((i + 1)); done
 	EOF
@@ -195,6 +196,7 @@ test_expect_success 'a run into an output directory another run is using is refu
 	test_when_finished "touch release; wait $first 2>/dev/null || :" &&
 	i=0 && while ! test -e held.0 || ! test -e held.1; do
 		test $i -lt 600 || return 1; sleep 0.1; i=$((i + 1)); done &&
+	test "$(cat held.0) $(cat held.1)" = "1 0" &&
 	ls -lR busy >before && cat busy/device*/train.log >logs.before &&
 	test_expect_code 1 dptrain-run -n 2 -o busy job.json ./probe.sh >second.out 2>err &&
 	cat err &&
