@@ -43,7 +43,10 @@ void tee_raise_pending(const sigset_t *stop, const sigset_t *pending)
 
 	for (sig = 1; stop && sig < NSIG; sig++)
 		if (sigismember(stop, sig) == 1 && sigismember(pending, sig) == 1)
-			raise(sig); /* blocked: pending again, here */
+			/* to the process, not raise(): a signal pending on this thread alone
+			 * stays the main thread's after the exec, where the command's signal
+			 * thread (the trainer's sigwaitinfo) never sees it */
+			kill(getpid(), sig);
 }
 
 void tee_pass_pending(pid_t child, const sigset_t *stop, const sigset_t *before)

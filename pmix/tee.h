@@ -19,8 +19,8 @@ void tee_ignore(struct sigaction *old);
 void tee_restore(const struct sigaction *old);
 
 /* In the command's process after the fork: the stop signals (members of stop) that were
- * pending in `pending` (taken before the fork, which does not pass them on) are raised again;
- * they are blocked, so they wait, pending, for the command. */
+ * pending in `pending` (taken before the fork, which does not pass them on) are sent again, to
+ * the process (not the thread); they are blocked, so they wait, pending, for the command. */
 void tee_raise_pending(const sigset_t *stop, const sigset_t *pending);
 
 /* In the tee after the fork: stop signals (members of stop) pending here now that were not

@@ -214,6 +214,23 @@ test_expect_success 'SIGTERM while waiting for a rank that never comes: exit 4 a
 	! test -d rz/checkpoints
 '
 
+# A launcher that re-raised a stop request with raise() before the exec left it pending on the
+# exec'ing thread alone, which becomes the trainer's main thread: the trainer's signal thread
+# never saw it, and the rank waited out the rendezvous (exit 3; seen in the trials under the
+# sanitizers). The trainer takes such a signal too.
+test_expect_success 'a SIGTERM pending on the thread that execs the trainer, not the process: exit 4 at once' '
+	hold_port && test_when_finished "kill $holder" &&
+	rc=0 && RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port DPTRAIN_OUTPUT_DIR=$PWD/tp \
+		/usr/bin/python3 -c "
+import os, signal, threading
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+os.execvp(\"dptrain\", [\"dptrain\", \"mlp.json\", \"timeouts.rendezvous_s=60\"])
+" >tp.out 2>&1 || rc=$? &&
+	cat tp.out && test $rc = 4 &&
+	grep "rank 0: stopped on request before the first step: nothing to save yet" tp.out
+'
+
 # A library that starts threads in its constructor, before main blocks the stop signals
 # (OpenBLAS does): the kernel may deliver SIGTERM to such a thread. It must still reach the
 # trainer's waiting thread, not end the process (it did: exit 143, no checkpoint).

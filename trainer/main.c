@@ -133,9 +133,14 @@ static void take_stop_signals(int training)
 	int e = pthread_create(&t, &attr, stop_waiter, NULL);
 	if (e == 0) {
 		int sig;
+		struct timespec now = {0, 0};
 		stop.waiter = t;
 		atomic_store(&stop.waiter_ready, 1);
 		if ((sig = atomic_exchange(&stop.early, 0)) != 0)
+			pthread_kill(t, sig);
+		/* One pending on this thread alone (raised here before the exec, by a launcher
+		 * that used raise()) is invisible to the waiter's sigwaitinfo: hand it over. */
+		while ((sig = sigtimedwait(&stop.set, NULL, &now)) > 0)
 			pthread_kill(t, sig);
 	} else {
 		/* nobody would take them: leave their default action to them */
