@@ -538,9 +538,9 @@ int main(int argc, char **argv)
 	/* The lock dptrain-run holds for its ranks is rank 0's alone to pass on: another rank's
 	 * command (and whatever it leaves behind) must not hold the directory. */
 	if (a.rank != 0 && getenv("DPTRAIN_LOCK_FD")) {
-		const char *lfd = getenv("DPTRAIN_LOCK_FD");
-		if (*lfd >= '0' && *lfd <= '9' && atoi(lfd) > 2)
-			close(atoi(lfd));
+		int lfd;
+		if (alloc_env_int("DPTRAIN_LOCK_FD", 3, &lfd, err, sizeof(err)) == 1)
+			close(lfd);
 		unsetenv("DPTRAIN_LOCK_FD");
 	}
 	/* Rank 0 takes the directory first; with PMIx no rank writes there before it has. */

@@ -186,15 +186,15 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 	}
 	/* dptrain-run took this lock for its ranks before starting them: the same lock, passed
 	 * down (DPTRAIN_LOCK_FD), is rank 0's */
-	const char *inherited = getenv("DPTRAIN_LOCK_FD");
 	struct stat ist;
-	if (inherited && *inherited >= '0' && *inherited <= '9' &&
-	    fstat(atoi(inherited), &ist) == 0 && ist.st_dev == st.st_dev &&
-	    ist.st_ino == st.st_ino && flock(atoi(inherited), LOCK_EX | LOCK_NB) == 0) {
-		int held = fcntl(atoi(inherited), F_DUPFD_CLOEXEC, 0);
+	int inherited;
+	if (alloc_env_int("DPTRAIN_LOCK_FD", 3, &inherited, holder, sizeof(holder)) == 1 &&
+	    fstat(inherited, &ist) == 0 && ist.st_dev == st.st_dev && ist.st_ino == st.st_ino &&
+	    flock(inherited, LOCK_EX | LOCK_NB) == 0) {
+		int held = fcntl(inherited, F_DUPFD_CLOEXEC, 0);
 		close(f);
 		if (held >= 0) { /* one copy, close-on-exec like any other lock */
-			close(atoi(inherited));
+			close(inherited);
 			unsetenv("DPTRAIN_LOCK_FD");
 		}
 		if (held < 0) {
