@@ -71,11 +71,14 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, si
 #define KEY_READY "dptrain.ready" /* published after the rank table is written */
 #define KEY_GATE  "dptrain.gate"  /* published once rank 0 holds the output directory */
 #define PROBE_S	  1		  /* how long a rank that missed a fence gets to answer a Get */
+#define NEAR_FIRST_S  2 /* how long rank 0 waits for its node's ranks before asking about others */
+#define ABORT_SLACK_S 5 /* rank 0's time to name the missing ranks after its deadline */
 
 struct alloc_pmix {
 	pmix_proc_t me;
 	pmix_proc_t all;   /* the whole namespace: PMIX_RANK_WILDCARD */
 	double fence_took; /* seconds the last fence() took, for messages */
+	double abort_at;   /* CLOCK_MONOTONIC time before which this rank does not end the step */
 };
 
 static double mono_s(void)
@@ -102,6 +105,7 @@ struct op {
 	pmix_status_t status;
 	char *value; /* a Get's string, strdup'ed in the callback */
 	pmix_proc_t proc;
+	double at; /* when it finished (mono_s) */
 };
 
 struct batch {
@@ -133,6 +137,7 @@ static void op_finish(struct op *op, pmix_status_t st, char *value)
 	pthread_mutex_lock(&px.mu);
 	op->status = st;
 	op->value = value;
+	op->at = mono_s();
 	op->done = 1;
 	pthread_cond_broadcast(&px.cv);
 	pthread_mutex_unlock(&px.mu);
@@ -160,9 +165,8 @@ static void get_cb(pmix_status_t st, pmix_value_t *kv, void *cbdata)
 	op_finish(cbdata, st, v);
 }
 
-/* Wait until every op of b is done or `secs` pass. Returns 1 when all are done; 0 leaves b
- * to late callbacks (it is listed as abandoned and must not be freed). */
-static int batch_wait(struct batch *b, int secs)
+/* Wait until every op of b is done or `secs` pass; returns how many are not done. */
+static int batch_settle(struct batch *b, int secs)
 {
 	struct timespec ts;
 	int i, left, rc = 0;
@@ -177,11 +181,47 @@ static int batch_wait(struct batch *b, int secs)
 			break;
 		rc = pthread_cond_timedwait(&px.cv, &px.mu, &ts);
 	}
-	if (left) {
-		b->next = px.abandoned;
-		px.abandoned = b;
-	}
 	pthread_mutex_unlock(&px.mu);
+	return left;
+}
+
+/* Leave b to late callbacks: listed, never freed. Call under px.mu. */
+static void batch_abandon_locked(struct batch *b)
+{
+	b->next = px.abandoned;
+	px.abandoned = b;
+}
+
+static void batch_free(struct batch *b);
+
+/* Done with b: freed when every op is done, else abandoned to late callbacks. */
+static void batch_release(struct batch *b)
+{
+	int i, left = 0;
+
+	if (!b)
+		return;
+	pthread_mutex_lock(&px.mu);
+	for (i = 0; i < b->n; i++)
+		left += !b->op[i].done;
+	if (left)
+		batch_abandon_locked(b);
+	pthread_mutex_unlock(&px.mu);
+	if (!left)
+		batch_free(b);
+}
+
+/* Wait until every op of b is done or `secs` pass. Returns 1 when all are done; 0 leaves b
+ * to late callbacks (it is listed as abandoned and must not be freed). */
+static int batch_wait(struct batch *b, int secs)
+{
+	int left = batch_settle(b, secs);
+
+	if (left) {
+		pthread_mutex_lock(&px.mu);
+		batch_abandon_locked(b);
+		pthread_mutex_unlock(&px.mu);
+	}
 	return left == 0;
 }
 
@@ -241,30 +281,135 @@ static int fence(struct alloc_pmix *s, int collect, int timeout_s, const char **
 	return rv;
 }
 
+/* Post a Get of `key` of each of the n ranks in `ranks` (NULL: ranks 0..n-1) at once, each
+ * with PMIX_TIMEOUT get_s; the values arrive in op[i].value. NULL on allocation failure. */
+static struct batch *gather_post(struct alloc_pmix *s, const char *key, const int *ranks, int n,
+				 int get_s)
+{
+	struct batch *b = batch_new(n);
+	pmix_status_t rc;
+	int i;
+
+	if (!b)
+		return NULL;
+	b->n = n;
+	PMIX_INFO_LOAD(&b->info[0], PMIX_TIMEOUT, &get_s, PMIX_INT);
+	for (i = 0; i < n; i++) {
+		struct op *op = &b->op[i];
+		PMIX_LOAD_PROCID(&op->proc, s->me.nspace, (pmix_rank_t)(ranks ? ranks[i] : i));
+		rc = PMIx_Get_nb(&op->proc, key, b->info, 1, get_cb, op);
+		if (rc != PMIX_SUCCESS)
+			op_finish(op, rc, NULL);
+	}
+	return b;
+}
+
 /* Get `key` of every rank at once, each with PMIX_TIMEOUT get_s, all within wait_s. Returns
  * the batch (values in op[r].value), or NULL on allocation failure. *all_done says whether
  * every Get finished; if not, the batch is abandoned and only read under px.mu. */
 static struct batch *gather(struct alloc_pmix *s, const char *key, int n, int get_s, int wait_s,
 			    int *all_done)
 {
-	struct batch *b = batch_new(n);
-	pmix_status_t rc;
-	int r;
+	struct batch *b = gather_post(s, key, NULL, n, get_s);
 
-	*all_done = 0;
-	if (!b)
-		return NULL;
-	b->n = n;
-	PMIX_INFO_LOAD(&b->info[0], PMIX_TIMEOUT, &get_s, PMIX_INT);
-	for (r = 0; r < n; r++) {
-		struct op *op = &b->op[r];
-		PMIX_LOAD_PROCID(&op->proc, s->me.nspace, (pmix_rank_t)r);
-		rc = PMIx_Get_nb(&op->proc, key, b->info, 1, get_cb, op);
-		if (rc != PMIX_SUCCESS)
-			op_finish(op, rc, NULL);
-	}
-	*all_done = batch_wait(b, wait_s);
+	*all_done = b ? batch_wait(b, wait_s) : 0;
 	return b;
+}
+
+/* The ranks on this node (PMIX_LOCAL_PEERS, "0,1,2"), into a new array; -1 if not given. */
+static int local_peers(struct alloc_pmix *s, int world, int **out)
+{
+	pmix_info_t info;
+	pmix_value_t *v = NULL;
+	bool yes = true;
+	const char *p;
+	char *end;
+	int *r = NULL, n = 0;
+	long x;
+
+	*out = NULL;
+	PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &yes, PMIX_BOOL);
+	if (PMIx_Get(&s->all, PMIX_LOCAL_PEERS, &info, 1, &v) != PMIX_SUCCESS || !v ||
+	    v->type != PMIX_STRING || !v->data.string || !(r = malloc((size_t)world * sizeof(int))))
+		goto fail;
+	for (p = v->data.string; *p;) {
+		errno = 0;
+		x = strtol(p, &end, 10);
+		if (end == p || errno || x < 0 || x >= world || n >= world ||
+		    (*end != ',' && *end != '\0'))
+			goto fail;
+		r[n++] = (int)x;
+		p = *end ? end + 1 : end;
+	}
+	PMIX_VALUE_RELEASE(v);
+	*out = r;
+	return n;
+fail:
+	if (v)
+		PMIX_VALUE_RELEASE(v);
+	free(r);
+	return -1;
+}
+
+/* Who arrived at a fence, learnt beside it, from Gets posted before it: a Get is answered once
+ * that rank has published `key`, whatever becomes of the fence. Rank 0 asks about every rank,
+ * another rank about rank 0 only (n Gets in all, not n*n).
+ *
+ * A probe made after a failed fence cannot tell this, nor can Gets posted all at once: Slurm's
+ * PMIx server answers nothing for half a minute while it retries sending to a node whose step
+ * has ended (measured with Slurm 22.05: 31 s; the fence, or a Get of a rank there, sends), so
+ * ranks that had arrived were named as missing. Rank 0 therefore asks about its own node's
+ * ranks first (answered by the node's server, no network), and about the others once its
+ * node's ranks have answered, or after NEAR_FIRST_S; where the server gets stuck all the same,
+ * the message says so (server_answers). */
+struct watch {
+	struct batch *near; /* rank 0: its node's ranks; another rank: rank 0 */
+	struct batch *far;  /* rank 0: every other rank */
+};
+
+/* Post the watch; returns the seconds spent waiting for rank 0's node (to be taken off the
+ * fence's timeout). On allocation failure the watch is partly or wholly empty: no names. */
+static int watch_start(struct alloc_pmix *s, struct watch *w, const char *key, int world,
+		       int timeout_s)
+{
+	int *near = NULL, *far = NULL, nnear, nfar = 0, r, i, zero = 0;
+	double t0 = mono_s();
+
+	memset(w, 0, sizeof(*w));
+	if (s->me.rank != 0) {
+		w->near = gather_post(s, key, &zero, 1, timeout_s + 1);
+		return 0;
+	}
+	nnear = local_peers(s, world, &near);
+	if (nnear < 0) {
+		/* no node list: ask about every rank at once */
+		w->far = gather_post(s, key, NULL, world, timeout_s + 1);
+		return 0;
+	}
+	w->near = gather_post(s, key, near, nnear, timeout_s + 1);
+	if (w->near)
+		batch_settle(w->near, timeout_s < NEAR_FIRST_S ? timeout_s : NEAR_FIRST_S);
+	far = malloc((size_t)world * sizeof(int));
+	if (far) {
+		for (r = 0; r < world; r++) {
+			for (i = 0; i < nnear && near[i] != r; i++)
+				;
+			if (i == nnear)
+				far[nfar++] = r;
+		}
+		if (nfar)
+			w->far = gather_post(s, key, far, nfar, timeout_s + 1);
+	}
+	free(near);
+	free(far);
+	return (int)(mono_s() - t0);
+}
+
+/* After a successful fence the watch is not needed: freed, or left to its late callbacks. */
+static void watch_end(struct watch *w)
+{
+	batch_release(w->near);
+	batch_release(w->far);
 }
 
 /* A peer's host for a message: job-level data the server gave us at init (local, no wait). */
@@ -285,51 +430,125 @@ static void peer_host(struct alloc_pmix *s, int r, char *buf, size_t len)
 		PMIX_VALUE_RELEASE(v);
 }
 
-/* After a failed fence: ask every rank for `key` briefly; who does not answer did not arrive.
- * Fills err with the ranks and their hosts. */
-static void name_missing(struct alloc_pmix *s, const char *key, int n, const char *what,
+/* Whether this node's PMIx server answers now: a Get of a key nobody publishes, with
+ * PMIX_GET_REFRESH_CACHE, is answered (NOT-FOUND) at once by a server that works; one that is
+ * stuck answers nothing (Slurm 22.05's, while it retries reaching a node where every task of
+ * the step has ended, measured: nothing for 27-31 s, its own PMIX_TIMEOUT included). */
+static int server_answers(struct alloc_pmix *s)
+{
+	struct batch *b = batch_new(1);
+	bool yes = true;
+	int one = 1, left;
+
+	if (!b)
+		return 1;
+	b->n = 1;
+	PMIX_INFO_LOAD(&b->info[0], PMIX_TIMEOUT, &one, PMIX_INT);
+	PMIX_INFO_LOAD(&b->info[1], PMIX_GET_REFRESH_CACHE, &yes, PMIX_BOOL);
+	b->op[0].proc = s->me;
+	if (PMIx_Get_nb(&b->op[0].proc, "dptrain.alive", b->info, 2, get_cb, &b->op[0]) !=
+	    PMIX_SUCCESS) {
+		batch_free(b);
+		return 1;
+	}
+	left = batch_settle(b, PROBE_S);
+	batch_release(b);
+	return !left;
+}
+
+static int by_int(const void *x, const void *y)
+{
+	int a = *(const int *)x, b = *(const int *)y;
+	return (a > b) - (a < b);
+}
+
+/* After a failed fence, from the watch posted before it: rank 0 names every rank that has
+ * not published `key`; another rank says whether rank 0 has (then rank 0's message names the
+ * others). Fills err; ends the watch. */
+static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const char *what,
 			 int timeout_s, const char *why, char *err, size_t errlen)
 {
-	struct batch *b;
 	char list[256], hosts[256], h[RT_HOST_MAX], outcome[160];
-	int *missing = NULL, nmissing = 0, all_done, r;
+	struct batch *bs[2] = {w->near, w->far};
+	int *missing = NULL, nmissing = 0, asked = 0, early, i, k;
 	size_t used = 0;
+	char stuck[320] = "";
 
 	fence_outcome(s, why, timeout_s, outcome, sizeof(outcome));
-
-	b = gather(s, key, n, PROBE_S, PROBE_S + 1, &all_done);
-	missing = malloc((size_t)n * sizeof(int));
-	if (!b || !missing) {
+	/* After a timeout the answers have had all that time; after an early failure, a little
+	 * more. */
+	early = strcmp(why, "timed out") != 0;
+	for (k = 0; k < 2; k++)
+		if (bs[k]) {
+			batch_settle(bs[k], early ? PROBE_S : 0);
+			asked += bs[k]->n;
+		}
+	missing = malloc((size_t)world * sizeof(int));
+	if (!missing || asked < (s->me.rank == 0 ? world : 1)) {
 		snprintf(err, errlen, "%s %s", what, outcome);
 		goto out;
 	}
 	pthread_mutex_lock(&px.mu);
-	for (r = 0; r < n; r++)
-		if (!b->op[r].done || b->op[r].status != PMIX_SUCCESS)
-			missing[nmissing++] = r;
+	for (k = 0; k < 2; k++)
+		for (i = 0; bs[k] && i < bs[k]->n; i++)
+			if (!bs[k]->op[i].done || bs[k]->op[i].status != PMIX_SUCCESS)
+				missing[nmissing++] = (int)bs[k]->op[i].proc.rank;
 	pthread_mutex_unlock(&px.mu);
+	qsort(missing, (size_t)nmissing, sizeof(int), by_int);
+	if (nmissing && !server_answers(s))
+		snprintf(stuck, sizeof(stuck),
+			 " (but this node's PMIx server, in slurmstepd, has stopped answering, as "
+			 "Slurm's does while it retries reaching a node where every task of the "
+			 "step has ended, so %s may have arrived after all)",
+			 nmissing > 1 ? "some of them" : s->me.rank ? "rank 0" : "it");
+	if (s->me.rank != 0) {
+		peer_host(s, 0, h, sizeof(h));
+		if (nmissing) {
+			snprintf(err, errlen,
+				 "%s %s: rank 0 (on %s) did not arrive%s: it ended or hangs before "
+				 "this point (its own message, or srun's, says why); other ranks "
+				 "may be missing too",
+				 what, outcome, h, stuck);
+			/* Where the server is stuck rank 0 may well be alive, with a deadline
+			 * like ours: leave it the time to say which ranks are missing. */
+			if (stuck[0])
+				s->abort_at = mono_s() + timeout_s + ABORT_SLACK_S;
+			goto out;
+		}
+		snprintf(err, errlen,
+			 "%s %s: rank 0 (on %s) arrived, and its message names the ranks that "
+			 "did not",
+			 what, outcome, h);
+		/* This rank's error would end the step (PMIx_Abort) before rank 0 has said
+		 * which ranks are missing. Rank 0 gives up no later than timeout_s after its
+		 * record reached us, and then ends the step itself: wait for that first. */
+		pthread_mutex_lock(&px.mu);
+		s->abort_at = bs[0]->op[0].at + timeout_s + ABORT_SLACK_S;
+		pthread_mutex_unlock(&px.mu);
+		goto out;
+	}
 	if (nmissing == 0) {
 		snprintf(err, errlen, "%s %s (every rank has arrived since; retry)", what, outcome);
 		goto out;
 	}
 	alloc_format_ranks(missing, nmissing, list, sizeof(list));
 	hosts[0] = '\0';
-	for (r = 0; r < nmissing && r < 8; r++) {
-		peer_host(s, missing[r], h, sizeof(h));
+	for (i = 0; i < nmissing && i < 8; i++) {
+		peer_host(s, missing[i], h, sizeof(h));
 		if (strstr(hosts, h) || used + strlen(h) + 8 >= sizeof(hosts))
 			continue;
 		used += (size_t)snprintf(hosts + used, sizeof(hosts) - used, "%s%s",
 					 used ? ", " : "", h);
 	}
 	snprintf(err, errlen,
-		 "%s %s: %d of %d ranks did not arrive: rank%s %s on %s%s; they did "
-		 "not start or hang before this point: see their messages",
-		 what, outcome, nmissing, n, nmissing > 1 ? "s" : "", list, hosts,
-		 nmissing > 8 ? ", ..." : "");
+		 "%s %s: %d of %d ranks did not arrive: rank%s %s on %s%s%s; they ended or "
+		 "hang before this point: srun names a task that ended, and each rank's own "
+		 "message says why",
+		 what, outcome, nmissing, world, nmissing > 1 ? "s" : "", list, hosts,
+		 nmissing > 8 ? ", ..." : "", stuck);
 out:
 	free(missing);
-	if (b && all_done)
-		batch_free(b);
+	watch_end(w);
 }
 
 static int get_long(struct alloc_pmix *s, const pmix_proc_t *p, const char *key, long *out)
@@ -497,10 +716,11 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 	struct alloc_pmix *s;
 	struct alloc_rank self;
 	struct batch *b = NULL;
+	struct watch w;
 	char rec[512];
 	long v;
 	int *nodeid = NULL, *port = NULL, world, local = -1, mynode = -1, myport = 0, all_done = 0;
-	int r, rv = -1;
+	int r, spent, rv = -1;
 	const char *why;
 	pmix_status_t rc;
 
@@ -569,11 +789,13 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 		 self.gpu.index, self.gpu.id[0] ? self.gpu.id : "-", myport);
 	if (put_string(KEY_RANK, rec, err, errlen) != 0)
 		goto out;
-	if (fence(s, 1, o->timeout_s, &why) != 0) {
-		name_missing(s, KEY_RANK, world, "PMIx fence (rendezvous of all ranks)",
-			     o->timeout_s, why, err, errlen);
+	spent = watch_start(s, &w, KEY_RANK, world, o->timeout_s);
+	if (fence(s, 1, o->timeout_s > spent ? o->timeout_s - spent : 1, &why) != 0) {
+		name_missing(s, &w, world, "PMIx fence (rendezvous of all ranks)", o->timeout_s,
+			     why, err, errlen);
 		goto out;
 	}
+	watch_end(&w);
 
 	a->ranks = calloc((size_t)world, sizeof(*a->ranks));
 	nodeid = malloc((size_t)world * sizeof(int));
@@ -657,14 +879,18 @@ int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
 int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen)
 {
 	const char *why;
+	struct watch w;
+	int spent;
 
 	if (put_string(KEY_READY, "1", err, errlen) != 0)
 		return -1;
-	if (fence(a->pmix, 0, timeout_s, &why) != 0) {
-		name_missing(a->pmix, KEY_READY, a->world_size,
-			     "PMIx fence (every rank table written)", timeout_s, why, err, errlen);
+	spent = watch_start(a->pmix, &w, KEY_READY, a->world_size, timeout_s);
+	if (fence(a->pmix, 0, timeout_s > spent ? timeout_s - spent : 1, &why) != 0) {
+		name_missing(a->pmix, &w, a->world_size, "PMIx fence (every rank table written)",
+			     timeout_s, why, err, errlen);
 		return -1;
 	}
+	watch_end(&w);
 	return 0;
 }
 
@@ -689,6 +915,17 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, si
 		if (rc != PMIX_SUCCESS) {
 			snprintf(err, errlen, "PMIx_Init failed: %s", PMIx_Error_string(rc));
 			return -1;
+		}
+	}
+	if (a->pmix && a->pmix->abort_at > 0) {
+		double left = a->pmix->abort_at - mono_s();
+		struct timespec ts;
+
+		if (left > 0) {
+			ts.tv_sec = (time_t)left;
+			ts.tv_nsec = (long)((left - (double)ts.tv_sec) * 1e9);
+			while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+				;
 		}
 	}
 	/* NULL procs: the whole namespace, i.e. the step. */

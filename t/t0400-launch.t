@@ -124,6 +124,51 @@ test_expect_success 'a rank that never arrives: the others time out naming it, n
 	nothing_left
 '
 
+test_expect_success 'rank 0 never arrives: the others name it' '
+	! env DPTRAIN_TIMEOUT=3 DPTRAIN_TEST_STALL_RANK=0 DPTRAIN_OUTPUT_DIR=stall0 \
+		timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 dptrain-launch ./probe.sh 2>err &&
+	cat err >&2 &&
+	grep "dptrain-launch: rank [1-3] on n[12]: PMIx fence (rendezvous of all ranks) timed out after 3 s: rank 0 (on n1) did not arrive: it ended or hangs before this point" err &&
+	! grep "ranks did not arrive" err &&
+	nothing_left
+'
+
+# Issue 18, F8: the ranks were named from Gets made after the failed fence, which Slurm's PMIx
+# server may not answer then, so ranks that had arrived were named ("ranks 0, 2-3" where only
+# 3 was missing). Rank 0 now names them from Gets posted before the fence; the others defer to
+# it, and leave it the time to say so before their error ends the step.
+test_expect_success 'a task that ends before the rendezvous: rank 0 names it, and only it' '
+	printf "%s\n" "0-2 dptrain-launch ./probe.sh" "3 true" >ends.conf &&
+	! env DPTRAIN_TIMEOUT=4 DPTRAIN_OUTPUT_DIR=ends timeout 120 \
+		srun --mpi=pmix -N2 --ntasks-per-node=2 --multi-prog ends.conf 2>err &&
+	cat err >&2 &&
+	grep -x "dptrain-launch: rank 0 on n1: PMIx fence (rendezvous of all ranks) timed out after 4 s: 1 of 4 ranks did not arrive: rank 3 on n2; they ended .*" err &&
+	test $(grep -c "did not arrive" err) = 1 &&
+	grep "dptrain-launch: rank [12] on n[12]: .*: rank 0 (on n1) arrived, and its message names the ranks that did not" err &&
+	nothing_left
+'
+
+# When every task of a node has ended, Slurm 22.05's PMIx server on the other node answers
+# nothing for half a minute (it retries reaching the ended step there), also Gets of its own
+# node's ranks: a rank then names only ranks that never arrived, or says that its server has
+# stopped answering; it never names a rank that arrived as missing without saying so.
+test_expect_success 'every task of a node ends before the rendezvous: no rank named wrongly' '
+	printf "%s\n" "0-2 dptrain-launch ./probe.sh" "3 true" >node.conf &&
+	! env DPTRAIN_TIMEOUT=4 DPTRAIN_OUTPUT_DIR=node timeout 120 \
+		srun --mpi=pmix -N2 --ntasks-per-node=3 --multi-prog node.conf 2>err &&
+	cat err >&2 &&
+	grep "dptrain-launch: rank 0 on n1: PMIx fence (rendezvous of all ranks) timed out after 4 s: " err &&
+	grep "did not arrive" err >named &&
+	while read -r line; do
+		case $line in
+		*"has stopped answering"*) ;;
+		*"rank 0 on n1: "*": 1 of 4 ranks did not arrive: rank 3 on n2; "*) ;;
+		*) echo "named wrongly: $line" >&2 && return 1 ;;
+		esac
+	done <named &&
+	nothing_left
+'
+
 test_expect_success 'without PMIx: local rank 0 that never writes the rank table is named' '
 	start=$(date +%s) &&
 	! env MASTER_ADDR=127.0.0.1 DPTRAIN_TIMEOUT=2 DPTRAIN_TEST_STALL_RANK=0 \
