@@ -11,8 +11,11 @@
 #include "store.h"
 #include "tap.h"
 
+#include <arpa/inet.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -339,6 +342,101 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 }
 
 /* ---------------------------------------------------------------------------------------
+ * A stranger at a rank's ring port. Before its own comm, rank 0 connects to rank 1's ring
+ * port, which rank 1 has published in the store, and sends a hello that is rank 0's in all
+ * but the secret (kind 0), or bytes of another protocol (kind 1); its connection is in rank
+ * 1's backlog before rank 0's own. Rank 1 must refuse it (close it, nothing said) and take
+ * rank 0's real one: the ring then works. */
+
+/* comm_cpu.c's ring hello, as a stranger who knows the protocol but not the secret sends it */
+struct wire_hello {
+	uint32_t magic, rank, world, gen;
+	char secret[64];
+};
+
+static int stranger(const struct ranks_job *j, int kind, struct store *st, int *fd, char *msg,
+		    size_t len)
+{
+	struct wire_hello h;
+	struct sockaddr_in sa;
+	char host[64], err[1024];
+	void *v = NULL;
+	size_t n;
+	int port;
+
+	/* the first comm of a rank is generation 1 (comm_cpu.c's "created" counter) */
+	if (store_get(st, "dptrain.comm.cpu.1.addr.1", &v, &n, LONG_S, err, sizeof(err)) < 0 ||
+	    sscanf(v, "%63[^:]:%d", host, &port) != 2) {
+		snprintf(msg, len, "stranger: no ring address of rank 1: %s", err);
+		free(v);
+		return -1;
+	}
+	free(v);
+	memset(&sa, 0, sizeof(sa));
+	sa.sin_family = AF_INET;
+	sa.sin_port = htons((uint16_t)port);
+	inet_pton(AF_INET, host, &sa.sin_addr);
+	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (*fd < 0 || connect(*fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		snprintf(msg, len, "stranger: cannot connect to %s:%d", host, port);
+		return -1;
+	}
+	memset(&h, 0, sizeof(h));
+	h.magic = htonl(0x64707267u); /* "dprg" */
+	h.rank = htonl(0);
+	h.world = htonl((uint32_t)j->world);
+	h.gen = htonl(1);
+	snprintf(h.secret, sizeof(h.secret), "%s", kind == 0 ? "not-the-secret" : "");
+	if (kind == 1)
+		memcpy(&h, "GET / HTTP/1.0\r\n\r\n", 18);
+	if (write(*fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
+		snprintf(msg, len, "stranger: cannot send its hello");
+		return -1;
+	}
+	return 0;
+}
+
+static int rank_stranger(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	const struct job *s = j->arg;
+	struct store_opts so = {.master_addr = "127.0.0.1",
+				.master_port = j->port,
+				.rank = rank,
+				.world_size = j->world,
+				.job = "comm-test",
+				.secret = "comm-test-secret",
+				.timeout_s = LONG_S};
+	struct comm_cpu_opts co = {.timeout_s = LONG_S, .chunk_bytes = 4096};
+	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
+	struct store *st;
+	struct comm *c = NULL;
+	char got;
+	int fd = -1, rv = -1;
+
+	if (store_open(&st, &so, msg, len) < 0)
+		return -1;
+	if (rank == 0 && stranger(j, s->special, st, &fd, msg, len) < 0)
+		goto out;
+	if (comm_cpu_create(&c, st, &co, msg, len) < 0)
+		goto out;
+	check_allreduce(c, &k, 12345, COMM_F32, COMM_SUM);
+	if (k.failed)
+		goto out;
+	/* refused: closed without a word */
+	if (fd >= 0 && read(fd, &got, 1) != 0) {
+		snprintf(msg, len, "the stranger's connection was answered, or left open");
+		goto out;
+	}
+	snprintf(msg, len, "ring made, allreduce right");
+	rv = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	close_all(st, c, 10);
+	return rv;
+}
+
+/* ---------------------------------------------------------------------------------------
  * Failures. Survivors loop allreduce until it fails; msg gets "<seconds the failing call
  * took>|<its message>|<the message of the call after it>". */
 
@@ -516,6 +614,16 @@ int main(void)
 		ok(all, "world %d: every operation on every rank matches the ring-order sum (%s)",
 		   w, out[0].msg);
 		ok(same, "world %d: every rank holds the same bits", w);
+	}
+
+	for (int kind = 0; kind < 2; kind++) {
+		static const char *what[] = {"a hello with a wrong secret", "another protocol"};
+		struct job sj = {.timeout = LONG_S, .special = kind, .fault = FAULT_NONE};
+		struct ranks_job j = {.world = 2, .arg = &sj};
+		ranks_run(&j, rank_stranger, -1, 3 * LONG_S, out);
+		ok(out[0].status == 0 && out[1].status == 0,
+		   "a stranger at rank 1's ring port (%s) is refused, the ring is made: %s | %s",
+		   what[kind], out[0].msg, out[1].msg);
 	}
 
 	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
