@@ -259,11 +259,12 @@ endif
 $(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
 	$(link) $^ $(TRAINER_LIBS)
 
-$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
-	$(link) $^ -ljansson $(LAUNCH_LIBS)
+# The rendezvous store is the trainer's; the launchers meet in it too without PMIx.
+$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(call obj,trainer/store.c) $(LIBRT) $(LIBCFG)
+	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
-$(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(LIBRT) $(LIBCFG)
-	$(link) $^ -ljansson $(LAUNCH_LIBS)
+$(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(call obj,trainer/store.c) $(LIBRT) $(LIBCFG)
+	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
 # The plugin is dlopen'ed by srun and slurmstepd, which are not built with ASan (its runtime
 # must come first in a process), so with SAN=1 it gets UBSan only. It links its own -fPIC copy

@@ -147,6 +147,27 @@ void alloc_stall(const struct alloc_opts *o, int rank, const char *where)
 		;
 }
 
+void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port)
+{
+	snprintf(buf, len, "1 %s %s %d %d %d %s %d", x->host, x->addr, nodeid, x->local_rank,
+		 x->gpu.index, x->gpu.id[0] ? x->gpu.id : "-", port);
+}
+
+int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port)
+{
+	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], gid[ALLOC_GPU_ID_MAX];
+	int version, n;
+
+	if (sscanf(rec, "%d %255s %63s %d %d %d %95s %d%n", &version, host, addr, nodeid,
+		   &x->local_rank, &x->gpu.index, gid, port, &n) != 8 ||
+	    version != 1 || rec[n] != '\0')
+		return -1;
+	snprintf(x->host, sizeof(x->host), "%s", host);
+	snprintf(x->addr, sizeof(x->addr), "%s", addr);
+	snprintf(x->gpu.id, sizeof(x->gpu.id), "%s", strcmp(gid, "-") == 0 ? "" : gid);
+	return 0;
+}
+
 void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len)
 {
 	size_t used = 0;
@@ -380,9 +401,7 @@ int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_
 	}
 	if (alloc_check_shared_gpu(a, o->allow_shared_gpu, err, errlen) != 0)
 		goto out;
-	/* Without PMIx the only meeting point is the rank table local rank 0 writes next. */
-	if (!a->pmix)
-		alloc_stall(o, a->rank, "before writing its rank table");
+	a->timeout_s = o->timeout_s;
 	rv = 0;
 out:
 	return rv;
@@ -417,9 +436,42 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+int alloc_meet(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
+{
+	if (a->source == ALLOC_SRC_SLURM) {
+		alloc_stall(o, a->rank, "before joining the launchers' store");
+		return alloc_store_open(a, o, err, errlen);
+	}
+	/* without PMIx, the only meeting point is the rank table local rank 0 writes next */
+	if (!a->pmix)
+		alloc_stall(o, a->rank, "before writing its rank table");
+	return 0;
+}
+
 int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
 {
-	return a->pmix ? alloc_pmix_gate(a, timeout_s, err, errlen) : 0;
+	if (a->pmix)
+		return alloc_pmix_gate(a, timeout_s, err, errlen);
+	if (a->store)
+		return alloc_store_gate(a, timeout_s, err, errlen);
+	return 0;
+}
+
+int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
+		      char *err, size_t errlen)
+{
+	char rterr[RT_ERR_MAX];
+
+	if (a->store)
+		return alloc_store_write_table(a, rt, path, a->timeout_s, err, errlen);
+	if (a->local_rank != 0)
+		return 0;
+	rterr[0] = '\0';
+	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, rterr) != 0) {
+		snprintf(err, errlen, "cannot write the rank table: %s", rterr);
+		return -1;
+	}
+	return 1;
 }
 
 int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,
@@ -432,6 +484,8 @@ int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *
 
 	if (a->pmix)
 		return alloc_pmix_sync(a, timeout_s, err, errlen);
+	if (a->store)
+		return alloc_store_sync(a, timeout_s, err, errlen);
 	if (a->local_rank == 0)
 		return 0;
 	for (r = 0; r < a->world_size; r++)
@@ -463,10 +517,16 @@ void alloc_finish(struct alloc *a)
 {
 	if (a->pmix)
 		alloc_pmix_finish(a);
+	if (a->store)
+		alloc_store_finish(a, a->timeout_s);
 }
 
 int alloc_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen)
 {
+	if (a->store) {
+		alloc_store_abort(a, msg);
+		return 0;
+	}
 	return alloc_pmix_abort(a, status, msg, err, errlen);
 }
 

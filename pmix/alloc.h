@@ -38,6 +38,7 @@ struct alloc_rank {
 };
 
 struct alloc_pmix; /* an open PMIx session (alloc_pmix.c) */
+struct store;	   /* the rendezvous store (trainer/store.h) */
 
 struct alloc {
 	enum alloc_source source;
@@ -53,6 +54,9 @@ struct alloc {
 	char step_id[RT_ID_MAX];
 	struct alloc_rank *ranks; /* world_size entries, indexed by rank; ranks[rank] is us */
 	struct alloc_pmix *pmix;  /* open until alloc_finish, NULL otherwise */
+	struct store *store;	  /* without PMIx (SLURM_*): the launcher's rendezvous store
+				     (alloc_store.c), open until alloc_finish, NULL otherwise */
+	int timeout_s;		  /* alloc_opts.timeout_s, for alloc_finish */
 };
 
 /* What the caller chooses. */
@@ -73,26 +77,44 @@ struct alloc_opts {
  * alloc_sync(); a timeout names the ranks that did not arrive. 0 on success, -1 with err. */
 int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
 
-/* The first meeting point after discovery: with PMIx a fence that no rank passes before rank
- * 0 has checked and locked the output directory (if rank 0 cannot, it ends the step and the
- * fence fails), so no rank writes into a directory another job is using. Without PMIx there
- * is no channel: 0 at once. */
+/* Where the ranks meet after alloc_discover (with PMIx they have: the fence). With the SLURM_*
+ * source the launchers open a store at the master endpoint (rank 0 runs it) and exchange
+ * their records, so every node's table writer knows every rank's address and GPU
+ * (alloc_store.c); with the env source nothing. 0, or -1 with err (e.g. naming the ranks that
+ * did not arrive, or the unreachable master). */
+int alloc_meet(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+
+/* The first meeting point after discovery: no rank passes it before rank 0 has checked and
+ * locked the output directory (if rank 0 cannot, it ends the step), so no rank writes into a
+ * directory another job is using. With PMIx a fence and a value of rank 0; with the SLURM_*
+ * source a value in the launcher's store; with the env source (dptrain-run, which holds the
+ * lock itself, or torchrun) there is no channel: 0 at once. */
 int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
 
-/* The second meeting point, after local rank 0 of every node wrote `rank_table` (a path):
- * with PMIx a fence (so no rank execs before its node's table exists); without PMIx the other
- * local ranks wait, up to timeout_s, until the file holds the table they expect (`expect`).
- * 0 on success, -1 with err naming who did not arrive. */
+/* Write the rank table `rt` to `path` as this rank's part: with PMIx every node's local rank 0
+ * (each has the whole table: a shared directory gets the same bytes from each); with the
+ * SLURM_* source rank 0, then every other node's local rank 0 where the file does not already
+ * hold that table (one writer per file); else local rank 0. 1 when this rank wrote it, 0 when
+ * not, -1 with err. */
+int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
+		      char *err, size_t errlen);
+
+/* The second meeting point, after the rank tables are written (alloc_write_table): with PMIx
+ * a fence, with the SLURM_* source a barrier in the store (so no rank execs before its node's
+ * table exists); with the env source the other local ranks wait, up to timeout_s, until the
+ * file holds the table they expect (`expect`). 0 on success, -1 with err naming who did not
+ * arrive. */
 int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,
 	       int timeout_s, char *err, size_t errlen);
 
-/* Close the PMIx session (PMIx_Finalize) if one is open. Call before exec; on an error path
- * call alloc_abort instead. */
+/* Close the PMIx session (PMIx_Finalize) or the store if one is open. Call before exec; on an
+ * error path call alloc_abort instead. */
 void alloc_finish(struct alloc *a);
 
 /* End the whole step (PMIx_Abort: Slurm then kills every task of it, on every node, as
- * srun -K would): on an error path, so peers stuck in a fence or a collective end now instead
- * of at their own timeout. With a->pmix NULL (no session open) a session is opened for it
+ * srun -K would; with the store open, every rank is told at once and fails naming this one):
+ * on an error path, so peers stuck in a fence or a collective end now instead of at their own
+ * timeout. With a->pmix NULL (no session open) a session is opened for it
  * (PMIx_Init as this task's rank), as the plugin's watcher does after a rank's command
  * failed. 0 when PMIx took the request, or -1 with err (no PMIx here: nothing to end). */
 int alloc_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen);

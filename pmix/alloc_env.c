@@ -1,7 +1,7 @@
 /* alloc_env.c — the allocation without PMIx: from Slurm's SLURM_* variables (srun --mpi=none)
  * or from torchrun-style RANK/WORLD_SIZE/... (dptrain-run, torchrun). A rank then knows only
- * its own address and GPU: peers on other nodes get their resolved node name (or 0.0.0.0,
- * "unknown") and GPU -1. Reads the environment; writes nothing. */
+ * its own address and GPU: peers on other nodes get 0.0.0.0 ("unknown") and GPU -1 until the
+ * launchers meet (alloc_store.c, SLURM_* source). Reads the environment; writes nothing. */
 #include "alloc_source.h"
 
 #include "hostlist.h"
@@ -85,21 +85,6 @@ int alloc_slurm_layout(const char *dist, int nnodes, const int *counts, int worl
 out:
 	free(given);
 	return rv;
-}
-
-/* Address of every node other than ours, resolved once per node. */
-static void peer_addr(const char *host, char addr[RT_ADDR_MAX], int rank, int verbose)
-{
-	char rterr[RT_ERR_MAX];
-
-	if (rt_resolve_host(host, addr, rterr) == 0)
-		return;
-	if (verbose)
-		fprintf(stderr,
-			"dptrain-launch: rank %d: %s; its address in the rank table is %s "
-			"(unknown)\n",
-			rank, rterr, UNKNOWN_ADDR);
-	snprintf(addr, RT_ADDR_MAX, UNKNOWN_ADDR);
 }
 
 int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
@@ -189,10 +174,9 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, siz
 	if (alloc_iface_addr(o->iface, myaddr, err, errlen) != 0)
 		goto out;
 	for (k = 0; k < nhosts; k++) {
-		if (k == node)
-			snprintf(addr, sizeof(addr), "%s", myaddr);
-		else
-			peer_addr(hosts[k], addr, rank, o->verbose);
+		/* Other nodes' ranks say their own address in the launchers' store
+		 * (alloc_store.c); until then it is unknown. */
+		snprintf(addr, sizeof(addr), "%s", k == node ? myaddr : UNKNOWN_ADDR);
 		for (r = 0; r < world; r++) {
 			struct alloc_rank *x = &a->ranks[r];
 			if (node_of[r] != k)
@@ -207,14 +191,21 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, siz
 	if (alloc_self_gpu(o, ALLOC_SRC_SLURM, local, &a->ranks[rank].gpu, err, errlen) != 0)
 		goto out;
 	/* Every rank must reach the same master: all of them resolve the first node's name the
-	 * same way (on that node too, where an interface address could differ). */
+	 * same way (on that node too, where an interface address could differ), else take the
+	 * address Slurm reaches that node on (NodeAddr). */
 	if (!a->master_addr[0] && rt_resolve_host(hosts[0], a->master_addr, rterr) != 0) {
-		snprintf(
-		    err, errlen,
-		    "cannot find the master: %s (first node of SLURM_STEP_NODELIST); make node "
-		    "names resolvable, set MASTER_ADDR, or run with --mpi=pmix",
-		    rterr);
-		goto out;
+		char why[ALLOC_ERR_MAX];
+
+		if (alloc_node_addr(hosts[0], a->master_addr, o->timeout_s, why, sizeof(why)) !=
+		    0) {
+			a->master_addr[0] = '\0';
+			snprintf(err, errlen,
+				 "cannot find the master: %s (first node of SLURM_STEP_NODELIST), "
+				 "and Slurm gives no usable address for it (%s); make node names "
+				 "resolvable, set MASTER_ADDR, or run with --mpi=pmix",
+				 rterr, why);
+			goto out;
+		}
 	}
 	if (!a->master_port)
 		a->master_port =

@@ -627,22 +627,6 @@ static int put_string(const char *key, const char *value, char *err, size_t errl
 	return 0;
 }
 
-/* One peer's record: "1 host addr nodeid local_rank gpu gpu_id|- port". */
-static int parse_record(const char *rec, struct alloc_rank *x, int *nodeid, int *port)
-{
-	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], gid[ALLOC_GPU_ID_MAX];
-	int version, n;
-
-	if (sscanf(rec, "%d %255s %63s %d %d %d %95s %d%n", &version, host, addr, nodeid,
-		   &x->local_rank, &x->gpu.index, gid, port, &n) != 8 ||
-	    version != 1 || rec[n] != '\0')
-		return -1;
-	snprintf(x->host, sizeof(x->host), "%s", host);
-	snprintf(x->addr, sizeof(x->addr), "%s", addr);
-	snprintf(x->gpu.id, sizeof(x->gpu.id), "%s", strcmp(gid, "-") == 0 ? "" : gid);
-	return 0;
-}
-
 /* Node ranks from the published hosts: nodes in order of their PMIx node id (then of their
  * first rank), numbered 0..K-1, whatever numbering the resource manager used. */
 struct node_key {
@@ -785,8 +769,8 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 			goto out;
 	}
 	alloc_stall(o, a->rank, "before publishing its PMIx record");
-	snprintf(rec, sizeof(rec), "1 %s %s %d %d %d %s %d", self.host, self.addr, mynode, local,
-		 self.gpu.index, self.gpu.id[0] ? self.gpu.id : "-", myport);
+	self.local_rank = local;
+	alloc_record_format(rec, sizeof(rec), &self, mynode, myport);
 	if (put_string(KEY_RANK, rec, err, errlen) != 0)
 		goto out;
 	spent = watch_start(s, &w, KEY_RANK, world, o->timeout_s);
@@ -816,7 +800,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 				 PMIx_Error_string(b->op[r].status));
 			goto out;
 		}
-		if (parse_record(b->op[r].value, &a->ranks[r], &nodeid[r], &port[r]) != 0) {
+		if (alloc_record_parse(b->op[r].value, &a->ranks[r], &nodeid[r], &port[r]) != 0) {
 			snprintf(err, errlen, "rank %d published a malformed %s: '%s'", r, KEY_RANK,
 				 b->op[r].value);
 			goto out;

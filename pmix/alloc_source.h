@@ -33,6 +33,27 @@ int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_
 /* The test hook: rank o->stall_rank sleeps o->stall_s seconds here. */
 void alloc_stall(const struct alloc_opts *o, int rank, const char *where);
 
+/* One rank's record as the ranks exchange it (PMIx, or the launcher's store without PMIx):
+ * "1 host addr nodeid local_rank gpu gpu_id|- port"; parse: 0, or -1 when malformed. */
+#define ALLOC_RECORD_MAX 512
+void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port);
+int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port);
+
+/* A Slurm node's address where its name does not resolve: its NodeAddr (SLURM_NODE_ALIASES,
+ * else scontrol -o show node, within timeout_s), resolved if it is a name (nodeaddr.c). 0, or
+ * -1 with err saying why. */
+int alloc_node_addr(const char *node, char addr[RT_ADDR_MAX], int timeout_s, char *err,
+		    size_t errlen);
+
+/* The wire-up without PMIx (alloc_store.c): see there. */
+int alloc_store_open(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+int alloc_store_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
+int alloc_store_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
+			    int timeout_s, char *err, size_t errlen);
+int alloc_store_sync(struct alloc *a, int timeout_s, char *err, size_t errlen);
+void alloc_store_abort(struct alloc *a, const char *msg);
+void alloc_store_finish(struct alloc *a, int timeout_s);
+
 /* "2, 5-7, 9" for a sorted list of ranks, at most about len bytes ("... and N more"). */
 void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len);
 

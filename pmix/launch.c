@@ -52,14 +52,15 @@ static const char usage_text[] =
 #define LAUNCH_FIRST_LIMIT 60
 
 /* The process's one context: who we are for messages, what we are doing (for the guard's
- * messages), and whether a PMIx session is open. The guard thread reads ident and step: lock. */
+ * messages), and whether a PMIx session or the store is open. The guard thread reads ident and
+ * step: lock. */
 static struct {
 	pthread_mutex_t lock;
 	char ident[RT_HOST_MAX + 64]; /* "rank 3 on n2" */
 	char step[128];
 	int limit_s;	       /* the guard's: from start, LAUNCH_FIRST_LIMIT until the config is read */
 	struct timespec start; /* CLOCK_MONOTONIC at guard_start */
-	int pmix_open;
+	int session_open;      /* PMIx, or the launchers' store (alloc.h) */
 	sigset_t stop;	   /* SIGTERM, SIGUSR1: blocked from main's first instruction */
 	pthread_t guard;   /* takes them, and ends a wire-up that outlives every timeout */
 	int guard_running;
@@ -95,10 +96,11 @@ static void die(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-	/* With a PMIx session open, end the whole step (PMIx_Abort): peers stuck waiting for this
-	 * rank end now instead of at their own timeout, and srun returns. The library's threads
-	 * are still running then: leave without exit handlers. */
-	if (ctx.pmix_open) {
+	/* With a PMIx session open, end the whole step (PMIx_Abort), with the store open tell
+	 * every rank (alloc_abort): peers stuck waiting for this rank end now instead of at their
+	 * own timeout, and srun returns. The library's threads are still running then: leave
+	 * without exit handlers. */
+	if (ctx.session_open) {
 		char msg[1024], aerr[256];
 		int n = snprintf(msg, sizeof(msg), "dptrain-launch: %s: ", ctx.ident);
 		va_start(ap, fmt);
@@ -440,7 +442,7 @@ int main(int argc, char **argv)
 	struct ranktable rt;
 	struct launch_paths paths;
 	struct launch_exec ex;
-	char err[ALLOC_ERR_MAX], rterr[RT_ERR_MAX], outdir[LAUNCH_PATH_MAX];
+	char err[ALLOC_ERR_MAX], outdir[LAUNCH_PATH_MAX];
 	char header[1024], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
 	const char *trainer, *restart, *base;
 	char **cmd;
@@ -517,12 +519,16 @@ int main(int argc, char **argv)
 	memset(&a, 0, sizeof(a));
 	ctx.alloc = &a;
 	rc = alloc_discover(&a, &st.opts, err, sizeof(err));
-	ctx.pmix_open = a.pmix != NULL;
+	ctx.session_open = a.pmix != NULL;
 	if (rc != 0)
 		die("%s", err);
 	pthread_mutex_lock(&ctx.lock);
 	snprintf(ctx.ident, sizeof(ctx.ident), "rank %d on %s", a.rank, a.ranks[a.rank].host);
 	pthread_mutex_unlock(&ctx.lock);
+	rc = alloc_meet(&a, &st.opts, err, sizeof(err));
+	ctx.session_open = a.pmix != NULL || a.store != NULL;
+	if (rc != 0)
+		die("%s", err);
 	if (st.opts.verbose)
 		fprintf(stderr,
 			"dptrain-launch: %s: allocation from %s: %d ranks on %d nodes, local rank "
@@ -562,11 +568,12 @@ int main(int argc, char **argv)
 	memset(&rt, 0, sizeof(rt));
 	if (alloc_rank_table(&a, &rt, err, sizeof(err)) != 0)
 		die("%s", err);
-	/* One writer per node: with a node-local output directory every node needs its own
-	 * copy; on a shared one they all write the same table and the last rename wins. */
-	if (a.local_rank == 0 &&
-	    rt_write_atomic(&rt, paths.rank_table, RT_SCHEMA_DPTRAIN, rterr) != 0)
-		die("cannot write the rank table: %s", rterr);
+	/* Every node needs a copy where the output directory is node-local (alloc.h). */
+	rc = alloc_write_table(&a, &rt, paths.rank_table, err, sizeof(err));
+	if (rc < 0)
+		die("%s", err);
+	if (rc > 0 && st.opts.verbose)
+		fprintf(stderr, "dptrain-launch: %s: wrote %s\n", ctx.ident, paths.rank_table);
 	if (launch_env_export(&a, &rt, &paths, err, sizeof(err)) != 0)
 		die("%s", err);
 	snprintf(envlog, sizeof(envlog), "%s/env.log", paths.devdir);
@@ -578,7 +585,7 @@ int main(int argc, char **argv)
 		die("%s", err);
 	set_step("finishing the wire-up");
 	alloc_finish(&a);
-	ctx.pmix_open = 0;
+	ctx.session_open = 0;
 	guard_stop();
 
 	memset(&ex, 0, sizeof(ex));

@@ -91,10 +91,56 @@ test_expect_success 'srun --mpi=none -N2 -n4: two nodes from SLURM_STEP_NODELIST
 	dp_check_ranks none2 4 slurm
 '
 
-test_expect_success 'without PMIx an unresolvable first node needs MASTER_ADDR, and says so' '
-	test_must_fail env -u MASTER_ADDR DPTRAIN_OUTPUT_DIR=none3 timeout 60 srun --mpi=none -n2 \
-		dptrain-launch ./probe.sh 2>err &&
-	grep "dptrain-launch: rank [01] on n[12]: cannot find the master: .*n[12].* set MASTER_ADDR" err
+# Issue 18, item 6. Without PMIx a rank knows only its own address and GPU: the launchers meet
+# in a store rank 0 runs at the master endpoint, so the table holds every rank's own address
+# (the emulated nodes' names do not resolve: it held 0.0.0.0 for the other node) and is
+# written once in a shared directory (every node wrote it, each with its own partial view).
+test_expect_success 'without PMIx: an unresolvable first node is found by its NodeAddr' '
+	env -u MASTER_ADDR DPTRAIN_VERBOSE=1 DPTRAIN_OUTPUT_DIR=none3 timeout 60 \
+		srun --mpi=none -N2 --ntasks-per-node=2 dptrain-launch ./probe.sh >out 2>err &&
+	dp_check_ranks none3 4 slurm &&
+	test "$(dp_json none3/rank_table.json "d[\"dptrain\"][\"master_addr\"]")" = \
+		"$(scontrol -o show node n1 | tr " " "\n" | sed -n "s/^NodeAddr=//p")"
+'
+
+test_expect_success 'without PMIx: the table holds every rank'"'"'s own address, written once' '
+	grep -c "dptrain-launch: rank [0-3] on n[12]: wrote .*/none3/rank_table.json" err >writers &&
+	echo 1 >one && test_cmp one writers &&
+	grep "dptrain-launch: rank 0 on n1: wrote" err &&
+	me=$(dp_json none3/rank_table.json "d[\"server_list\"][0][\"server_id\"]") &&
+	test "$me" != 0.0.0.0 &&
+	test "$(dp_json none3/rank_table.json "len(set(x[\"device_ip\"] for s in d[\"server_list\"] for x in s[\"device\"]) | {\"$me\"})")" = 1
+'
+
+test_expect_success 'without PMIx: node-local output directories each get the whole table' '
+	printf "%s\n" "0-1 env DPTRAIN_OUTPUT_DIR=local1 dptrain-launch ./probe.sh" \
+		"2-3 env DPTRAIN_OUTPUT_DIR=local2 dptrain-launch ./probe.sh" >local.conf &&
+	DPTRAIN_VERBOSE=1 timeout 60 srun --mpi=none -N2 --ntasks-per-node=2 \
+		--multi-prog local.conf >out 2>err &&
+	grep "dptrain-launch: rank 0 on n1: wrote .*/local1/rank_table.json" err &&
+	grep "dptrain-launch: rank 2 on n2: wrote .*/local2/rank_table.json" err &&
+	test_cmp local1/rank_table.json local2/rank_table.json
+'
+
+test_expect_success 'without PMIx, a first node neither resolvable nor known to Slurm: says so' '
+	mkdir -p fakebin &&
+	printf "#!/bin/sh\necho \"slurm_load_node error: Invalid node name specified\" >&2\nexit 1\n" >fakebin/scontrol &&
+	chmod +x fakebin/scontrol &&
+	test_must_fail env -u MASTER_ADDR DPTRAIN_OUTPUT_DIR=none4 timeout 60 srun --mpi=none -n2 \
+		env PATH="$PWD/fakebin:$PATH" dptrain-launch ./probe.sh 2>err &&
+	cat err >&2 &&
+	grep "dptrain-launch: rank [01] on n[12]: cannot find the master: .*n[12].*, and Slurm gives no usable address for it (scontrol show node n[12] failed: slurm_load_node error: Invalid node name specified); .* set MASTER_ADDR" err &&
+	test ! -e none4
+'
+
+test_expect_success 'a scontrol that hangs is given up after the rendezvous timeout' '
+	mkdir -p fakebin &&
+	printf "#!/bin/sh\nexec sleep 100\n" >fakebin/scontrol &&
+	test_must_fail env -u MASTER_ADDR DPTRAIN_TIMEOUT=2 DPTRAIN_OUTPUT_DIR=none5 timeout 60 \
+		srun --mpi=none -n1 env PATH="$PWD/fakebin:$PATH" dptrain-launch ./probe.sh 2>err &&
+	cat err >&2 &&
+	grep "Slurm gives no usable address for it (scontrol show node n[12] took more than 2 s)" err &&
+	nothing_left
 '
 
 test_expect_success 'DPTRAIN_SOURCE=slurm under PMIx uses SLURM_*' '
@@ -169,13 +215,14 @@ test_expect_success 'every task of a node ends before the rendezvous: no rank na
 	nothing_left
 '
 
-test_expect_success 'without PMIx: local rank 0 that never writes the rank table is named' '
+test_expect_success 'without PMIx: a rank 0 that never opens the store is named' '
 	start=$(date +%s) &&
 	! env MASTER_ADDR=127.0.0.1 DPTRAIN_TIMEOUT=2 DPTRAIN_TEST_STALL_RANK=0 \
 		DPTRAIN_TEST_STALL_SECONDS=60 DPTRAIN_OUTPUT_DIR=stall2 \
 		timeout 60 srun --mpi=none -K -n3 dptrain-launch ./probe.sh 2>err &&
 	end=$(date +%s) &&
-	grep "dptrain-launch: rank [12] on n[12]: rank 0 (local rank 0 on n[12]) did not write .*/stall2/rank_table.json within 2 s" err &&
+	grep "dptrain-launch: rank [12] on n[12]: rendezvous: cannot connect to rank 0.s store at 127.0.0.1:[0-9]* within 2 s" err &&
+	test ! -e stall2 &&
 	test $((end - start)) -lt 50 &&
 	nothing_left
 '
