@@ -314,20 +314,26 @@ void ddp_set_vote(struct ddp *d, float vote)
 	d->vote = vote;
 }
 
-float ddp_votes(const struct ddp *d)
+int ddp_votes(const struct ddp *d, float *votes, char *err, size_t errlen)
 {
-	float v = 0;
 	struct backend *be = d->m->be;
-	if (be->ops->to_host(be, &v, d->m->grads + d->m->param_total, sizeof(v)) < 0)
-		return 0;
-	return v;
+
+	*votes = 0;
+	if (be->ops->to_host(be, votes, d->m->grads + d->m->param_total, sizeof(*votes)) < 0)
+		return failf(err, errlen, "ddp: cannot read the ranks' stop votes from %s: %s",
+			     be->ops->name, be->err);
+	return 0;
 }
 
-void ddp_begin_backward(struct ddp *d, int sync)
+int ddp_begin_backward(struct ddp *d, int sync, char *err, size_t errlen)
 {
 	if (sync) {
 		struct backend *be = d->m->be;
-		be->ops->from_host(be, d->m->grads + d->m->param_total, &d->vote, sizeof(d->vote));
+		if (be->ops->from_host(be, d->m->grads + d->m->param_total, &d->vote,
+				       sizeof(d->vote)) < 0)
+			return failf(err, errlen,
+				     "ddp: cannot put this rank's stop vote on %s: %s",
+				     be->ops->name, be->err);
 	}
 	pthread_mutex_lock(&d->mu);
 	d->sync = sync;
@@ -347,6 +353,7 @@ void ddp_begin_backward(struct ddp *d, int sync)
 		advance_ready(d);
 	}
 	pthread_mutex_unlock(&d->mu);
+	return 0;
 }
 
 int ddp_finish(struct ddp *d, char *err, size_t errlen)

@@ -52,18 +52,20 @@ int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen);
 int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen);
 
 /* Before a micro-step's backward: sync 1 on the last micro-step of an optimizer step (its
- * buckets are reduced as backward produces them), 0 on the others (no communication). */
-void ddp_begin_backward(struct ddp *d, int sync);
+ * buckets are reduced as backward produces them), 0 on the others (no communication). -1
+ * with err when this rank's vote cannot be put on the device. */
+int ddp_begin_backward(struct ddp *d, int sync, char *err, size_t errlen);
 /* After the backward of a sync micro-step: waits until every bucket is reduced. Gradients
  * are then the same on every rank. */
 int ddp_finish(struct ddp *d, char *err, size_t errlen);
 
 /* A vote carried in the last bucket at no extra communication (the float after the
  * parameters' gradients): set before ddp_begin_backward of a sync micro-step; after its
- * ddp_finish, ddp_votes is the same on every rank and > 0 when any rank voted > 0 (the
- * trainer's "stop after this step"). */
+ * ddp_finish, ddp_votes gives the same *votes on every rank, > 0 when any rank voted > 0 (the
+ * trainer's "stop after this step"); -1 with err when it cannot be read from the device (a
+ * vote must not be lost as "no vote"). */
 void ddp_set_vote(struct ddp *d, float vote);
-float ddp_votes(const struct ddp *d);
+int ddp_votes(const struct ddp *d, float *votes, char *err, size_t errlen);
 
 int ddp_bucket_count(const struct ddp *d);
 const struct ddp_bucket *ddp_bucket(const struct ddp *d, int i);

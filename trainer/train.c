@@ -791,9 +791,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				}
 				if (ddp && micro == accum - 1) /* asked to stop: vote with the gradients */
 					ddp_set_vote(ddp, env->stop && *env->stop ? 1.0f : 0.0f);
-				if (ddp)
-					ddp_begin_backward(ddp, micro == accum - 1);
-				if (nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
+				if ((ddp && ddp_begin_backward(ddp, micro == accum - 1, err, errlen) < 0) ||
+				    nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
 				    stage_done(&st, err, errlen) < 0 ||
 				    (ddp && micro == accum - 1 && ddp_finish(ddp, err, errlen) < 0)) {
 					loader_release(tr.l, b);
@@ -878,7 +877,10 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			}
 			/* a stop request (SIGTERM, SIGUSR1) on any rank stops every rank after
 			 * this same step: the ranks' votes travelled with the gradients */
-			int stop = ddp ? ddp_votes(ddp) > 0 : env->stop && *env->stop;
+			float votes = env->stop && *env->stop ? 1.0f : 0.0f;
+			if (ddp && ddp_votes(ddp, &votes, err, errlen) < 0)
+				goto out;
+			int stop = votes > 0;
 			int epoch_end = s + 1 == s0 + nsteps || step == total;
 			if (stop || (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
 				struct train_pos at = position(&tr.s, step, epoch, s + 1 - s0,

@@ -160,6 +160,16 @@ static void plans(void)
 	nn_free(&m);
 }
 
+/* A backend copy that fails, as a device copy can. */
+static int fail_copy(struct backend *b, void *dst, const void *src, size_t bytes)
+{
+	(void)dst;
+	(void)src;
+	(void)bytes;
+	snprintf(b->err, sizeof(b->err), "injected copy failure");
+	return -1;
+}
+
 /* One step: forward, loss, backward with DDP; returns the number of allreduce calls. */
 static int step(struct nn_model *m, struct ddp *d, struct rec_comm *rc, int sync, float beta,
 		const float *x, const int32_t *y, int n)
@@ -172,7 +182,10 @@ static int step(struct nn_model *m, struct ddp *d, struct rec_comm *rc, int sync
 		diag("%s", err);
 		return -1;
 	}
-	ddp_begin_backward(d, sync);
+	if (ddp_begin_backward(d, sync, err, sizeof(err)) < 0) {
+		diag("%s", err);
+		return -1;
+	}
 	atomic_store(&rc->in_backward, 1);
 	int rv = nn_backward(m, n, beta, err, sizeof(err));
 	atomic_store(&rc->in_backward, 0);
@@ -223,12 +236,37 @@ static void reduction(void)
 	for (size_t i = 0; i < m.param_total; i++)
 		same &= m.grads[i] == 2 * plain[i];
 	ok(same, "gradients_mean false: the sum over 2 ranks (each gradient doubled)");
+	float votes = -1;
 	ddp_set_vote(d, 1.0f);
 	step(&m, d, &rc, 1, 0, x, y, N);
-	is_double(ddp_votes(d), 2.0, 0, "a vote travels with the last bucket (summed: 2 ranks)");
+	ok(ddp_votes(d, &votes, err, sizeof(err)) == 0, "the votes are read back");
+	is_double(votes, 2.0, 0, "a vote travels with the last bucket (summed: 2 ranks)");
 	ddp_set_vote(d, 0.0f);
 	step(&m, d, &rc, 1, 0, x, y, N);
-	is_double(ddp_votes(d), 0.0, 0, "... and no vote is 0");
+	ok(ddp_votes(d, &votes, err, sizeof(err)) == 0, "the votes are read back");
+	is_double(votes, 0.0, 0, "... and no vote is 0");
+
+	/* A device that fails to take the vote, or to give the votes back: an error naming
+	 * it, never a vote lost as "no vote" (the stop request of another rank). */
+	struct backend_ops failing = *be->ops;
+	const struct backend_ops *real = be->ops;
+	failing.from_host = fail_copy;
+	be->ops = &failing;
+	ddp_set_vote(d, 1.0f);
+	ok(ddp_begin_backward(d, 1, err, sizeof(err)) < 0, "a vote the device does not take fails");
+	like(err, "ddp: cannot put this rank's stop vote on cpu: injected copy failure",
+	     "... naming the vote, the backend and its error");
+	be->ops = real;
+	step(&m, d, &rc, 1, 0, x, y, N);
+	failing = *be->ops;
+	failing.to_host = fail_copy;
+	be->ops = &failing;
+	votes = -1;
+	ok(ddp_votes(d, &votes, err, sizeof(err)) < 0 && votes == 0,
+	   "votes the device does not give back fail (not 'no vote')");
+	like(err, "ddp: cannot read the ranks' stop votes from cpu: injected copy failure",
+	     "... naming the votes, the backend and its error");
+	be->ops = real;
 
 	/* Overlap: with small buckets the first one is reduced while backward still runs. The
 	 * communication thread is woken by a condition variable, so allow a few tries on a
