@@ -44,24 +44,6 @@ int alloc_source_from_name(const char *name, enum alloc_source *out)
 	return -1;
 }
 
-int alloc_env_int(const char *name, int min, int *out, char *err, size_t errlen)
-{
-	const char *s = getenv(name);
-	char *end;
-	long v;
-
-	if (!s || !*s)
-		return 0;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end != '\0' || end == s || v < min || v > 0x7fffffff) {
-		snprintf(err, errlen, "%s='%s' is not an integer >= %d", name, s, min);
-		return -1;
-	}
-	*out = (int)v;
-	return 1;
-}
-
 int alloc_user_master_addr(char addr[RT_HOST_MAX], char *err, size_t errlen)
 {
 	const char *s = getenv("MASTER_ADDR");

@@ -172,10 +172,6 @@ int alloc_port_hold(const char *addr, int *port, int *fd, char *err, size_t errl
 int alloc_user_master_addr(char addr[RT_HOST_MAX], char *err, size_t errlen);
 int alloc_user_master_port(int *port, char *err, size_t errlen);
 
-/* An integer environment variable >= min: 1 when set and valid, 0 when unset (or empty),
- * -1 when set but not an integer >= min (err names the variable and value). */
-int alloc_env_int(const char *name, int min, int *out, char *err, size_t errlen);
-
 /* Job and step id for %j/%s and the rank table: DPTRAIN_JOB_ID, else SLURM_JOB_ID, else
  * "local"; DPTRAIN_STEP_ID, else SLURM_STEP_ID, else "0". */
 void alloc_job_ids(char job[RT_ID_MAX], char step[RT_ID_MAX]);

@@ -6,6 +6,7 @@
 
 #include "hostlist.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@
 /* A required integer variable. */
 static int need_int(const char *name, int min, int *out, char *err, size_t errlen, const char *hint)
 {
-	int rc = alloc_env_int(name, min, out, err, errlen);
+	int rc = rt_env_int(name, min, INT_MAX, out, err, errlen);
 
 	if (rc == 0)
 		snprintf(err, errlen, "%s is not set (%s)", name, hint);
@@ -26,65 +27,6 @@ static const char *env_either(const char *a, const char *b)
 {
 	const char *s = getenv(a);
 	return s && *s ? s : getenv(b);
-}
-
-int alloc_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
-		       int *local_of, char *err, size_t errlen)
-{
-	char kind[32];
-	int *given = NULL, plane = 1, r = 0, k, take, rv = -1;
-	size_t n;
-
-	n = dist ? strcspn(dist, ":,") : 0;
-	snprintf(kind, sizeof(kind), "%.*s", (int)(n < sizeof(kind) ? n : sizeof(kind) - 1),
-		 dist ? dist : "");
-	if (kind[0] == '\0' || strcmp(kind, "*") == 0 || strcmp(kind, "block") == 0) {
-		plane = 0;
-	} else if (strcmp(kind, "cyclic") == 0) {
-		plane = 1;
-	} else if (strncmp(kind, "plane=", 6) == 0 && atoi(kind + 6) > 0) {
-		plane = atoi(kind + 6);
-	} else {
-		snprintf(err, errlen,
-			 "SLURM_DISTRIBUTION='%s': where each rank runs cannot be derived from "
-			 "SLURM_* for this distribution; run with --mpi=pmix",
-			 dist);
-		return -1;
-	}
-	given = calloc((size_t)nnodes, sizeof(int));
-	if (!given) {
-		snprintf(err, errlen, "out of memory for %d nodes", nnodes);
-		return -1;
-	}
-	if (plane == 0) {
-		for (k = 0; k < nnodes; k++)
-			for (; given[k] < counts[k] && r < world; given[k]++, r++) {
-				node_of[r] = k;
-				local_of[r] = given[k];
-			}
-	} else {
-		/* Round robin over the nodes that still have room, `plane` ranks at a time. */
-		while (r < world) {
-			int progress = 0;
-			for (k = 0; k < nnodes && r < world; k++)
-				for (take = 0; take < plane && given[k] < counts[k] && r < world;
-				     take++, given[k]++, r++) {
-					node_of[r] = k;
-					local_of[r] = given[k];
-					progress = 1;
-				}
-			if (!progress)
-				break;
-		}
-	}
-	if (r != world) {
-		snprintf(err, errlen, "tasks per node hold %d ranks, not %d", r, world);
-		goto out;
-	}
-	rv = 0;
-out:
-	free(given);
-	return rv;
 }
 
 int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
@@ -102,7 +44,7 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, siz
 	    need_int("SLURM_LOCALID", 0, &local, err, errlen, hint) ||
 	    need_int("SLURM_NODEID", 0, &node, err, errlen, hint))
 		goto out;
-	k = alloc_env_int("SLURM_STEP_NUM_TASKS", 1, &world, err, errlen);
+	k = rt_env_int("SLURM_STEP_NUM_TASKS", 1, INT_MAX, &world, err, errlen);
 	if (k == 0 && need_int("SLURM_NTASKS", 1, &world, err, errlen, hint) != 0)
 		goto out;
 	if (k < 0)
@@ -131,7 +73,7 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, siz
 		    list, nhosts, tpn, ncounts);
 		goto out;
 	}
-	if (alloc_env_int("SLURM_STEP_NUM_NODES", 1, &nnodes, err, errlen) == 1 &&
+	if (rt_env_int("SLURM_STEP_NUM_NODES", 1, INT_MAX, &nnodes, err, errlen) == 1 &&
 	    nnodes != nhosts) {
 		snprintf(err, errlen,
 			 "SLURM_STEP_NUM_NODES=%d but SLURM_STEP_NODELIST='%s' names %d", nnodes,
@@ -155,7 +97,7 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, siz
 		snprintf(err, errlen, "out of memory for %d ranks", world);
 		goto out;
 	}
-	if (alloc_slurm_layout(getenv("SLURM_DISTRIBUTION"), nhosts, counts, world, node_of,
+	if (rt_slurm_layout(getenv("SLURM_DISTRIBUTION"), nhosts, counts, world, node_of,
 			       local_of, err, errlen) != 0)
 		goto out;
 	/* The layout is derived; Slurm's own word for this rank must agree with it. */
@@ -232,12 +174,12 @@ int alloc_from_env(struct alloc *a, const struct alloc_opts *o, char *err, size_
 	if (need_int("RANK", 0, &rank, err, errlen, hint) ||
 	    need_int("WORLD_SIZE", 1, &world, err, errlen, hint))
 		goto out;
-	if ((have_local = alloc_env_int("LOCAL_RANK", 0, &local, err, errlen)) < 0 ||
-	    (have_lws = alloc_env_int("LOCAL_WORLD_SIZE", 1, &lws, err, errlen)) < 0)
+	if ((have_local = rt_env_int("LOCAL_RANK", 0, INT_MAX, &local, err, errlen)) < 0 ||
+	    (have_lws = rt_env_int("LOCAL_WORLD_SIZE", 1, INT_MAX, &lws, err, errlen)) < 0)
 		goto out;
-	have_node = alloc_env_int("GROUP_RANK", 0, &node, err, errlen);
+	have_node = rt_env_int("GROUP_RANK", 0, INT_MAX, &node, err, errlen);
 	if (have_node == 0)
-		have_node = alloc_env_int("NODE_RANK", 0, &node, err, errlen);
+		have_node = rt_env_int("NODE_RANK", 0, INT_MAX, &node, err, errlen);
 	if (have_node < 0)
 		goto out;
 	if (rank >= world) {

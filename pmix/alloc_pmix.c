@@ -7,6 +7,7 @@
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "alloc_source.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -739,7 +740,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 	/* Our own local rank and node id are right even where peers' are missing. */
 	if (get_long(s, &s->me, PMIX_LOCAL_RANK, &v) == 0)
 		local = (int)v;
-	else if (alloc_env_int("SLURM_LOCALID", 0, &local, err, errlen) != 1)
+	else if (rt_env_int("SLURM_LOCALID", 0, INT_MAX, &local, err, errlen) != 1)
 		local = -1;
 	if (local < 0) {
 		snprintf(err, errlen,
@@ -750,7 +751,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 	}
 	if (get_long(s, &s->me, PMIX_NODEID, &v) == 0)
 		mynode = (int)v;
-	else if (alloc_env_int("SLURM_NODEID", 0, &mynode, err, errlen) != 1)
+	else if (rt_env_int("SLURM_NODEID", 0, INT_MAX, &mynode, err, errlen) != 1)
 		mynode = -1;
 
 	memset(&self, 0, sizeof(self));

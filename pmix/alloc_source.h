@@ -18,12 +18,6 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, si
 int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
 int alloc_from_env(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
 
-/* Where Slurm put every rank, from the node-level part of SLURM_DISTRIBUTION (block when
- * unset, cyclic, plane=N) and the tasks per node: node_of[r], local_of[r] for world ranks.
- * -1 for a distribution whose layout cannot be derived (arbitrary). */
-int alloc_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
-		       int *local_of, char *err, size_t errlen);
-
 /* This rank's GPU from its CUDA_VISIBLE_DEVICES. Unset means "all GPUs" to CUDA: the env source
  * (dptrain-run, torchrun-style) then counts the device nodes; under Slurm, unset means the step
  * asked for no GPU, and using one anyway would take another job's. */

@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
@@ -279,7 +280,7 @@ static void read_settings(struct settings *st)
 	s = getenv("DPTRAIN_OUTPUT_DIR");
 	if (s && *s)
 		snprintf(st->outdir, sizeof(st->outdir), "%s", s);
-	rc = alloc_env_int("DPTRAIN_TIMEOUT", 1, &v, err, sizeof(err));
+	rc = rt_env_int("DPTRAIN_TIMEOUT", 1, INT_MAX, &v, err, sizeof(err));
 	if (rc < 0)
 		die("%s", err);
 	if (rc == 1)
@@ -290,10 +291,10 @@ static void read_settings(struct settings *st)
 	if (alloc_source_from_name(getenv("DPTRAIN_SOURCE"), &st->opts.source) != 0)
 		die("DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",
 		    getenv("DPTRAIN_SOURCE"));
-	if (alloc_env_int("DPTRAIN_TEST_STALL_RANK", 0, &st->opts.stall_rank, err, sizeof(err)) < 0)
+	if (rt_env_int("DPTRAIN_TEST_STALL_RANK", 0, INT_MAX, &st->opts.stall_rank, err, sizeof(err)) < 0)
 		die("%s", err);
 	st->opts.stall_s = 3600;
-	if (alloc_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, &st->opts.stall_s, err, sizeof(err)) < 0)
+	if (rt_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, INT_MAX, &st->opts.stall_s, err, sizeof(err)) < 0)
 		die("%s", err);
 }
 
@@ -545,7 +546,7 @@ int main(int argc, char **argv)
 	 * command (and whatever it leaves behind) must not hold the directory. */
 	if (a.rank != 0 && getenv("DPTRAIN_LOCK_FD")) {
 		int lfd;
-		if (alloc_env_int("DPTRAIN_LOCK_FD", 3, &lfd, err, sizeof(err)) == 1)
+		if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &lfd, err, sizeof(err)) == 1)
 			close(lfd);
 		unsetenv("DPTRAIN_LOCK_FD");
 	}

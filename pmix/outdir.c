@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,7 +189,7 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 	 * down (DPTRAIN_LOCK_FD), is rank 0's */
 	struct stat ist;
 	int inherited;
-	if (alloc_env_int("DPTRAIN_LOCK_FD", 3, &inherited, holder, sizeof(holder)) == 1 &&
+	if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &inherited, holder, sizeof(holder)) == 1 &&
 	    fstat(inherited, &ist) == 0 && ist.st_dev == st.st_dev && ist.st_ino == st.st_ino &&
 	    flock(inherited, LOCK_EX | LOCK_NB) == 0) {
 		int held = fcntl(inherited, F_DUPFD_CLOEXEC, 0);

@@ -114,10 +114,21 @@ int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MA
  * node rarely collide. */
 int rt_default_port(const char *job_id, const char *step_id, const char *secret);
 
+/* An integer environment variable in [min, max]: 1 and *out when set, 0 when unset or empty
+ * (*out untouched), -1 with err naming the variable, its value and the range. The one parser
+ * of integer variables, dptrain-launch's too. */
+int rt_env_int(const char *name, int min, int max, int *out, char *err, size_t errlen);
+
+/* Where Slurm put every rank, from the node-level part of SLURM_DISTRIBUTION (block when
+ * unset, cyclic, plane=N) and the tasks per node: node_of[r], local_of[r] for world ranks.
+ * -1 with err for a distribution whose layout cannot be derived (arbitrary). */
+int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
+		    int *local_of, char *err, size_t errlen);
+
 /* Build a table from the environment of a job step (what `dptrain-ranktable from-env` does):
  * RT_ENV_SLURM: SLURM_STEP_NODELIST/SLURM_JOB_NODELIST, SLURM_STEP_TASKS_PER_NODE/
- * SLURM_TASKS_PER_NODE, SLURM_STEP_NUM_TASKS/SLURM_NTASKS, SLURM_JOB_ID, SLURM_STEP_ID, block
- * distribution, hosts resolved with rt_resolve_host; RT_ENV_TORCHRUN: WORLD_SIZE,
+ * SLURM_TASKS_PER_NODE, SLURM_STEP_NUM_TASKS/SLURM_NTASKS, SLURM_JOB_ID, SLURM_STEP_ID,
+ * SLURM_DISTRIBUTION (rt_slurm_layout), hosts resolved with rt_resolve_host; RT_ENV_TORCHRUN: WORLD_SIZE,
  * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on this one host; RT_ENV_AUTO: Slurm when a node
  * list is set, else torchrun-style when WORLD_SIZE is. MASTER_ADDR/MASTER_PORT, when set, win
  * in both. `used` says which variables were read. */

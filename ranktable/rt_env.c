@@ -1,6 +1,7 @@
-/* rt_env.c — a rank table from a job step's environment: Slurm's SLURM_* variables (block
- * distribution over the step's nodes) or torchrun-style WORLD_SIZE/MASTER_* on one host, plus
- * host-name resolution and the default master port. Reads variables only: no Slurm or PMIx
+/* rt_env.c — a rank table from a job step's environment: Slurm's SLURM_* variables (the
+ * step's nodes and SLURM_DISTRIBUTION's layout) or torchrun-style WORLD_SIZE/MASTER_* on one
+ * host, plus host-name resolution, the default master port, and the integer-variable parser
+ * and Slurm layout that dptrain-launch uses too. Reads variables only: no Slurm or PMIx
  * library, no files. */
 #include "hostlist.h"
 #include "rt_internal.h"
@@ -74,21 +75,85 @@ int rt_default_port(const char *job_id, const char *step_id, const char *secret)
 }
 
 /* A positive decimal from the environment; 0 when unset, -1 when malformed. */
-static int rt_env_int(const char *name, int max, int *out, char err[RT_ERR_MAX])
+int rt_env_int(const char *name, int min, int max, int *out, char *err, size_t errlen)
 {
 	const char *s = getenv(name);
 	char *end;
 	long v;
 
-	*out = 0;
-	if (!s)
+	if (!s || !*s)
 		return 0;
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (!*s || *end || errno || v < 1 || v > max)
-		return rt_errf(err, "%s=\"%.40s\" is not a number from 1 to %d", name, s, max);
+	if (errno || *end || v < min || v > max) {
+		if (max == INT_MAX)
+			snprintf(err, errlen, "%s='%.64s' is not an integer >= %d", name, s, min);
+		else
+			snprintf(err, errlen, "%s='%.64s' is not an integer from %d to %d", name, s,
+				 min, max);
+		return -1;
+	}
 	*out = (int)v;
-	return 0;
+	return 1;
+}
+
+int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
+		    int *local_of, char *err, size_t errlen)
+{
+	char kind[32];
+	int *given = NULL, plane = 1, r = 0, k, take, rv = -1;
+	size_t n;
+
+	n = dist ? strcspn(dist, ":,") : 0;
+	snprintf(kind, sizeof(kind), "%.*s", (int)(n < sizeof(kind) ? n : sizeof(kind) - 1),
+		 dist ? dist : "");
+	if (kind[0] == '\0' || strcmp(kind, "*") == 0 || strcmp(kind, "block") == 0) {
+		plane = 0;
+	} else if (strcmp(kind, "cyclic") == 0) {
+		plane = 1;
+	} else if (strncmp(kind, "plane=", 6) == 0 && atoi(kind + 6) > 0) {
+		plane = atoi(kind + 6);
+	} else {
+		snprintf(err, errlen,
+			 "SLURM_DISTRIBUTION='%.64s': where each rank runs cannot be derived from "
+			 "SLURM_* for this distribution; run with --mpi=pmix",
+			 dist);
+		return -1;
+	}
+	given = calloc((size_t)nnodes, sizeof(int));
+	if (!given) {
+		snprintf(err, errlen, "out of memory for %d nodes", nnodes);
+		return -1;
+	}
+	if (plane == 0) {
+		for (k = 0; k < nnodes; k++)
+			for (; given[k] < counts[k] && r < world; given[k]++, r++) {
+				node_of[r] = k;
+				local_of[r] = given[k];
+			}
+	} else {
+		/* Round robin over the nodes that still have room, `plane` ranks at a time. */
+		while (r < world) {
+			int progress = 0;
+			for (k = 0; k < nnodes && r < world; k++)
+				for (take = 0; take < plane && given[k] < counts[k] && r < world;
+				     take++, given[k]++, r++) {
+					node_of[r] = k;
+					local_of[r] = given[k];
+					progress = 1;
+				}
+			if (!progress)
+				break;
+		}
+	}
+	if (r != world) {
+		snprintf(err, errlen, "tasks per node hold %d ranks, not %d", r, world);
+		goto out;
+	}
+	rv = 0;
+out:
+	free(given);
+	return rv;
 }
 
 /* The first of names that is set; *which says which (the first name when none is). */
@@ -109,8 +174,8 @@ static const char *rt_env_first(const char *const *names, const char **which)
 static int rt_env_master(const char **addr, int *port, char err[RT_ERR_MAX])
 {
 	const char *a = getenv("MASTER_ADDR");
-	int p;
-	if (rt_env_int("MASTER_PORT", 65535, &p, err) < 0)
+	int p = 0;
+	if (rt_env_int("MASTER_PORT", 1, 65535, &p, err, RT_ERR_MAX) < 0)
 		return -1;
 	if (a && *a) {
 		if (!rt_is_address(a) && !rt_is_hostname(a))
@@ -138,6 +203,8 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 	const char *nodelist, *tpn, *ntasks_s, *job, *step;
 	char **hosts = NULL, (*addrs)[RT_ADDR_MAX] = NULL, why[RT_ERR_MAX];
 	int nhosts = 0, *counts = NULL, ncounts = 0, world = 0, ntasks = 0, rv = -1;
+	int *node_of = NULL, *local_of = NULL;
+	const char *dist = getenv("SLURM_DISTRIBUTION");
 	struct rt_alloc_rank *ranks = NULL;
 	struct rt_alloc a = {0};
 
@@ -176,7 +243,7 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 		}
 		world += counts[i];
 	}
-	if (ntasks_s && rt_env_int(ntasks_var, RT_WORLD_MAX, &ntasks, err) < 0)
+	if (ntasks_s && rt_env_int(ntasks_var, 1, RT_WORLD_MAX, &ntasks, err, RT_ERR_MAX) < 0)
 		goto out;
 	if (ntasks_s && ntasks != world) {
 		rt_errf(err, "%s=%d but %s=\"%.64s\" adds up to %d task%s", ntasks_var, ntasks,
@@ -195,10 +262,18 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 			goto out;
 		}
 	}
-	/* Block distribution, as srun's default: node 0 gets ranks 0..counts[0]-1, and so on. */
-	for (int i = 0, r = 0; i < nhosts; i++)
-		for (int l = 0; l < counts[i]; l++, r++)
-			ranks[r] = (struct rt_alloc_rank){hosts[i], addrs[i], i, l, -1};
+	/* Where Slurm put each rank: block (srun's default), cyclic or plane=N. */
+	node_of = malloc((size_t)world * sizeof(int));
+	local_of = malloc((size_t)world * sizeof(int));
+	if (!node_of || !local_of) {
+		rt_errf(err, "out of memory for %d ranks", world);
+		goto out;
+	}
+	if (rt_slurm_layout(dist, nhosts, counts, world, node_of, local_of, err, RT_ERR_MAX) < 0)
+		goto out;
+	for (int r = 0; r < world; r++)
+		ranks[r] = (struct rt_alloc_rank){hosts[node_of[r]], addrs[node_of[r]], node_of[r],
+						  local_of[r], -1};
 	a = (struct rt_alloc){world, addrs[0], 0, job, step, ranks};
 	a.master_port = rt_default_port(job, step, getenv("DPTRAIN_STORE_SECRET"));
 	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
@@ -210,10 +285,15 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", %s=%.32s", job_var, job);
 	if (step)
 		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", %s=%.32s", step_var, step);
+	if (dist && *dist)
+		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", SLURM_DISTRIBUTION=%.32s",
+				dist);
 	snprintf(used + len, RT_ERR_MAX - (size_t)len, ")");
 	rv = rt_build(rt, &a, err);
 out:
 	rt_hostlist_free(hosts, nhosts);
+	free(node_of);
+	free(local_of);
 	free(counts);
 	free(addrs);
 	free(ranks);
@@ -223,13 +303,13 @@ out:
 static int rt_from_torchrun(struct ranktable *rt, char used[RT_ERR_MAX], char err[RT_ERR_MAX])
 {
 	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], why[RT_ERR_MAX];
-	int world, local;
+	int world = 0, local = 0;
 	struct rt_alloc_rank *ranks = NULL;
 	struct rt_alloc a = {0};
 	int rv = -1;
 
-	if (rt_env_int("WORLD_SIZE", RT_WORLD_MAX, &world, err) < 0 ||
-	    rt_env_int("LOCAL_WORLD_SIZE", RT_WORLD_MAX, &local, err) < 0)
+	if (rt_env_int("WORLD_SIZE", 1, RT_WORLD_MAX, &world, err, RT_ERR_MAX) < 0 ||
+	    rt_env_int("LOCAL_WORLD_SIZE", 1, RT_WORLD_MAX, &local, err, RT_ERR_MAX) < 0)
 		return -1;
 	if (!world)
 		return rt_errf(err, "WORLD_SIZE is not set: no torchrun-style environment");

@@ -330,21 +330,21 @@ static void test_slurm_layouts(void)
 		"MASTER_PORT=70000");
 
 	/* The layout function itself. */
-	ok(alloc_slurm_layout(NULL, 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0,
+	ok(rt_slurm_layout(NULL, 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0,
 	   "block layout of 3,2");
 	same = node_of[0] == 0 && node_of[2] == 0 && node_of[3] == 1 && local_of[4] == 1;
 	ok(same, "block: 0-2 on node 0, 3-4 on node 1");
-	ok(alloc_slurm_layout("cyclic:block", 2, counts, 5, node_of, local_of, err, sizeof(err)) ==
+	ok(rt_slurm_layout("cyclic:block", 2, counts, 5, node_of, local_of, err, sizeof(err)) ==
 	       0,
 	   "cyclic:block (only the node level counts)");
 	ok(node_of[0] == 0 && node_of[1] == 1 && node_of[4] == 0 && local_of[4] == 2,
 	   "cyclic over 3,2: 0,2,4 on node 0");
-	ok(alloc_slurm_layout("block", 2, counts, 6, node_of, local_of, err, sizeof(err)) == -1,
+	ok(rt_slurm_layout("block", 2, counts, 6, node_of, local_of, err, sizeof(err)) == -1,
 	   "more ranks than tasks per node hold is refused");
 	like(err, "hold 5 ranks, not 6", "... with both numbers");
 	for (i = 0; i < 5; i++)
 		node_of[i] = -1;
-	ok(alloc_slurm_layout("*", 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0 &&
+	ok(rt_slurm_layout("*", 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0 &&
 	       node_of[2] == 0,
 	   "'*' is the default (block)");
 }

@@ -419,6 +419,7 @@ static const char *const env_names[] = {"SLURM_STEP_NODELIST",
 					"LOCAL_WORLD_SIZE",
 					"MASTER_ADDR",
 					"MASTER_PORT",
+					"SLURM_DISTRIBUTION",
 					NULL};
 
 static void clear_env(void)
@@ -462,6 +463,44 @@ static void test_from_env(void)
 	is(rt.job_id, "77", "job id");
 	is(rt.step_id, "", "no step id");
 	rt_free(&rt);
+
+	/* The layout follows SLURM_DISTRIBUTION, as dptrain-launch's does (block was assumed,
+	 * whatever srun -m said). Node-level: what comes before ':' or ','. */
+	setenv("SLURM_TASKS_PER_NODE", "2(x2)", 1);
+	setenv("SLURM_DISTRIBUTION", "cyclic", 1);
+	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == 0, "cyclic: built"))
+		diag("%s", err);
+	like(used, "SLURM_DISTRIBUTION=cyclic", "cyclic: said among the variables used");
+	ok(rt.world_size == 4 && strcmp(rt.ranks[0].host, "127.0.0.1") == 0 &&
+	       strcmp(rt.ranks[1].host, "127.0.0.2") == 0 &&
+	       strcmp(rt.ranks[2].host, "127.0.0.1") == 0 && rt.ranks[2].local_rank == 1 &&
+	       strcmp(rt.ranks[3].host, "127.0.0.2") == 0 && rt.ranks[3].local_rank == 1,
+	   "cyclic: ranks 0,2 on the first node, 1,3 on the second");
+	rt_free(&rt);
+	setenv("SLURM_TASKS_PER_NODE", "4(x2)", 1);
+	setenv("SLURM_NTASKS", "8", 1);
+	setenv("SLURM_DISTRIBUTION", "plane=2:block", 1);
+	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == 0, "plane=2: built"))
+		diag("%s", err);
+	ok(rt.world_size == 8 && strcmp(rt.ranks[1].host, "127.0.0.1") == 0 &&
+	       strcmp(rt.ranks[2].host, "127.0.0.2") == 0 &&
+	       strcmp(rt.ranks[4].host, "127.0.0.1") == 0 && rt.ranks[4].local_rank == 2 &&
+	       strcmp(rt.ranks[7].host, "127.0.0.2") == 0 && rt.ranks[7].local_rank == 3,
+	   "plane=2: ranks 0,1,4,5 on the first node, 2,3,6,7 on the second");
+	rt_free(&rt);
+	setenv("SLURM_DISTRIBUTION", "block:cyclic", 1);
+	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == 0, "block: built"))
+		diag("%s", err);
+	ok(strcmp(rt.ranks[3].host, "127.0.0.1") == 0 && strcmp(rt.ranks[4].host, "127.0.0.2") == 0,
+	   "block: ranks 0-3 on the first node, 4-7 on the second");
+	rt_free(&rt);
+	setenv("SLURM_DISTRIBUTION", "arbitrary", 1);
+	ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == -1, "arbitrary: refused");
+	like(err, "SLURM_DISTRIBUTION='arbitrary': where each rank runs cannot be derived",
+	     "arbitrary: message");
+	unsetenv("SLURM_DISTRIBUTION");
+	setenv("SLURM_TASKS_PER_NODE", "3,1", 1);
+	setenv("SLURM_NTASKS", "4", 1);
 
 	/* Inside srun: the step's variables win over the job's. */
 	setenv("SLURM_STEP_NODELIST", "localhost", 1);
@@ -531,7 +570,7 @@ static void test_from_env(void)
 	   "torchrun-style on 2 hosts: message");
 	setenv("WORLD_SIZE", "x", 1);
 	ok(rt_from_env(&rt, RT_ENV_TORCHRUN, used, err) == -1, "WORLD_SIZE=x: fails");
-	is(err, "WORLD_SIZE=\"x\" is not a number from 1 to 1048576", "WORLD_SIZE=x: message");
+	is(err, "WORLD_SIZE='x' is not an integer from 1 to 1048576", "WORLD_SIZE=x: message");
 	clear_env();
 }
 
