@@ -1,6 +1,7 @@
 /* alloc.c — allocation discovery: picks the source (PMIx, SLURM_*, torchrun-style env),
  * applies a user's MASTER_ADDR/MASTER_PORT, checks GPU sharing, builds the rank table, and the
- * second meeting point before exec. The sources themselves live in alloc_pmix.c/alloc_env.c. */
+ * second meeting point before exec. The sources live in alloc_pmix.c, alloc_env.c and
+ * alloc_store.c; what they share in alloc_common.c. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "alloc_source.h"
 
@@ -93,89 +94,6 @@ void alloc_job_ids(char job[RT_ID_MAX], char step[RT_ID_MAX])
 	id_from_env(step, "DPTRAIN_STEP_ID", "SLURM_STEP_ID", "0");
 }
 
-int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_rank,
-		   struct alloc_gpu *g, char *err, size_t errlen)
-{
-	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-	char all[ALLOC_GPU_MAX * 6];
-	size_t used = 0;
-	int n, i;
-
-	if (!cvd && src == ALLOC_SRC_ENV) {
-		n = alloc_gpu_count_devices(o->dev_dir);
-		all[0] = '\0';
-		for (i = 0; i < n && i < ALLOC_GPU_MAX; i++)
-			used += (size_t)snprintf(all + used, sizeof(all) - used, "%s%d",
-						 i ? "," : "", i);
-		cvd = all;
-	}
-	if (!cvd)
-		cvd = "";
-	return alloc_gpu_select(cvd, local_rank, g, err, errlen);
-}
-
-void alloc_stall(const struct alloc_opts *o, int rank, const char *where)
-{
-	struct timespec ts;
-
-	if (o->stall_rank < 0 || rank != o->stall_rank)
-		return;
-	fprintf(stderr,
-		"dptrain-launch: rank %d: test hook DPTRAIN_TEST_STALL_RANK: sleeping %d s %s\n",
-		rank, o->stall_s, where);
-	ts.tv_sec = o->stall_s;
-	ts.tv_nsec = 0;
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
-}
-
-void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port)
-{
-	snprintf(buf, len, "1 %s %s %d %d %d %s %d", x->host, x->addr, nodeid, x->local_rank,
-		 x->gpu.index, x->gpu.id[0] ? x->gpu.id : "-", port);
-}
-
-int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port)
-{
-	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], gid[ALLOC_GPU_ID_MAX];
-	int version, n;
-
-	if (sscanf(rec, "%d %255s %63s %d %d %d %95s %d%n", &version, host, addr, nodeid,
-		   &x->local_rank, &x->gpu.index, gid, port, &n) != 8 ||
-	    version != 1 || rec[n] != '\0')
-		return -1;
-	snprintf(x->host, sizeof(x->host), "%s", host);
-	snprintf(x->addr, sizeof(x->addr), "%s", addr);
-	snprintf(x->gpu.id, sizeof(x->gpu.id), "%s", strcmp(gid, "-") == 0 ? "" : gid);
-	return 0;
-}
-
-void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len)
-{
-	size_t used = 0;
-	int i = 0, j, shown = 0;
-
-	buf[0] = '\0';
-	while (i < n) {
-		for (j = i; j + 1 < n && ranks[j + 1] == ranks[j] + 1; j++)
-			;
-		if (used + 48 >= len) {
-			snprintf(buf + used, len - used, "%s... and %d more", shown ? ", " : "",
-				 n - i);
-			return;
-		}
-		if (j == i)
-			used += (size_t)snprintf(buf + used, len - used, "%s%d", shown ? ", " : "",
-						 ranks[i]);
-		else
-			used += (size_t)snprintf(buf + used, len - used, "%s%d-%d",
-						 shown ? ", " : "", ranks[i], ranks[j]);
-		shown++;
-		i = j + 1;
-	}
-}
-
-/* qsort_r comparators over rank indices. */
 static int by_node_local(const void *x, const void *y, void *ctx)
 {
 	const struct alloc_rank *ranks = ctx;

@@ -17,211 +17,6 @@
 #include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------
- * Text helpers for messages. Everything a user wrote is escaped before it is printed, so an
- * error is always one line of printable text. */
-
-/* Append s (at most max bytes of it) to out with control characters escaped, and with
- * quotes and backslashes too when it goes between quotes. */
-static void escape_text(char *out, size_t outlen, const char *s, size_t max, int quoted)
-{
-	size_t o = strlen(out);
-	size_t i;
-
-	for (i = 0; s[i] && i < max && o + 8 < outlen; i++) {
-		unsigned char ch = (unsigned char)s[i];
-		if (quoted && (ch == '"' || ch == '\\')) {
-			out[o++] = '\\';
-			out[o++] = (char)ch;
-		} else if (ch < 0x20 || ch == 0x7f) {
-			o += (size_t)snprintf(out + o, outlen - o, "\\u%04x", ch);
-		} else {
-			out[o++] = (char)ch;
-		}
-	}
-	if (s[i] && o + 4 < outlen) {
-		/* Cut on a UTF-8 character boundary. */
-		while (o > 0 && ((unsigned char)out[o - 1] & 0xc0) == 0x80)
-			o--;
-		if (o > 0 && ((unsigned char)out[o - 1] & 0xc0) == 0xc0)
-			o--;
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = '\0';
-}
-
-static void escape_into(char *out, size_t outlen, const char *s, size_t max)
-{
-	escape_text(out, outlen, s, max, 1);
-}
-
-void cfg_format_number(double d, char *buf, size_t len)
-{
-	/* Whole numbers without an exponent (300, not 3e+02); others in the shortest form that
-	 * reads back as exactly d (0.1, not 0.10000000000000001). No libm: the SPANK plugin
-	 * links this file with jansson only. */
-	if (d > -1e15 && d < 1e15 && d == (double)(long long)d) {
-		snprintf(buf, len, "%.0f", d == 0 ? 0.0 : d);
-		return;
-	}
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(buf, len, "%.*g", prec, d);
-		if (strtod(buf, NULL) == d)
-			return;
-	}
-}
-
-/* "got ..." text for a JSON value. */
-static void describe(const json_t *v, char *buf, size_t len)
-{
-	buf[0] = '\0';
-	switch (json_typeof(v)) {
-	case JSON_OBJECT:
-		snprintf(buf, len, "an object");
-		break;
-	case JSON_ARRAY:
-		snprintf(buf, len, "an array of %zu value%s", json_array_size(v),
-			 json_array_size(v) == 1 ? "" : "s");
-		break;
-	case JSON_STRING:
-		snprintf(buf, len, "\"");
-		escape_into(buf, len - 1, json_string_value(v), 60);
-		strcat(buf, "\"");
-		break;
-	case JSON_INTEGER:
-		snprintf(buf, len, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
-		break;
-	case JSON_REAL:
-		cfg_format_number(json_real_value(v), buf, len);
-		/* 32.0 must not read as the integer 32 in "expected an integer, got 32.0". */
-		if (!strpbrk(buf, ".eEn"))
-			strncat(buf, ".0", len - strlen(buf) - 1);
-		break;
-	case JSON_TRUE:
-		snprintf(buf, len, "true");
-		break;
-	case JSON_FALSE:
-		snprintf(buf, len, "false");
-		break;
-	case JSON_NULL:
-		snprintf(buf, len, "null");
-		break;
-	}
-}
-
-void cfg_join_path(char *out, const char *parent, const char *key)
-{
-	char esc[CFG_JSON_PATH_MAX] = "";
-	size_t n = 0, m;
-
-	escape_into(esc, sizeof(esc), key, 120);
-	if (parent && parent[0]) {
-		n = strnlen(parent, CFG_JSON_PATH_MAX - 2);
-		memmove(out, parent, n);
-		out[n++] = '.';
-	}
-	m = strlen(esc);
-	if (m > CFG_JSON_PATH_MAX - 1 - n)
-		m = CFG_JSON_PATH_MAX - 1 - n;
-	memcpy(out + n, esc, m);
-	out[n + m] = '\0';
-}
-
-/* ---------------------------------------------------------------------------------------
- * Errors and warnings. */
-
-/* Length of the key part of override i ("a.b" of "a.b=1"). */
-static size_t override_key_len(const char *ov)
-{
-	const char *eq = strchr(ov, '=');
-	return eq ? (size_t)(eq - ov) : strlen(ov);
-}
-
-/* The last override that set path or a value containing it; -1 when the file did. */
-static int override_for(const struct cfg_ctx *x, const char *path)
-{
-	for (int i = x->noverrides - 1; i >= 0; i--) {
-		const char *ov = x->overrides[i];
-		size_t n = override_key_len(ov);
-		if (path && strncmp(path, ov, n) == 0 &&
-		    (path[n] == '\0' || path[n] == '.' || path[n] == '['))
-			return i;
-	}
-	return -1;
-}
-
-static int vfail(struct cfg_ctx *x, int ov, const char *path, const char *fmt, va_list ap)
-{
-	size_t n;
-
-	if (!x->err || x->errlen == 0)
-		return -1;
-	if (path && path[0])
-		snprintf(x->err, x->errlen, "%s: %s: ", x->name, path);
-	else
-		snprintf(x->err, x->errlen, "%s: ", x->name);
-	n = strlen(x->err);
-	vsnprintf(x->err + n, x->errlen - n, fmt, ap);
-	if (ov < 0)
-		ov = override_for(x, path);
-	if (ov >= 0) {
-		n = strlen(x->err);
-		snprintf(x->err + n, x->errlen - n, " (from the override ");
-		escape_text(x->err, x->errlen - 1, x->overrides[ov], 80, 0);
-		strncat(x->err, ")", x->errlen - strlen(x->err) - 1);
-	}
-	return -1;
-}
-
-int cfg_fail(struct cfg_ctx *x, const char *path, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vfail(x, -1, path, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-static int fail_override(struct cfg_ctx *x, int ov, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail_override(struct cfg_ctx *x, int ov, const char *path, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vfail(x, ov, path, fmt, ap);
-	va_end(ap);
-	return -1;
-}
-
-static int oom(struct cfg_ctx *x)
-{
-	return cfg_fail(x, NULL, "out of memory");
-}
-
-int cfg_warn(struct cfg_ctx *x, const char *path, const char *fmt, ...)
-{
-	struct cfg *c = x->c;
-	char msg[1024];
-	size_t n;
-	char **w;
-	va_list ap;
-
-	snprintf(msg, sizeof(msg), "%s: ", path);
-	n = strlen(msg);
-	va_start(ap, fmt);
-	vsnprintf(msg + n, sizeof(msg) - n, fmt, ap);
-	va_end(ap);
-	w = realloc(c->warnings, (size_t)(c->nwarnings + 1) * sizeof(*w));
-	if (!w)
-		return oom(x);
-	c->warnings = w;
-	if (!(w[c->nwarnings] = strdup(msg)))
-		return oom(x);
-	c->nwarnings++;
-	return 0;
-}
-
-/* ---------------------------------------------------------------------------------------
  * Did you mean: the nearest candidate by edit distance (adjacent swaps count one), compared
  * without case, if it is close enough to be a plausible typo. */
 
@@ -288,12 +83,12 @@ static int unknown_key(struct cfg_ctx *x, int ov, const struct cfg_key *keys, co
 		cands[n++] = k->name;
 	const char *s = suggest(key, cands, n);
 	if (s)
-		return fail_override(x, ov, path, "unknown key; did you mean \"%s\"?", s);
+		return cfg_fail_override(x, ov, path, "unknown key; did you mean \"%s\"?", s);
 	for (int i = 0; i < n; i++) {
 		strncat(list, i ? ", " : "", sizeof(list) - strlen(list) - 1);
 		strncat(list, cands[i], sizeof(list) - strlen(list) - 1);
 	}
-	return fail_override(x, ov, path, "unknown key; the keys here are: %s", list);
+	return cfg_fail_override(x, ov, path, "unknown key; the keys here are: %s", list);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -405,7 +200,7 @@ static int expect(struct cfg_ctx *x, const char *path, const struct cfg_key *k, 
 	char want[512], got[128];
 
 	expected_text(k, want, sizeof(want));
-	describe(v, got, sizeof(got));
+	cfg_describe(v, got, sizeof(got));
 	return cfg_fail(x, path, "expected %s, got %s", want, got);
 }
 
@@ -473,7 +268,7 @@ static char *resolve_input_path(struct cfg_ctx *x, const char *jpath, const char
 {
 	char cwd[PATH_MAX];
 
-	if (p[0] != '/' && override_for(x, jpath) >= 0) {
+	if (p[0] != '/' && cfg_override_for(x, jpath) >= 0) {
 		if (!getcwd(cwd, sizeof(cwd))) {
 			cfg_fail(x, jpath, "cannot resolve \"%s\": current directory: %s", p,
 				 strerror(errno));
@@ -481,32 +276,13 @@ static char *resolve_input_path(struct cfg_ctx *x, const char *jpath, const char
 		}
 		char *r = absolute_path(cwd, p);
 		if (!r)
-			oom(x);
+			cfg_oom(x);
 		return r;
 	}
 	char *r = cfg_resolve_path(x, p);
 	if (!r)
-		oom(x);
+		cfg_oom(x);
 	return r;
-}
-
-json_t *cfg_json_at(json_t *root, const char *path)
-{
-	char part[CFG_JSON_PATH_MAX];
-	json_t *v = root;
-
-	while (v && *path) {
-		size_t n = strcspn(path, ".");
-		if (n >= sizeof(part) || !json_is_object(v))
-			return NULL;
-		memcpy(part, path, n);
-		part[n] = '\0';
-		v = json_object_get(v, part);
-		path += n;
-		if (*path == '.')
-			path++;
-	}
-	return v;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -577,7 +353,7 @@ static int get_enum(struct cfg_ctx *x, const struct cfg_key *k, const json_t *v,
 		if (!e->refuse)
 			cands[n++] = e->name;
 	expected_text(k, want, sizeof(want));
-	describe(v, got, sizeof(got));
+	cfg_describe(v, got, sizeof(got));
 	const char *sug = suggest(s, cands, n);
 	if (sug)
 		return cfg_fail(x, path, "expected %s, got %s; did you mean \"%s\"?", want, got,
@@ -609,7 +385,7 @@ static int decode_array(struct cfg_ctx *x, const struct cfg_key *k, void *base, 
 				: k->kind == CFG_K_NUMBER_LIST ? sizeof(double)
 							       : sizeof(char *);
 		if (!(vals = calloc(n, elsize)))
-			return oom(x);
+			return cfg_oom(x);
 	}
 	for (i = 0; i < n; i++) {
 		json_t *el = json_array_get(v, i);
@@ -665,7 +441,7 @@ not_increasing : {
 		snprintf(prev, sizeof(prev), "%d", ((int *)vals)[i - 1]);
 	else
 		cfg_format_number(((double *)vals)[i - 1], prev, sizeof(prev));
-	describe(json_array_get(v, i), got, sizeof(got));
+	cfg_describe(json_array_get(v, i), got, sizeof(got));
 	cfg_fail(x, ep, "expected a value greater than the previous one (%s), got %s", prev, got);
 }
 out:
@@ -716,7 +492,7 @@ static int decode_value(struct cfg_ctx *x, const struct cfg_key *k, void *base, 
 		if (!json_is_string(v) || ((k->flags & CFG_F_NONEMPTY) && !json_string_length(v)))
 			return expect(x, path, k, v);
 		if (!(s = strdup(json_string_value(v))))
-			return oom(x);
+			return cfg_oom(x);
 		free(*CFG_AT(char *, base, k->off));
 		*CFG_AT(char *, base, k->off) = s;
 		return 0;
@@ -817,7 +593,7 @@ static int decode_object(struct cfg_ctx *x, const struct cfg_key *keys, void *ba
 static int bad_override(struct cfg_ctx *x, const char *ov)
 {
 	char esc[128] = "";
-	escape_into(esc, sizeof(esc), ov, 80);
+	cfg_escape_into(esc, sizeof(esc), ov, 80);
 	return cfg_fail(x, NULL, "bad override \"%s\": expected path.to.key=VALUE", esc);
 }
 
@@ -853,15 +629,15 @@ static int apply_override(struct cfg_ctx *x, json_t *root, int i)
 			size_t nn = strcspn(p, ".=");
 			memcpy(part, p, nn < sizeof(part) ? nn : sizeof(part) - 1);
 			part[nn < sizeof(part) ? nn : sizeof(part) - 1] = '\0';
-			escape_into(next, sizeof(next), part, 120);
-			return fail_override(
+			cfg_escape_into(next, sizeof(next), part, 120);
+			return cfg_fail_override(
 			    x, i, path, "is %s, not an object: it has no key \"%s\"", want, next);
 		}
 		json_t *child = json_object_get(obj, part);
 		if (!child) {
 			child = json_object();
 			if (!child || json_object_set_new(obj, part, child) < 0)
-				return oom(x);
+				return cfg_oom(x);
 		} else if (!json_is_object(child)) {
 			return expect(x, path, k, child);
 		}
@@ -871,7 +647,7 @@ static int apply_override(struct cfg_ctx *x, json_t *root, int i)
 	json_error_t jerr;
 	val = json_loads(eq + 1, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
 	if (!val && !(val = json_string(eq + 1)))
-		return fail_override(x, i, path, "the value is not valid UTF-8");
+		return cfg_fail_override(x, i, path, "the value is not valid UTF-8");
 	if (json_is_null(val)) {
 		/* key=null: back to the default. */
 		json_decref(val);
@@ -879,7 +655,7 @@ static int apply_override(struct cfg_ctx *x, json_t *root, int i)
 		return 0;
 	}
 	if (json_object_set_new(obj, part, val) < 0)
-		return oom(x);
+		return cfg_oom(x);
 	return 0;
 }
 
@@ -924,7 +700,7 @@ static int parse(struct cfg *c, const char *text, size_t len, const char *name, 
 	if (err && errlen)
 		err[0] = '\0';
 	if (cfg_set_defaults(c) < 0) {
-		oom(&x);
+		cfg_oom(&x);
 		goto out;
 	}
 	if (!abspath && !getcwd(cwd, sizeof(cwd))) {
@@ -933,7 +709,7 @@ static int parse(struct cfg *c, const char *text, size_t len, const char *name, 
 	}
 	c->path = abspath ? strdup(abspath) : absolute_path(cwd, x.name);
 	if (!c->path || !(x.dir = dir_of(c->path))) {
-		oom(&x);
+		cfg_oom(&x);
 		goto out;
 	}
 	if (!text || all_space(text, len)) {
@@ -942,7 +718,7 @@ static int parse(struct cfg *c, const char *text, size_t len, const char *name, 
 	}
 	x.root = json_loadb(text, len, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &jerr);
 	if (!x.root) {
-		escape_text(msg, sizeof(msg), jerr.text, 160, 0);
+		cfg_escape_text(msg, sizeof(msg), jerr.text, 160, 0);
 		/* jansson names its own flag; say what the user can change instead. */
 		char *nul = strstr(msg, " is not allowed without JSON_ALLOW_NUL");
 		if (nul)
@@ -953,7 +729,7 @@ static int parse(struct cfg *c, const char *text, size_t len, const char *name, 
 		goto out;
 	}
 	if (!json_is_object(x.root)) {
-		describe(x.root, got, sizeof(got));
+		cfg_describe(x.root, got, sizeof(got));
 		cfg_fail(&x, NULL, "expected a JSON object at the top level, got %s", got);
 		goto out;
 	}

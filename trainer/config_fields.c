@@ -1,6 +1,6 @@
-/* config_fields.c — generic operations on one schema field of struct cfg: free, compare, copy;
- * and cfg_free / cfg_equal over the whole schema. Knows storage kinds, not particular keys
- * (those are config_schema.c). */
+/* config_fields.c — generic operations on one schema field of struct cfg: free, compare, copy.
+ * Knows storage kinds, not particular keys or the schema (config_schema.c, which has cfg_free
+ * and cfg_equal over the whole schema). */
 #include "config_schema.h"
 
 #include <stdlib.h>
@@ -214,25 +214,4 @@ int cfg_field_copy(const struct cfg_key *k, void *dst, const void *src)
 		break;
 	}
 	return failed ? -1 : 0;
-}
-
-void cfg_free(struct cfg *c)
-{
-	if (!c)
-		return;
-	for (const struct cfg_key *k = cfg_schema; k->name; k++)
-		cfg_field_free(k, c);
-	for (int i = 0; i < c->nwarnings; i++)
-		free(c->warnings[i]);
-	free(c->warnings);
-	free(c->path);
-	memset(c, 0, sizeof(*c));
-}
-
-int cfg_equal(const struct cfg *a, const struct cfg *b)
-{
-	for (const struct cfg_key *k = cfg_schema; k->name; k++)
-		if (!cfg_field_equal(k, a, b))
-			return 0;
-	return 1;
 }

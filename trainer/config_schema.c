@@ -833,3 +833,25 @@ out:
 	cfg_free(&d);
 	return rv;
 }
+
+/* Over the whole schema, with the per-field operations of config_fields.c. */
+void cfg_free(struct cfg *c)
+{
+	if (!c)
+		return;
+	for (const struct cfg_key *k = cfg_schema; k->name; k++)
+		cfg_field_free(k, c);
+	for (int i = 0; i < c->nwarnings; i++)
+		free(c->warnings[i]);
+	free(c->warnings);
+	free(c->path);
+	memset(c, 0, sizeof(*c));
+}
+
+int cfg_equal(const struct cfg *a, const struct cfg *b)
+{
+	for (const struct cfg_key *k = cfg_schema; k->name; k++)
+		if (!cfg_field_equal(k, a, b))
+			return 0;
+	return 1;
+}

@@ -81,6 +81,19 @@ struct cfg_ctx {
 	size_t errlen;
 };
 
+/* Messages (config_msg.c). Append s (at most max bytes) to out with control characters
+ * escaped, and quotes and backslashes too when quoted; cfg_escape_into: quoted. */
+void cfg_escape_text(char *out, size_t outlen, const char *s, size_t max, int quoted);
+void cfg_escape_into(char *out, size_t outlen, const char *s, size_t max);
+/* "got ..." text for a JSON value: an object, an array of 3 values, "text", 32.0. */
+void cfg_describe(const json_t *v, char *buf, size_t len);
+/* The last override that set path or a value containing it; -1 when the file did. */
+int cfg_override_for(const struct cfg_ctx *x, const char *path);
+/* cfg_fail naming override ov (-1: the one that set path, if any); returns -1. */
+int cfg_fail_override(struct cfg_ctx *x, int ov, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* "NAME: out of memory"; returns -1. */
+int cfg_oom(struct cfg_ctx *x);
 /* Record an error "NAME: PATH: message" (PATH may be NULL or ""); returns -1. */
 int cfg_fail(struct cfg_ctx *x, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

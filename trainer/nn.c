@@ -23,236 +23,6 @@ static int fail(char *err, size_t errlen, const char *fmt, ...)
 	return -1;
 }
 
-/* ---- building ------------------------------------------------------------------------ */
-
-static void *grow(void *p, int n, int *cap, size_t elem)
-{
-	if (n < *cap)
-		return p;
-	int ncap = *cap ? *cap * 2 : 32;
-	void *q = realloc(p, (size_t)ncap * elem);
-	if (!q)
-		return NULL;
-	memset((char *)q + (size_t)*cap * elem, 0, (size_t)(ncap - *cap) * elem);
-	*cap = ncap;
-	return q;
-}
-
-static int add_act(struct builder *b, int c, int h, int w)
-{
-	struct nn_model *m = b->m;
-	struct nn_act *a = grow(m->acts, m->nacts, &b->cap_acts, sizeof(*a));
-	if (!a) {
-		b->oom = 1;
-		return 0;
-	}
-	m->acts = a;
-	a[m->nacts] = (struct nn_act){.c = c, .h = h, .w = w, .alias = -1, .gslot = -1};
-	return m->nacts++;
-}
-
-static struct nn_node *add_node(struct builder *b, enum nn_kind kind, const char *name, int in0,
-				int in1)
-{
-	struct nn_model *m = b->m;
-	struct nn_node *n = grow(m->nodes, m->nnodes, &b->cap_nodes, sizeof(*n));
-	if (!n) {
-		b->oom = 1;
-		return NULL;
-	}
-	m->nodes = n;
-	n += m->nnodes++;
-	*n = (struct nn_node){.kind = kind, .in = {in0, in1}, .out = -1, .w = -1, .b = -1,
-			      .rmean = -1, .rvar = -1};
-	snprintf(n->name, sizeof(n->name), "%s", name ? name : "");
-	return n;
-}
-
-static int add_param(struct builder *b, const char *module, const char *what, int ndim,
-		     const int *shape, int bn_or_bias)
-{
-	struct nn_model *m = b->m;
-	struct nn_param *p = grow(m->params, m->nparams, &b->cap_params, sizeof(*p));
-	if (!p) {
-		b->oom = 1;
-		return -1;
-	}
-	m->params = p;
-	p += m->nparams;
-	snprintf(p->name, sizeof(p->name), "%s.%s", module, what);
-	p->ndim = ndim;
-	p->count = 1;
-	for (int i = 0; i < ndim; i++) {
-		p->shape[i] = shape[i];
-		p->count *= (size_t)shape[i];
-	}
-	p->is_bn_or_bias = bn_or_bias;
-	p->node = m->nnodes - 1;
-	return m->nparams++;
-}
-
-static int add_buffer(struct builder *b, const char *module, const char *what, int c)
-{
-	struct nn_model *m = b->m;
-	struct nn_buffer *q = grow(m->bufs, m->nbufs, &b->cap_bufs, sizeof(*q));
-	if (!q) {
-		b->oom = 1;
-		return -1;
-	}
-	m->bufs = q;
-	q += m->nbufs;
-	snprintf(q->name, sizeof(q->name), "%s.%s", module, what);
-	q->c = c;
-	q->count = (size_t)c;
-	q->offset = m->state_total;
-	m->state_total += (size_t)c;
-	return m->nbufs++;
-}
-
-static int root(const struct nn_model *m, int a)
-{
-	while (m->acts[a].alias >= 0)
-		a = m->acts[a].alias;
-	return a;
-}
-
-int nn_b_conv(struct builder *b, const char *name, int in, int k, int ksize, int stride,
-	      int pad, int bias)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	int c = m->acts[in].c, h = m->acts[in].h, w = m->acts[in].w;
-	int oh = (h + 2 * pad - ksize) / stride + 1, ow = (w + 2 * pad - ksize) / stride + 1;
-	struct nn_node *n = add_node(b, NN_CONV, name, in, -1);
-	if (!n)
-		return 0;
-	n->k = k;
-	n->kh = n->kw = ksize;
-	n->stride = stride;
-	n->pad = pad;
-	n->bias = bias;
-	int wshape[4] = {k, c, ksize, ksize};
-	n->w = add_param(b, name, "weight", 4, wshape, 0);
-	if (bias)
-		n->b = add_param(b, name, "bias", 1, &k, 1);
-	int out = add_act(b, k, oh, ow);
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
-int nn_b_bn(struct builder *b, const char *name, int in, int relu)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	int c = m->acts[in].c;
-	struct nn_node *n = add_node(b, NN_BN, name, in, -1);
-	if (!n)
-		return 0;
-	n->eps = 1e-5f;
-	n->momentum = 0.1f;
-	n->relu = relu;
-	n->w = add_param(b, name, "weight", 1, &c, 1);
-	n->b = add_param(b, name, "bias", 1, &c, 1);
-	n = &m->nodes[m->nnodes - 1];
-	n->rmean = add_buffer(b, name, "running_mean", c);
-	n->rvar = add_buffer(b, name, "running_var", c);
-	int out = add_act(b, c, m->acts[in].h, m->acts[in].w);
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
-/* ReLU runs in place when its input has no other reader and the producer's backward does
- * not need its own output (ReLU, BN+ReLU and pooling do). */
-int nn_b_relu(struct builder *b, int in)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	if (!add_node(b, NN_RELU, "relu", in, -1))
-		return 0;
-	int out = add_act(b, m->acts[in].c, m->acts[in].h, m->acts[in].w);
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
-int nn_b_pool(struct builder *b, enum nn_kind kind, int in, int ksize, int stride, int pad)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	int c = m->acts[in].c, h = m->acts[in].h, w = m->acts[in].w;
-	struct nn_node *n = add_node(b, kind, kind == NN_MAXPOOL ? "maxpool" : "avgpool", in, -1);
-	if (!n)
-		return 0;
-	n->kh = n->kw = ksize;
-	n->stride = stride;
-	n->pad = pad;
-	int out = add_act(b, c, (h + 2 * pad - ksize) / stride + 1, (w + 2 * pad - ksize) / stride + 1);
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
-int nn_b_gap(struct builder *b, int in)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	if (!add_node(b, NN_GAP, "avgpool", in, -1))
-		return 0;
-	int out = add_act(b, m->acts[in].c, 1, 1);
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
-int nn_b_flatten(struct builder *b, int in)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	if (!add_node(b, NN_FLATTEN, "flatten", in, -1))
-		return 0;
-	const struct nn_act *a = &m->acts[in];
-	int out = add_act(b, a->c * a->h * a->w, 1, 1);
-	m->acts[out].alias = in;
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
-int nn_b_linear(struct builder *b, const char *name, int in, int out_features, int bias)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	const struct nn_act *a = &m->acts[in];
-	int in_features = a->c * a->h * a->w;
-	struct nn_node *n = add_node(b, NN_LINEAR, name, in, -1);
-	if (!n)
-		return 0;
-	n->k = out_features;
-	n->bias = bias;
-	int wshape[2] = {out_features, in_features};
-	n->w = add_param(b, name, "weight", 2, wshape, 0);
-	if (bias)
-		n->b = add_param(b, name, "bias", 1, &out_features, 1);
-	int out = add_act(b, out_features, 1, 1);
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
-int nn_b_add(struct builder *b, int x, int y)
-{
-	struct nn_model *m = b->m;
-	if (b->oom)
-		return 0;
-	if (!add_node(b, NN_ADD, "add", x, y))
-		return 0;
-	int out = add_act(b, m->acts[x].c, m->acts[x].h, m->acts[x].w);
-	m->nodes[m->nnodes - 1].out = out;
-	return out;
-}
-
 static size_t act_numel(const struct nn_act *a)
 {
 	return (size_t)a->c * (size_t)a->h * (size_t)a->w;
@@ -289,7 +59,7 @@ static void fuse_bn_add_relu(struct nn_model *m)
 			/* z must have a gradient buffer (not the model input) */
 			if (p >= 0 && p < ia && treads == 1 && m->nodes[p].kind == NN_BN &&
 			    !m->nodes[p].relu && m->nodes[p].in[1] < 0 &&
-			    root(m, a->in[1 - j]) != 0) {
+			    nn_act_root(m, a->in[1 - j]) != 0) {
 				ib = p;
 				z = a->in[1 - j];
 			}
@@ -355,7 +125,7 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 	}
 	/* BN's input must have a single reader: its backward always overwrites dx. */
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i].kind == NN_BN && m->acts[root(m, m->nodes[i].in[0])].consumers > 1) {
+		if (m->nodes[i].kind == NN_BN && m->acts[nn_act_root(m, m->nodes[i].in[0])].consumers > 1) {
 			free(producer);
 			free(last_use);
 			return fail(err, errlen, "%s: batch norm input is read twice", m->nodes[i].name);
@@ -378,11 +148,11 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 	for (int i = 0; i < m->nnodes; i++)
 		for (int j = 0; j < 2; j++)
 			if (m->nodes[i].in[j] >= 0) {
-				int r = root(m, m->nodes[i].in[j]);
+				int r = nn_act_root(m, m->nodes[i].in[j]);
 				if (i > last_use[r])
 					last_use[r] = i;
 			}
-	int last = root(m, m->nodes[m->nnodes - 1].out);
+	int last = nn_act_root(m, m->nodes[m->nnodes - 1].out);
 	last_use[last] = m->nnodes; /* the loss writes the logits gradient first */
 	int *slot_free_below = calloc((size_t)m->nacts + 1, sizeof(int));
 	m->gslot_size = calloc((size_t)m->nacts + 1, sizeof(size_t));
@@ -435,7 +205,7 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 		return fail(err, errlen, "model %s: input %dx%dx%d with %d classes is not valid", name,
 			    spec->c, spec->h, spec->w, spec->classes);
 	struct builder b = {.m = m};
-	add_act(&b, spec->c, spec->h, spec->w);
+	nn_b_input(&b, spec->c, spec->h, spec->w);
 	if (nn_models_build(&b, spec, err, errlen) < 0)
 		goto fail;
 	if (b.oom) {
@@ -554,7 +324,7 @@ int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen)
 		goto oom;
 	for (int i = 1; i < m->nacts; i++)
 		if (m->acts[i].alias >= 0)
-			m->acts[i].data = m->acts[root(m, i)].data;
+			m->acts[i].data = m->acts[nn_act_root(m, i)].data;
 	for (int s = 0; s < m->ngslots; s++) {
 		m->gslots[s] = be->ops->alloc(be, m->gslot_size[s] * (size_t)batch * es);
 		if (!m->gslots[s])
@@ -613,7 +383,7 @@ have_slot:;
 		break;
 	}
 	case NN_LINEAR: {
-		const struct nn_act *r = &m->acts[root(m, n->in[0])]; /* before flattening */
+		const struct nn_act *r = &m->acts[nn_act_root(m, n->in[0])]; /* before flattening */
 		struct be_linear_desc d = {.n = batch, .in = (int)act_numel(in), .out = n->k,
 					   .has_bias = n->bias};
 		if (r->h * r->w > 1) {
@@ -654,12 +424,12 @@ static float *S(struct nn_model *m, int idx)
 /* Aliases share their root's memory; act 0 (the input) changes with every batch. */
 static float *data_of(struct nn_model *m, int act)
 {
-	return m->acts[root(m, act)].data;
+	return m->acts[nn_act_root(m, act)].data;
 }
 
 static float *grad_of(struct nn_model *m, int act)
 {
-	int r = root(m, act);
+	int r = nn_act_root(m, act);
 	return m->acts[r].gslot < 0 ? NULL : m->gslots[m->acts[r].gslot];
 }
 
@@ -794,10 +564,10 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 	float *scratch = NULL;
 	for (int i = 0; i < m->nacts; i++)
 		m->acts[i].grad_written = 0;
-	m->acts[root(m, m->nodes[m->nnodes - 1].out)].grad_written = 1;
+	m->acts[nn_act_root(m, m->nodes[m->nnodes - 1].out)].grad_written = 1;
 	for (int i = m->nnodes - 1; i >= 0; i--) {
 		struct nn_node *n = &m->nodes[i];
-		int in0 = n->in[0], r0 = root(m, in0);
+		int in0 = n->in[0], r0 = nn_act_root(m, in0);
 		const float *x = data_of(m, in0);
 		const float *y = data_of(m, n->out);
 		float *dy = grad_of(m, n->out);
@@ -835,7 +605,7 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 			}
 			float *dz = NULL, bz = 0.0f;
 			if (n->in[1] >= 0) { /* fused residual: z's gradient (never the input) */
-				int rz = root(m, n->in[1]);
+				int rz = nn_act_root(m, n->in[1]);
 				dz = grad_of(m, n->in[1]);
 				bz = m->acts[rz].grad_written ? 1.0f : 0.0f;
 				m->acts[rz].grad_written = 1;
@@ -873,7 +643,7 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 			break;
 		case NN_ADD:
 			for (int j = 0; j < 2; j++) {
-				int rj = root(m, n->in[j]);
+				int rj = nn_act_root(m, n->in[j]);
 				if (rj == 0)
 					continue;
 				float *g = grad_of(m, n->in[j]);

@@ -1,5 +1,5 @@
-/* nn_build.h — the graph-building vocabulary shared by nn.c (which owns the graph) and
- * models.c (which spells out mlp, lenet and the resnets with it). Internal to the trainer. */
+/* nn_build.h — the graph-building vocabulary (nn_build.c) that models.c spells out mlp, lenet
+ * and the resnets with, and nn.c starts a model with. Internal to the trainer. */
 #ifndef DPTRAIN_NN_BUILD_H
 #define DPTRAIN_NN_BUILD_H
 
@@ -10,6 +10,17 @@ struct builder {
 	int cap_nodes, cap_acts, cap_params, cap_bufs;
 	int oom;
 };
+
+/* An activation of c x h x w with no producer: the model's input (id 0 when first). */
+int nn_b_input(struct builder *b, int c, int h, int w);
+
+/* The activation that holds a's data (a view's, e.g. flatten's, is its source's). */
+static inline int nn_act_root(const struct nn_model *m, int a)
+{
+	while (m->acts[a].alias >= 0)
+		a = m->acts[a].alias;
+	return a;
+}
 
 /* Each returns the id of the output activation (0 after an allocation failure, which sets
  * b->oom). Names are PyTorch module names so parameters get state_dict names. */

@@ -1,0 +1,96 @@
+/* alloc_common.c — what the allocation sources (alloc_pmix.c, alloc_env.c, alloc_store.c)
+ * share: this rank's GPU, the test hook that stalls a rank, the record the ranks exchange,
+ * and rank lists for messages. Depends on no source and on no dispatcher (alloc.c), so the
+ * sources and alloc.c depend on it and never on each other in a circle. */
+#define _GNU_SOURCE
+#include "alloc_source.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_rank,
+		   struct alloc_gpu *g, char *err, size_t errlen)
+{
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	char all[ALLOC_GPU_MAX * 6];
+	size_t used = 0;
+	int n, i;
+
+	if (!cvd && src == ALLOC_SRC_ENV) {
+		n = alloc_gpu_count_devices(o->dev_dir);
+		all[0] = '\0';
+		for (i = 0; i < n && i < ALLOC_GPU_MAX; i++)
+			used += (size_t)snprintf(all + used, sizeof(all) - used, "%s%d",
+						 i ? "," : "", i);
+		cvd = all;
+	}
+	if (!cvd)
+		cvd = "";
+	return alloc_gpu_select(cvd, local_rank, g, err, errlen);
+}
+
+void alloc_stall(const struct alloc_opts *o, int rank, const char *where)
+{
+	struct timespec ts;
+
+	if (o->stall_rank < 0 || rank != o->stall_rank)
+		return;
+	fprintf(stderr,
+		"dptrain-launch: rank %d: test hook DPTRAIN_TEST_STALL_RANK: sleeping %d s %s\n",
+		rank, o->stall_s, where);
+	ts.tv_sec = o->stall_s;
+	ts.tv_nsec = 0;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+}
+
+void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port)
+{
+	snprintf(buf, len, "1 %s %s %d %d %d %s %d", x->host, x->addr, nodeid, x->local_rank,
+		 x->gpu.index, x->gpu.id[0] ? x->gpu.id : "-", port);
+}
+
+int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port)
+{
+	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], gid[ALLOC_GPU_ID_MAX];
+	int version, n;
+
+	if (sscanf(rec, "%d %255s %63s %d %d %d %95s %d%n", &version, host, addr, nodeid,
+		   &x->local_rank, &x->gpu.index, gid, port, &n) != 8 ||
+	    version != 1 || rec[n] != '\0')
+		return -1;
+	snprintf(x->host, sizeof(x->host), "%s", host);
+	snprintf(x->addr, sizeof(x->addr), "%s", addr);
+	snprintf(x->gpu.id, sizeof(x->gpu.id), "%s", strcmp(gid, "-") == 0 ? "" : gid);
+	return 0;
+}
+
+void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len)
+{
+	size_t used = 0;
+	int i = 0, j, shown = 0;
+
+	buf[0] = '\0';
+	while (i < n) {
+		for (j = i; j + 1 < n && ranks[j + 1] == ranks[j] + 1; j++)
+			;
+		if (used + 48 >= len) {
+			snprintf(buf + used, len - used, "%s... and %d more", shown ? ", " : "",
+				 n - i);
+			return;
+		}
+		if (j == i)
+			used += (size_t)snprintf(buf + used, len - used, "%s%d", shown ? ", " : "",
+						 ranks[i]);
+		else
+			used += (size_t)snprintf(buf + used, len - used, "%s%d-%d",
+						 shown ? ", " : "", ranks[i], ranks[j]);
+		shown++;
+		i = j + 1;
+	}
+}
+
+/* qsort_r comparators over rank indices. */
