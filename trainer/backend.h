@@ -223,4 +223,13 @@ struct be_cuda_opts {
 struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
 			       size_t errlen);
 
+/* GPUs this process sees (after CUDA_VISIBLE_DEVICES): 0 with *err saying why where there is
+ * none (no driver, no device, a build without CUDA), never negative. */
+int be_cuda_device_count(char *err, size_t errlen);
+/* One line about GPU `device`: name, memory, compute capability, PCI bus id (or why it could not
+ * be read: -1). */
+int be_cuda_describe(int device, char *buf, size_t len);
+/* The most device memory a CUDA backend has held at once (its arena and cuDNN workspace). */
+size_t be_cuda_peak_bytes(struct backend *be);
+
 #endif

@@ -3,7 +3,6 @@
  * trainer/config*.c, the training loop trainer/train.c. */
 #define _GNU_SOURCE
 #include "backend.h"
-#include "backend_cuda.h"
 #include "comm.h"
 #include "config.h"
 #include "ranktable.h"

@@ -14,7 +14,6 @@
 #include <time.h>
 
 #include "backend.h"
-#include "backend_cuda.h"
 #include "comm.h"
 #include "data.h"
 #include "ddp.h"
