@@ -181,7 +181,7 @@ PROGRAMS += $(SPANK_SO)
 endif
 endif
 
-.PHONY: all check check-unit check-integration install uninstall clean deps fuzz help demo reference bench missing-deps
+.PHONY: all check check-unit check-integration check-layers install uninstall clean deps fuzz help demo reference bench missing-deps
 .DEFAULT_GOAL := all
 # Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
 .SECONDARY:
@@ -317,6 +317,10 @@ check: all
 check-unit: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(UNIT_TESTS)
 
+# The dependency rules (contrib/ci/check-layers; also t/t0002-layers.t in make check).
+check-layers: all
+	$(PROVE) $(PROVE_FLAGS) --exec '' t/t0002-layers.t
+
 check-integration: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(SHELL_TESTS)
 
@@ -383,6 +387,7 @@ help:
 	@echo "make [SAN=1] [CUDA_HOME=...]   build (SAN=1: AddressSanitizer + UBSan into build-san/)"
 	@echo "make deps                      install the Debian packages needed to build and test"
 	@echo "make check [SAN=1]             unit + integration tests through prove"
+	@echo "make check-layers              the dependency rules (contrib/ci/check-layers), also in make check"
 	@echo "make fuzz [FUZZ_SECONDS=60]    libFuzzer on the rank-table reader and config parser"
 	@echo "make install PREFIX=/usr DESTDIR=...   install programs, plugin, man pages, examples"
 	@echo "make demo                      packages, build, a private Slurm, srun --dptrain jobs"
