@@ -201,7 +201,7 @@ test_expect_success 'a task that ends before the rendezvous: rank 0 names it, an
 test_expect_success 'every task of a node ends before the rendezvous: no rank named wrongly' '
 	printf "%s\n" "0-2 dptrain-launch ./probe.sh" "3 true" >node.conf &&
 	! env DPTRAIN_TIMEOUT=4 DPTRAIN_OUTPUT_DIR=node timeout 120 \
-		srun --mpi=pmix -N2 --ntasks-per-node=3 --multi-prog node.conf 2>err &&
+		srun --mpi=pmix -n4 -N2 --ntasks-per-node=3 --multi-prog node.conf 2>err &&
 	cat err >&2 &&
 	grep "dptrain-launch: rank 0 on n1: PMIx fence (rendezvous of all ranks) timed out after 4 s: " err &&
 	grep "did not arrive" err >named &&
