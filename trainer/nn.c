@@ -3,25 +3,14 @@
  * runs when and where its inputs and outputs live. */
 #include "nn.h"
 #include "nn_build.h"
+#include "failf.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define ALIGN_FLOATS 16 /* each parameter starts on a 64-byte boundary */
 
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 static size_t act_numel(const struct nn_act *a)
 {
@@ -106,7 +95,7 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 	if (!producer || !last_use) {
 		free(producer);
 		free(last_use);
-		return fail(err, errlen, "out of memory planning the model");
+		return failf(err, errlen, "out of memory planning the model");
 	}
 	for (int i = 0; i < m->nacts; i++)
 		producer[i] = -1;
@@ -128,7 +117,7 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 		if (m->nodes[i].kind == NN_BN && m->acts[nn_act_root(m, m->nodes[i].in[0])].consumers > 1) {
 			free(producer);
 			free(last_use);
-			return fail(err, errlen, "%s: batch norm input is read twice", m->nodes[i].name);
+			return failf(err, errlen, "%s: batch norm input is read twice", m->nodes[i].name);
 		}
 
 	/* Parameters in reverse registration order: the last layer's bias sits at offset 0, so
@@ -160,7 +149,7 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 		free(producer);
 		free(last_use);
 		free(slot_free_below);
-		return fail(err, errlen, "out of memory planning the model");
+		return failf(err, errlen, "out of memory planning the model");
 	}
 	m->ngslots = 0;
 	for (int t = m->nnodes; t >= 0; t--) {
@@ -202,19 +191,19 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 	m->spec.hidden = NULL;
 	m->training = 1;
 	if (spec->c < 1 || spec->h < 1 || spec->w < 1 || spec->classes < 1)
-		return fail(err, errlen, "model %s: input %dx%dx%d with %d classes is not valid", name,
+		return failf(err, errlen, "model %s: input %dx%dx%d with %d classes is not valid", name,
 			    spec->c, spec->h, spec->w, spec->classes);
 	struct builder b = {.m = m};
 	nn_b_input(&b, spec->c, spec->h, spec->w);
 	if (nn_models_build(&b, spec, err, errlen) < 0)
 		goto fail;
 	if (b.oom) {
-		fail(err, errlen, "out of memory building model %s", name);
+		failf(err, errlen, "out of memory building model %s", name);
 		goto fail;
 	}
 	const struct nn_act *out = &m->acts[m->nodes[m->nnodes - 1].out];
 	if (act_numel(out) != (size_t)spec->classes) {
-		fail(err, errlen, "model %s: output has %zu values, expected %d classes", name,
+		failf(err, errlen, "model %s: output has %zu values, expected %d classes", name,
 		     act_numel(out), spec->classes);
 		goto fail;
 	}
@@ -227,12 +216,12 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 	m->grads = be->ops->alloc(be, pbytes + NN_GRAD_SPARE * sizeof(float));
 	m->state = be->ops->alloc(be, (m->state_total ? m->state_total : 1) * sizeof(float));
 	if (!m->weights || !m->grads || !m->state) {
-		fail(err, errlen, "cannot allocate %zu parameters of model %s", m->param_total, name);
+		failf(err, errlen, "cannot allocate %zu parameters of model %s", m->param_total, name);
 		goto fail;
 	}
 	if (be->ops->fill(be, m->weights, 0.0f, m->param_total) < 0 ||
 	    be->ops->fill(be, m->grads, 0.0f, m->param_total + NN_GRAD_SPARE) < 0) {
-		fail(err, errlen, "%s", be->err);
+		failf(err, errlen, "%s", be->err);
 		goto fail;
 	}
 	for (int i = 0; i < m->nnodes; i++) {
@@ -243,7 +232,7 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 		n->save_mean = be->ops->alloc(be, (size_t)ch * sizeof(float));
 		n->save_invstd = be->ops->alloc(be, (size_t)ch * sizeof(float));
 		if (!n->save_mean || !n->save_invstd) {
-			fail(err, errlen, "out of memory for %s", n->name);
+			failf(err, errlen, "out of memory for %s", n->name);
 			goto fail;
 		}
 	}
@@ -310,7 +299,7 @@ int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen)
 	free_activations(m);
 	m->gslots = calloc((size_t)m->ngslots + 1, sizeof(float *));
 	if (!m->gslots)
-		return fail(err, errlen, "out of memory");
+		return failf(err, errlen, "out of memory");
 	size_t es = be->act_size;
 	for (int i = 1; i < m->nacts; i++) {
 		if (m->acts[i].alias >= 0 || m->acts[i].unused)
@@ -334,7 +323,7 @@ int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen)
 	return 0;
 oom:
 	free_activations(m);
-	return fail(err, errlen, "cannot allocate activations of %s for batch %d", m->name, batch);
+	return failf(err, errlen, "cannot allocate activations of %s for batch %d", m->name, batch);
 }
 
 /* ---- forward / backward -------------------------------------------------------------- */
@@ -398,7 +387,7 @@ have_slot:;
 		break;
 	}
 	if (!op) {
-		fail(err, errlen, "%s: %s", n->name, be->err);
+		failf(err, errlen, "%s: %s", n->name, be->err);
 		return NULL;
 	}
 	n->op[slot] = op;
@@ -436,7 +425,7 @@ static float *grad_of(struct nn_model *m, int act)
 #define BE_CALL(call)                                                                      \
 	do {                                                                               \
 		if ((call) < 0)                                                            \
-			return fail(err, errlen, "%s: %s", n->name, be->err);              \
+			return failf(err, errlen, "%s: %s", n->name, be->err);              \
 	} while (0)
 
 int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, char *err,
@@ -449,7 +438,7 @@ int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, ch
 	if (be->ops->act_import) {
 		const struct nn_act *a = &m->acts[0];
 		if (be->ops->act_import(be, x, m->input, batch, a->c, a->h, a->w) < 0)
-			return fail(err, errlen, "input: %s", be->err);
+			return failf(err, errlen, "input: %s", be->err);
 		m->acts[0].data = m->input;
 	}
 	for (int i = 0; i < m->nnodes; i++) {
@@ -516,7 +505,7 @@ int nn_loss(struct nn_model *m, const int32_t *labels, int batch, float smoothin
 	float *dlogits = m->training ? grad_of(m, out) : NULL;
 	if (be->ops->xent(be, data_of(m, out), labels, batch, m->classes, smoothing, scale, loss,
 			  correct, dlogits) < 0)
-		return fail(err, errlen, "loss: %s", be->err);
+		return failf(err, errlen, "loss: %s", be->err);
 	return 0;
 }
 
@@ -524,7 +513,7 @@ int nn_loss(struct nn_model *m, const int32_t *labels, int batch, float smoothin
 #define BE_CALL(call)                                                                      \
 	do {                                                                               \
 		if ((call) < 0) {                                                          \
-			fail(err, errlen, "%s backward: %s", n->name, be->err);            \
+			failf(err, errlen, "%s backward: %s", n->name, be->err);            \
 			goto out;                                                          \
 		}                                                                          \
 	} while (0)
@@ -597,7 +586,7 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 				if (!scratch)
 					scratch = be->ops->alloc(be, 2 * 4096 * sizeof(float));
 				if (!scratch || c > 4096) {
-					fail(err, errlen, "%s backward: out of memory", n->name);
+					failf(err, errlen, "%s backward: out of memory", n->name);
 					goto out;
 				}
 				dg = scratch;

@@ -285,6 +285,27 @@ static void rank_label(char *buf, size_t len, int rank, const char *host)
 		snprintf(buf, len, "rank %d", rank);
 }
 
+/* Room for one more element in the growable array *arrp (its capacity *cap, n in use),
+ * doubled from `first`: 0, or -1 when out of memory (the array is left as it was). Through
+ * ARRAY_ROOM, which passes the element size. */
+static int array_room(void *arrp, size_t *cap, size_t n, size_t elem, size_t first)
+{
+	void *p, *q;
+	size_t ncap;
+
+	if (n < *cap)
+		return 0;
+	ncap = *cap ? 2 * *cap : first;
+	memcpy(&p, arrp, sizeof(p));
+	q = realloc(p, ncap * elem);
+	if (!q)
+		return -1;
+	memcpy(arrp, &q, sizeof(q));
+	*cap = ncap;
+	return 0;
+}
+#define ARRAY_ROOM(arr, n, cap, first) array_room(&(arr), &(cap), (n), sizeof(*(arr)), (first))
+
 /* ---------------------------------------------------------------------------------------
  * The server: one thread of rank 0, one poll loop over the listening socket, the clients
  * and a wake-up pipe; every wait in it is a deadline in that loop. */
@@ -323,6 +344,10 @@ struct srv_barrier {
 	double *timeout;  /* per rank, for the message */
 };
 
+/* Rank 0's server. Every field belongs to the server thread (srv_main and what it calls)
+ * once that thread runs, except `lock` and what it guards (stop, stop_deadline: set by
+ * store_close on the rank's own thread) and wake[1] (written by that thread to wake the
+ * loop). srv_start fills the rest before the thread starts; srv_free runs after it ended. */
 struct store_server {
 	int lfd;
 	int wake[2];
@@ -346,6 +371,8 @@ struct store_server {
 	size_t ngets, capgets;
 	struct srv_barrier **bars;
 	size_t nbars, capbars;
+	struct pollfd *pfd; /* the poll loop's: room for nconns + 2 (made with each connection) */
+	size_t cappfd;
 
 	/* the rendezvous (OPEN_BARRIER) closes at open_deadline: the server's verdict, the same
 	 * for every rank, whatever their own timeouts */
@@ -456,14 +483,8 @@ static int srv_kv_set(struct store_server *s, const char *key, char *val, size_t
 {
 	struct srv_kv *e = srv_kv_find(s, key);
 	if (!e) {
-		if (s->nkv == s->capkv) {
-			size_t cap = s->capkv ? 2 * s->capkv : 16;
-			struct srv_kv *kv = realloc(s->kv, cap * sizeof(*kv));
-			if (!kv)
-				return -1;
-			s->kv = kv;
-			s->capkv = cap;
-		}
+		if (ARRAY_ROOM(s->kv, s->nkv, s->capkv, 16) < 0)
+			return -1;
 		e = &s->kv[s->nkv];
 		e->key = strdup(key);
 		if (!e->key)
@@ -513,14 +534,8 @@ static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32
 			break;
 		}
 	if (!b) {
-		if (s->nbars == s->capbars) {
-			size_t cap = s->capbars ? 2 * s->capbars : 8;
-			struct srv_barrier **bars = realloc(s->bars, cap * sizeof(*bars));
-			if (!bars)
-				goto oom;
-			s->bars = bars;
-			s->capbars = cap;
-		}
+		if (ARRAY_ROOM(s->bars, s->nbars, s->capbars, 8) < 0)
+			goto oom;
 		size_t w = (size_t)s->world;
 		b = calloc(1, sizeof(*b));
 		if (!b)
@@ -770,17 +785,10 @@ static void srv_request(struct store_server *s, struct srv_conn *c, int type, ui
 			free(key);
 			break;
 		}
-		if (s->ngets == s->capgets) {
-			size_t cap = s->capgets ? 2 * s->capgets : 16;
-			struct srv_get *g = realloc(s->gets, cap * sizeof(*g));
-			if (!g) {
-				srv_reply_str(c, id, REPLY_ERROR,
-					      "the store on rank 0 is out of memory");
-				free(key);
-				break;
-			}
-			s->gets = g;
-			s->capgets = cap;
+		if (ARRAY_ROOM(s->gets, s->ngets, s->capgets, 16) < 0) {
+			srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
+			free(key);
+			break;
 		}
 		s->gets[s->ngets++] = (struct srv_get){c->rank, id, key, now_s() + timeout};
 		break;
@@ -1020,15 +1028,12 @@ static void srv_accept(struct store_server *s)
 		int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		if (s->nconns == s->capconns) {
-			size_t cap = s->capconns ? 2 * s->capconns : 16;
-			struct srv_conn **cs = realloc(s->conns, cap * sizeof(*cs));
-			if (!cs) {
-				close(fd);
-				return;
-			}
-			s->conns = cs;
-			s->capconns = cap;
+		/* the poll loop's array has room for every connection, the wake-up pipe and the
+		 * listening socket: made here, so that loop never allocates */
+		if (ARRAY_ROOM(s->conns, s->nconns, s->capconns, 16) < 0 ||
+		    ARRAY_ROOM(s->pfd, s->nconns + 2, s->cappfd, 18) < 0) {
+			close(fd);
+			return;
 		}
 		struct srv_conn *c = calloc(1, sizeof(*c));
 		if (!c) {
@@ -1056,9 +1061,9 @@ static void srv_conn_free(struct srv_conn *c)
 static void *srv_main(void *arg)
 {
 	struct store_server *s = arg;
-	struct pollfd *pfd = NULL;
-	size_t cap = 0;
 	for (;;) {
+		/* room for nconns + 2: made with each connection (and at the start) */
+		struct pollfd *pfd = s->pfd;
 		double next = srv_timers(s);
 		pthread_mutex_lock(&s->lock);
 		int stop = s->stop;
@@ -1069,17 +1074,6 @@ static void *srv_main(void *arg)
 			    now_s() >= stop_deadline)
 				break;
 			next = stop_deadline < next ? stop_deadline : next;
-		}
-		if (cap < s->nconns + 2) {
-			cap = s->nconns + 16;
-			struct pollfd *p = realloc(pfd, cap * sizeof(*p));
-			if (!p) {
-				cap = 0;
-				struct timespec ts = {0, 10 * 1000 * 1000};
-				nanosleep(&ts, NULL);
-				continue;
-			}
-			pfd = p;
 		}
 		pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
 		pfd[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
@@ -1125,7 +1119,6 @@ static void *srv_main(void *arg)
 			s->conns[i] = s->conns[--s->nconns];
 		}
 	}
-	free(pfd);
 	return NULL;
 }
 
@@ -1161,6 +1154,7 @@ static void srv_free(struct store_server *s)
 	free(s->abort_msg);
 	free(s->job);
 	free(s->secret);
+	free(s->pfd);
 	if (s->lfd >= 0)
 		close(s->lfd);
 	if (s->wake[0] >= 0)
@@ -1278,7 +1272,8 @@ static int srv_start(struct store_server **out, const struct store_opts *o, doub
 	s->left = calloc(w, 1);
 	s->reported = calloc(w, 1);
 	s->hello_host = calloc(w, sizeof(*s->hello_host));
-	if (!s->job || !s->secret || !s->by_rank || !s->left || !s->reported || !s->hello_host) {
+	if (!s->job || !s->secret || !s->by_rank || !s->left || !s->reported || !s->hello_host ||
+	    ARRAY_ROOM(s->pfd, 2, s->cappfd, 18) < 0) {
 		failf(err, errlen, "rendezvous: out of memory");
 		goto out;
 	}
