@@ -24,15 +24,19 @@
 /* Configs larger than this are refused before parsing (a real one is a few KiB). */
 #define CFG_MAX_FILE_SIZE (16u << 20)
 
+/* The bundled models: config_models.def is the one list. */
 enum cfg_model_name {
-	CFG_MODEL_MLP,
-	CFG_MODEL_LENET,
-	CFG_MODEL_RESNET18,
-	CFG_MODEL_RESNET34,
-	CFG_MODEL_RESNET50,
-	CFG_MODEL_RESNET101,
-	CFG_MODEL_RESNET152,
+#define MODEL(id, name, family, arg) CFG_MODEL_##id,
+#include "config_models.def"
+#undef MODEL
 };
+enum cfg_model_family { CFG_FAMILY_MLP, CFG_FAMILY_LENET, CFG_FAMILY_RESNET };
+
+/* A model's name as a config writes it ("resnet50"), its family, and the family's parameter
+ * (a resnet's depth); NULL / -1 for a value that is no model. */
+const char *cfg_model_string(enum cfg_model_name m);
+int cfg_model_family(enum cfg_model_name m);
+int cfg_model_arg(enum cfg_model_name m);
 
 /* small: 3x3 stride-1 conv, no max pool (CIFAR/MNIST-sized inputs);
  * imagenet: 7x7 stride-2 conv + 3x3 stride-2 max pool (torchvision). */

@@ -24,15 +24,35 @@ _Static_assert(sizeof(enum cfg_model_name) == sizeof(int) && sizeof(enum cfg_ste
  * Names. The first name of a value is the one printed; later ones are aliases. */
 
 static const struct cfg_enum_name model_names[] = {
-    {"mlp", CFG_MODEL_MLP, NULL},
-    {"lenet", CFG_MODEL_LENET, NULL},
-    {"resnet18", CFG_MODEL_RESNET18, NULL},
-    {"resnet34", CFG_MODEL_RESNET34, NULL},
-    {"resnet50", CFG_MODEL_RESNET50, NULL},
-    {"resnet101", CFG_MODEL_RESNET101, NULL},
-    {"resnet152", CFG_MODEL_RESNET152, NULL},
+#define MODEL(id, name, family, arg) {name, CFG_MODEL_##id, NULL},
+#include "config_models.def"
+#undef MODEL
     {NULL, 0, NULL},
 };
+
+static const struct {
+	const char *name;
+	int family, arg;
+} models[] = {
+#define MODEL(id, name, family, arg) [CFG_MODEL_##id] = {name, CFG_FAMILY_##family, arg},
+#include "config_models.def"
+#undef MODEL
+};
+
+const char *cfg_model_string(enum cfg_model_name m)
+{
+	return (unsigned)m < sizeof(models) / sizeof(models[0]) ? models[m].name : NULL;
+}
+
+int cfg_model_family(enum cfg_model_name m)
+{
+	return (unsigned)m < sizeof(models) / sizeof(models[0]) ? models[m].family : -1;
+}
+
+int cfg_model_arg(enum cfg_model_name m)
+{
+	return (unsigned)m < sizeof(models) / sizeof(models[0]) ? models[m].arg : -1;
+}
 
 static const struct cfg_enum_name stem_names[] = {
     {"small", CFG_STEM_SMALL, NULL},
@@ -116,11 +136,11 @@ const char *cfg_enum_canonical(const struct cfg_enum_name *names, int value)
 
 static bool is_resnet(const struct cfg *c)
 {
-	return c->model.name >= CFG_MODEL_RESNET18;
+	return cfg_model_family(c->model.name) == CFG_FAMILY_RESNET;
 }
 static bool is_mlp(const struct cfg *c)
 {
-	return c->model.name == CFG_MODEL_MLP;
+	return cfg_model_family(c->model.name) == CFG_FAMILY_MLP;
 }
 static bool has_files(const struct cfg *c)
 {

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "config.h"
 #include "nn_build.h"
 
 static int mlp(struct builder *b, const int *hidden, int nhidden, char *err, size_t errlen)
@@ -154,20 +155,36 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 	return 0;
 }
 
+/* The one list (config_models.def), by name: what builds each. */
+static const struct {
+	const char *name;
+	int family, arg;
+} models[] = {
+#define MODEL(id, name, family, arg) {name, CFG_FAMILY_##family, arg},
+#include "config_models.def"
+#undef MODEL
+};
+
 int nn_models_build(struct builder *b, const struct nn_spec *spec, char *err, size_t errlen)
 {
-	const char *name = spec->name, *stem = spec->stem;
-	int depth;
-	char tail;
-	if (strcmp(name, "mlp") == 0)
-		return mlp(b, spec->hidden, spec->nhidden, err, errlen);
-	if (strcmp(name, "lenet") == 0)
-		return lenet(b, err, errlen);
-	if (sscanf(name, "resnet%d%c", &depth, &tail) == 1)
-		return resnet(b, depth, stem, err, errlen);
-	snprintf(err, errlen,
-		 "unknown model \"%s\" (mlp, lenet, resnet18, resnet34, resnet50, resnet101, "
-		 "resnet152)",
-		 name);
+	char names[256] = "";
+	size_t i, n = sizeof(models) / sizeof(models[0]);
+
+	for (i = 0; i < n; i++) {
+		if (strcmp(spec->name, models[i].name) != 0)
+			continue;
+		switch (models[i].family) {
+		case CFG_FAMILY_MLP:
+			return mlp(b, spec->hidden, spec->nhidden, err, errlen);
+		case CFG_FAMILY_LENET:
+			return lenet(b, err, errlen);
+		case CFG_FAMILY_RESNET:
+			return resnet(b, models[i].arg, spec->stem, err, errlen);
+		}
+	}
+	for (i = 0; i < n; i++)
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
+			 models[i].name);
+	snprintf(err, errlen, "unknown model \"%s\" (%s)", spec->name, names);
 	return -1;
 }

@@ -27,10 +27,6 @@
 #include "train_ckpt.h"
 #include "transform.h"
 
-static const char *const model_names[] = {"mlp",      "lenet",	   "resnet18", "resnet34",
-					  "resnet50", "resnet101", "resnet152"};
-
-
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
 struct split {
 	struct data_set ds;
@@ -562,7 +558,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	}
 
 	struct nn_spec spec = {
-		.name = model_names[c->model.name],
+		.name = cfg_model_string(c->model.name),
 		.c = c->model.input_shape[0],
 		.h = c->model.input_shape[1],
 		.w = c->model.input_shape[2],

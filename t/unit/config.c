@@ -882,9 +882,57 @@ static void test_load(void)
 	rmdir(dir);
 }
 
+/* config_models.def is the one list: every model parses, prints back its name, and is in the man
+ * page's list of model.name. */
+static void test_models(void)
+{
+	const char *src = getenv("DPTRAIN_SRC_DIR");
+	char path[PATH_MAX], line[1024], json[512];
+	FILE *f;
+	int m, listed = 0, parsed = 0, n = 0;
+
+	snprintf(path, sizeof(path), "%s/doc/dptrain.json.5", src && *src ? src : ".");
+	f = fopen(path, "r");
+	if (!ok(f != NULL, "the man page %s is there", path))
+		return;
+	/* the line after "One of" under .B model.name */
+	int state = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (state == 0 && strncmp(line, ".B model.name", 13) == 0)
+			state = 1;
+		else if (state == 1 && strncmp(line, "One of", 6) == 0)
+			state = 2;
+		else if (state == 2)
+			break;
+	}
+	fclose(f);
+	for (m = 0; cfg_model_string((enum cfg_model_name)m); m++) {
+		const char *name = cfg_model_string((enum cfg_model_name)m);
+		char quoted[64];
+		struct cfg c;
+
+		n++;
+		snprintf(quoted, sizeof(quoted), " %s ", name);
+		listed += state == 2 && strstr(line, quoted) != NULL;
+		snprintf(json, sizeof(json), "{\"model\": {\"name\": \"%s\"}, " DATA "}", name);
+		if (parse(&c, json) == 0) {
+			parsed += (int)c.model.name == m &&
+				  strcmp(cfg_model_string(c.model.name), name) == 0;
+			cfg_free(&c);
+		}
+	}
+	ok(n > 0, "config_models.def lists %d models", n);
+	is_int(parsed, n, "every model of config_models.def parses as model.name and prints back");
+	is_int(listed, n, "dptrain.json(5) lists every model of config_models.def under model.name");
+	ok(cfg_model_string((enum cfg_model_name)n) == NULL && cfg_model_family(-1) == -1,
+	   "no model past the list");
+	is_int(cfg_model_arg(CFG_MODEL_RESNET50), 50, "a resnet's depth comes with it");
+}
+
 int main(void)
 {
 	test_defaults();
+	test_models();
 	test_derived_defaults();
 	test_bad();
 	test_warnings();

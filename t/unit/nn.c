@@ -73,8 +73,9 @@ static void param_counts(void)
 	   "resnet50 small: torchvision names, 3x3 stem");
 	nn_free(&m);
 	s.name = "resnet7";
-	ok(nn_build(&m, be, &s, err, sizeof(err)) < 0 && strstr(err, "no such depth"),
-	   "unknown depth is refused: %s", err);
+	ok(nn_build(&m, be, &s, err, sizeof(err)) < 0 &&
+	       strstr(err, "unknown model \"resnet7\" (mlp, lenet, resnet18, resnet34"),
+	   "a depth not in the list of models is refused, naming them: %s", err);
 	s.name = "vgg";
 	ok(nn_build(&m, be, &s, err, sizeof(err)) < 0 && strstr(err, "unknown model \"vgg\""),
 	   "unknown model is refused: %s", err);
