@@ -360,18 +360,11 @@ int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
 int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
 		      char *err, size_t errlen)
 {
-	char rterr[RT_ERR_MAX];
-
 	if (a->store)
 		return alloc_store_write_table(a, rt, path, a->timeout_s, err, errlen);
 	if (a->local_rank != 0)
 		return 0;
-	rterr[0] = '\0';
-	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, rterr) != 0) {
-		snprintf(err, errlen, "cannot write the rank table: %s", rterr);
-		return -1;
-	}
-	return 1;
+	return alloc_table_write(rt, path, err, errlen);
 }
 
 int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,

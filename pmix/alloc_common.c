@@ -94,3 +94,14 @@ void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len)
 }
 
 /* qsort_r comparators over rank indices. */
+
+int alloc_table_write(const struct ranktable *rt, const char *path, char *err, size_t errlen)
+{
+	char rterr[RT_ERR_MAX] = "";
+
+	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, rterr) != 0) {
+		snprintf(err, errlen, "cannot write the rank table: %s", rterr);
+		return -1;
+	}
+	return 1;
+}

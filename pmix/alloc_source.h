@@ -39,6 +39,9 @@ int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *
 int alloc_node_addr(const char *node, char addr[RT_ADDR_MAX], int timeout_s, char *err,
 		    size_t errlen);
 
+/* Write rt to path atomically (the dptrain schema): 1, or -1 with err. */
+int alloc_table_write(const struct ranktable *rt, const char *path, char *err, size_t errlen);
+
 /* The wire-up without PMIx (alloc_store.c): see there. */
 int alloc_store_open(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
 int alloc_store_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);

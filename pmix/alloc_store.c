@@ -197,11 +197,8 @@ int alloc_store_write_table(struct alloc *a, const struct ranktable *rt, const c
 	if (a->local_rank != 0)
 		return 0;
 	if (a->rank == 0) {
-		rterr[0] = '\0';
-		if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, rterr) != 0) {
-			snprintf(err, errlen, "cannot write the rank table: %s", rterr);
+		if (alloc_table_write(rt, path, err, errlen) < 0)
 			return -1;
-		}
 		return store_set(st_of(a), KEY_TABLE, "1", 1, err, errlen) == 0 ? 1 : -1;
 	}
 	if (store_get(st_of(a), KEY_TABLE, &v, &len, timeout_s, e, sizeof(e)) != 0) {
@@ -216,14 +213,7 @@ int alloc_store_write_table(struct alloc *a, const struct ranktable *rt, const c
 	same = rt_read(&there, path, rterr) == 0 &&
 	       rt_compare(&there, rt, RT_SCHEMA_DPTRAIN, rterr) == 0;
 	rt_free(&there);
-	if (same)
-		return 0;
-	rterr[0] = '\0';
-	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, rterr) != 0) {
-		snprintf(err, errlen, "cannot write the rank table: %s", rterr);
-		return -1;
-	}
-	return 1;
+	return same ? 0 : alloc_table_write(rt, path, err, errlen);
 }
 
 int alloc_store_sync(struct alloc *a, int timeout_s, char *err, size_t errlen)

@@ -40,10 +40,9 @@ struct job {
 	int slow; /* a rank whose own timeout is LONG_S: its timer fires late (0: none) */
 };
 
-static int open_all(const struct ranks_job *j, int rank, struct store **st, struct comm **c,
-		    size_t chunk, char *msg, size_t len)
+/* The store every scenario's ranks meet in. */
+static struct store_opts store_opts_of(const struct ranks_job *j, int rank)
 {
-	const struct job *s = j->arg;
 	struct store_opts so = {.master_addr = "127.0.0.1",
 				.master_port = j->port,
 				.rank = rank,
@@ -51,6 +50,14 @@ static int open_all(const struct ranks_job *j, int rank, struct store **st, stru
 				.job = "comm-test",
 				.secret = "comm-test-secret", /* the ring's hellos carry it */
 				.timeout_s = LONG_S};
+	return so;
+}
+
+static int open_all(const struct ranks_job *j, int rank, struct store **st, struct comm **c,
+		    size_t chunk, char *msg, size_t len)
+{
+	const struct job *s = j->arg;
+	struct store_opts so = store_opts_of(j, rank);
 	struct comm_cpu_opts co = {.timeout_s = s->slow && rank == s->slow ? LONG_S : s->timeout,
 				   .chunk_bytes = chunk};
 	*c = NULL;
@@ -399,13 +406,7 @@ static int stranger(const struct ranks_job *j, int kind, struct store *st, int *
 static int rank_stranger(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	const struct job *s = j->arg;
-	struct store_opts so = {.master_addr = "127.0.0.1",
-				.master_port = j->port,
-				.rank = rank,
-				.world_size = j->world,
-				.job = "comm-test",
-				.secret = "comm-test-secret",
-				.timeout_s = LONG_S};
+	struct store_opts so = store_opts_of(j, rank);
 	struct comm_cpu_opts co = {.timeout_s = LONG_S, .chunk_bytes = 4096};
 	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
 	struct store *st;
