@@ -105,6 +105,15 @@ test_expect_success 'a batch larger than the dataset with drop_remainder: exit 3
 	grep "data.batch_size 32 is larger than the 16 samples rank 0 gets per epoch" err
 '
 
+test_expect_success 'a malformed DPTRAIN_PROFILE_STEP or DPTRAIN_GPU is an error naming it' '
+	test_expect_code 3 env DPTRAIN_PROFILE_STEP=x dptrain "$ex/mlp-fmnist.json" \
+		data.format=synthetic data.train.size=64 data.eval=null train.epochs=1 2>err &&
+	grep "DPTRAIN_PROFILE_STEP=.x. is not an integer >= 1: the step to profile, from 1" err &&
+	test_expect_code 3 env DPTRAIN_GPU=first dptrain "$ex/mlp-fmnist.json" device.kind=gpu \
+		data.format=synthetic data.train.size=64 data.eval=null train.epochs=1 2>err &&
+	grep "DPTRAIN_GPU=.first. is not an integer from -1 to 1048576: not a GPU index" err
+'
+
 test_expect_success FMNIST 'a diverging run stops at the step where the loss became nan' '
 	test_expect_code 3 dptrain "$ex/mlp-fmnist.json" optimizer.lr=1e30 train.max_steps=20 \
 		train.log_every=1 output.dir=nan >out 2>err &&

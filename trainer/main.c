@@ -364,17 +364,12 @@ static int choose_gpu(const struct cfg *c, int rank, char *err, size_t errlen)
 	int gpu = 0;
 	if (c->device.kind == CFG_DEVICE_CPU)
 		return -1;
-	if (env && *env) {
-		char *end;
-		long v = strtol(env, &end, 10);
-		if (*end || v < -1 || v > 1 << 20) {
-			snprintf(err, errlen,
-				 "DPTRAIN_GPU=%s is not a GPU index (or -1 for none); it is set by "
-				 "dptrain-launch, unset it to run by hand",
-				 env);
-			return -2;
-		}
-		gpu = (int)v;
+	if (rt_env_int("DPTRAIN_GPU", -1, 1 << 20, &gpu, why, sizeof(why)) < 0) {
+		snprintf(err, errlen,
+			 "%s: not a GPU index (or -1 for none); it is set by dptrain-launch, unset "
+			 "it to run by hand",
+			 why);
+		return -2;
 	}
 	if (gpu == -1) {
 		if (c->device.kind == CFG_DEVICE_AUTO)

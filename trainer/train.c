@@ -6,6 +6,7 @@
 #include "train.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "lr_schedule.h"
 #include "nn.h"
 #include "optim.h"
+#include "ranktable.h"
 #include "optim_gpu.h"
 #include "sampler.h"
 #include "train_ckpt.h"
@@ -719,13 +721,13 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		     m.name, nn_param_count(&m), env->world_size, spe, total);
 
 	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
-	long prof = 0;
-	const char *pe = getenv("DPTRAIN_PROFILE_STEP");
-	if (pe && *pe && be->ops->profile) {
-		char *end;
-		prof = strtol(pe, &end, 10);
-		if (*end || prof < 1)
-			prof = 0;
+	int prof = 0;
+	char pe[256];
+	if (rt_env_int("DPTRAIN_PROFILE_STEP", 1, INT_MAX, &prof, pe, sizeof(pe)) < 0) {
+		failf(err, errlen, "%s: the step to profile, from 1", pe);
+		goto out;
+	}
+	if (prof && be->ops->profile) {
 		if (prof == pos.step + 1 && be->ops->profile(be, 1) < 0) {
 			failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", be->err);
 			goto out;
