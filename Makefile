@@ -260,10 +260,11 @@ $(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
 	$(link) $^ $(TRAINER_LIBS)
 
 # The rendezvous store is the trainer's; the launchers meet in it too without PMIx.
-$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(call obj,trainer/store.c) $(LIBRT) $(LIBCFG)
+STORE_OBJ := $(call obj,trainer/store.c trainer/store_server.c trainer/store_wire.c)
+$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(STORE_OBJ) $(LIBRT) $(LIBCFG)
 	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
-$(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(call obj,trainer/store.c) $(LIBRT) $(LIBCFG)
+$(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(STORE_OBJ) $(LIBRT) $(LIBCFG)
 	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
 # The plugin is dlopen'ed by srun and slurmstepd, which are not built with ASan (its runtime
