@@ -37,29 +37,32 @@ static struct store *st_of(struct alloc *a)
 static char *gather_records(struct alloc *a, int timeout_s, char *err, size_t errlen)
 {
 	char key[64], *all = NULL;
-	size_t used = 0;
+	size_t used = 0, cap = 0;
 	int r;
 
-	all = malloc((size_t)a->world_size * ALLOC_RECORD_MAX + 1);
-	if (!all) {
-		snprintf(err, errlen, "out of memory for %d ranks' records", a->world_size);
-		return NULL;
-	}
-	all[0] = '\0';
 	for (r = 0; r < a->world_size; r++) {
 		void *v = NULL;
 		size_t len = 0;
 
 		snprintf(key, sizeof(key), KEY_RECORD "%d", r);
-		if (store_get(st_of(a), key, &v, &len, timeout_s, err, errlen) != 0) {
-			free(all);
-			return NULL;
-		}
+		if (store_get(st_of(a), key, &v, &len, timeout_s, err, errlen) != 0)
+			goto fail;
 		if (len == 0 || len >= ALLOC_RECORD_MAX || memchr(v, '\n', len)) {
 			snprintf(err, errlen, "rank %d published a malformed record", r);
 			free(v);
-			free(all);
-			return NULL;
+			goto fail;
+		}
+		if (used + len + 2 > cap) {
+			size_t ncap = cap ? 2 * cap : (size_t)a->world_size * 80 + ALLOC_RECORD_MAX;
+			char *p = realloc(all, ncap);
+			if (!p) {
+				snprintf(err, errlen, "out of memory for %d ranks' records",
+					 a->world_size);
+				free(v);
+				goto fail;
+			}
+			all = p;
+			cap = ncap;
 		}
 		memcpy(all + used, v, len);
 		used += len;
@@ -68,6 +71,9 @@ static char *gather_records(struct alloc *a, int timeout_s, char *err, size_t er
 		free(v);
 	}
 	return all;
+fail:
+	free(all);
+	return NULL;
 }
 
 /* A node's table writer: take every rank's record. What SLURM_* said of each rank (host,
