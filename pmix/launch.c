@@ -316,12 +316,9 @@ static int lock_fd = -1; /* rank 0: the output directory's lock (launch_outdir_l
  * directory ends the step (die) with who holds it. */
 static void lock_outdir(const struct alloc *a, const char *outdir)
 {
-	char who[400], err[ALLOC_ERR_MAX + 512], host[256], when[32];
-	time_t now = time(NULL);
-	struct tm tm;
+	char who[400], err[ALLOC_ERR_MAX + 512], host[256], when[LAUNCH_TIME_MAX];
 
-	gmtime_r(&now, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	launch_utc_now(when);
 	snprintf(host, sizeof(host), "%s", a->ranks[a->rank].host);
 	snprintf(who, sizeof(who), "job %s step %s, rank 0 on %s, pid %ld, since %s", a->job_id,
 		 a->step_id, host, (long)getpid(), when);
@@ -447,9 +444,7 @@ int main(int argc, char **argv)
 	char header[1024], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
 	const char *trainer, *restart, *base;
 	char **cmd;
-	time_t now;
-	struct tm tm;
-	char when[32];
+	char when[LAUNCH_TIME_MAX];
 	int i, used, tee, rc;
 
 	/* Before anything else, so that every thread (PMIx's) inherits it. */
@@ -606,9 +601,7 @@ int main(int argc, char **argv)
 		snprintf(train_log, sizeof(train_log), "%s/train.log", paths.devdir);
 		ex.train_log = train_log;
 		ex.tee = tee;
-		now = time(NULL);
-		gmtime_r(&now, &tm);
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		launch_utc_now(when);
 		restart = getenv("SLURM_RESTART_COUNT");
 		used = snprintf(
 		    header, sizeof(header),

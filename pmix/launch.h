@@ -35,6 +35,11 @@ int launch_write_atomic(const char *path, const char *data, size_t len, unsigned
  * another user could otherwise have made it first, to read or replace the job's files. */
 int launch_dir_owned(const char *path, char *err, size_t errlen);
 
+/* Now, in UTC, as ISO 8601 ("2026-11-26T10:00:00Z"), for the lock's holder line and the
+ * header train.log gets at each launch. */
+#define LAUNCH_TIME_MAX 32
+void launch_utc_now(char out[LAUNCH_TIME_MAX]);
+
 /* The output directory's lock, taken by rank 0 before any rank writes there and held until
  * its command ends: outdir/.dptrain.lock, this user's regular file, flock'ed (shared file
  * systems that have locks see it on every node), holding `who` ("job 12 step 0, rank 0 on

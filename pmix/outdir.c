@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 int launch_outdir_expand(const char *pattern, const char *job, const char *step,
@@ -241,4 +242,13 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 	}
 	*fd = f;
 	return 0;
+}
+
+void launch_utc_now(char out[LAUNCH_TIME_MAX])
+{
+	time_t now = time(NULL);
+	struct tm tm;
+
+	if (!gmtime_r(&now, &tm) || !strftime(out, LAUNCH_TIME_MAX, "%Y-%m-%dT%H:%M:%SZ", &tm))
+		snprintf(out, LAUNCH_TIME_MAX, "?");
 }

@@ -299,12 +299,9 @@ int main(int argc, char **argv)
 	    launch_dir_owned(outdir, err, sizeof(err)) != 0)
 		die(1, "%s", err);
 	{
-		char who[LAUNCH_PATH_MAX + 128], when[32];
-		time_t now = time(NULL);
-		struct tm tm;
+		char who[LAUNCH_PATH_MAX + 128], when[LAUNCH_TIME_MAX];
 
-		gmtime_r(&now, &tm);
-		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+		launch_utc_now(when);
 		snprintf(who, sizeof(who), "dptrain-run pid %ld (job %s), since %s", (long)getpid(),
 			 job, when);
 		switch (launch_outdir_lock(outdir, who, &lock_fd, err, sizeof(err))) {
