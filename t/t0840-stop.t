@@ -189,14 +189,23 @@ ours() {
 
 # The loose ends of the stop path, with ranks started as torchrun would (RANK, WORLD_SIZE,
 # MASTER_ADDR, MASTER_PORT) so nothing else is in the way.
-hold_port() { # a port of 127.0.0.1 held (bound, not listening) until the test ends
+# hold_port: a port of 127.0.0.1 held (bound, not listening) until the test ends, in $port.
+# The number is written whole and renamed into place: reading a file that the next holder's
+# shell was still truncating gave an empty port once (seen under stress-ng).
+hold_port() {
+	rm -f port port.tmp &&
 	/usr/bin/python3 -c '
-import socket, sys, time
+import os, socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", 0)); print(s.getsockname()[1], flush=True); time.sleep(600)' >port 2>/dev/null &
+s.bind(("127.0.0.1", 0))
+with open("port.tmp", "w") as f:
+    f.write("%d\n" % s.getsockname()[1])
+os.rename("port.tmp", "port")
+time.sleep(600)' 2>/dev/null &
 	holder=$!
-	until test -s port; do sleep 0.05; done
-	port=$(cat port)
+	_i=0
+	until test -s port || test $_i -ge 600; do sleep 0.05; _i=$((_i + 1)); done
+	port=$(cat port) && test -n "$port"
 }
 
 test_expect_success 'SIGTERM while waiting for a rank that never comes: exit 4 at once, nothing to save' '
