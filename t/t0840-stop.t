@@ -193,7 +193,7 @@ ours() {
 # The number is written whole and renamed into place: reading a file that the next holder's
 # shell was still truncating gave an empty port once (seen under stress-ng).
 hold_port() {
-	rm -f port port.tmp &&
+	rm -f port port.tmp
 	/usr/bin/python3 -c '
 import os, socket, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -201,8 +201,8 @@ s.bind(("127.0.0.1", 0))
 with open("port.tmp", "w") as f:
     f.write("%d\n" % s.getsockname()[1])
 os.rename("port.tmp", "port")
-time.sleep(600)' 2>/dev/null &
-	holder=$!
+time.sleep(600)' >/dev/null 2>&1 &
+	holder=$! # python itself (a simple command in the background), so kill ends it
 	_i=0
 	until test -s port || test $_i -ge 600; do sleep 0.05; _i=$((_i + 1)); done
 	port=$(cat port) && test -n "$port"
