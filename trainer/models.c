@@ -155,36 +155,29 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 	return 0;
 }
 
-/* The one list (config_models.def), by name: what builds each. */
-static const struct {
-	const char *name;
-	int family, arg;
-} models[] = {
-#define MODEL(id, name, family, arg) {name, CFG_FAMILY_##family, arg},
-#include "config_models.def"
-#undef MODEL
-};
-
+/* The one list is the config's (config_models.def): find the name there, build its family. */
 int nn_models_build(struct builder *b, const struct nn_spec *spec, char *err, size_t errlen)
 {
 	char names[256] = "";
-	size_t i, n = sizeof(models) / sizeof(models[0]);
+	const char *name;
+	int m;
 
-	for (i = 0; i < n; i++) {
-		if (strcmp(spec->name, models[i].name) != 0)
+	for (m = 0; (name = cfg_model_string((enum cfg_model_name)m)); m++) {
+		if (strcmp(spec->name, name) != 0)
 			continue;
-		switch (models[i].family) {
+		switch (cfg_model_family((enum cfg_model_name)m)) {
 		case CFG_FAMILY_MLP:
 			return mlp(b, spec->hidden, spec->nhidden, err, errlen);
 		case CFG_FAMILY_LENET:
 			return lenet(b, err, errlen);
 		case CFG_FAMILY_RESNET:
-			return resnet(b, models[i].arg, spec->stem, err, errlen);
+			return resnet(b, cfg_model_arg((enum cfg_model_name)m), spec->stem, err,
+				      errlen);
 		}
 	}
-	for (i = 0; i < n; i++)
-		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", i ? ", " : "",
-			 models[i].name);
+	for (m = 0; (name = cfg_model_string((enum cfg_model_name)m)); m++)
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", m ? ", " : "",
+			 name);
 	snprintf(err, errlen, "unknown model \"%s\" (%s)", spec->name, names);
 	return -1;
 }
