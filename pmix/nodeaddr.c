@@ -65,8 +65,15 @@ static char *scontrol_node(const char *node, int timeout_s, char *err, size_t er
 	double end = mono() + timeout_s;
 	pid_t pid;
 
+	/* before the fork: a child whose output cannot be read must not be waited for */
+	out = malloc(OUT_MAX + 1);
+	if (!out) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
 	if (pipe2(p, O_CLOEXEC) != 0) {
 		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		free(out);
 		return NULL;
 	}
 	pid = fork();
@@ -74,6 +81,7 @@ static char *scontrol_node(const char *node, int timeout_s, char *err, size_t er
 		snprintf(err, errlen, "fork: %s", strerror(errno));
 		close(p[0]);
 		close(p[1]);
+		free(out);
 		return NULL;
 	}
 	if (pid == 0) {
@@ -89,7 +97,6 @@ static char *scontrol_node(const char *node, int timeout_s, char *err, size_t er
 		_exit(127);
 	}
 	close(p[1]);
-	out = malloc(OUT_MAX + 1);
 	while (out) {
 		struct pollfd pf = {.fd = p[0], .events = POLLIN};
 		double left = end - mono();
