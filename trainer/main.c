@@ -447,10 +447,11 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 		.timeout_s = rendezvous_timeout(c),
 		.stop = &stop.requested,
 	};
-	if (store_open(&d->st, &so, e2, sizeof(e2)) < 0) {
+	if ((rv = store_open(&d->st, &so, e2, sizeof(e2))) < 0) {
 		snprintf(err, errlen, "%s", e2);
 		goto out;
 	}
+	rv = -1;
 	if (gpu >= 0) {
 		struct comm_nccl_opts no = {.device = gpu, .timeout_s = c->timeouts.collective_s};
 		if (comm_nccl_create(&d->comm, d->st, &no, e2, sizeof(e2)) < 0) {
@@ -501,15 +502,38 @@ static int default_threads(void)
 
 /* A stop request before training began (while loading the config, during the rendezvous):
  * there is nothing to save, and the job can simply run again. After that, a request ends the
- * run after the step the ranks are in, with a checkpoint. */
-static int stopped_early(int rank)
+ * run after the step the ranks are in, with a checkpoint. other: NULL, or why this rank stops
+ * when it was not asked itself (another rank was). */
+static int stopped_early(int rank, const char *other)
 {
-	if (!atomic_load(&stop.requested))
+	if (!atomic_load(&stop.requested) && !other)
 		return 0;
-	printf("dptrain: rank %d: stopped on request before the first step: nothing to save yet "
-	       "(a checkpoint from an earlier run stands); run the job again to continue\n",
-	       rank);
+	if (atomic_load(&stop.requested))
+		printf("dptrain: rank %d: stopped on request before the first step: ", rank);
+	else
+		printf("dptrain: rank %d: stopped before the first step (%s): ", rank, other);
+	printf("nothing to save yet (a checkpoint from an earlier run stands); run the job again "
+	       "to continue\n");
 	return 1;
+}
+
+/* The ranks agree whether a stop request came before training began: each one's request
+ * flag, summed over the ranks. A local look would not do: the launcher passes a signal to the
+ * ranks one after the other, and each takes it on its own thread, so one rank can see it here
+ * and leave while another, not yet told, starts the first step and finds its peer gone (an
+ * error, exit 3, instead of exit 4). A request after the vote is seen at the first step's
+ * vote, with a checkpoint. 1: stop (this rank said so when it saw the request itself), 0: go
+ * on, -1: the vote failed, with err. */
+static int start_vote(struct dist *d, int rank, char *err, size_t errlen)
+{
+	double asked = atomic_load(&stop.requested) ? 1 : 0;
+	if (!d->comm)
+		return stopped_early(rank, NULL);
+	if (d->comm->ops->allreduce(d->comm, &asked, 1, COMM_F64, COMM_SUM, err, errlen) < 0)
+		return -1;
+	if (asked <= 0)
+		return 0;
+	return stopped_early(rank, "another rank was asked to stop");
 }
 
 /* The rank and output directory come from dptrain-launch (srun --dptrain, dptrain-run);
@@ -524,7 +548,7 @@ static int train(const struct cfg *c, int outdir_overridden)
 	env.stop = &stop.requested;
 	env.rank = env_int("RANK", 0);
 	env.world_size = env_int("WORLD_SIZE", 1);
-	if (stopped_early(env.rank))
+	if (stopped_early(env.rank, NULL))
 		return EXIT_STOPPED;
 	if (env.rank < 0 || env.world_size < 1 || env.rank >= env.world_size) {
 		fprintf(stderr, "dptrain: RANK=%s WORLD_SIZE=%s: not a rank of a job; unset them or "
@@ -570,18 +594,24 @@ static int train(const struct cfg *c, int outdir_overridden)
 		return EXIT_CONFIG;
 	}
 	struct dist dist = {0};
-	if ((env.world_size > 1 || force_ddp) &&
-	    dist_open(&dist, c, env.rank, env.world_size, env.gpu, err, sizeof(err)) < 0) {
+	int dr = env.world_size > 1 || force_ddp
+		     ? dist_open(&dist, c, env.rank, env.world_size, env.gpu, err, sizeof(err))
+		     : 0;
+	if (dr < 0) {
 		dist_close(&dist, c, 0);
-		if (stopped_early(env.rank))
+		if (stopped_early(env.rank, dr == STORE_STOPPED ? err : NULL))
 			return EXIT_STOPPED;
 		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
 		return EXIT_TRAIN;
 	}
 	env.comm = dist.comm;
-	if (stopped_early(env.rank)) {
+	int early = start_vote(&dist, env.rank, err, sizeof(err));
+	if (early != 0) {
 		dist_close(&dist, c, 0);
-		return EXIT_STOPPED;
+		if (early > 0 || stopped_early(env.rank, NULL))
+			return EXIT_STOPPED;
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		return EXIT_TRAIN;
 	}
 	if (train_run(c, &env, &res, err, sizeof(err)) < 0) {
 		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);

@@ -13,6 +13,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,19 +41,21 @@ struct store {
 	uint32_t next_id;
 	struct sbuf in;
 
-	pthread_mutex_t lock; /* guards sends on fd, aborted, abort_msg and rollcall */
+	pthread_mutex_t lock; /* guards sends on fd, aborted, abort_kind, abort_msg, rollcall */
 	int aborted;
+	int abort_kind; /* ABORT_FAILED, ABORT_STOPPED */
 	char abort_msg[MSG_MAX];
 	int rollcall;		/* the server asked the ranks waiting in a collective to report */
 	const atomic_int *stop; /* store_opts.stop */
 	int opening;		/* in store_open: a stop request ends its waits */
 };
 
-static void cl_set_abort(struct store *st, const char *msg)
+static void cl_set_abort(struct store *st, const char *msg, int kind)
 {
 	pthread_mutex_lock(&st->lock);
 	if (!st->aborted) {
 		st->aborted = 1;
+		st->abort_kind = kind;
 		snprintf(st->abort_msg, sizeof(st->abort_msg), "%s", msg);
 	}
 	pthread_mutex_unlock(&st->lock);
@@ -76,7 +79,7 @@ static void cl_store_lost(struct store *st, int e)
 	    msg, sizeof(msg),
 	    "%s died or left (the rendezvous store it runs at %s:%d closed the connection%s%s)",
 	    name, st->master, st->port, e ? ": " : "", e ? strerror(e) : "");
-	cl_set_abort(st, msg);
+	cl_set_abort(st, msg, ABORT_FAILED);
 }
 
 static void cl_mute(struct store *st, double waited, char *err, size_t errlen)
@@ -146,9 +149,10 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 			if (type == MSG_ABORT) {
 				size_t n;
 				const char *m = rd_blob(&b, &n);
+				int kind = (int)rd_u32(&b);
 				char msg[MSG_MAX];
 				snprintf(msg, sizeof(msg), "%.*s", (int)n, m);
-				cl_set_abort(st, msg);
+				cl_set_abort(st, msg, kind == ABORT_STOPPED ? kind : ABORT_FAILED);
 			} else if (type == MSG_ROLLCALL) {
 				pthread_mutex_lock(&st->lock);
 				st->rollcall = 1;
@@ -171,7 +175,6 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 	}
 }
 
-/* Waits for the reply to id by the deadline. An abort fails it, unless ignore_abort. */
 /* During the rendezvous: a stop request (SIGTERM, SIGUSR1) ends the wait. */
 static int cl_stopped(const struct store *st, char *err, size_t errlen)
 {
@@ -182,6 +185,7 @@ static int cl_stopped(const struct store *st, char *err, size_t errlen)
 	return 1;
 }
 
+/* Waits for the reply to id by the deadline. An abort fails it, unless ignore_abort. */
 static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_abort, int *status,
 		   struct rd *body, char *err, size_t errlen)
 {
@@ -224,6 +228,35 @@ static uint32_t cl_id(struct store *st)
 	if (++st->next_id == 0)
 		st->next_id = 1;
 	return st->next_id;
+}
+
+/* This rank leaves the rendezvous on a stop request (SIGTERM, SIGUSR1): the other ranks are
+ * told so, as a stop rather than a death, and stop too with nothing to save (exit 4) instead
+ * of failing (exit 3) before their own request arrives, or waiting for the rendezvous to
+ * close when only this rank was asked. The goodbye after it, answered, means the server has
+ * passed it on. Called once the hello is sent (the server reads in order). */
+static void cl_announce_stop(struct store *st)
+{
+	struct sbuf f = {0};
+	char name[HOST_MAX + 32], msg[MSG_MAX], err[MSG_MAX];
+	int status, sig = atomic_load(st->stop);
+	struct rd body;
+	rank_label(name, sizeof(name), st->rank,
+		   st->hosts[st->rank] ? st->hosts[st->rank] : st->hostname);
+	snprintf(msg, sizeof(msg), "%s was asked to stop (%s) during the rendezvous", name,
+		 sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a stop request");
+	size_t at = frame_begin(&f, MSG_ABORT, 0);
+	put_str(&f, msg);
+	put_u32(&f, ABORT_STOPPED);
+	frame_end(&f, at);
+	uint32_t id = cl_id(st);
+	at = frame_begin(&f, MSG_GOODBYE, id);
+	frame_end(&f, at);
+	st->opening = 0; /* the wait below is not ended by the request it announces */
+	double deadline = now_s() + 2;
+	if (cl_send(st, &f, deadline, err, sizeof(err)) == 0)
+		cl_wait(st, id, deadline, 1, &status, &body, err, sizeof(err));
+	sbuf_free(&f);
 }
 
 static int cl_connect(struct store *st, double timeout_s, char *err, size_t errlen)
@@ -347,7 +380,7 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 {
 	struct store *st = NULL;
 	struct sbuf f = {0};
-	int rv = -1, status;
+	int rv = -1, status, hello_sent = 0;
 	struct rd body;
 	double t0 = now_s(), timeout = o->timeout_s > 0 ? o->timeout_s : 300;
 	*out = NULL;
@@ -417,6 +450,7 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	put_str(&f, st->hostname);
 	put_str(&f, st->secret);
 	frame_end(&f, at);
+	hello_sent = 1;
 	double left = timeout - (now_s() - t0);
 	if (left > HELLO_ANSWER_S)
 		left = HELLO_ANSWER_S;
@@ -469,6 +503,13 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	rv = 0;
 out:
 	sbuf_free(&f);
+	if (st && st->stop && atomic_load(st->stop)) {
+		if (hello_sent && st->fd >= 0)
+			cl_announce_stop(st);
+		rv = STORE_STOPPED;
+	} else if (st && cl_get_abort(st, NULL, 0) && st->abort_kind == ABORT_STOPPED) {
+		rv = STORE_STOPPED; /* err: which rank was asked to stop */
+	}
 	if (st) {
 		struct store_server *srv = st->srv;
 		st->srv = NULL;
@@ -637,9 +678,10 @@ void store_abort(struct store *st, const char *reason)
 		return;
 	size_t at = frame_begin(&f, MSG_ABORT, 0);
 	put_str(&f, reason);
+	put_u32(&f, ABORT_FAILED);
 	frame_end(&f, at);
 	cl_send(st, &f, now_s() + 5, err, sizeof(err));
-	cl_set_abort(st, reason);
+	cl_set_abort(st, reason, ABORT_FAILED);
 	sbuf_free(&f);
 }
 

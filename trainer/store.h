@@ -52,6 +52,10 @@ struct store_opts {
  * timeout_s has passed: a rank whose own timeout_s is shorter, or started earlier, waits
  * for it (with a margin for a busy server) instead of giving up on its own. */
 int store_open(struct store **st, const struct store_opts *o, char *err, size_t errlen);
+/* store_open's answer when the rendezvous ended on a stop request, this rank's (o->stop) or
+ * another's: nothing was lost, and the job can simply run again. A rank asked to stop tells
+ * the others (err then names it), so that they stop too instead of reporting it dead. */
+#define STORE_STOPPED (-2)
 
 /* Key/value operations. get waits until the key exists (up to timeout_s). */
 int store_set(struct store *st, const char *key, const void *val, size_t len, char *err,

@@ -102,6 +102,7 @@ struct store_server {
 	double rep_timeout;
 
 	char *abort_msg; /* the first abort: the job's verdict */
+	int abort_kind;	 /* ABORT_FAILED or ABORT_STOPPED */
 
 	pthread_mutex_t lock; /* guards stop and stop_deadline */
 	int stop;
@@ -168,20 +169,28 @@ static void srv_reply_str(struct srv_conn *c, uint32_t id, int status, const cha
 	srv_reply(c, id, status, msg, strlen(msg));
 }
 
-/* Records the job's first abort and tells every rank but skip (-1: all). */
-static void srv_abort(struct store_server *s, const char *msg, int skip)
+/* Sends the job's abort to c. */
+static void srv_send_abort(struct store_server *s, struct srv_conn *c)
 {
-	if (s->abort_msg)
-		return;
-	s->abort_msg = strdup(msg);
 	struct sbuf f = {0};
 	size_t at = frame_begin(&f, MSG_ABORT, 0);
-	put_str(&f, msg);
+	put_str(&f, s->abort_msg);
+	put_u32(&f, (uint32_t)s->abort_kind);
 	frame_end(&f, at);
+	srv_send(c, &f);
+	sbuf_free(&f);
+}
+
+/* Records the job's first abort (kind: ABORT_FAILED or ABORT_STOPPED) and tells every rank but
+ * skip (-1: all). */
+static void srv_abort(struct store_server *s, const char *msg, int kind, int skip)
+{
+	if (s->abort_msg || !(s->abort_msg = strdup(msg)))
+		return;
+	s->abort_kind = kind;
 	for (int r = 0; r < s->world; r++)
 		if (r != skip && s->by_rank[r])
-			srv_send(s->by_rank[r], &f);
-	sbuf_free(&f);
+			srv_send_abort(s, s->by_rank[r]);
 }
 
 static struct srv_kv *srv_kv_find(struct store_server *s, const char *key)
@@ -320,7 +329,7 @@ static void srv_verdict(struct store_server *s)
 			 "none stopped, so the connections between them may be stuck",
 			 s->world, s->rep_timeout, s->rep_what, s->rep_seq, waiter, waited);
 	s->rep_active = 0;
-	srv_abort(s, msg, -1);
+	srv_abort(s, msg, ABORT_FAILED, -1);
 }
 
 static void srv_drop(struct store_server *s, struct srv_conn *c)
@@ -346,7 +355,7 @@ static void srv_drop(struct store_server *s, struct srv_conn *c)
 		srv_name(s, r, name, sizeof(name));
 		snprintf(msg, sizeof(msg),
 			 "%s died (its connection to the rendezvous store closed)", name);
-		srv_abort(s, msg, r);
+		srv_abort(s, msg, ABORT_FAILED, r);
 	}
 	s->left[r] = 1;
 }
@@ -438,14 +447,8 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 	put_u64(&r, (uint64_t)(open_left > 0 ? open_left * 1e3 : 0));
 	srv_reply(c, id, REPLY_OK, r.p, r.len);
 	sbuf_free(&r);
-	if (s->abort_msg) {
-		struct sbuf f = {0};
-		size_t at = frame_begin(&f, MSG_ABORT, 0);
-		put_str(&f, s->abort_msg);
-		frame_end(&f, at);
-		srv_send(c, &f);
-		sbuf_free(&f);
-	}
+	if (s->abort_msg)
+		srv_send_abort(s, c);
 out:
 	free(job);
 	free(host);
@@ -556,10 +559,13 @@ static void srv_on_barrier(struct store_server *s, struct srv_conn *c, uint32_t 
 static void srv_on_abort(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
 	char *reason = rd_strdup(b);
+	int kind = (int)rd_u32(b);
 
 	(void)id;
-	if (!b->bad)
-		srv_abort(s, reason, c->rank);
+	if (b->bad || (kind != ABORT_FAILED && kind != ABORT_STOPPED))
+		c->dead = 1;
+	else
+		srv_abort(s, reason, kind, c->rank);
 	free(reason);
 }
 
@@ -578,12 +584,7 @@ static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t i
 	if (b->bad || waiting < 0 || waiting >= s->world) {
 		c->dead = 1;
 	} else if (s->abort_msg) {
-		struct sbuf f = {0};
-		size_t at = frame_begin(&f, MSG_ABORT, 0);
-		put_str(&f, s->abort_msg);
-		frame_end(&f, at);
-		srv_send(c, &f);
-		sbuf_free(&f);
+		srv_send_abort(s, c);
 	} else {
 		if (!s->rep_active) {
 			s->rep_active = 1;
@@ -689,7 +690,7 @@ static void srv_open_verdict(struct store_server *s, struct srv_barrier *b)
 	sbuf_free(&d);
 	snprintf(msg, sizeof(msg), "rendezvous: %d of %d ranks did not connect within %g s: %s",
 		 missing, s->world, s->open_timeout, list);
-	srv_abort(s, msg, -1);
+	srv_abort(s, msg, ABORT_FAILED, -1);
 }
 
 /* Answers the gets and barrier waits whose deadline passed; ends a timeout episode. Returns

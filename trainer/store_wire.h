@@ -26,6 +26,9 @@ enum {
 	MSG_REPLY = 64,
 };
 enum { REPLY_OK = 0, REPLY_TIMEOUT = 1, REPLY_ERROR = 2 };
+/* An ABORT is the reason (a string), then what ended the job (u32): a failure, or a rank that
+ * was asked to stop (SIGTERM, SIGUSR1) before the ranks could agree on stopping together. */
+enum { ABORT_FAILED = 0, ABORT_STOPPED = 1 };
 
 #define FRAME_HEAD     9 /* u32 length, u8 type, u32 id */
 #define FRAME_MAX      (STORE_VALUE_MAX + 2 * STORE_KEY_MAX + 64)

@@ -1,8 +1,8 @@
 /* store.c — unit tests for the rendezvous store (trainer/store.c): set/get/add/barrier between
  * forked ranks on 127.0.0.1, the messages for a barrier timeout, a port in use, an unreachable
  * master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that never
- * arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort). The
- * parent kills whatever is left.
+ * arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort, a
+ * rank asked to stop during the rendezvous). The parent kills whatever is left.
  *
  * No check depends on how fast the machine is: what must happen before something else is made
  * to by a key the other rank waits for, elapsed times are only checked against lower bounds
@@ -13,8 +13,12 @@
 #include "store.h"
 #include "tap.h"
 
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,6 +413,87 @@ out:
 	return rv;
 }
 
+/* This process's TCP port on descriptor fd (peer: the other end's), or -1. */
+static int fd_port(int fd, int peer)
+{
+	struct sockaddr_in a;
+	socklen_t l = sizeof(a);
+	int r = peer ? getpeername(fd, (struct sockaddr *)&a, &l)
+		     : getsockname(fd, (struct sockaddr *)&a, &l);
+	return r == 0 && a.sin_family == AF_INET ? ntohs(a.sin_port) : -1;
+}
+
+/* A stop request (SIGTERM) set, as the trainer's signal thread does, at a point of the
+ * rendezvous that the rank's sockets show, not after a time:
+ * - connected: this rank's connection to the store is made. From there the rank sends its hello
+ *   whatever happens, so the server will know it.
+ * - other_hello: (rank 0) the server's end of another rank's connection has received bytes:
+ *   that rank's hello is waiting to be read, so it is read before the server stops. */
+struct stopper {
+	int port, other_hello;
+	atomic_int flag;
+	pthread_t t;
+};
+
+static void *stopper_main(void *arg)
+{
+	struct stopper *s = arg;
+	double t0 = ranks_now();
+	while (ranks_now() - t0 < HANG_S) {
+		int mine = -1; /* this rank's own end of its connection to the store */
+		for (int fd = 3; fd < 1024; fd++)
+			if (fd_port(fd, 1) == s->port)
+				mine = fd_port(fd, 0);
+		if (mine > 0 && !s->other_hello) {
+			atomic_store(&s->flag, SIGTERM);
+			return NULL;
+		}
+		for (int fd = 3; mine > 0 && fd < 1024; fd++) {
+			struct tcp_info ti = {0};
+			socklen_t l = sizeof(ti);
+			int peer = fd_port(fd, 1);
+			if (fd_port(fd, 0) != s->port || peer < 0 || peer == mine ||
+			    getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
+				continue;
+			if (ti.tcpi_bytes_received > 0) {
+				atomic_store(&s->flag, SIGTERM);
+				return NULL;
+			}
+		}
+		ranks_sleep(0.001);
+	}
+	return NULL;
+}
+
+/* A stop request during the rendezvous, to rank 1 alone (arg NULL) or to rank 0 alone
+ * (arg non-NULL): in a job of 3 whose rank 2 never comes, the rank asked and the other both
+ * end the rendezvous as stopped (STORE_STOPPED), the other naming the rank asked, at once
+ * instead of when the rendezvous closes (HANG_S). */
+static int rank_stop(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	int asked = j->arg ? 0 : 1;
+	struct store *st = NULL;
+	struct store_opts o = opts(j, rank, 3, "S", HANG_S);
+	struct stopper s = {.port = j->port, .other_hello = asked == 0};
+	char err[1024];
+	if (rank == 2)
+		return 0;
+	if (rank == 1 && until_listening(j, msg, len) < 0)
+		return -1;
+	o.stop = &s.flag;
+	if (rank == asked && pthread_create(&s.t, NULL, stopper_main, &s) != 0) {
+		snprintf(msg, len, "pthread_create failed");
+		return -1;
+	}
+	double t0 = ranks_now();
+	int rc = store_open(&st, &o, err, sizeof(err));
+	if (rank == asked)
+		pthread_join(s.t, NULL);
+	snprintf(msg, len, "%d|%.2f|%s", rc, ranks_now() - t0, rc == 0 ? "opened" : err);
+	store_close(st, 1);
+	return 0;
+}
+
 /* Runs fn as the world ranks of a job, for up to a minute (a hang guard). */
 static void run(int world, ranks_fn fn, const void *arg, int nowait, struct ranks_out *out)
 {
@@ -589,6 +674,24 @@ int main(void)
 			diag("%s", out[2].msg);
 		ok(out[0].status == 0 && atof(out[0].msg) >= 0.5,
 		   "rank 0's close waited for the others (%s s)", out[0].msg);
+	}
+	for (int asked = 1; asked >= 0; asked--) {
+		int other = 1 - asked, code;
+		char want[128];
+		double took;
+		run(3, rank_stop, asked ? NULL : "rank 0", -1, out);
+		code = atoi(out[asked].msg);
+		ok(code == STORE_STOPPED, "a stop request to rank %d alone in the rendezvous: it "
+					 "stops (%s)", asked, out[asked].msg);
+		like(out[asked].msg, "stopped on request while rank", "rank %d says why", asked);
+		code = atoi(out[other].msg);
+		took = atof(strchr(out[other].msg, '|') ? strchr(out[other].msg, '|') + 1 : "99");
+		ok(code == STORE_STOPPED && took < HANG_S - 1,
+		   "rank %d stops too, before the rendezvous closes (%s)", other, out[other].msg);
+		snprintf(want, sizeof(want), "rank %d (", asked);
+		like(out[other].msg, want, "rank %d names rank %d", other, asked);
+		like(out[other].msg, "was asked to stop (SIGTERM) during the rendezvous",
+		     "rank %d: as a stop, not a death", other);
 	}
 	diag("store tests took %.1f s", ranks_now() - t0);
 	return done_testing();
