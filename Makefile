@@ -38,7 +38,8 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral
 HARDEN   := -fstack-protector-strong -fPIC
-CPPFLAGS += -DDPTRAIN_VERSION='"$(VERSION)"' -Iranktable -Itrainer -Ipmix -It/lib
+TRAINER_DIRS := trainer/config trainer/backend trainer/nn trainer/optim trainer/data trainer/store trainer/dist trainer/ckpt
+CPPFLAGS += -DDPTRAIN_VERSION='"$(VERSION)"' -Icommon -Iranktable -Itrainer $(addprefix -I,$(TRAINER_DIRS)) -Ipmix -It/lib
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 $(WARN) $(HARDEN) -pthread
 LDFLAGS  += -Wl,-z,now -Wl,-z,relro -pthread
@@ -139,13 +140,13 @@ endif
 
 # ---------------------------------------------------------------------------------------
 # Components. Libraries are every .c of their directory except the program's main file.
-RT_LIB_SRC  := $(filter-out ranktable/cli.c,$(wildcard ranktable/*.c))
-CFG_LIB_SRC := $(wildcard trainer/config*.c)
-TRAINER_LIB_SRC := $(filter-out $(CFG_LIB_SRC) trainer/main.c,$(wildcard trainer/*.c))
+RT_LIB_SRC  := $(filter-out ranktable/cli.c,$(wildcard ranktable/*.c)) $(wildcard common/*.c)
+CFG_LIB_SRC := $(wildcard trainer/config/*.c)
+TRAINER_LIB_SRC := $(filter-out $(CFG_LIB_SRC) trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c))
 LAUNCH_LIB_SRC  := $(filter-out pmix/launch.c pmix/run.c,$(wildcard pmix/*.c))
 SPANK_SRC   := $(wildcard spank/*.c)
 # What the plugin shares with dptrain-launch: the tee of a rank's output (no PMIx in it).
-PLUGIN_SHARED_SRC := pmix/tee.c ranktable/atomic_file.c ranktable/secret.c
+PLUGIN_SHARED_SRC := pmix/tee.c common/atomic_file.c common/secret.c
 TAP_SRC     := $(wildcard t/lib/*.c)
 UNIT_SRC    := $(wildcard t/unit/*.c)
 
@@ -233,7 +234,7 @@ LDFLAGS += -fopenmp
 
 # The CUDA backend and NCCL: trainer/*.cu through nvcc (sm_90 code plus PTX for newer GPUs),
 # CUDA-side C files against the toolkit's headers. Built wherever the toolkit is, GPU or not.
-CUDA_SRC := $(wildcard trainer/*.cu)
+CUDA_SRC := $(wildcard trainer/*/*.cu)
 ifeq ($(HAVE_CUDA)$(if $(NVCC),yes,no),yesyes)
 CPPFLAGS     += -DHAVE_CUDA=1 $(CUDA_CFLAGS)
 TRAINER_LIBS += $(CUDA_LIBS) -lcudart -lcublas -lstdc++
@@ -250,7 +251,7 @@ NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCH) -Xcompiler -fPIC,-Wall,-Wextra -Werror 
 $(O)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	@$(if $(filter 0,$(V)),echo "  NVCC    $<",:)
-	$(Q)$(NVCC) $(filter -D% -I%,$(CPPFLAGS)) -Itrainer $(NVCCFLAGS) -MMD -MP -c -o $@ $<
+	$(Q)$(NVCC) $(filter -D% -I%,$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 $(LIBTRAINER): $(call obj,$(CUDA_SRC:.cu=.c))
 else
 CUDA_SRC :=
@@ -260,7 +261,7 @@ $(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
 	$(link) $^ $(TRAINER_LIBS)
 
 # The rendezvous store is the trainer's; the launchers meet in it too without PMIx.
-STORE_OBJ := $(call obj,trainer/store.c trainer/store_server.c trainer/store_wire.c)
+STORE_OBJ := $(call obj,trainer/store/store.c trainer/store/store_server.c trainer/store/store_wire.c)
 $(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(STORE_OBJ) $(LIBRT) $(LIBCFG)
 	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
@@ -329,7 +330,7 @@ check-integration: all
 # Fuzzing (clang libFuzzer): one target per parser, FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst t/fuzz/%.c,build-fuzz/%,$(wildcard t/fuzz/fuzz_*.c))
-FUZZ_FLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Iranktable -Itrainer
+FUZZ_FLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Icommon -Iranktable -Itrainer/config
 
 build-fuzz/fuzz_%: t/fuzz/fuzz_%.c $(RT_LIB_SRC) $(CFG_LIB_SRC)
 	@mkdir -p $(@D)
