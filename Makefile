@@ -38,8 +38,9 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral
 HARDEN   := -fstack-protector-strong -fPIC
-TRAINER_DIRS := trainer/config trainer/backend trainer/nn trainer/optim trainer/data trainer/store trainer/dist trainer/ckpt
-CPPFLAGS += -DDPTRAIN_VERSION='"$(VERSION)"' -Icommon -Iranktable -Itrainer $(addprefix -I,$(TRAINER_DIRS)) -Ipmix -It/lib
+# Every project #include is written from the repository's root ("trainer/store/store.h"), so
+# where a dependency comes from is seen where it is used (contrib/ci/check-layers checks it).
+CPPFLAGS += -DDPTRAIN_VERSION='"$(VERSION)"' -I.
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=gnu11 $(WARN) $(HARDEN) -pthread
 LDFLAGS  += -Wl,-z,now -Wl,-z,relro -pthread
@@ -139,24 +140,56 @@ $(info $(space) tests:     sharness $(HAVE_SHARNESS), slurmd $(HAVE_SLURMD), lib
 endif
 
 # ---------------------------------------------------------------------------------------
-# Components. Libraries are every .c of their directory except the program's main file.
-RT_LIB_SRC  := $(filter-out ranktable/cli.c,$(wildcard ranktable/*.c)) $(wildcard common/*.c)
-CFG_LIB_SRC := $(wildcard trainer/config/*.c)
-TRAINER_LIB_SRC := $(filter-out $(CFG_LIB_SRC) trainer/main.c,$(wildcard trainer/*.c trainer/*/*.c))
-LAUNCH_LIB_SRC  := $(filter-out pmix/launch.c pmix/run.c,$(wildcard pmix/*.c))
-SPANK_SRC   := $(wildcard spank/*.c)
+# Components: one library per folder, its files named (doc/ARCHITECTURE.md says what each
+# owns and may use; contrib/ci/check-layers enforces it). Listed in link order: a library
+# comes before the ones it uses, so a dependency against the table also fails to link.
+TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c
+DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_nccl.c trainer/dist/ddp.c
+NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \
+	trainer/nn/init.c
+OPTIM_SRC   := trainer/optim/optim.c trainer/optim/lr_schedule.c trainer/optim/optim_gpu_none.c
+DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_idx.c \
+	trainer/data/data_synth.c trainer/data/loader.c trainer/data/sampler.c trainer/data/transform.c
+CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
+BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_ref.c \
+	trainer/backend/backend_cuda_none.c
+STORE_SRC   := trainer/store/store.c trainer/store/store_server.c trainer/store/store_wire.c
+CFG_LIB_SRC := trainer/config/config.c trainer/config/config_fields.c \
+	trainer/config/config_json.c trainer/config/config_msg.c trainer/config/config_schema.c
+RT_LIB_SRC  := ranktable/hostlist.c ranktable/ranktable.c ranktable/rt_env.c ranktable/rt_io.c \
+	ranktable/rt_json.c ranktable/rt_validate.c
+COMMON_SRC  := common/atomic_file.c common/secret.c
+LAUNCH_LIB_SRC := pmix/alloc.c pmix/alloc_common.c pmix/alloc_env.c pmix/alloc_pmix.c \
+	pmix/alloc_store.c pmix/env_export.c pmix/exec.c pmix/gpu.c pmix/netaddr.c pmix/nodeaddr.c \
+	pmix/outdir.c pmix/port.c pmix/tee.c
+SPANK_SRC   := spank/args.c spank/dptrain.c spank/local.c spank/remote.c
 # What the plugin shares with dptrain-launch: the tee of a rank's output (no PMIx in it).
-PLUGIN_SHARED_SRC := pmix/tee.c common/atomic_file.c common/secret.c
-TAP_SRC     := $(wildcard t/lib/*.c)
+PLUGIN_SHARED_SRC := pmix/tee.c $(COMMON_SRC)
+TAP_SRC     := t/lib/tap.c t/lib/ranks.c
 UNIT_SRC    := $(wildcard t/unit/*.c)
+# The trainer's own code (what the optimizer flags below apply to)
+TRAINER_LIB_SRC := $(TRAIN_SRC) $(DIST_SRC) $(NN_SRC) $(OPTIM_SRC) $(DATA_SRC) $(CKPT_SRC) \
+	$(BACKEND_SRC) $(STORE_SRC)
 
 obj = $(patsubst %.c,$(O)/obj/%.o,$(1))
 
-LIBRT  := $(O)/lib/libdptrain-ranktable.a
-LIBCFG := $(O)/lib/libdptrain-config.a
-LIBTAP := $(O)/lib/libtap.a
-LIBTRAINER := $(O)/lib/libdptrain-trainer.a
-LIBLAUNCH  := $(O)/lib/libdptrain-launch.a
+lib = $(O)/lib/libdptrain-$(1).a
+LIBTRAIN   := $(call lib,train)
+LIBDIST    := $(call lib,dist)
+LIBNN      := $(call lib,nn)
+LIBOPTIM   := $(call lib,optim)
+LIBDATA    := $(call lib,data)
+LIBCKPT    := $(call lib,ckpt)
+LIBBACKEND := $(call lib,backend)
+LIBSTORE   := $(call lib,store)
+LIBCFG     := $(call lib,config)
+LIBRT      := $(call lib,ranktable)
+LIBCOMMON  := $(call lib,common)
+LIBLAUNCH  := $(call lib,launch)
+LIBTAP     := $(O)/lib/libtap.a
+# Everything the trainer links, in link order
+TRAINER_LIBS_A := $(LIBTRAIN) $(LIBDIST) $(LIBNN) $(LIBOPTIM) $(LIBDATA) $(LIBCKPT) $(LIBBACKEND) \
+	$(LIBSTORE) $(LIBCFG) $(LIBRT) $(LIBCOMMON)
 
 BIN_RANKTABLE := $(O)/bin/dptrain-ranktable
 BIN_TRAINER   := $(O)/bin/dptrain
@@ -165,21 +198,13 @@ BIN_RUN       := $(O)/bin/dptrain-run
 SPANK_SO      := $(O)/lib/dptrain.so
 UNIT_TESTS    := $(patsubst t/unit/%.c,$(O)/t/%.t,$(UNIT_SRC))
 
-PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER)
-ifneq ($(wildcard pmix/launch.c),)
-PROGRAMS += $(BIN_LAUNCH)
-endif
-ifneq ($(wildcard pmix/run.c),)
-PROGRAMS += $(BIN_RUN)
-endif
+PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER) $(BIN_LAUNCH) $(BIN_RUN)
 ifeq ($(HAVE_PMIX),yes)
 LAUNCH_CPPFLAGS := -DHAVE_PMIX=1 $(PMIX_CFLAGS)
 LAUNCH_LIBS     := $(PMIX_LIBS)
 endif
 ifeq ($(HAVE_SLURM),yes)
-ifneq ($(SPANK_SRC),)
 PROGRAMS += $(SPANK_SO)
-endif
 endif
 
 .PHONY: all check check-unit check-integration check-layers install uninstall clean deps fuzz help demo reference bench missing-deps
@@ -210,10 +235,18 @@ $(O)/lib/%.a:
 	@$(if $(filter 0,$(V)),echo "  AR      $@",:)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(LIBRT): $(call obj,$(RT_LIB_SRC))
+$(LIBTRAIN): $(call obj,$(TRAIN_SRC))
+$(LIBDIST): $(call obj,$(DIST_SRC))
+$(LIBNN): $(call obj,$(NN_SRC))
+$(LIBOPTIM): $(call obj,$(OPTIM_SRC))
+$(LIBDATA): $(call obj,$(DATA_SRC))
+$(LIBCKPT): $(call obj,$(CKPT_SRC))
+$(LIBBACKEND): $(call obj,$(BACKEND_SRC))
+$(LIBSTORE): $(call obj,$(STORE_SRC))
 $(LIBCFG): $(call obj,$(CFG_LIB_SRC))
+$(LIBRT): $(call obj,$(RT_LIB_SRC))
+$(LIBCOMMON): $(call obj,$(COMMON_SRC))
 $(LIBTAP): $(call obj,$(TAP_SRC))
-$(LIBTRAINER): $(call obj,$(TRAINER_LIB_SRC))
 # gcc's -O2 does not vectorize loops of unknown length, and sqrtf's errno blocks it: the
 # optimizer updates are 2-4x faster with these, bit for bit the same (no FMA contraction).
 $(call obj,$(TRAINER_LIB_SRC)): CFLAGS += -ftree-vectorize -fno-math-errno -ffp-contract=off
@@ -221,7 +254,7 @@ $(LIBLAUNCH): $(call obj,$(LAUNCH_LIB_SRC))
 
 link = @mkdir -p $(@D); $(if $(filter 0,$(V)),echo "  LD      $@";,) $(CC) $(CFLAGS) $(LDFLAGS) -o $@
 
-$(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT)
+$(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT) $(LIBCOMMON)
 	$(link) $^ -ljansson
 
 TRAINER_LIBS := -ljansson -lz -lm
@@ -232,9 +265,10 @@ endif
 CFLAGS += -fopenmp
 LDFLAGS += -fopenmp
 
-# The CUDA backend and NCCL: trainer/*.cu through nvcc (sm_90 code plus PTX for newer GPUs),
+# The CUDA backend and NCCL: trainer/*/*.cu through nvcc (sm_90 code plus PTX for newer GPUs),
 # CUDA-side C files against the toolkit's headers. Built wherever the toolkit is, GPU or not.
-CUDA_SRC := $(wildcard trainer/*/*.cu)
+CUDA_BACKEND_SRC := trainer/backend/backend_cuda.cu
+CUDA_OPTIM_SRC   := trainer/optim/optim_cuda.cu
 ifeq ($(HAVE_CUDA)$(if $(NVCC),yes,no),yesyes)
 CPPFLAGS     += -DHAVE_CUDA=1 $(CUDA_CFLAGS)
 TRAINER_LIBS += $(CUDA_LIBS) -lcudart -lcublas -lstdc++
@@ -252,20 +286,19 @@ $(O)/obj/%.o: %.cu
 	@mkdir -p $(@D)
 	@$(if $(filter 0,$(V)),echo "  NVCC    $<",:)
 	$(Q)$(NVCC) $(filter -D% -I%,$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
-$(LIBTRAINER): $(call obj,$(CUDA_SRC:.cu=.c))
-else
-CUDA_SRC :=
+$(LIBBACKEND): $(call obj,$(CUDA_BACKEND_SRC:.cu=.c))
+$(LIBOPTIM): $(call obj,$(CUDA_OPTIM_SRC:.cu=.c))
 endif
 
-$(BIN_TRAINER): $(call obj,trainer/main.c) $(LIBTRAINER) $(LIBCFG) $(LIBRT)
+$(BIN_TRAINER): $(call obj,trainer/main.c) $(TRAINER_LIBS_A)
 	$(link) $^ $(TRAINER_LIBS)
 
 # The rendezvous store is the trainer's; the launchers meet in it too without PMIx.
-STORE_OBJ := $(call obj,trainer/store/store.c trainer/store/store_server.c trainer/store/store_wire.c)
-$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LIBLAUNCH) $(STORE_OBJ) $(LIBRT) $(LIBCFG)
+LAUNCH_LIBS_A := $(LIBLAUNCH) $(LIBSTORE) $(LIBCFG) $(LIBRT) $(LIBCOMMON)
+$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LAUNCH_LIBS_A)
 	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
-$(BIN_RUN): $(call obj,pmix/run.c) $(LIBLAUNCH) $(STORE_OBJ) $(LIBRT) $(LIBCFG)
+$(BIN_RUN): $(call obj,pmix/run.c) $(LAUNCH_LIBS_A)
 	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
 # The plugin is dlopen'ed by srun and slurmstepd, which are not built with ASan (its runtime
@@ -295,12 +328,12 @@ $(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(PLUGIN_SHARED_SRC
 	$(Q)$(CC) $(PLUGIN_CFLAGS) $(PLUGIN_LDFLAGS) -shared -Wl,--version-script=spank/dptrain.map \
 		-o $@ $(filter %.o,$^) -ljansson
 
-$(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(LIBTRAINER) $(LIBRT) $(LIBCFG)
+$(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(TRAINER_LIBS_A)
 	$(link) $^ $(TRAINER_LIBS) $(LAUNCH_LIBS)
 
 # Benchmarks (contrib/bench/*.c): built by `make bench`, run by the scripts beside them.
 BENCH_PROGS := $(patsubst contrib/bench/%.c,$(O)/bench/%,$(wildcard contrib/bench/*.c))
-$(O)/bench/%: $(O)/obj/contrib/bench/%.o $(LIBTRAINER) $(LIBRT) $(LIBCFG)
+$(O)/bench/%: $(O)/obj/contrib/bench/%.o $(TRAINER_LIBS_A)
 	$(link) $^ $(TRAINER_LIBS)
 bench: all $(BENCH_PROGS)
 
@@ -330,9 +363,9 @@ check-integration: all
 # Fuzzing (clang libFuzzer): one target per parser, FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 60
 FUZZ_TARGETS := $(patsubst t/fuzz/%.c,build-fuzz/%,$(wildcard t/fuzz/fuzz_*.c))
-FUZZ_FLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -Icommon -Iranktable -Itrainer/config
+FUZZ_FLAGS := -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -I.
 
-build-fuzz/fuzz_%: t/fuzz/fuzz_%.c $(RT_LIB_SRC) $(CFG_LIB_SRC)
+build-fuzz/fuzz_%: t/fuzz/fuzz_%.c $(RT_LIB_SRC) $(CFG_LIB_SRC) $(COMMON_SRC)
 	@mkdir -p $(@D)
 	$(FUZZCC) $(FUZZ_FLAGS) -o $@ $^ -ljansson -lm
 

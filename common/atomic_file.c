@@ -2,7 +2,7 @@
  * temporary/fsync/rename/fsync-the-directory sequence that the rank table, the launcher's files,
  * safetensors and checkpoints use. Owns file handling only, never the contents. */
 #define _GNU_SOURCE /* mkostemp, asprintf */
-#include "atomic_file.h"
+#include "common/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* secret.c — see secret.h. Owns making the secret; who checks it is the store's business. */
-#include "secret.h"
+#include "common/secret.h"
 
 #include <errno.h>
 #include <stdio.h>

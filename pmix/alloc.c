@@ -3,7 +3,7 @@
  * second meeting point before exec. The sources live in alloc_pmix.c, alloc_env.c and
  * alloc_store.c; what they share in alloc_common.c. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
-#include "alloc_source.h"
+#include "pmix/alloc_source.h"
 
 #include <errno.h>
 #include <stdio.h>

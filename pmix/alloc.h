@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "ranktable.h"
+#include "ranktable/ranktable.h"
 
 #define ALLOC_ERR_MAX	 1024
 #define ALLOC_GPU_ID_MAX 96   /* one CUDA_VISIBLE_DEVICES entry: an index, GPU-<uuid>, MIG-... */
@@ -38,7 +38,7 @@ struct alloc_rank {
 };
 
 struct alloc_pmix; /* an open PMIx session (alloc_pmix.c) */
-struct store;	   /* the rendezvous store (trainer/store.h) */
+struct store;	   /* the rendezvous store (trainer/store/store.h) */
 
 struct alloc {
 	enum alloc_source source;

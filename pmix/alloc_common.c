@@ -3,7 +3,7 @@
  * and rank lists for messages. Depends on no source and on no dispatcher (alloc.c), so the
  * sources and alloc.c depend on it and never on each other in a circle. */
 #define _GNU_SOURCE
-#include "alloc_source.h"
+#include "pmix/alloc_source.h"
 
 #include <errno.h>
 #include <stdio.h>

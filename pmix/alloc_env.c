@@ -2,9 +2,9 @@
  * or from torchrun-style RANK/WORLD_SIZE/... (dptrain-run, torchrun). A rank then knows only
  * its own address and GPU: peers on other nodes get 0.0.0.0 ("unknown") and GPU -1 until the
  * launchers meet (alloc_store.c, SLURM_* source). Reads the environment; writes nothing. */
-#include "alloc_source.h"
+#include "pmix/alloc_source.h"
 
-#include "hostlist.h"
+#include "ranktable/hostlist.h"
 
 #include <limits.h>
 #include <stdio.h>

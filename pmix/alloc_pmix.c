@@ -5,7 +5,7 @@
  * from PMIx_Init to PMIx_Finalize; must not run inside slurmstepd, whose PMIx server shares
  * the library: a client call there hangs (see dptrain(8)). */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
-#include "alloc_source.h"
+#include "pmix/alloc_source.h"
 
 #include <limits.h>
 #include <stdio.h>

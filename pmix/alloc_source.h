@@ -3,7 +3,7 @@
 #ifndef DPTRAIN_ALLOC_SOURCE_H
 #define DPTRAIN_ALLOC_SOURCE_H
 
-#include "alloc.h"
+#include "pmix/alloc.h"
 
 /* Each source fills world_size, rank, local_rank, local_size, node_rank, node_count, ranks[]
  * and master_addr/master_port where they are still empty/0 (alloc_discover presets them from

@@ -1,6 +1,6 @@
 /* alloc_store.c — the wire-up without PMIx (srun --mpi=none or --mpi=pmi2: the SLURM_*
  * source). SLURM_* tell every rank where each rank runs, but a rank knows only its own address
- * and GPU; so the ranks meet in a rendezvous store (trainer/store.c, the one the trainer uses)
+ * and GPU; so the ranks meet in a rendezvous store (trainer/store/store.c, the one the trainer uses)
  * that rank 0's launcher runs at MASTER_ADDR:MASTER_PORT until the command starts:
  *
  *   open   every rank publishes its record; rank 0 gathers them and publishes the whole list,
@@ -16,8 +16,8 @@
  * A failing rank tells every other one at once (store_abort), as PMIx_Abort does. With a
  * secret (DPTRAIN_STORE_SECRET, made per step by the plugin) a stranger is refused and logged;
  * without one the store is open to whoever reaches the port, like torchrun's. */
-#include "alloc_source.h"
-#include "store.h"
+#include "pmix/alloc_source.h"
+#include "trainer/store/store.h"
 
 #include <stdio.h>
 #include <stdlib.h>

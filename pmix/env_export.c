@@ -1,8 +1,8 @@
 /* env_export.c — the environment a rank's command gets (PyTorch's env://, MindSpore's rank
  * table variables, dptrain's own) and env.log, its sorted copy in the device directory. Only
  * sets variables; must not decide the values (alloc.c and the rank table do). */
-#include "launch.h"
-#include "secret.h"
+#include "pmix/launch.h"
+#include "common/secret.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -2,8 +2,8 @@
  * one header line per launch, so a requeued job keeps its history), optionally also on the
  * console, then exec of the command. Owns the tee; must not touch the environment. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
-#include "launch.h"
-#include "tee.h"
+#include "pmix/launch.h"
+#include "pmix/tee.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* gpu.c — which GPU a rank uses, from CUDA_VISIBLE_DEVICES as Slurm (or the user) set it.
  * Pure string work plus counting device nodes; must not load CUDA or change the environment:
  * the variable is left as it is so LOCAL_RANK-indexing scripts keep working. */
-#include "alloc.h"
+#include "pmix/alloc.h"
 
 #include <dirent.h>
 #include <stdio.h>

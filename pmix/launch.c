@@ -2,9 +2,9 @@
  * (PMIx, SLURM_*, torchrun-style env), write the rank table and the device directory, export
  * the environment, then exec the command. Runs once per task, started by the SPANK plugin, by
  * dptrain-run, or directly by srun. Must not contain training code. */
-#include "alloc.h"
-#include "config.h"
-#include "launch.h"
+#include "pmix/alloc.h"
+#include "trainer/config/config.h"
+#include "pmix/launch.h"
 
 #include <errno.h>
 #include <fcntl.h>

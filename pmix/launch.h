@@ -7,8 +7,8 @@
 #include <signal.h>
 #include <stddef.h>
 
-#include "alloc.h"
-#include "ranktable.h"
+#include "pmix/alloc.h"
+#include "ranktable/ranktable.h"
 
 #define LAUNCH_PATH_MAX	       4096
 #define LAUNCH_DEFAULT_OUTDIR  "dptrain.%j.%s"

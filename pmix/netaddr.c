@@ -1,7 +1,7 @@
 /* netaddr.c — this rank's interface address and node name. Reads interfaces (getifaddrs)
  * and the environment; never resolves peers (ranktable's rt_resolve_host does that) and never
  * binds anything. */
-#include "alloc.h"
+#include "pmix/alloc.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -3,7 +3,7 @@
  * or from `scontrol -o show node NAME`, run with a deadline. Reads the environment and runs
  * scontrol; writes nothing. */
 #define _GNU_SOURCE /* pipe2 */
-#include "alloc_source.h"
+#include "pmix/alloc_source.h"
 
 #include <errno.h>
 #include <fcntl.h>

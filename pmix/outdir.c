@@ -1,8 +1,8 @@
 /* outdir.c — the output directory of a step: its name from a pattern (%j, %s), creating it
  * when many ranks race to, and atomic writes of the files in it. Must not decide what goes
  * into the files (env_export.c, ranktable/ do). */
-#include "atomic_file.h"
-#include "launch.h"
+#include "common/atomic_file.h"
+#include "pmix/launch.h"
 
 #include <errno.h>
 #include <fcntl.h>

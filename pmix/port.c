@@ -2,7 +2,7 @@
  * node. The port derived from job and step id (no PMIx) is ranktable's rt_default_port, so
  * dptrain-ranktable from-env and the launcher agree. Binds only to probe or hold, never
  * listens. */
-#include "alloc.h"
+#include "pmix/alloc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -3,10 +3,10 @@
  * device directories the SPANK plugin would make (like torchrun or msrun). Owns the ranks'
  * process groups: forwards signals to them and stops them all when one fails. */
 #define _GNU_SOURCE /* sigabbrev_np */
-#include "alloc.h"
-#include "config.h"
-#include "launch.h"
-#include "secret.h"
+#include "pmix/alloc.h"
+#include "trainer/config/config.h"
+#include "pmix/launch.h"
+#include "common/secret.h"
 
 #include <errno.h>
 #include <fcntl.h>

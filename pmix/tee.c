@@ -1,8 +1,8 @@
 /* tee.c — copy a command's output to its rank's train.log and the console, then leave with
  * the command's status (tee.h). Must not decide where the log is or what the command is. */
 #define _GNU_SOURCE
-#include "tee.h"
-#include "atomic_file.h"
+#include "pmix/tee.h"
+#include "common/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* cli.c — dptrain-ranktable: show, validate and convert rank tables, or build one from a job
  * step's environment. Owns argument parsing, exit codes and human-readable output; everything
  * about tables is the library's (ranktable.h). Exit 0 ok, 1 bad table or failure, 2 usage. */
-#include "ranktable.h"
+#include "ranktable/ranktable.h"
 
 #include <errno.h>
 #include <getopt.h>

@@ -1,7 +1,7 @@
 /* hostlist.c — expansion of Slurm hostlists and tasks-per-node specs (see hostlist.h).
  * Owns only string parsing; every expansion is bounded by RT_HOSTLIST_MAX before anything is
  * allocated, so a hostile list cannot exhaust memory. Knows nothing of tables or environment. */
-#include "hostlist.h"
+#include "ranktable/hostlist.h"
 
 #include <ctype.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
 #ifndef DPTRAIN_HOSTLIST_H
 #define DPTRAIN_HOSTLIST_H
 
-#include "ranktable.h"
+#include "ranktable/ranktable.h"
 
 #define RT_HOSTLIST_MAX 1000000 /* most hosts (or nodes) one expansion may produce */
 

@@ -1,7 +1,7 @@
 /* ranktable.c — the table in memory: built from an allocation, compared, freed, schema names.
  * Owns struct ranktable's lifetime; JSON lives in rt_json.c, files in rt_io.c, the rules of a
  * valid table in rt_validate.c. */
-#include "rt_internal.h"
+#include "ranktable/rt_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,8 +3,8 @@
  * host, plus host-name resolution, the default master port, and the integer-variable parser
  * and Slurm layout that dptrain-launch uses too. Reads variables only: no Slurm or PMIx
  * library, no files. */
-#include "hostlist.h"
-#include "rt_internal.h"
+#include "ranktable/hostlist.h"
+#include "ranktable/rt_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

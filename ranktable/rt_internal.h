@@ -4,7 +4,7 @@
 #ifndef DPTRAIN_RT_INTERNAL_H
 #define DPTRAIN_RT_INTERNAL_H
 
-#include "ranktable.h"
+#include "ranktable/ranktable.h"
 
 #include <stddef.h>
 

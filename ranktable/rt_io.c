@@ -1,8 +1,8 @@
 /* rt_io.c — rank-table files: read whole (bounded), write atomically (atomic_file.c), so a
  * reader sees the old table or the new one, never a part. Owns file handling only; JSON is
  * rt_json.c's. */
-#include "atomic_file.h"
-#include "rt_internal.h"
+#include "common/atomic_file.h"
+#include "ranktable/rt_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>

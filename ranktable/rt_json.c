@@ -2,7 +2,7 @@
  * schemas (autodetected) into a struct ranktable and writes it back in any of them. Owns JSON
  * and the JSON paths of messages; what makes a table valid lives in rt_validate.c, files in
  * rt_io.c. */
-#include "rt_internal.h"
+#include "ranktable/rt_internal.h"
 
 #include <jansson.h>
 #include <limits.h>

@@ -1,7 +1,7 @@
 /* rt_validate.c — what makes a rank table valid, and the JSON paths its messages name.
  * Owns rt_validate and the checks every reader and writer shares; never reads or writes JSON
  * itself (rt_json.c does). */
-#include "rt_internal.h"
+#include "ranktable/rt_internal.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

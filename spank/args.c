@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dptrain.h"
+#include "spank/dptrain.h"
 
 /* Where `make install` puts the programs; the Makefile passes it for the plugin's objects.
  * Without it the launcher and trainer are looked up on the task's PATH. */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dptrain.h"
+#include "spank/dptrain.h"
 
 SPANK_PLUGIN(dptrain, 1);
 

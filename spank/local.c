@@ -8,9 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "dptrain.h"
-#include "secret.h"
+#include "trainer/config/config.h"
+#include "spank/dptrain.h"
+#include "common/secret.h"
 
 /* The tasks start in another directory (--chdir, or sbatch's srun from elsewhere): the path
  * must not depend on the current one. Symlinks are kept, as the user named them. */

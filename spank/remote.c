@@ -24,8 +24,8 @@
 
 #include <slurm/slurm.h>
 
-#include "dptrain.h"
-#include "tee.h"
+#include "spank/dptrain.h"
+#include "pmix/tee.h"
 
 /* Remember an error for task_init: failing here would fail the step with a message that
  * only reaches slurmd's log, while task_init's error reaches the user's srun. */

@@ -1,14 +1,14 @@
 /* main.c — the dptrain program: command line, loading the job config, then training.
  * Owns the arguments, where this rank's outputs go, and the exit codes; the config is
- * trainer/config*.c, the training loop trainer/train.c. */
+ * trainer/config/, the training loop trainer/train.c. */
 #define _GNU_SOURCE
-#include "backend.h"
-#include "comm.h"
-#include "config.h"
-#include "ranktable.h"
-#include "secret.h"
-#include "store.h"
-#include "train.h"
+#include "trainer/backend/backend.h"
+#include "trainer/dist/comm.h"
+#include "trainer/config/config.h"
+#include "ranktable/ranktable.h"
+#include "common/secret.h"
+#include "trainer/store/store.h"
+#include "trainer/train.h"
 
 #include <errno.h>
 #include <getopt.h>

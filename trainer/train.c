@@ -3,7 +3,7 @@
  * and the final weights. With several ranks, ddp reduces the gradients during backward, the
  * evaluation is sharded and reduced, and rank 0 reports the global figures. */
 #define _GNU_SOURCE
-#include "train.h"
+#include "trainer/train.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -14,20 +14,20 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "data.h"
-#include "ddp.h"
-#include "failf.h"
-#include "loader.h"
-#include "lr_schedule.h"
-#include "nn.h"
-#include "optim.h"
-#include "ranktable.h"
-#include "optim_gpu.h"
-#include "sampler.h"
-#include "train_ckpt.h"
-#include "transform.h"
+#include "trainer/backend/backend.h"
+#include "trainer/dist/comm.h"
+#include "trainer/data/data.h"
+#include "trainer/dist/ddp.h"
+#include "common/failf.h"
+#include "trainer/data/loader.h"
+#include "trainer/optim/lr_schedule.h"
+#include "trainer/nn/nn.h"
+#include "trainer/optim/optim.h"
+#include "ranktable/ranktable.h"
+#include "trainer/optim/optim_gpu.h"
+#include "trainer/data/sampler.h"
+#include "trainer/train_ckpt.h"
+#include "trainer/data/transform.h"
 
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
 struct split {

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "config.h"
+#include "trainer/config/config.h"
 
 struct comm;
 

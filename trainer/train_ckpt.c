@@ -2,7 +2,7 @@
  * and moving both between rank 0 (which alone touches the files) and the other ranks. The
  * directory mechanics (atomic steps, checksums, latest, keep-K) are ckpt.c's. */
 #define _GNU_SOURCE
-#include "train_ckpt.h"
+#include "trainer/train_ckpt.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -12,9 +12,9 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "ckpt.h"
-#include "failf.h"
-#include "safetensors.h"
+#include "trainer/ckpt/ckpt.h"
+#include "common/failf.h"
+#include "trainer/ckpt/safetensors.h"
 
 #define MSG_MAX 2048
 

@@ -8,10 +8,10 @@
 
 #include <stddef.h>
 
-#include "comm.h"
-#include "config.h"
-#include "nn.h"
-#include "optim.h"
+#include "trainer/dist/comm.h"
+#include "trainer/config/config.h"
+#include "trainer/nn/nn.h"
+#include "trainer/optim/optim.h"
 
 struct train_ckpt {
 	const struct cfg *c;

@@ -1,4 +1,4 @@
-/* allreduce-bench.c — allreduce bandwidth of the CPU collective engine (trainer/comm_cpu.c):
+/* allreduce-bench.c — allreduce bandwidth of the CPU collective engine (trainer/dist/comm_cpu.c):
  * W forked ranks on 127.0.0.1 allreduce float32 buffers of several sizes; rank 0 prints the
  * median time and the algorithm bandwidth (size / time, as PyTorch reports it) per size.
  * allreduce-gloo.py measures torch.distributed's gloo the same way; allreduce-bench.sh runs
@@ -8,8 +8,8 @@
  *   (default: 2 ranks, 20 iterations, 1 11.2 44.8 102 MB; MB = 10^6 bytes)
  * Output, one line per size: "size_mb median_ms GB/s". */
 #define _GNU_SOURCE
-#include "comm.h"
-#include "store.h"
+#include "trainer/dist/comm.h"
+#include "trainer/store/store.h"
 
 #include <netinet/in.h>
 #include <signal.h>

@@ -2,8 +2,8 @@
  * batch 64 by default), to compare layouts, thread counts and PyTorch (ops-bench.py runs the
  * same set in torch). Not part of the build or the tests; touches nothing but stdout.
  *
- *   gcc -O2 -fopenmp -DHAVE_DNNL=1 -Itrainer -o ops-bench contrib/bench/ops-bench.c \
- *       trainer/backend_ref.c trainer/backend_cpu.c -ldnnl -lm
+ *   gcc -O2 -fopenmp -DHAVE_DNNL=1 -I. -o ops-bench contrib/bench/ops-bench.c \
+ *       trainer/backend/backend_ref.c trainer/backend/backend_cpu.c -ldnnl -lm
  *   ./ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME] (DPTRAIN_CPU_CONV=plain|blocked|auto)
  */
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h"
+#include "trainer/backend/backend.h"
 
 static double now(void)
 {

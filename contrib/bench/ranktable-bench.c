@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "ranktable.h"
+#include "ranktable/ranktable.h"
 
 #define ROUNDS 21
 

@@ -2,7 +2,7 @@
  * message or give a valid table that survives writing in every schema and reading back (equal
  * on what the schema carries, and written identically the second time). Aborts otherwise.
  * Touches only the ranktable library; seeds are in t/fuzz/seeds/ranktable/. */
-#include "ranktable.h"
+#include "ranktable/ranktable.h"
 
 #include <stdint.h>
 #include <stdio.h>

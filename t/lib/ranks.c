@@ -1,7 +1,7 @@
 /* ranks.c — forked ranks for the C unit tests (see ranks.h): fork, pipes, a deadline, kill.
  * Each call owns the processes it forks and leaves none behind; it knows nothing about them. */
-#include "ranks.h"
-#include "tap.h"
+#include "t/lib/ranks.h"
+#include "t/lib/tap.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /* tap.c — TAP output for the C unit tests: plan, ok/is/like, skip, diag.
  * Global state is the one tap context below; tests are single-threaded. */
-#include "tap.h"
+#include "t/lib/tap.h"
 
 #include <math.h>
 #include <stdarg.h>

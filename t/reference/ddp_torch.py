@@ -330,7 +330,7 @@ def read_idx(path, magic, what):
 
 class IdxSet(torch.utils.data.Dataset):
     """Images as uint8, turned into float32 per sample through a 256-entry table:
-    ((v / 255) - mean) / std in float32, as trainer/transform.c does."""
+    ((v / 255) - mean) / std in float32, as trainer/data/transform.c does."""
 
     def __init__(self, cfg):
         images, labels = train_files(cfg)

@@ -8,7 +8,7 @@ t/reference/data). Deterministic: the same torch gives the same files byte for b
 
 torch runs with ATEN_CPU_CAPABILITY=default: its AVX2/AVX-512 kernels fuse multiply-adds, so
 their results depend on the machine; the default kernels do each float32 operation as written,
-which is what trainer/optim.c does, so the files are the same everywhere and the C results can
+which is what trainer/optim/optim.c does, so the files are the same everywhere and the C results can
 match them bit for bit.
 
 Files (all float32 arrays are strings of space-separated 8-digit hex bit patterns, exact):
@@ -17,7 +17,7 @@ Files (all float32 arrays are strings of space-separated 8-digit hex bit pattern
   optim-CASE.json     one optimizer configuration: hyperparameters, the lr of each step, and
                       params and state (flat, gaps 0) after each step
   optim-lr-CASE.json  one lr schedule: its parameters and the lr of each step from torch's
-                      schedulers (see trainer/lr_schedule.h for the compositions)
+                      schedulers (see trainer/optim/lr_schedule.h for the compositions)
 """
 import os
 import sys
@@ -171,7 +171,7 @@ def run_torch(p0, grads, case, make_opt, state_keys):
 
 
 def lamb_reference(p0, grads, h, lrs):
-    """LAMB as trainer/optim.h states it (apex FusedLAMB, adam_w_mode), in float32 torch ops
+    """LAMB as trainer/optim/optim.h states it (apex FusedLAMB, adam_w_mode), in float32 torch ops
     one at a time; norms in float64."""
     params = split(p0)
     m = [torch.zeros_like(p) for p in params]

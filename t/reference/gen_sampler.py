@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""gen_sampler.py: PyTorch reference for trainer/sampler.c. Writes OUTDIR/sampler.txt
+"""gen_sampler.py: PyTorch reference for trainer/data/sampler.c. Writes OUTDIR/sampler.txt
 (default t/reference/data/sampler.txt; committed from Debian 12's torch 1.13): torch.randperm
 permutations and DistributedSampler index lists, which t/unit/sampler.c compares against when
 torch is not installed (t/t0500-data.t compares live; t/t0610-torch-ref.t checks the committed

@@ -1,9 +1,9 @@
 /* alloc_env.c — unit tests of allocation discovery without PMIx: the torchrun-style env source,
  * the SLURM_* source and its layouts, master endpoint overrides and derivation, and the
  * messages bad variables give. Changes only its own process environment. */
-#include "alloc.h"
-#include "alloc_source.h"
-#include "tap.h"
+#include "pmix/alloc.h"
+#include "pmix/alloc_source.h"
+#include "t/lib/tap.h"
 
 #include <stdio.h>
 #include <stdlib.h>

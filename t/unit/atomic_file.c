@@ -1,10 +1,10 @@
-/* atomic_file.c — unit tests for ranktable/atomic_file.c: write, overwrite, the exact mode, the
+/* atomic_file.c — unit tests for common/atomic_file.c: write, overwrite, the exact mode, the
  * streaming form, failures that leave the old file and no temporary (abort, rename onto a
  * directory, a missing directory, a full disk: root only, on a small tmpfs). Everything happens
  * under a mkdtemp directory in /tmp that is removed at the end. */
 #define _GNU_SOURCE
-#include "atomic_file.h"
-#include "tap.h"
+#include "common/atomic_file.h"
+#include "t/lib/tap.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "backend_ref.h"
-#include "backend_check.h"
-#include "tap.h"
+#include "trainer/backend/backend.h"
+#include "trainer/backend/backend_ref.h"
+#include "t/unit/backend_check.h"
+#include "t/lib/tap.h"
 
 /* The backend under test and the reference, with one op each for the case at hand. */
 struct pair {

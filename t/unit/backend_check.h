@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "tap.h"
+#include "t/lib/tap.h"
 
 /* Every comparison of two float computations (different summation orders, float against
  * double accumulation) must agree to this relative error. */

@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "backend_check.h"
-#include "backend_cuda.h"
-#include "backend_ref.h"
-#include "nn.h"
-#include "tap.h"
+#include "trainer/backend/backend.h"
+#include "t/unit/backend_check.h"
+#include "trainer/backend/backend_cuda.h"
+#include "trainer/backend/backend_ref.h"
+#include "trainer/nn/nn.h"
+#include "t/lib/tap.h"
 
 /* Tolerances, relative L2 error against the CPU backend (float32 everywhere: the CUDA backend
  * runs cuDNN with CUDNN_FMA_MATH and cuBLAS with CUBLAS_DEFAULT_MATH, so no TF32).

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
+#include "trainer/backend/backend.h"
 
 struct emul {
 	struct backend be; /* first: the ops get &emul.be */

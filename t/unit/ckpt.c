@@ -1,12 +1,12 @@
-/* ckpt.c — unit tests for checkpoint directories (trainer/ckpt.c): write/open round trip,
+/* ckpt.c — unit tests for checkpoint directories (trainer/ckpt/ckpt.c): write/open round trip,
  * pruning to `keep`, every kind of damaged step skipped by ckpt_find_latest with a warning
  * naming it (the caller's state too: its file's CRC, and the caller's own check of it), a
  * version-1 checkpoint still read, a writer failing midway, replacing a step, a full disk
  * (root only, on a small tmpfs). Everything happens under a mkdtemp directory in /tmp that is
  * removed at the end. */
 #define _GNU_SOURCE
-#include "ckpt.h"
-#include "tap.h"
+#include "trainer/ckpt/ckpt.h"
+#include "t/lib/tap.h"
 
 #include <dirent.h>
 #include <errno.h>

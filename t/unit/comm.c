@@ -1,4 +1,4 @@
-/* comm.c — unit tests for the CPU collective engine (trainer/comm_cpu.c): every operation for
+/* comm.c — unit tests for the CPU collective engine (trainer/dist/comm_cpu.c): every operation for
  * world sizes 1 to 5 against a direct computation in the ring's order, bitwise equal on every
  * rank and run; then a rank that dies, stalls, or aborts mid-job, named on the others.
  * Ranks are forked processes on 127.0.0.1; the parent waits with a deadline and kills leftovers.
@@ -6,10 +6,10 @@
  * timeout, one found otherwise must take less than its (long) timeout, and the survivors'
  * verdict must not depend on whose timer fired first. */
 #define _GNU_SOURCE
-#include "comm.h"
-#include "ranks.h"
-#include "store.h"
-#include "tap.h"
+#include "trainer/dist/comm.h"
+#include "t/lib/ranks.h"
+#include "trainer/store/store.h"
+#include "t/lib/tap.h"
 
 #include <arpa/inet.h>
 #include <math.h>

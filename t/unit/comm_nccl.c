@@ -1,4 +1,4 @@
-/* comm_nccl.c — unit tests for the NCCL engine (trainer/comm_nccl.c): every operation on device
+/* comm_nccl.c — unit tests for the NCCL engine (trainer/dist/comm_nccl.c): every operation on device
  * buffers, and again on host buffers (malloc'ed, pinned, on the stack, host on one side and
  * device on the other) which the engine stages, on 1 rank and, with 2 or more GPUs, between
  * forked ranks against a direct sum; an abort from another thread; two ranks on one GPU refused;
@@ -6,10 +6,10 @@
  * without NCCL or without a GPU.
  * CUDA runs only in forked ranks: a process that initialized CUDA cannot fork ranks that use it. */
 #define _GNU_SOURCE
-#include "comm.h"
-#include "ranks.h"
-#include "store.h"
-#include "tap.h"
+#include "trainer/dist/comm.h"
+#include "t/lib/ranks.h"
+#include "trainer/store/store.h"
+#include "t/lib/tap.h"
 
 #include <math.h>
 #include <pthread.h>

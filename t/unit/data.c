@@ -1,9 +1,9 @@
-/* data.c — unit tests for trainer/data*.c: idx files (raw and gzip) written here, every
+/* data.c — unit tests for trainer/data/data*.c: idx files (raw and gzip) written here, every
  * bad-file error by its exact text, CIFAR-10 records, the synthetic set, and the real
  * Fashion-MNIST when installed. With arguments it is a helper for t/t0500-data.t:
  *   data.t --dump IMAGES LABELS INDEX...   prints "INDEX LABEL SUM FNV1A64" per sample. */
-#include "data.h"
-#include "tap.h"
+#include "trainer/data/data.h"
+#include "t/lib/tap.h"
 
 #include <dirent.h>
 #include <stdio.h>

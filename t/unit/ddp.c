@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "ddp.h"
-#include "nn.h"
-#include "tap.h"
+#include "trainer/backend/backend.h"
+#include "trainer/dist/comm.h"
+#include "trainer/dist/ddp.h"
+#include "trainer/nn/nn.h"
+#include "t/lib/tap.h"
 
 #define MAXCALLS 256
 

@@ -1,8 +1,8 @@
 /* hostlist.c (test) — Slurm hostlist and tasks-per-node expansion: zero padding, several
  * bracket groups, separators, the size limit, and an exact message for each kind of bad
  * input. Tests ranktable/hostlist.c only. */
-#include "hostlist.h"
-#include "tap.h"
+#include "ranktable/hostlist.h"
+#include "t/lib/tap.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* launch_files.c — unit tests of what dptrain-launch writes: output directory patterns,
  * mkdir -p, atomic files, env.log, the exported variables and the fallback's wait for the
  * rank table. Works in its own temporary directory. */
-#include "alloc.h"
-#include "launch.h"
-#include "tap.h"
-#include "tee.h"
+#include "pmix/alloc.h"
+#include "pmix/launch.h"
+#include "t/lib/tap.h"
+#include "pmix/tee.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,9 +1,9 @@
-/* loader.c — unit tests for trainer/loader.c: batches identical for 0, 1 and 3 workers, their
+/* loader.c — unit tests for trainer/data/loader.c: batches identical for 0, 1 and 3 workers, their
  * content from sampler + dataset + transform, drop_remainder, resume mid-epoch, N ranks ==
  * 1 rank, shutdown at any point, errors from workers, held buffers, the caller's allocator,
  * and one epoch of the real Fashion-MNIST. `loader.t --bench` times Fashion-MNIST loading. */
-#include "loader.h"
-#include "tap.h"
+#include "trainer/data/loader.h"
+#include "t/lib/tap.h"
 
 #include <stdio.h>
 #include <stdlib.h>

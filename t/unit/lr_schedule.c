@@ -1,8 +1,8 @@
-/* lr_schedule.c (test) — trainer/lr_schedule.c against PyTorch's schedulers (the golden
+/* lr_schedule.c (test) — trainer/optim/lr_schedule.c against PyTorch's schedulers (the golden
  * t/reference/data/optim-lr-*.json from t/reference/gen_optim.py), edge cases of our own
  * definitions, and validation messages. */
-#include "lr_schedule.h"
-#include "tap.h"
+#include "trainer/optim/lr_schedule.h"
+#include "t/lib/tap.h"
 
 #include <jansson.h>
 #include <limits.h>

@@ -21,11 +21,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "nn.h"
-#include "optim.h"
-#include "safetensors.h"
-#include "tap.h"
+#include "trainer/backend/backend.h"
+#include "trainer/nn/nn.h"
+#include "trainer/optim/optim.h"
+#include "trainer/ckpt/safetensors.h"
+#include "t/lib/tap.h"
 
 /* Errors are ||ours - exact|| / ||exact|| per tensor, exact = PyTorch in float64. */
 #define TOL_FWD  1e-4 /* logits, running stats */

@@ -10,9 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend.h"
-#include "nn.h"
-#include "tap.h"
+#include "trainer/backend/backend.h"
+#include "trainer/nn/nn.h"
+#include "t/lib/tap.h"
 
 static struct backend *be;
 

@@ -9,11 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "backend_emul.h"
-#include "backend_check.h"
-#include "nn.h"
-#include "tap.h"
+#include "trainer/backend/backend.h"
+#include "t/unit/backend_emul.h"
+#include "t/unit/backend_check.h"
+#include "trainer/nn/nn.h"
+#include "t/lib/tap.h"
 
 static struct chk_rng rng;
 

@@ -1,8 +1,8 @@
-/* optim.c (test) — trainer/optim.c against PyTorch: params and optimizer state after each of 5
+/* optim.c (test) — trainer/optim/optim.c against PyTorch: params and optimizer state after each of 5
  * steps of every case in t/reference/data/optim-*.json (made by t/reference/gen_optim.py).
  * Reads the golden files only; the sharding, resume and validation tests live elsewhere. */
-#include "optim.h"
-#include "tap.h"
+#include "trainer/optim/optim.h"
+#include "t/lib/tap.h"
 
 #include <jansson.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* optim_bench.c (test) — time per step of each optimizer over a ResNet-50-sized flat buffer
  * (25.6M floats in 161 tensors), single thread. Skipped unless DPTRAIN_BENCH=1: it needs
  * ~600 MB and a few seconds, too much for every 'make check'. */
-#include "optim.h"
-#include "tap.h"
+#include "trainer/optim/optim.h"
+#include "t/lib/tap.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* optim_gpu.c (test) — trainer/optim_cuda.cu against trainer/optim.c on fresh random data: SGD
+/* optim_gpu.c (test) — trainer/optim/optim_cuda.cu against trainer/optim/optim.c on fresh random data: SGD
  * (plain, weight decay, momentum, Nesterov, dampening), AdamW and LAMB (clipping, nvlamb) on the
  * whole buffer and on a ZeRO shard, with NaN padding that must stay untouched; bit-for-bit
  * repeats, the state's round trip through the host, and the protocol across two shards.
@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "backend_check.h"
-#include "backend_cuda.h"
-#include "optim.h"
-#include "optim_gpu.h"
-#include "tap.h"
+#include "trainer/backend/backend.h"
+#include "t/unit/backend_check.h"
+#include "trainer/backend/backend_cuda.h"
+#include "trainer/optim/optim.h"
+#include "trainer/optim/optim_gpu.h"
+#include "t/lib/tap.h"
 
 /* optim_gpu.h promises optim.c's results to float32 rounding; the kernels follow its order of
  * operations, so most cases should be bitwise equal (the tests say which are). */

@@ -1,8 +1,8 @@
-/* optim_shard.c (test) — ZeRO-1 shards of trainer/optim.c stitched together equal the whole
+/* optim_shard.c (test) — ZeRO-1 shards of trainer/optim/optim.c stitched together equal the whole
  * step (bitwise for SGD/AdamW, 1e-6 for LAMB whose norms are summed in another order), and a
  * restored state continues bit for bit. Self-contained: random data, no golden files. */
-#include "optim.h"
-#include "tap.h"
+#include "trainer/optim/optim.h"
+#include "t/lib/tap.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
-/* optim_validate.c (test) — trainer/optim.c refuses bad hyperparameters, segments and shards
+/* optim_validate.c (test) — trainer/optim/optim.c refuses bad hyperparameters, segments and shards
  * with a message naming what is wrong, and accepts the edge cases a real model has (unsorted
  * segments, empty tensors, adjacent tensors, an empty shard). Defaults are PyTorch's. */
-#include "optim.h"
-#include "tap.h"
+#include "trainer/optim/optim.h"
+#include "t/lib/tap.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,8 +2,8 @@
  * 4096 ranks in all three schemas, rt_build's checks with their exact messages, atomic writes
  * under a concurrent reader, and tables from Slurm/torchrun-style environments.
  * Hand-made input files and parse errors are t/unit/ranktable_read.c's. */
-#include "ranktable.h"
-#include "tap.h"
+#include "ranktable/ranktable.h"
+#include "t/lib/tap.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -2,8 +2,8 @@
  * t/data/ranktable/ with the fields it derives, and for every kind of bad input its own exact
  * message (file, JSON path, what is wrong). Reads only; writing is t/unit/ranktable.c's. */
 #define _GNU_SOURCE /* vasprintf */
-#include "ranktable.h"
-#include "tap.h"
+#include "ranktable/ranktable.h"
+#include "t/lib/tap.h"
 
 #include <stdarg.h>
 #include <stdio.h>

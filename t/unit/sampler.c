@@ -1,12 +1,12 @@
-/* sampler.c — unit tests for trainer/sampler.c: PyTorch's randperm and DistributedSampler
+/* sampler.c — unit tests for trainer/data/sampler.c: PyTorch's randperm and DistributedSampler
  * from golden lists (t/reference/data/sampler.txt), coverage and padding/drop for every
  * n <= 40 and world size 1..5, epochs and seeds, eval sharding, resume and re-sharding.
  * With arguments it prints indices for t/t0500-data.t, one per line:
  *   sampler.t --perm SEED N
  *   sampler.t --shard N WORLD RANK SEED EPOCH DROP SHUFFLE [START]
  *   sampler.t --eval N WORLD RANK */
-#include "sampler.h"
-#include "tap.h"
+#include "trainer/data/sampler.h"
+#include "t/lib/tap.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* store.c — unit tests for the rendezvous store (trainer/store.c): set/get/add/barrier between
+/* store.c — unit tests for the rendezvous store (trainer/store/store.c): set/get/add/barrier between
  * forked ranks on 127.0.0.1, the messages for a barrier timeout, a port in use, an unreachable
  * master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that never
  * arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort, a
@@ -9,9 +9,9 @@
  * that a chain of such waits guarantees, and the upper bounds are hang guards far above what
  * the scenario takes. */
 #define _GNU_SOURCE
-#include "ranks.h"
-#include "store.h"
-#include "tap.h"
+#include "t/lib/ranks.h"
+#include "trainer/store/store.h"
+#include "t/lib/tap.h"
 
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
 #include <netinet/in.h>

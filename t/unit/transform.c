@@ -1,10 +1,10 @@
-/* transform.c — unit tests for trainer/transform.c: crop/pad and flip geometry on tiny images,
+/* transform.c — unit tests for trainer/data/transform.c: crop/pad and flip geometry on tiny images,
  * normalize arithmetic (torch's float32 order), the counter-based draws (deterministic,
  * spread over the whole range, keyed by seed, epoch and index), and spec checking.
  * With arguments it is a helper for t/t0500-data.t:
  *   transform.t --normalize MEAN STD   prints the float32 bits (hex) of v = 0..255 normalised */
-#include "transform.h"
-#include "tap.h"
+#include "trainer/data/transform.h"
+#include "t/lib/tap.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -15,7 +15,7 @@
 #include <omp.h>
 #endif
 
-#include "backend_ref.h"
+#include "trainer/backend/backend_ref.h"
 
 #ifndef HAVE_DNNL
 
@@ -33,7 +33,7 @@ void be_cpu_describe(char *buf, size_t len)
 
 #include <oneapi/dnnl/dnnl_debug.h>
 
-#include "backend_cpu_dnnl.h" /* oneDNN 2 and 3 behind oneDNN 3's calls */
+#include "trainer/backend/backend_cpu_dnnl.h" /* oneDNN 2 and 3 behind oneDNN 3's calls */
 
 /* The caller's tensors are plain NCHW / OIHW / [n][features]; a convolution pass may run in
  * oneDNN's blocked layouts (format `any`), reordering at the op boundary through the arena (see

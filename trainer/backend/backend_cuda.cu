@@ -15,9 +15,9 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "backend.h"
-#include "backend_cuda.h"
-#include "backend_ref.h"
+#include "trainer/backend/backend.h"
+#include "trainer/backend/backend_cuda.h"
+#include "trainer/backend/backend_ref.h"
 }
 
 #ifndef HAVE_CUDNN
@@ -67,7 +67,7 @@ extern "C" int be_cuda_device_count(char *err, size_t errlen)
 
 #include <cudnn.h>
 
-#include "backend_cuda_kernels.cuh"
+#include "trainer/backend/backend_cuda_kernels.cuh"
 
 /* Numerics. By default convolutions run with CUDNN_FMA_MATH and cuBLAS with CUBLAS_DEFAULT_MATH,
  * which for float32 means no TF32 tensor cores: results agree with the CPU backends to float32

@@ -1,5 +1,5 @@
-/* backend_cuda.h — private to trainer/backend_cuda*.{cu,c}, the CUDA optimizer
- * (trainer/optim_cuda.cu, which runs on the backend's stream) and their tests: what the CUDA
+/* backend_cuda.h — private to trainer/backend/backend_cuda*.{cu,c}, the CUDA optimizer
+ * (trainer/optim/optim_cuda.cu, which runs on the backend's stream) and their tests: what the CUDA
  * backend offers them besides backend.h. Every other file includes backend.h only
  * (contrib/ci/check-layers). */
 #ifndef DPTRAIN_BACKEND_CUDA_H
@@ -12,7 +12,7 @@ extern "C" {
 #endif
 
 /* The stream every op of this CUDA backend runs on (a cudaStream_t), for kernels of other
- * files that must run in order with them (trainer/optim_cuda.cu). */
+ * files that must run in order with them (trainer/optim/optim_cuda.cu). */
 void *be_cuda_stream(struct backend *be);
 /* The GPU of this CUDA backend. */
 int be_cuda_device(struct backend *be);

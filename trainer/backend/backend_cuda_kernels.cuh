@@ -12,7 +12,7 @@
 #include <cuda_fp16.h>
 
 extern "C" {
-#include "backend.h"
+#include "trainer/backend/backend.h"
 }
 
 #define CU_THREADS 256

@@ -1,10 +1,10 @@
 /* backend_cuda_none.c — the CUDA backend's entry points in a build without the CUDA toolkit:
  * they say so, so that callers and tests need no #ifdef. Built always; empty with HAVE_CUDA
- * (trainer/backend_cuda.cu defines them there). */
+ * (trainer/backend/backend_cuda.cu defines them there). */
 #include <stdio.h>
 
-#include "backend.h"
-#include "backend_cuda.h"
+#include "trainer/backend/backend.h"
+#include "trainer/backend/backend_cuda.h"
 
 #ifndef HAVE_CUDA
 

@@ -12,7 +12,7 @@
 #include <omp.h>
 #endif
 
-#include "backend_ref.h"
+#include "trainer/backend/backend_ref.h"
 
 /* ---------------------------------------------------------------------------------------
  * Helpers shared with the other CPU backends. */

@@ -1,4 +1,4 @@
-/* backend_ref.h — private to trainer/backend_*.c: the reference kernels (plain loops) that the
+/* backend_ref.h — private to trainer/backend/backend_*.c: the reference kernels (plain loops) that the
  * reference backend runs single-threaded and the CPU backend shares for its element-wise ops,
  * and the helpers both use for errors and memory. Layers must include backend.h only. */
 #ifndef DPTRAIN_BACKEND_REF_H
@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "trainer/backend/backend.h"
 
 /* Fills be->err (op name and shape first, then what failed) and returns -1. */
 int be_errf(struct backend *be, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

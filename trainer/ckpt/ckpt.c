@@ -3,9 +3,9 @@
  * pruning. Removes only what it recognises as its own (plain files inside step directories and
  * the directories themselves) and never follows a symbolic link; knows nothing of file contents. */
 #define _GNU_SOURCE /* renameat2 */
-#include "ckpt.h"
-#include "atomic_file.h"
-#include "failf.h"
+#include "trainer/ckpt/ckpt.h"
+#include "common/atomic_file.h"
+#include "common/failf.h"
 
 #include <dirent.h>
 #include <errno.h>

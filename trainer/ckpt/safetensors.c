@@ -1,7 +1,7 @@
 /* safetensors.c — safetensors reader (mmap + validation) and atomic writer. */
 #define _GNU_SOURCE
-#include "safetensors.h"
-#include "atomic_file.h"
+#include "trainer/ckpt/safetensors.h"
+#include "common/atomic_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -2,7 +2,7 @@
  * that fills struct cfg and names the JSON path of every error.
  * What the keys mean (tables, defaults, cross-field checks) is config_schema.c; printing is
  * config_json.c. No Slurm, PMIx or trainer code here: the SPANK plugin links this file. */
-#include "config_schema.h"
+#include "trainer/config/config_schema.h"
 
 #include <ctype.h>
 #include <errno.h>

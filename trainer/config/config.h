@@ -27,7 +27,7 @@
 /* The bundled models: config_models.def is the one list. */
 enum cfg_model_name {
 #define MODEL(id, name, family, arg) CFG_MODEL_##id,
-#include "config_models.def"
+#include "trainer/config/config_models.def"
 #undef MODEL
 };
 enum cfg_model_family { CFG_FAMILY_MLP, CFG_FAMILY_LENET, CFG_FAMILY_RESNET };

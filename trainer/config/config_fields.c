@@ -1,7 +1,7 @@
 /* config_fields.c — generic operations on one schema field of struct cfg: free, compare, copy.
  * Knows storage kinds, not particular keys or the schema (config_schema.c, which has cfg_free
  * and cfg_equal over the whole schema). */
-#include "config_schema.h"
+#include "trainer/config/config_schema.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* config_json.c — cfg_to_json: the resolved config as pretty JSON, walked from the schema.
  * Written by hand rather than with json_dumps so numbers come out in their shortest exact
  * form (0.1, not 0.10000000000000001) and short arrays stay on one line. */
-#include "config_schema.h"
+#include "trainer/config/config_schema.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -2,7 +2,7 @@
  * printable text; errors that name the config, the JSON path and the override that set it;
  * warnings; numbers as a user writes them; the value at a dotted path. Used by the reader
  * (config.c) and the schema (config_schema.c); uses neither. */
-#include "config_schema.h"
+#include "trainer/config/config_schema.h"
 
 #include <stdarg.h>
 #include <stdio.h>

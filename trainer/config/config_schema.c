@@ -2,7 +2,7 @@
  * defaults, which keys the chosen options ignore, and the checks that involve several keys.
  * Keep doc/dptrain.json.5 in step with this file. Decoding and printing are generic
  * (config.c, config_json.c) and must not learn about particular keys. */
-#include "config_schema.h"
+#include "trainer/config/config_schema.h"
 
 #include <limits.h>
 #include <stdlib.h>
@@ -25,7 +25,7 @@ _Static_assert(sizeof(enum cfg_model_name) == sizeof(int) && sizeof(enum cfg_ste
 
 static const struct cfg_enum_name model_names[] = {
 #define MODEL(id, name, family, arg) {name, CFG_MODEL_##id, NULL},
-#include "config_models.def"
+#include "trainer/config/config_models.def"
 #undef MODEL
     {NULL, 0, NULL},
 };
@@ -35,7 +35,7 @@ static const struct {
 	int family, arg;
 } models[] = {
 #define MODEL(id, name, family, arg) [CFG_MODEL_##id] = {name, CFG_FAMILY_##family, arg},
-#include "config_models.def"
+#include "trainer/config/config_models.def"
 #undef MODEL
 };
 

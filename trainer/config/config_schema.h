@@ -1,10 +1,10 @@
-/* config_schema.h — internal to trainer/config*.c: the schema table types, the parse context
- * and the helpers the config files share. Nothing outside trainer/config*.c includes this;
+/* config_schema.h — internal to trainer/config/: the schema table types, the parse context
+ * and the helpers the config files share. Nothing outside trainer/config/ includes this;
  * the public API is config.h. */
 #ifndef DPTRAIN_CONFIG_SCHEMA_H
 #define DPTRAIN_CONFIG_SCHEMA_H
 
-#include "config.h"
+#include "trainer/config/config.h"
 
 #include <jansson.h>
 #include <stdbool.h>

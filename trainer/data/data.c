@@ -1,8 +1,8 @@
 /* data.c — what every dataset kind shares: data_get/data_free and the file reader of
  * data_file.h (raw, or gzip through zlib's inflate). Formats live in data_idx.c, data_cifar.c and
  * data_synth.c; nothing here knows one. */
-#include "data.h"
-#include "data_file.h"
+#include "trainer/data/data.h"
+#include "trainer/data/data_file.h"
 
 #include <errno.h>
 #include <fcntl.h>

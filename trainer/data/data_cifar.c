@@ -1,8 +1,8 @@
 /* data_cifar.c — CIFAR-10 binary batches: fixed 3073-byte records (label, then 3x32x32
  * pixels, channel-planar), several files concatenated into one in-memory set kept as
  * records. Owns only this format; reading (and gzip) is data.c's. */
-#include "data.h"
-#include "data_file.h"
+#include "trainer/data/data.h"
+#include "trainer/data/data_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>

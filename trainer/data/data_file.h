@@ -4,7 +4,7 @@
 #ifndef DPTRAIN_DATA_FILE_H
 #define DPTRAIN_DATA_FILE_H
 
-#include "data.h"
+#include "trainer/data/data.h"
 
 #include <stdbool.h>
 #include <stddef.h>

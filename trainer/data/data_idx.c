@@ -1,8 +1,8 @@
 /* data_idx.c — MNIST-style idx files (MNIST, Fashion-MNIST): an idx3 image file and an idx1
  * label file, raw or gzip, checked field by field with errors that name the file.
  * Owns only the idx format; reading (and gzip) is data.c's, the interface data.h's. */
-#include "data.h"
-#include "data_file.h"
+#include "trainer/data/data.h"
+#include "trainer/data/data_file.h"
 
 #include <stdio.h>
 #include <stdlib.h>

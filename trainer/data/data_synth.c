@@ -1,7 +1,7 @@
 /* data_synth.c — the synthetic dataset for throughput runs: sample i is generated on demand
  * from (seed, i) with splitmix64, so a million ImageNet-size images cost no memory and every
  * rank and worker sees the same bytes. Owns only that generator. */
-#include "data.h"
+#include "trainer/data/data.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * ring of buffers: batch b always goes to slot b % prefetch and is produced from nothing but
  * (sampler, b), so the order and content never depend on the workers. Owns its threads
  * (signals blocked: the trainer's main thread takes SIGTERM/SIGUSR1) and buffers. */
-#include "loader.h"
+#include "trainer/data/loader.h"
 
 #include <pthread.h>
 #include <signal.h>

@@ -16,9 +16,9 @@
 #ifndef DPTRAIN_LOADER_H
 #define DPTRAIN_LOADER_H
 
-#include "data.h"
-#include "sampler.h"
-#include "transform.h"
+#include "trainer/data/data.h"
+#include "trainer/data/sampler.h"
+#include "trainer/data/transform.h"
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,7 +1,7 @@
 /* sampler.c — DistributedSampler semantics and torch's CPU randperm (mt19937 + Fisher-Yates),
  * bit-identical to PyTorch 1.13 (t/t0500-data.t checks it against python3-torch). Owns only
  * index arithmetic; sampler.h states the semantics. */
-#include "sampler.h"
+#include "trainer/data/sampler.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* transform.c — RandomCrop + RandomHorizontalFlip + ToTensor/Normalize in one pass over the
  * output, with the counter-based draws transform.h documents. Owns only pixel arithmetic. */
-#include "transform.h"
+#include "trainer/data/transform.h"
 
 #include <stdio.h>
 #include <string.h>

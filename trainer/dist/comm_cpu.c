@@ -9,9 +9,9 @@
  * every rank and in every run. AVG divides that sum once by world_size. allreduce's blocks
  * are count / world_size elements, the first count % world_size of them one more. */
 #define _GNU_SOURCE
-#include "comm.h"
-#include "failf.h"
-#include "store.h"
+#include "trainer/dist/comm.h"
+#include "common/failf.h"
+#include "trainer/store/store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

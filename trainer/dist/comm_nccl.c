@@ -15,9 +15,9 @@
  * thread: every NCCL call on it is made under `lock`, and the abort frees it (ncclCommAbort) and
  * sets it to NULL there, so the operation's thread finds it gone at its next look. */
 #define _GNU_SOURCE
-#include "comm.h"
-#include "failf.h"
-#include "store.h"
+#include "trainer/dist/comm.h"
+#include "common/failf.h"
+#include "trainer/store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>

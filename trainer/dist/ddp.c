@@ -7,8 +7,8 @@
  * (comm after()), so the reduction is queued at once and starts when the gradients are
  * written; an engine without after() has the communication thread wait for it. */
 #define _GNU_SOURCE
-#include "ddp.h"
-#include "failf.h"
+#include "trainer/dist/ddp.h"
+#include "common/failf.h"
 
 #include <pthread.h>
 #include <stdarg.h>

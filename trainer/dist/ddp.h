@@ -18,8 +18,8 @@
 
 #include <stddef.h>
 
-#include "comm.h"
-#include "nn.h"
+#include "trainer/dist/comm.h"
+#include "trainer/nn/nn.h"
 
 #define DDP_FIRST_BUCKET_BYTES (1u << 20) /* PyTorch's _DEFAULT_FIRST_BUCKET_BYTES */
 #define DDP_MIN_SPLIT_BYTES (512u << 10)   /* smallest cap train.c derives for small models */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn.h"
+#include "trainer/nn/nn.h"
 
 struct init_rng {
 	uint64_t s;

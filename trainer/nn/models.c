@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "nn_build.h"
+#include "trainer/config/config.h"
+#include "trainer/nn/nn_build.h"
 
 static int mlp(struct builder *b, const int *hidden, int nhidden, char *err, size_t errlen)
 {

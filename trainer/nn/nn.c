@@ -1,9 +1,9 @@
 /* nn.c — the model graph: building blocks, parameter layout, memory planning, forward and
  * backward schedules. Every number is computed by backend ops; this file only decides what
  * runs when and where its inputs and outputs live. */
-#include "nn.h"
-#include "nn_build.h"
-#include "failf.h"
+#include "trainer/nn/nn.h"
+#include "trainer/nn/nn_build.h"
+#include "common/failf.h"
 
 #include <stdio.h>
 #include <stdlib.h>

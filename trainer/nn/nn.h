@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
+#include "trainer/backend/backend.h"
 
 #define NN_NAME_MAX 80
 #define NN_GRAD_SPARE 16 /* floats past param_total in model->grads (see there) */

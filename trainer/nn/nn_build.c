@@ -1,7 +1,7 @@
 /* nn_build.c — the graph-building vocabulary of nn_build.h: activations, nodes, parameters
  * and buffers appended to a model as models.c spells out a network. Knows nothing of memory
  * planning or schedules (nn.c), nor of particular models (models.c): both use it. */
-#include "nn_build.h"
+#include "trainer/nn/nn_build.h"
 
 #include <stdio.h>
 #include <stdlib.h>

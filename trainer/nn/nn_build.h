@@ -3,7 +3,7 @@
 #ifndef DPTRAIN_NN_BUILD_H
 #define DPTRAIN_NN_BUILD_H
 
-#include "nn.h"
+#include "trainer/nn/nn.h"
 
 struct builder {
 	struct nn_model *m;

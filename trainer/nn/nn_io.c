@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "nn.h"
-#include "safetensors.h"
+#include "trainer/nn/nn.h"
+#include "trainer/ckpt/safetensors.h"
 
 /* state_dict order: per module, weight, bias, then BN's running_mean, running_var,
  * num_batches_tracked */

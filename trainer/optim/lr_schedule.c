@@ -1,7 +1,7 @@
 /* lr_schedule.c — validation and closed forms of the learning-rate schedules in lr_schedule.h.
  * Owns nothing but struct lr_schedule; must stay a pure function of the step (resume relies
  * on it), so no state may be added here. */
-#include "lr_schedule.h"
+#include "trainer/optim/lr_schedule.h"
 
 #include <limits.h>
 #include <math.h>

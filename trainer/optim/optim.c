@@ -1,7 +1,7 @@
 /* optim.c — SGD, AdamW and LAMB updates over segments of the flat parameter buffer, and their
  * state. Owns nothing outside struct optim; the formulas are stated in optim.h.
  * Must not read the job config or talk to other ranks: the caller all-reduces between phases. */
-#include "optim.h"
+#include "trainer/optim/optim.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,6 +1,6 @@
 /* optim_cuda.cu — optim_gpu.h on the CUDA backend: SGD, AdamW and LAMB as fused kernels over a
  * table of chunks of the shard's segments, the optimizer state in the backend's device memory.
- * Mirrors trainer/optim.c operation for operation and must not change its arithmetic
+ * Mirrors trainer/optim/optim.c operation for operation and must not change its arithmetic
  * (t/unit/optim_gpu.c compares the two); knows nothing of ranks or collectives. */
 #include <math.h>
 #include <stdint.h>
@@ -11,10 +11,10 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "backend.h"
-#include "backend_cuda.h"
-#include "optim.h"
-#include "optim_gpu.h"
+#include "trainer/backend/backend.h"
+#include "trainer/backend/backend_cuda.h"
+#include "trainer/optim/optim.h"
+#include "trainer/optim/optim_gpu.h"
 }
 
 /* Numerics. Every float operation that optim.c does in float is written with __fmul_rn,

@@ -18,8 +18,8 @@
 
 #include <stddef.h>
 
-#include "backend.h"
-#include "optim.h"
+#include "trainer/backend/backend.h"
+#include "trainer/optim/optim.h"
 
 struct optim_gpu;
 

@@ -1,9 +1,9 @@
 /* optim_gpu_none.c — optim_gpu.h's entry points in a build without the CUDA toolkit: they fail
  * saying so, so that callers and tests need no #ifdef. Built always; empty with HAVE_CUDA
- * (trainer/optim_cuda.cu defines them there). */
+ * (trainer/optim/optim_cuda.cu defines them there). */
 #include <stdio.h>
 
-#include "optim_gpu.h"
+#include "trainer/optim/optim_gpu.h"
 
 #ifndef HAVE_CUDA
 

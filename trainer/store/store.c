@@ -2,8 +2,8 @@
  * the server it starts (store_server.c); their protocol is store_wire.h. Knows nothing of
  * collectives; keeps no global state. */
 #define _GNU_SOURCE
-#include "store_wire.h"
-#include "failf.h"
+#include "trainer/store/store_wire.h"
+#include "common/failf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

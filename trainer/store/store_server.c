@@ -2,8 +2,8 @@
  * listening socket, the clients and a wake-up pipe; the keys, gets, barriers, the job's
  * liveness verdicts and the refusal of strangers. The protocol is store_wire.h. */
 #define _GNU_SOURCE
-#include "store_wire.h"
-#include "failf.h"
+#include "trainer/store/store_wire.h"
+#include "common/failf.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

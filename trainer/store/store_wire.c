@@ -1,6 +1,6 @@
 /* store_wire.c — the store's frames and byte buffers (store_wire.h), for its server and its
  * client. */
-#include "store_wire.h"
+#include "trainer/store/store_wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

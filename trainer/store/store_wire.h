@@ -1,4 +1,4 @@
-/* store_wire.h — private to the rendezvous store (trainer/store*.c): the protocol shared by
+/* store_wire.h — private to the rendezvous store (trainer/store/): the protocol shared by
  * rank 0's server (store_server.c) and every rank's client (store.c), and the helpers both use.
  *
  * A frame is u32 length (of what follows, big-endian), u8 type, u32 request id, then the
@@ -8,7 +8,7 @@
 #ifndef DPTRAIN_STORE_WIRE_H
 #define DPTRAIN_STORE_WIRE_H
 
-#include "store.h"
+#include "trainer/store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>
