@@ -10,7 +10,7 @@
 #include <time.h>
 
 static inline int failf(char *err, size_t errlen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4)));
 static inline int failf(char *err, size_t errlen, const char *fmt, ...)
 {
 	va_list ap;

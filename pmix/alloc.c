@@ -357,8 +357,8 @@ int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
 	return 0;
 }
 
-int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
-		      char *err, size_t errlen)
+int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path, char *err,
+		      size_t errlen)
 {
 	if (a->store)
 		return alloc_store_write_table(a, rt, path, a->timeout_s, err, errlen);

@@ -96,8 +96,8 @@ int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
  * SLURM_* source rank 0, then every other node's local rank 0 where the file does not already
  * hold that table (one writer per file); else local rank 0. 1 when this rank wrote it, 0 when
  * not, -1 with err. */
-int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
-		      char *err, size_t errlen);
+int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path, char *err,
+		      size_t errlen);
 
 /* The second meeting point, after the rank tables are written (alloc_write_table): with PMIx
  * a fence, with the SLURM_* source a barrier in the store (so no rank execs before its node's

@@ -97,8 +97,8 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, siz
 		snprintf(err, errlen, "out of memory for %d ranks", world);
 		goto out;
 	}
-	if (rt_slurm_layout(getenv("SLURM_DISTRIBUTION"), nhosts, counts, world, node_of,
-			       local_of, err, errlen) != 0)
+	if (rt_slurm_layout(getenv("SLURM_DISTRIBUTION"), nhosts, counts, world, node_of, local_of,
+			    err, errlen) != 0)
 		goto out;
 	/* The layout is derived; Slurm's own word for this rank must agree with it. */
 	if (node_of[rank] != node || local_of[rank] != local) {

@@ -68,10 +68,10 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, si
 #include <pthread.h>
 #include <time.h>
 
-#define KEY_RANK  "dptrain.rank"  /* "1 host addr nodeid local_rank gpu gpu_id|- port" */
-#define KEY_READY "dptrain.ready" /* published after the rank table is written */
-#define KEY_GATE  "dptrain.gate"  /* published once rank 0 holds the output directory */
-#define PROBE_S	  1		  /* how long a rank that missed a fence gets to answer a Get */
+#define KEY_RANK      "dptrain.rank"  /* "1 host addr nodeid local_rank gpu gpu_id|- port" */
+#define KEY_READY     "dptrain.ready" /* published after the rank table is written */
+#define KEY_GATE      "dptrain.gate"  /* published once rank 0 holds the output directory */
+#define PROBE_S	      1		      /* how long a rank that missed a fence gets to answer a Get */
 #define NEAR_FIRST_S  2 /* how long rank 0 waits for its node's ranks before asking about others */
 #define ABORT_SLACK_S 5 /* rank 0's time to name the missing ranks after its deadline */
 
@@ -501,7 +501,9 @@ static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const
 			 " (but this node's PMIx server, in slurmstepd, has stopped answering, as "
 			 "Slurm's does while it retries reaching a node where every task of the "
 			 "step has ended, so %s may have arrived after all)",
-			 nmissing > 1 ? "some of them" : s->me.rank ? "rank 0" : "it");
+			 nmissing > 1 ? "some of them"
+			 : s->me.rank ? "rank 0"
+				      : "it");
 	if (s->me.rank != 0) {
 		peer_host(s, 0, h, sizeof(h));
 		if (nmissing) {

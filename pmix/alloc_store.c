@@ -1,7 +1,7 @@
 /* alloc_store.c — the wire-up without PMIx (srun --mpi=none or --mpi=pmi2: the SLURM_*
  * source). SLURM_* tell every rank where each rank runs, but a rank knows only its own address
- * and GPU; so the ranks meet in a rendezvous store (trainer/store/store.c, the one the trainer uses)
- * that rank 0's launcher runs at MASTER_ADDR:MASTER_PORT until the command starts:
+ * and GPU; so the ranks meet in a rendezvous store (trainer/store/store.c, the one the trainer
+ * uses) that rank 0's launcher runs at MASTER_ADDR:MASTER_PORT until the command starts:
  *
  *   open   every rank publishes its record; rank 0 gathers them and publishes the whole list,
  *          which every node's local rank 0 (the node's table writer) reads: the table is
@@ -97,16 +97,18 @@ static int take_records(struct alloc *a, const char *all, char *err, size_t errl
 		line[nl - p] = '\0';
 		p = nl + 1;
 		if (alloc_record_parse(line, &x, &nodeid, &port) != 0) {
-			snprintf(err, errlen, "rank %d published a malformed record: '%s'", r, line);
+			snprintf(err, errlen, "rank %d published a malformed record: '%s'", r,
+				 line);
 			return -1;
 		}
 		if (strcmp(x.host, a->ranks[r].host) != 0 || nodeid != a->ranks[r].node_rank ||
 		    x.local_rank != a->ranks[r].local_rank) {
-			snprintf(err, errlen,
-				 "rank %d says it is local rank %d on %s (node %d), but SLURM_* put "
-				 "it as local rank %d on %s (node %d): run with --mpi=pmix",
-				 r, x.local_rank, x.host, nodeid, a->ranks[r].local_rank,
-				 a->ranks[r].host, a->ranks[r].node_rank);
+			snprintf(
+			    err, errlen,
+			    "rank %d says it is local rank %d on %s (node %d), but SLURM_* put "
+			    "it as local rank %d on %s (node %d): run with --mpi=pmix",
+			    r, x.local_rank, x.host, nodeid, a->ranks[r].local_rank,
+			    a->ranks[r].host, a->ranks[r].node_rank);
 			return -1;
 		}
 		snprintf(a->ranks[r].addr, sizeof(a->ranks[r].addr), "%s", x.addr);
@@ -208,8 +210,10 @@ int alloc_store_write_table(struct alloc *a, const struct ranktable *rt, const c
 		return store_set(st_of(a), KEY_TABLE, "1", 1, err, errlen) == 0 ? 1 : -1;
 	}
 	if (store_get(st_of(a), KEY_TABLE, &v, &len, timeout_s, e, sizeof(e)) != 0) {
-		snprintf(err, errlen, "rank 0 (on %s) did not write its rank table (%s); see its "
-			 "messages", a->ranks[0].host, e);
+		snprintf(err, errlen,
+			 "rank 0 (on %s) did not write its rank table (%s); see its "
+			 "messages",
+			 a->ranks[0].host, e);
 		return -1;
 	}
 	free(v);

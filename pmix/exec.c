@@ -47,7 +47,8 @@ int launch_open_log(const struct launch_exec *e)
 {
 	int fd;
 
-	fd = open(e->train_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0644);
+	fd = open(e->train_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY,
+		  0644);
 	if (fd < 0) {
 		fprintf(stderr, "dptrain-launch: %s: cannot open %s: %s\n", e->ident, e->train_log,
 			strerror(errno));

@@ -59,13 +59,13 @@ static struct {
 	pthread_mutex_t lock;
 	char ident[RT_HOST_MAX + 64]; /* "rank 3 on n2" */
 	char step[128];
-	int limit_s;	       /* the guard's: from start, LAUNCH_FIRST_LIMIT until the config is read */
+	int limit_s; /* the guard's: from start, LAUNCH_FIRST_LIMIT until the config is read */
 	struct timespec start; /* CLOCK_MONOTONIC at guard_start */
 	int session_open;      /* PMIx, or the launchers' store (alloc.h) */
-	sigset_t stop;	   /* SIGTERM, SIGUSR1: blocked from main's first instruction */
-	pthread_t guard;   /* takes them, and ends a wire-up that outlives every timeout */
+	sigset_t stop;	       /* SIGTERM, SIGUSR1: blocked from main's first instruction */
+	pthread_t guard;       /* takes them, and ends a wire-up that outlives every timeout */
 	int guard_running;
-	int sigfd, wakefd; /* the guard's: a signalfd for stop, an eventfd to end it */
+	int sigfd, wakefd;   /* the guard's: a signalfd for stop, an eventfd to end it */
 	struct alloc *alloc; /* for die(): the PMIx session to end the step with */
 } ctx = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -128,7 +128,8 @@ static void die(const char *fmt, ...)
 static void *guard_main(void *arg)
 {
 	struct timespec end;
-	struct pollfd fds[2] = {{.fd = ctx.sigfd, .events = POLLIN}, {.fd = ctx.wakefd, .events = POLLIN}};
+	struct pollfd fds[2] = {{.fd = ctx.sigfd, .events = POLLIN},
+				{.fd = ctx.wakefd, .events = POLLIN}};
 	struct signalfd_siginfo si;
 	char msg[768];
 	int sig = 0, n;
@@ -142,7 +143,8 @@ static void *guard_main(void *arg)
 		end.tv_sec += ctx.limit_s;
 		pthread_mutex_unlock(&ctx.lock);
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		left_ms = (long long)(end.tv_sec - now.tv_sec) * 1000 + (end.tv_nsec - now.tv_nsec) / 1000000;
+		left_ms = (long long)(end.tv_sec - now.tv_sec) * 1000 +
+			  (end.tv_nsec - now.tv_nsec) / 1000000;
 		if (left_ms <= 0)
 			break;
 		n = poll(fds, 2, left_ms > 60000 ? 60000 : (int)left_ms);
@@ -169,7 +171,10 @@ static void *guard_main(void *arg)
 			     "giving up\n",
 			     ctx.ident, ctx.step, ctx.limit_s);
 	pthread_mutex_unlock(&ctx.lock);
-	(void)!write(STDERR_FILENO, msg, n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1);
+	(void)!write(STDERR_FILENO, msg,
+		     n < 0		       ? 0
+		     : (size_t)n < sizeof(msg) ? (size_t)n
+					       : sizeof(msg) - 1);
 	_exit(sig > 0 ? 4 : 1); /* no exit handlers: PMIx's threads are running */
 }
 
@@ -180,8 +185,8 @@ static void guard_start(void)
 	ctx.sigfd = signalfd(-1, &ctx.stop, SFD_CLOEXEC);
 	ctx.wakefd = eventfd(0, EFD_CLOEXEC);
 	if (ctx.sigfd < 0 || ctx.wakefd < 0) {
-		fprintf(stderr, "dptrain-launch: %s: cannot wait for stop signals: %s\n",
-			ctx.ident, strerror(errno));
+		fprintf(stderr, "dptrain-launch: %s: cannot wait for stop signals: %s\n", ctx.ident,
+			strerror(errno));
 		exit(1);
 	}
 	clock_gettime(CLOCK_MONOTONIC, &ctx.start);
@@ -291,10 +296,12 @@ static void read_settings(struct settings *st)
 	if (alloc_source_from_name(getenv("DPTRAIN_SOURCE"), &st->opts.source) != 0)
 		die("DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",
 		    getenv("DPTRAIN_SOURCE"));
-	if (rt_env_int("DPTRAIN_TEST_STALL_RANK", 0, INT_MAX, &st->opts.stall_rank, err, sizeof(err)) < 0)
+	if (rt_env_int("DPTRAIN_TEST_STALL_RANK", 0, INT_MAX, &st->opts.stall_rank, err,
+		       sizeof(err)) < 0)
 		die("%s", err);
 	st->opts.stall_s = 3600;
-	if (rt_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, INT_MAX, &st->opts.stall_s, err, sizeof(err)) < 0)
+	if (rt_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, INT_MAX, &st->opts.stall_s, err,
+		       sizeof(err)) < 0)
 		die("%s", err);
 }
 

@@ -28,8 +28,8 @@ int launch_mkdir_p(const char *path, char *err, size_t errlen);
 /* write(2) all of p[0..len), retrying after EINTR and short writes; 0 or -1 (errno). */
 int launch_write_all(int fd, const char *p, size_t len);
 
-int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode,
-			char *err, size_t errlen);
+int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode, char *err,
+			size_t errlen);
 /* A directory the job may keep its files in: a real directory (not a symlink), this user's,
  * not writable by group or others. 0, or -1 with what to do in err. On a shared file system
  * another user could otherwise have made it first, to read or replace the job's files. */

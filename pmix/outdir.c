@@ -123,28 +123,34 @@ int launch_dir_owned(const char *path, char *err, size_t errlen)
 		return -1;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "'%s' is not a directory (a symbolic link or a file is "
-			 "refused: the job's files would go elsewhere)", path);
+		snprintf(err, errlen,
+			 "'%s' is not a directory (a symbolic link or a file is "
+			 "refused: the job's files would go elsewhere)",
+			 path);
 		return -1;
 	}
 	if (st.st_uid != geteuid()) {
-		snprintf(err, errlen, "the output directory '%s' belongs to another user (uid %u); "
+		snprintf(err, errlen,
+			 "the output directory '%s' belongs to another user (uid %u); "
 			 "refusing to write this job's files there: choose another output.dir, or "
-			 "remove it if it is yours", path, (unsigned)st.st_uid);
+			 "remove it if it is yours",
+			 path, (unsigned)st.st_uid);
 		return -1;
 	}
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		snprintf(err, errlen, "the output directory '%s' is writable by %s (mode %04o); "
+		snprintf(err, errlen,
+			 "the output directory '%s' is writable by %s (mode %04o); "
 			 "refusing to write this job's files where others can replace them: "
-			 "chmod go-w it", path, st.st_mode & S_IWOTH ? "everyone" : "its group",
+			 "chmod go-w it",
+			 path, st.st_mode & S_IWOTH ? "everyone" : "its group",
 			 (unsigned)(st.st_mode & 07777));
 		return -1;
 	}
 	return 0;
 }
 
-int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode,
-			char *err, size_t errlen)
+int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode, char *err,
+			size_t errlen)
 {
 	struct af_file f;
 
@@ -213,12 +219,13 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 			n = pread(f, holder, sizeof(holder) - 1, 0);
 			holder[n > 0 ? n : 0] = '\0';
 			holder[strcspn(holder, "\n")] = '\0';
-			snprintf(err, errlen,
-				 "the output directory '%s' is in use by another job (%s): two jobs "
-				 "writing one directory mix their logs, metrics and checkpoints; give "
-				 "this job its own output.dir (%%j.%%s in it makes one per step), or "
-				 "wait until that job has ended",
-				 outdir, holder[0] ? holder : "it did not say which");
+			snprintf(
+			    err, errlen,
+			    "the output directory '%s' is in use by another job (%s): two jobs "
+			    "writing one directory mix their logs, metrics and checkpoints; give "
+			    "this job its own output.dir (%%j.%%s in it makes one per step), or "
+			    "wait until that job has ended",
+			    outdir, holder[0] ? holder : "it did not say which");
 			close(f);
 			return -1;
 		}

@@ -14,7 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const int tee_ignored[TEE_NIGNORED] = {SIGINT,	SIGTERM, SIGHUP, SIGQUIT,
+static const int tee_ignored[TEE_NIGNORED] = {SIGINT,  SIGTERM, SIGHUP, SIGQUIT,
 					      SIGUSR1, SIGUSR2, SIGPIPE};
 
 void tee_ignore(struct sigaction *old)
@@ -113,8 +113,8 @@ void tee_copy(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
 			}
 			if (log_ok && af_write_fd(log_fd, buf, (size_t)n) != 0) {
 				log_ok = 0;
-				fprintf(stderr, "dptrain: %s: cannot write %s: %s\n", ident, log_path,
-					strerror(errno));
+				fprintf(stderr, "dptrain: %s: cannot write %s: %s\n", ident,
+					log_path, strerror(errno));
 			}
 			if (console_ok[i] && af_write_fd(console[i], buf, (size_t)n) != 0)
 				console_ok[i] = 0;

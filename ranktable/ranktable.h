@@ -7,10 +7,10 @@
 
 #include <stddef.h>
 
-#define RT_HOST_MAX 256 /* a hostname or Slurm NodeName */
-#define RT_ADDR_MAX 64  /* a textual IPv4/IPv6 address */
-#define RT_ID_MAX   32  /* a job or step id */
-#define RT_ERR_MAX  512
+#define RT_HOST_MAX  256 /* a hostname or Slurm NodeName */
+#define RT_ADDR_MAX  64	 /* a textual IPv4/IPv6 address */
+#define RT_ID_MAX    32	 /* a job or step id */
+#define RT_ERR_MAX   512
 #define RT_WORLD_MAX (1 << 20) /* most ranks in a table: bounds what bad input can allocate */
 
 /* Which on-disk form a table was read from / is written as. */
@@ -25,9 +25,9 @@ enum rt_schema {
  * first appearance), local_rank = position among its server's ranks in rank order,
  * gpu = -1 (unknown). */
 struct rt_rank {
-	char host[RT_HOST_MAX];      /* hostname of the node (Slurm NodeName) */
+	char host[RT_HOST_MAX];	     /* hostname of the node (Slurm NodeName) */
 	char server_id[RT_ADDR_MAX]; /* the node's address: HCCL server_id */
-	char addr[RT_ADDR_MAX];      /* this rank's address: HCCL device_ip */
+	char addr[RT_ADDR_MAX];	     /* this rank's address: HCCL device_ip */
 	int device_id;		     /* HCCL device_id: the local GPU, else the local rank */
 	int node_rank;
 	int local_rank;
@@ -50,9 +50,9 @@ struct ranktable {
 struct rt_alloc {
 	int world_size;
 	const char *master_addr; /* may be NULL or "" (unknown); an address or a host name */
-	int master_port;         /* 0 when unknown */
-	const char *job_id;      /* may be NULL */
-	const char *step_id;     /* may be NULL */
+	int master_port;	 /* 0 when unknown */
+	const char *job_id;	 /* may be NULL */
+	const char *step_id;	 /* may be NULL */
 	/* Per rank, indexed by rank: host and addr required; node_rank/local_rank as
 	 * discovered; gpu -1 for none. device_id is derived: the GPU where every rank of the
 	 * node has a GPU of its own, else the local rank (HCCL needs it unique per server). */
@@ -62,7 +62,7 @@ struct rt_alloc {
 		int node_rank;
 		int local_rank;
 		int gpu;
-	} *ranks;
+	} * ranks;
 };
 
 /* Build a table from an allocation; validates it. 0 on success, -1 with err filled. */
@@ -128,10 +128,10 @@ int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, 
 /* Build a table from the environment of a job step (what `dptrain-ranktable from-env` does):
  * RT_ENV_SLURM: SLURM_STEP_NODELIST/SLURM_JOB_NODELIST, SLURM_STEP_TASKS_PER_NODE/
  * SLURM_TASKS_PER_NODE, SLURM_STEP_NUM_TASKS/SLURM_NTASKS, SLURM_JOB_ID, SLURM_STEP_ID,
- * SLURM_DISTRIBUTION (rt_slurm_layout), hosts resolved with rt_resolve_host; RT_ENV_TORCHRUN: WORLD_SIZE,
- * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on this one host; RT_ENV_AUTO: Slurm when a node
- * list is set, else torchrun-style when WORLD_SIZE is. MASTER_ADDR/MASTER_PORT, when set, win
- * in both. `used` says which variables were read. */
+ * SLURM_DISTRIBUTION (rt_slurm_layout), hosts resolved with rt_resolve_host; RT_ENV_TORCHRUN:
+ * WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on this one host; RT_ENV_AUTO: Slurm when
+ * a node list is set, else torchrun-style when WORLD_SIZE is. MASTER_ADDR/MASTER_PORT, when set,
+ * win in both. `used` says which variables were read. */
 enum rt_env_source { RT_ENV_AUTO = 0, RT_ENV_SLURM, RT_ENV_TORCHRUN };
 int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_ERR_MAX],
 		char err[RT_ERR_MAX]);

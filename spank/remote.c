@@ -205,7 +205,7 @@ struct dp_wire {
 	int lock_fd;	  /* K: the output directory's lock (rank 0), held by the task; or -1 */
 };
 
-#define DP_WIRE_MAX (1 << 20)
+#define DP_WIRE_MAX	(1 << 20)
 #define DP_FIRST_WORD_S 90 /* until the helper says its limit (D): it gives up at 60 */
 
 static double dp_now(void)
@@ -356,8 +356,8 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 			char *nb;
 
 			if (w->cap >= DP_WIRE_MAX) {
-				slurm_error("dptrain: %s: the wire-up sent more than %d bytes", ident,
-					    DP_WIRE_MAX);
+				slurm_error("dptrain: %s: the wire-up sent more than %d bytes",
+					    ident, DP_WIRE_MAX);
 				close(p[0]);
 				kill(w->pid, SIGKILL);
 				dp_reap(w, 10);
@@ -456,11 +456,15 @@ static void dp_end_step(const char *launcher, char **env, const char *ident, int
 	pid_t pid;
 
 	if (WIFEXITED(status))
-		snprintf(msg, sizeof msg, "dptrain: %s: the command exited with status %d; "
-			 "ending the step", ident, WEXITSTATUS(status));
+		snprintf(msg, sizeof msg,
+			 "dptrain: %s: the command exited with status %d; "
+			 "ending the step",
+			 ident, WEXITSTATUS(status));
 	else
-		snprintf(msg, sizeof msg, "dptrain: %s: the command was killed by signal %d (%s); "
-			 "ending the step", ident, WTERMSIG(status), strsignal(WTERMSIG(status)));
+		snprintf(msg, sizeof msg,
+			 "dptrain: %s: the command was killed by signal %d (%s); "
+			 "ending the step",
+			 ident, WTERMSIG(status), strsignal(WTERMSIG(status)));
 	snprintf(code, sizeof code, "--abort=%d",
 		 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 	dprintf(STDERR_FILENO, "%s\n", msg);
@@ -613,8 +617,8 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 	if (rc < 0 || dp_apply(sp, ident, &w) < 0 ||
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS ||
 	    dp_output(ident, &w, &stop, launcher, env,
-		      spank_getenv(sp, "PMIX_RANK", pmix_rank, sizeof pmix_rank) == ESPANK_SUCCESS) <
-		0) {
+		      spank_getenv(sp, "PMIX_RANK", pmix_rank, sizeof pmix_rank) ==
+			  ESPANK_SUCCESS) < 0) {
 		free(w.buf);
 		dp_fail_task();
 	}

@@ -28,10 +28,10 @@
 
 enum {
 	EXIT_OK = 0,
-	EXIT_CONFIG = 1,    /* the config (or an override) is invalid */
-	EXIT_USAGE = 2,	    /* bad command line */
-	EXIT_TRAIN = 3,	    /* training stopped: bad data, diverged, out of memory, ... */
-	EXIT_STOPPED = 4,   /* stopped on SIGTERM/SIGUSR1 after writing a checkpoint */
+	EXIT_CONFIG = 1,  /* the config (or an override) is invalid */
+	EXIT_USAGE = 2,	  /* bad command line */
+	EXIT_TRAIN = 3,	  /* training stopped: bad data, diverged, out of memory, ... */
+	EXIT_STOPPED = 4, /* stopped on SIGTERM/SIGUSR1 after writing a checkpoint */
 };
 
 /* Stop requests: SIGTERM (Slurm's preemption and time limit, scancel) and SIGUSR1 (sbatch
@@ -143,8 +143,9 @@ static void take_stop_signals(int training)
 			pthread_kill(t, sig);
 	} else {
 		/* nobody would take them: leave their default action to them */
-		fprintf(stderr, "dptrain: warning: no thread for SIGTERM/SIGUSR1 (%s): they end "
-				"the process without a checkpoint\n",
+		fprintf(stderr,
+			"dptrain: warning: no thread for SIGTERM/SIGUSR1 (%s): they end "
+			"the process without a checkpoint\n",
 			strerror(e));
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGUSR1, SIG_DFL);
@@ -198,12 +199,9 @@ static int is_override(const char *arg)
 static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
-	    {"check", no_argument, NULL, 'c'},
-	    {"devices", no_argument, NULL, 'd'},
-	    {"help", no_argument, NULL, 'h'},
-	    {"resume", required_argument, NULL, 'r'},
-	    {"version", no_argument, NULL, 'V'},
-	    {NULL, 0, NULL, 0},
+	    {"check", no_argument, NULL, 'c'},	 {"devices", no_argument, NULL, 'd'},
+	    {"help", no_argument, NULL, 'h'},	 {"resume", required_argument, NULL, 'r'},
+	    {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0},
 	};
 	int ch;
 
@@ -235,8 +233,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 		case ':': /* getopt's "missing argument": opterr is 0 and the string starts ':' */
 			fprintf(stderr, "dptrain: %s needs a value%s; see dptrain --help\n",
 				argv[optind - 1],
-				optopt == 'r' ? ": the checkpoint to resume from (a step-N directory)"
-					      : "");
+				optopt == 'r'
+				    ? ": the checkpoint to resume from (a step-N directory)"
+				    : "");
 			return -1;
 		default:
 			fprintf(stderr, "dptrain: unknown option '%s'; see dptrain --help\n",
@@ -374,11 +373,12 @@ static int choose_gpu(const struct cfg *c, int rank, char *err, size_t errlen)
 	if (gpu == -1) {
 		if (c->device.kind == CFG_DEVICE_AUTO)
 			return -1;
-		snprintf(err, errlen,
-			 "device.kind is cuda, but the launcher found no GPU for rank %d "
-			 "(CUDA_VISIBLE_DEVICES=%s): ask Slurm for GPUs (srun --gpus-per-task=1) or "
-			 "set device.kind to auto or cpu",
-			 rank, cvd ? cvd : "(unset)");
+		snprintf(
+		    err, errlen,
+		    "device.kind is cuda, but the launcher found no GPU for rank %d "
+		    "(CUDA_VISIBLE_DEVICES=%s): ask Slurm for GPUs (srun --gpus-per-task=1) or "
+		    "set device.kind to auto or cpu",
+		    rank, cvd ? cvd : "(unset)");
 		return -2;
 	}
 	int n = be_cuda_device_count(why, sizeof(why));
@@ -390,15 +390,17 @@ static int choose_gpu(const struct cfg *c, int rank, char *err, size_t errlen)
 				 "device.kind is %s, but rank %d has no usable GPU: %s "
 				 "(CUDA_VISIBLE_DEVICES=%s); set device.kind to cpu, or run where "
 				 "there is a GPU",
-				 c->device.kind == CFG_DEVICE_AUTO ? "auto and the launcher assigned "
-								     "a GPU"
-								   : "cuda",
+				 c->device.kind == CFG_DEVICE_AUTO
+				     ? "auto and the launcher assigned "
+				       "a GPU"
+				     : "cuda",
 				 rank, why, cvd ? cvd : "(unset)");
 		else
-			snprintf(err, errlen,
-				 "rank %d was given GPU %d, but it sees only %d (CUDA_VISIBLE_DEVICES="
-				 "%s)",
-				 rank, gpu, n, cvd ? cvd : "(unset)");
+			snprintf(
+			    err, errlen,
+			    "rank %d was given GPU %d, but it sees only %d (CUDA_VISIBLE_DEVICES="
+			    "%s)",
+			    rank, gpu, n, cvd ? cvd : "(unset)");
 		return -2;
 	}
 	return gpu;
@@ -422,11 +424,12 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 	const char **hosts = NULL;
 	int p = env_int("MASTER_PORT", 0), rv = -1;
 	if (!addr || !*addr || !port || !*port || p < 1 || p > 65535) {
-		snprintf(err, errlen,
-			 "WORLD_SIZE=%d but MASTER_ADDR/MASTER_PORT (\"%s\", \"%s\") do not name rank "
-			 "0's rendezvous endpoint; start the ranks with srun --dptrain or "
-			 "dptrain-run, or set both as torchrun does",
-			 world_size, addr ? addr : "", port ? port : "");
+		snprintf(
+		    err, errlen,
+		    "WORLD_SIZE=%d but MASTER_ADDR/MASTER_PORT (\"%s\", \"%s\") do not name rank "
+		    "0's rendezvous endpoint; start the ranks with srun --dptrain or "
+		    "dptrain-run, or set both as torchrun does",
+		    world_size, addr ? addr : "", port ? port : "");
 		return -1;
 	}
 	if (rtpath && *rtpath && rt_read(&rt, rtpath, rterr) == 0 && rt.world_size == world_size) {
@@ -437,15 +440,15 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 			snprintf(job, sizeof(job), "%s.%s", rt.job_id, rt.step_id);
 	}
 	struct store_opts so = {
-		.master_addr = addr,
-		.master_port = p,
-		.rank = rank,
-		.world_size = world_size,
-		.job = job,
-		.secret = getenv(DP_SECRET_ENV),
-		.hosts = hosts,
-		.timeout_s = rendezvous_timeout(c),
-		.stop = &stop.requested,
+	    .master_addr = addr,
+	    .master_port = p,
+	    .rank = rank,
+	    .world_size = world_size,
+	    .job = job,
+	    .secret = getenv(DP_SECRET_ENV),
+	    .hosts = hosts,
+	    .timeout_s = rendezvous_timeout(c),
+	    .stop = &stop.requested,
 	};
 	if ((rv = store_open(&d->st, &so, e2, sizeof(e2))) < 0) {
 		snprintf(err, errlen, "%s", e2);
@@ -551,9 +554,11 @@ static int train(const struct cfg *c, int outdir_overridden)
 	if (stopped_early(env.rank, NULL))
 		return EXIT_STOPPED;
 	if (env.rank < 0 || env.world_size < 1 || env.rank >= env.world_size) {
-		fprintf(stderr, "dptrain: RANK=%s WORLD_SIZE=%s: not a rank of a job; unset them or "
-				"start ranks with srun --dptrain or dptrain-run\n",
-			getenv("RANK") ? getenv("RANK") : "", getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "");
+		fprintf(stderr,
+			"dptrain: RANK=%s WORLD_SIZE=%s: not a rank of a job; unset them or "
+			"start ranks with srun --dptrain or dptrain-run\n",
+			getenv("RANK") ? getenv("RANK") : "",
+			getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "");
 		return EXIT_USAGE;
 	}
 	if (od && *od && outdir_overridden) {
@@ -588,8 +593,9 @@ static int train(const struct cfg *c, int outdir_overridden)
 	 * --nproc-per-node=1 does), to test it where there is one GPU */
 	int force_ddp = env_int("DPTRAIN_DDP", 0) == 1;
 	if (rendezvous_timeout(c) < 0) {
-		fprintf(stderr, "dptrain: rank %d: DPTRAIN_TIMEOUT=%s is not a number of seconds "
-				"(1 or more); it bounds the rendezvous (dptrain-run --timeout)\n",
+		fprintf(stderr,
+			"dptrain: rank %d: DPTRAIN_TIMEOUT=%s is not a number of seconds "
+			"(1 or more); it bounds the rendezvous (dptrain-run --timeout)\n",
 			env.rank, getenv("DPTRAIN_TIMEOUT"));
 		return EXIT_CONFIG;
 	}
@@ -621,7 +627,8 @@ static int train(const struct cfg *c, int outdir_overridden)
 	dist_close(&dist, c, 1);
 	if (res.stopped) {
 		if (env.rank == 0)
-			printf("dptrain: stopped at step %ld on request; run the job again to continue "
+			printf("dptrain: stopped at step %ld on request; run the job again to "
+			       "continue "
 			       "from its checkpoint\n",
 			       res.steps);
 		return EXIT_STOPPED;

@@ -127,21 +127,22 @@ static int split_open(struct split *sp, const struct cfg *c, const struct train_
 		}
 	if (tf_init(&sp->tf, &ts, sp->ds.channels, sp->ds.height, sp->ds.width, e2) < 0)
 		return failf(err, errlen, "data.transforms: %s", e2);
-	int rv = train ? sampler_init(&sp->s, sp->ds.count, env->world_size, env->rank,
-				      c->data.shuffle, (uint64_t)c->data.seed,
-				      c->data.drop_remainder, e2)
-		       : sampler_init_eval(&sp->s, sp->ds.count, env->world_size, env->rank, e2);
+	int rv =
+	    train ? sampler_init(&sp->s, sp->ds.count, env->world_size, env->rank, c->data.shuffle,
+				 (uint64_t)c->data.seed, c->data.drop_remainder, e2)
+		  : sampler_init_eval(&sp->s, sp->ds.count, env->world_size, env->rank, e2);
 	if (rv < 0)
 		return failf(err, errlen, "data.%s: %s", what, e2);
 	sp->have_s = 1;
 	struct loader_opts lo = {
-		.batch_size = train ? c->data.batch_size : c->data.eval_batch_size,
-		.drop_remainder = train ? c->data.drop_remainder : false,
-		.workers = c->data.workers,
-		.prefetch = c->data.prefetch,
+	    .batch_size = train ? c->data.batch_size : c->data.eval_batch_size,
+	    .drop_remainder = train ? c->data.drop_remainder : false,
+	    .workers = c->data.workers,
+	    .prefetch = c->data.prefetch,
 	};
 	if (be->ops->host_alloc)
-		lo.alloc = (struct loader_alloc){.alloc = pinned_alloc, .free = pinned_free, .ctx = be};
+		lo.alloc =
+		    (struct loader_alloc){.alloc = pinned_alloc, .free = pinned_free, .ctx = be};
 	if (loader_create(&sp->l, &sp->ds, &sp->s, &sp->tf, &lo, e2) < 0)
 		return failf(err, errlen, "data.%s: %s", what, e2);
 	return 0;
@@ -160,8 +161,7 @@ struct stage {
 	int next, cur;
 };
 
-static int stage_open(struct stage *st, struct backend *be, size_t floats, char *err,
-		      size_t errlen)
+static int stage_open(struct stage *st, struct backend *be, size_t floats, char *err, size_t errlen)
 {
 	memset(st, 0, sizeof(*st));
 	st->be = be;
@@ -235,8 +235,8 @@ struct opt {
 
 /* [lo, hi) is the part of the flat buffers this rank updates: all of it, or with
  * parallel.enable_parallel_optimizer its equal contiguous share (ZeRO-1). */
-static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_model *m,
-			  size_t lo, size_t hi, char *err, size_t errlen)
+static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_model *m, size_t lo,
+			  size_t hi, char *err, size_t errlen)
 {
 	struct optim_params p;
 	enum optim_kind kind = c->optimizer.name == CFG_OPT_ADAMW  ? OPTIM_ADAMW
@@ -260,10 +260,10 @@ static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_
 		segs[i].decay = p.weight_decay != 0.0 &&
 				!(c->optimizer.no_decay_bn_bias && m->params[i].is_bn_or_bias);
 	}
-	int rv = lo == 0 && hi == m->param_total
-			 ? optim_init(o, &p, segs, m->nparams, m->param_total, err, errlen)
-			 : optim_init_shard(o, &p, segs, m->nparams, m->param_total, lo, hi, err,
-					    errlen);
+	int rv =
+	    lo == 0 && hi == m->param_total
+		? optim_init(o, &p, segs, m->nparams, m->param_total, err, errlen)
+		: optim_init_shard(o, &p, segs, m->nparams, m->param_total, lo, hi, err, errlen);
 	free(segs);
 	return rv;
 }
@@ -272,11 +272,14 @@ static int make_schedule(struct lr_schedule *s, const struct cfg *c, long steps_
 			 long total_steps, char *err, size_t errlen)
 {
 	const struct cfg_lr_schedule *l = &c->lr_schedule;
-	struct lr_schedule_params p = {.base_lr = c->optimizer.lr, .gamma = l->gamma,
-				       .min_lr = l->min_lr, .total_steps = total_steps};
-	static const enum lr_schedule_kind kinds[] = {
-		[CFG_LR_CONSTANT] = LR_SCHEDULE_CONSTANT, [CFG_LR_STEP] = LR_SCHEDULE_STEP,
-		[CFG_LR_MULTISTEP] = LR_SCHEDULE_MULTISTEP, [CFG_LR_COSINE] = LR_SCHEDULE_COSINE};
+	struct lr_schedule_params p = {.base_lr = c->optimizer.lr,
+				       .gamma = l->gamma,
+				       .min_lr = l->min_lr,
+				       .total_steps = total_steps};
+	static const enum lr_schedule_kind kinds[] = {[CFG_LR_CONSTANT] = LR_SCHEDULE_CONSTANT,
+						      [CFG_LR_STEP] = LR_SCHEDULE_STEP,
+						      [CFG_LR_MULTISTEP] = LR_SCHEDULE_MULTISTEP,
+						      [CFG_LR_COSINE] = LR_SCHEDULE_COSINE};
 	p.kind = kinds[l->name];
 	/* step_size and milestones count epochs or steps (lr_schedule.unit) */
 	p.steps_per_epoch = l->unit == CFG_LR_UNIT_STEP ? 1 : steps_per_epoch;
@@ -337,8 +340,8 @@ static int zero_step(struct opt *op, struct nn_model *m, struct comm *comm, doub
 		optim_prepare(o, m->weights, m->grads, norm, sums);
 	else if (optim_gpu_prepare(op->g, o, m->weights, m->grads, norm, sums, e2, sizeof(e2)) < 0)
 		goto fail;
-	if (ns > 0 && comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, e2,
-					   sizeof(e2)) < 0)
+	if (ns > 0 &&
+	    comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
 		goto fail;
 	if (!op->g)
 		optim_apply(o, m->weights, m->grads, lr, sums);
@@ -391,11 +394,12 @@ static int scaler_check(struct scaler *sc, struct nn_model *m, long step, FILE *
 			sc->skipped++;
 			sc->good = 0;
 			if (sc->scale / 2 < SCALE_MIN)
-				return failf(err, errlen,
-					     "step %ld: the gradients are not finite even at loss "
-					     "scale %g (%ld steps skipped): training diverged; lower "
-					     "optimizer.lr or check the data",
-					     step, sc->scale, sc->skipped);
+				return failf(
+				    err, errlen,
+				    "step %ld: the gradients are not finite even at loss "
+				    "scale %g (%ld steps skipped): training diverged; lower "
+				    "optimizer.lr or check the data",
+				    step, sc->scale, sc->skipped);
 			if (rank0)
 				fprintf(out,
 					"dptrain: step %ld: gradients overflowed at loss scale %g; "
@@ -405,8 +409,8 @@ static int scaler_check(struct scaler *sc, struct nn_model *m, long step, FILE *
 			return 0;
 		}
 	}
-	if (be->ops->axpby(be, (float)(1.0 / sc->scale), m->grads, 0.0f, m->grads,
-			   m->param_total) < 0)
+	if (be->ops->axpby(be, (float)(1.0 / sc->scale), m->grads, 0.0f, m->grads, m->param_total) <
+	    0)
 		return failf(err, errlen, "loss scaling at step %ld: %s", step, be->err);
 	if (sc->dynamic && ++sc->good >= sc->interval) {
 		sc->good = 0;
@@ -449,7 +453,7 @@ struct metrics {
 };
 
 static void metrics_line(struct metrics *mt, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
+    __attribute__((format(printf, 2, 3)));
 static void metrics_line(struct metrics *mt, const char *fmt, ...)
 {
 	if (!mt->f)
@@ -510,8 +514,8 @@ static int evaluate(struct nn_model *m, struct split *ev, struct stage *st, stru
 	return 0;
 }
 
-int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res,
-	      char *err, size_t errlen)
+int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res, char *err,
+	      size_t errlen)
 {
 	int rv = -1, have_model = 0, have_optim = 0;
 	struct ddp *ddp = NULL;
@@ -553,21 +557,22 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		 * device.kind cpu the config check has already warned) */
 		if (rank0 && c->device.kind != CFG_DEVICE_CPU &&
 		    (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
-			fprintf(stderr,
-				"dptrain: warning: precision.mode %s is a GPU mode; the CPU computes "
-				"in fp32 (loss scaling as precision.loss_scale says)\n",
-				c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16");
+			fprintf(
+			    stderr,
+			    "dptrain: warning: precision.mode %s is a GPU mode; the CPU computes "
+			    "in fp32 (loss scaling as precision.loss_scale says)\n",
+			    c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16");
 	}
 
 	struct nn_spec spec = {
-		.name = cfg_model_string(c->model.name),
-		.c = c->model.input_shape[0],
-		.h = c->model.input_shape[1],
-		.w = c->model.input_shape[2],
-		.classes = c->model.num_classes,
-		.stem = c->model.stem == CFG_STEM_IMAGENET ? "imagenet" : "small",
-		.hidden = c->model.hidden.n ? c->model.hidden.v : (const int[]){0}, /* [] */
-		.nhidden = c->model.hidden.n,
+	    .name = cfg_model_string(c->model.name),
+	    .c = c->model.input_shape[0],
+	    .h = c->model.input_shape[1],
+	    .w = c->model.input_shape[2],
+	    .classes = c->model.num_classes,
+	    .stem = c->model.stem == CFG_STEM_IMAGENET ? "imagenet" : "small",
+	    .hidden = c->model.hidden.n ? c->model.hidden.v : (const int[]){0}, /* [] */
+	    .nhidden = c->model.hidden.n,
 	};
 	if (nn_build(&m, be, &spec, err, errlen) < 0)
 		goto out;
@@ -594,11 +599,12 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		if (cap > quarter)
 			cap = quarter;
 		struct ddp_opts dop = {
-			.gradients_mean = p->gradients_mean,
-			.bucket_bytes = cap,
-			.first_bucket_bytes = cap < DDP_FIRST_BUCKET_BYTES ? cap : DDP_FIRST_BUCKET_BYTES,
-			.fusion_split = p->all_reduce_fusion_config.v,
-			.nfusion_split = p->all_reduce_fusion_config.n,
+		    .gradients_mean = p->gradients_mean,
+		    .bucket_bytes = cap,
+		    .first_bucket_bytes =
+			cap < DDP_FIRST_BUCKET_BYTES ? cap : DDP_FIRST_BUCKET_BYTES,
+		    .fusion_split = p->all_reduce_fusion_config.v,
+		    .nfusion_split = p->all_reduce_fusion_config.n,
 		};
 		if (ddp_create(&ddp, &m, env->comm, &dop, err, errlen) < 0)
 			goto out;
@@ -611,7 +617,7 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 		goto out;
 	size_t per_sample = (size_t)spec.c * (size_t)spec.h * (size_t)spec.w;
 	int max_batch = c->data.batch_size > c->data.eval_batch_size ? c->data.batch_size
-								    : c->data.eval_batch_size;
+								     : c->data.eval_batch_size;
 	if (stage_open(&st, be, (size_t)max_batch * per_sample, err, errlen) < 0)
 		goto out;
 
@@ -624,10 +630,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	long batches = (long)loader_batches(tr.l);
 	long spe = batches / accum;
 	if (spe < 1) {
-		failf(err, errlen,
-		      "parallel.grad_accumulation_step %d needs at least %d batches per epoch, rank "
-		      "%d has %ld; lower it or data.batch_size",
-		      accum, accum, env->rank, batches);
+		failf(
+		    err, errlen,
+		    "parallel.grad_accumulation_step %d needs at least %d batches per epoch, rank "
+		    "%d has %ld; lower it or data.batch_size",
+		    accum, accum, env->rank, batches);
 		goto out;
 	}
 	long total = c->train.epochs > 0 ? spe * c->train.epochs : c->train.max_steps;
@@ -664,11 +671,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	if (resumed && ddp && ddp_broadcast_params(ddp, err, errlen) < 0)
 		goto out;
 	struct scaler sc = {
-		.on = c->precision.dynamic_loss_scale || c->precision.loss_scale != 1.0,
-		.dynamic = c->precision.dynamic_loss_scale,
-		.scale = c->precision.dynamic_loss_scale ? c->precision.initial_loss_scale
-							 : c->precision.loss_scale,
-		.interval = c->precision.growth_interval > 0 ? c->precision.growth_interval : 2000,
+	    .on = c->precision.dynamic_loss_scale || c->precision.loss_scale != 1.0,
+	    .dynamic = c->precision.dynamic_loss_scale,
+	    .scale = c->precision.dynamic_loss_scale ? c->precision.initial_loss_scale
+						     : c->precision.loss_scale,
+	    .interval = c->precision.growth_interval > 0 ? c->precision.growth_interval : 2000,
 	};
 	if (resumed && sc.dynamic && pos.loss_scale > 0) { /* where it had got to */
 		sc.scale = pos.loss_scale;
@@ -696,25 +703,28 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 			be_cpu_describe(cpu, sizeof(cpu));
 			snprintf(bdesc, sizeof(bdesc), " (%s)", cpu);
 		}
-		fprintf(out,
-			"dptrain: %s, %zu parameters, %zu training samples (%ld steps/epoch of %d x "
-			"%d), %d epoch%s, %ld steps, backend %s%s\n",
-			m.name, nn_param_count(&m), tr.ds.count, spe, c->data.batch_size, accum,
-			epochs, epochs == 1 ? "" : "s", total, be->ops->name, bdesc);
+		fprintf(
+		    out,
+		    "dptrain: %s, %zu parameters, %zu training samples (%ld steps/epoch of %d x "
+		    "%d), %d epoch%s, %ld steps, backend %s%s\n",
+		    m.name, nn_param_count(&m), tr.ds.count, spe, c->data.batch_size, accum, epochs,
+		    epochs == 1 ? "" : "s", total, be->ops->name, bdesc);
 	}
 	if (ddp && rank0)
-		fprintf(out,
-			"dptrain: %d ranks, %s of %s on %s, %d gradient bucket%s, %d x %d samples per "
-			"step\n",
-			env->world_size, c->parallel.gradients_mean ? "average" : "sum",
-			"gradients", env->comm->ops->name, ddp_bucket_count(ddp),
-			ddp_bucket_count(ddp) == 1 ? "" : "s", env->world_size,
-			c->data.batch_size * accum);
+		fprintf(
+		    out,
+		    "dptrain: %d ranks, %s of %s on %s, %d gradient bucket%s, %d x %d samples per "
+		    "step\n",
+		    env->world_size, c->parallel.gradients_mean ? "average" : "sum", "gradients",
+		    env->comm->ops->name, ddp_bucket_count(ddp),
+		    ddp_bucket_count(ddp) == 1 ? "" : "s", env->world_size,
+		    c->data.batch_size * accum);
 	if (zero && rank0)
-		fprintf(out,
-			"dptrain: optimizer state sharded over %d ranks (ZeRO-1): rank 0 updates %zu "
-			"of %zu parameters\n",
-			env->world_size, zhi - zlo, m.param_total);
+		fprintf(
+		    out,
+		    "dptrain: optimizer state sharded over %d ranks (ZeRO-1): rank 0 updates %zu "
+		    "of %zu parameters\n",
+		    env->world_size, zhi - zlo, m.param_total);
 	metrics_line(&mt,
 		     "{\"event\":\"start\",\"model\":\"%s\",\"parameters\":%zu,\"world_size\":%d,"
 		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
@@ -781,17 +791,22 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					loader_release(tr.l, b);
 					failf(err, errlen,
 					      "loss is %s at epoch %d step %ld (global step %ld): "
-					      "training stopped; lower optimizer.lr, check the data, or "
+					      "training stopped; lower optimizer.lr, check the "
+					      "data, or "
 					      "start from other weights",
-					      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1, step + 1);
+					      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1,
+					      step + 1);
 					goto out;
 				}
-				if (ddp && micro == accum - 1) /* asked to stop: vote with the gradients */
+				if (ddp &&
+				    micro == accum - 1) /* asked to stop: vote with the gradients */
 					ddp_set_vote(ddp, env->stop && *env->stop ? 1.0f : 0.0f);
-				if ((ddp && ddp_begin_backward(ddp, micro == accum - 1, err, errlen) < 0) ||
+				if ((ddp && ddp_begin_backward(ddp, micro == accum - 1, err,
+							       errlen) < 0) ||
 				    nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
 				    stage_done(&st, err, errlen) < 0 ||
-				    (ddp && micro == accum - 1 && ddp_finish(ddp, err, errlen) < 0)) {
+				    (ddp && micro == accum - 1 &&
+				     ddp_finish(ddp, err, errlen) < 0)) {
 					loader_release(tr.l, b);
 					goto out;
 				}
@@ -839,22 +854,26 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				/* this rank's loss on its line; rank 0 also reports the mean over
 				 * the ranks, the loss of the global batch */
 				double gl[2] = {step_loss, loss_since_log / n_since_log};
-				if (env->comm && env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64,
-									   COMM_AVG, le,
-									   sizeof(le)) < 0) {
-					failf(err, errlen, "reducing the loss at step %ld: %s", step, le);
+				if (env->comm &&
+				    env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64, COMM_AVG,
+							      le, sizeof(le)) < 0) {
+					failf(err, errlen, "reducing the loss at step %ld: %s",
+					      step, le);
 					goto out;
 				}
 				if (env->comm && rank0)
-					fprintf(out,
-						"epoch: %d step: %ld, loss is %.6f, global loss %.6f, "
-						"lr %.6g, %.1f img/s\n",
-						epoch + 1, s + 1, step_loss, gl[0], lr,
-						ips * env->world_size);
+					fprintf(
+					    out,
+					    "epoch: %d step: %ld, loss is %.6f, global loss %.6f, "
+					    "lr %.6g, %.1f img/s\n",
+					    epoch + 1, s + 1, step_loss, gl[0], lr,
+					    ips * env->world_size);
 				else
 					fprintf(out,
-						"epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f img/s\n",
-						epoch + 1, s + 1, step_loss, lr, ips * env->world_size);
+						"epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f "
+						"img/s\n",
+						epoch + 1, s + 1, step_loss, lr,
+						ips * env->world_size);
 				fflush(out);
 				metrics_line(&mt,
 					     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
@@ -863,7 +882,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					     "\"comm_wait_ms\":%.4f,\"data_wait_ms\":%.4f,"
 					     "\"loss_scale\":%.9g}",
 					     epoch + 1, s + 1, step, gl[0], gl[1], step_loss, lr,
-					     ips * env->world_size, 1e3 * wait_since_log / n_since_log,
+					     ips * env->world_size,
+					     1e3 * wait_since_log / n_since_log,
 					     1e3 * data_since_log / n_since_log, step_scale);
 				tlog = t;
 				imgs_since_log = 0;
@@ -879,7 +899,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 				goto out;
 			int stop = votes > 0;
 			int epoch_end = s + 1 == s0 + nsteps || step == total;
-			if (stop || (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
+			if (stop ||
+			    (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
 				struct train_pos at = position(&tr.s, step, epoch, s + 1 - s0,
 							       per_step, s + 1 == s0 + nsteps);
 				at.loss_scale = sc.scale;
@@ -919,17 +940,18 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 					epoch + 1, res->eval_accuracy, corr, cnt, res->eval_loss);
 				fflush(out);
 			}
-			metrics_line(&mt,
-				     "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
-				     "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
-				     epoch + 1, step, res->eval_accuracy, res->eval_loss, corr, cnt);
+			metrics_line(
+			    &mt,
+			    "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
+			    "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
+			    epoch + 1, step, res->eval_accuracy, res->eval_loss, corr, cnt);
 		}
 		/* at the end of the epoch, or of training (max_steps may end it mid-epoch) */
 		int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
 			   (cc->every_steps > 0 && step % cc->every_steps == 0) || last;
 		if (save && ck.last_saved != step) {
-			struct train_pos at = position(&tr.s, step, epoch, s - s0, per_step,
-						       s == s0 + nsteps);
+			struct train_pos at =
+			    position(&tr.s, step, epoch, s - s0, per_step, s == s0 + nsteps);
 			at.loss_scale = sc.scale;
 			at.scale_good = sc.good;
 			if (save_checkpoint(&ck, &opt, &at, err, errlen) < 0)
@@ -947,10 +969,11 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	if (rank0 && env->output_dir) {
 		char path[4096], meta[256];
 		snprintf(path, sizeof(path), "%s/model.safetensors", env->output_dir);
-		snprintf(meta, sizeof(meta),
-			 "{\"format\":\"pt\",\"model\":\"%s\",\"step\":\"%ld\",\"producer\":\"dptrain "
-			 "%s\"}",
-			 m.name, step, DPTRAIN_VERSION);
+		snprintf(
+		    meta, sizeof(meta),
+		    "{\"format\":\"pt\",\"model\":\"%s\",\"step\":\"%ld\",\"producer\":\"dptrain "
+		    "%s\"}",
+		    m.name, step, DPTRAIN_VERSION);
 		if (nn_save_weights(&m, path, meta, err, errlen) < 0)
 			goto out;
 	}

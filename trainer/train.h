@@ -32,13 +32,13 @@ struct train_result {
 	double eval_accuracy; /* -1 when never evaluated */
 	double eval_loss;
 	double seconds;
-	long resumed_at;   /* the step a checkpoint put us at, -1 when we started fresh */
-	int stopped;	   /* 1: stopped early on request, after writing a checkpoint */
+	long resumed_at;	  /* the step a checkpoint put us at, -1 when we started fresh */
+	int stopped;		  /* 1: stopped early on request, after writing a checkpoint */
 	size_t peak_device_bytes; /* GPU: the most device memory held at once; 0 on the CPU */
 };
 
 /* 0 on success; -1 with err naming what failed (a file, a key, a step) and what to do. */
-int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res,
-	      char *err, size_t errlen);
+int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res, char *err,
+	      size_t errlen);
 
 #endif

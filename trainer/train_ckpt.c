@@ -39,8 +39,8 @@ void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *outp
 	 * kind (its state buffers). World size, batch size, learning rate and epochs may
 	 * change. */
 	snprintf(k->fingerprint, sizeof(k->fingerprint),
-		 "%s %dx%dx%d->%d, %zu parameters, optimizer %s", m->name, m->in_c, m->in_h, m->in_w,
-		 m->classes, nn_param_count(m), optim_kind_name(o->p.kind));
+		 "%s %dx%dx%d->%d, %zu parameters, optimizer %s", m->name, m->in_c, m->in_h,
+		 m->in_w, m->classes, nn_param_count(m), optim_kind_name(o->p.kind));
 }
 
 /* crc32 of the parameter names and shapes: two models with the same count but another
@@ -84,8 +84,12 @@ static int write_optim(void *ctx, const char *path, char *err, size_t errlen)
 	int64_t shape[1] = {(int64_t)f->total};
 	char meta[256];
 	for (int i = 0; i < f->n; i++)
-		e[i] = (struct st_entry){.name = f->name[i], .dtype = "F32", .ndim = 1, .shape = shape,
-					 .data = f->data[i], .nbytes = f->total * sizeof(float)};
+		e[i] = (struct st_entry){.name = f->name[i],
+					 .dtype = "F32",
+					 .ndim = 1,
+					 .shape = shape,
+					 .data = f->data[i],
+					 .nbytes = f->total * sizeof(float)};
 	snprintf(meta, sizeof(meta), "{\"optimizer\":\"%s\",\"step\":\"%ld\"}", f->kind, f->step);
 	return st_write_atomic(path, e, f->n, meta, err, errlen);
 }
@@ -163,8 +167,8 @@ int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err
 	free_optim(&f);
 	rv = share_status(k, rv, msg, sizeof(msg), err, errlen);
 	if (rv < 0)
-		return failf(err, errlen, "writing checkpoint step-%ld in %s: %s", pos->step, k->root,
-			     msg);
+		return failf(err, errlen, "writing checkpoint step-%ld in %s: %s", pos->step,
+			     k->root, msg);
 	k->last_saved = pos->step;
 	return 0;
 }
@@ -205,9 +209,10 @@ static int state_check(void *ctx, const char *state_json, char *why, size_t whyl
 	    json_long(st, "world_size", &world) < 0 || json_long(st, "batch_size", &batch) < 0 ||
 	    !json_is_string(json_object_get(st, "config")) ||
 	    !json_is_string(json_object_get(st, "layout_crc32"))) {
-		snprintf(why, whylen,
-			 "lacks one of step, epoch, offset, optimizer_step, world_size, batch_size, "
-			 "config, layout_crc32");
+		snprintf(
+		    why, whylen,
+		    "lacks one of step, epoch, offset, optimizer_step, world_size, batch_size, "
+		    "config, layout_crc32");
 		goto out;
 	}
 	if (json_long(st, "grad_accumulation_step", &accum) < 0)
@@ -219,21 +224,23 @@ static int state_check(void *ctx, const char *state_json, char *why, size_t whyl
 	json_t *ls = json_object_get(st, "loss_scale");
 	if (world < 1 || world > (1L << 24) || batch < 1 || batch > (1L << 30) || accum < 1 ||
 	    accum > (1L << 20))
-		snprintf(why, whylen, "world_size %ld, batch_size %ld, grad_accumulation_step %ld: "
-			 "not a job's", world, batch, accum);
+		snprintf(why, whylen,
+			 "world_size %ld, batch_size %ld, grad_accumulation_step %ld: "
+			 "not a job's",
+			 world, batch, accum);
 	else if (offset < 0 || offset > seq)
 		snprintf(why, whylen,
-			 "offset %ld is not within an epoch of %ld samples (+%ld of padding)", offset,
-			 n, world);
+			 "offset %ld is not within an epoch of %ld samples (+%ld of padding)",
+			 offset, n, world);
 	else if (epoch < 0 || epoch > step || epoch > INT32_MAX)
 		snprintf(why, whylen, "epoch %ld with step %ld: every finished epoch takes a step",
 			 epoch, step);
 	else if (step < 0 || step > (epoch + 1) * seq)
-		snprintf(why, whylen,
-			 "step %ld cannot be reached in %ld epochs of %ld samples", step, epoch + 1,
-			 n);
+		snprintf(why, whylen, "step %ld cannot be reached in %ld epochs of %ld samples",
+			 step, epoch + 1, n);
 	else if (ostep < 0 || ostep > step)
-		snprintf(why, whylen, "optimizer_step %ld is not within 0..step (%ld)", ostep, step);
+		snprintf(why, whylen, "optimizer_step %ld is not within 0..step (%ld)", ostep,
+			 step);
 	else if (ls && !json_is_number(ls))
 		snprintf(why, whylen, "loss_scale is not a number");
 	else if (ls && (!isfinite(json_number_value(ls)) || json_number_value(ls) <= 0))
@@ -259,7 +266,8 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 		if (ckpt_open(&ck, cc->resume_path, e2, sizeof(e2)) < 0 ||
 		    state_check(k, ck.state_json, e2, sizeof(e2)) < 0) {
 			snprintf(h->msg, sizeof(h->msg),
-				 "checkpoint.resume %.600s: %.1200s; give a valid checkpoint or \"auto\"",
+				 "checkpoint.resume %.600s: %.1200s; give a valid checkpoint or "
+				 "\"auto\"",
 				 cc->resume_path, e2);
 			ckpt_close(&ck);
 			return -1;
@@ -269,8 +277,8 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 					     sizeof(e2));
 		for (char *l = warn, *nl; *l; l = nl ? nl + 1 : l + strlen(l)) {
 			nl = strchr(l, '\n');
-			fprintf(stderr, "dptrain: warning: %.*s\n", nl ? (int)(nl - l) : (int)strlen(l),
-				l);
+			fprintf(stderr, "dptrain: warning: %.*s\n",
+				nl ? (int)(nl - l) : (int)strlen(l), l);
 		}
 		if (found < 0) {
 			snprintf(h->msg, sizeof(h->msg), "%s", e2);
@@ -289,13 +297,14 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 	if (!st || json_long(st, "step", &step) < 0 || json_long(st, "epoch", &epoch) < 0 ||
 	    json_long(st, "offset", &offset) < 0 || json_long(st, "optimizer_step", &ostep) < 0 ||
 	    !conf || !lay || step < 0 || epoch < 0 || offset < 0) {
-		snprintf(h->msg, sizeof(h->msg), "%.1500s: state.json lacks step/epoch/offset/config",
-			 ck.path);
+		snprintf(h->msg, sizeof(h->msg),
+			 "%.1500s: state.json lacks step/epoch/offset/config", ck.path);
 		goto out;
 	}
 	if (strcmp(conf, k->fingerprint) != 0 || strcmp(lay, ours) != 0) {
 		snprintf(h->msg, sizeof(h->msg),
-			 "%.800s was written for %.400s; this job trains %.400s: point checkpoint.dir elsewhere "
+			 "%.800s was written for %.400s; this job trains %.400s: point "
+			 "checkpoint.dir elsewhere "
 			 "or set checkpoint.resume to \"never\"",
 			 ck.path, conf, k->fingerprint);
 		goto out;
@@ -380,10 +389,10 @@ int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, s
 			else
 				memcpy(full, st_data(&of, t), total * sizeof(float));
 		}
-		if (k->comm && (k->comm->ops->broadcast(k->comm, &bad, sizeof(bad), 0, e2,
-							sizeof(e2)) < 0 ||
-				k->comm->ops->broadcast(k->comm, full, total * sizeof(float), 0, e2,
-							sizeof(e2)) < 0)) {
+		if (k->comm &&
+		    (k->comm->ops->broadcast(k->comm, &bad, sizeof(bad), 0, e2, sizeof(e2)) < 0 ||
+		     k->comm->ops->broadcast(k->comm, full, total * sizeof(float), 0, e2,
+					     sizeof(e2)) < 0)) {
 			failf(err, errlen, "resuming: %s", e2);
 			goto out;
 		}

@@ -21,7 +21,7 @@ struct train_ckpt {
 	int rank, world_size;
 	char root[4096]; /* the checkpoint directory */
 	char fingerprint[512];
-	long last_saved; /* step of the last checkpoint written, -1 */
+	long last_saved;      /* step of the last checkpoint written, -1 */
 	size_t train_samples; /* in an epoch: what a resumed position is checked against */
 };
 

@@ -30,18 +30,23 @@ int main(int argc, char **argv)
 	const char *path = argc > 2 ? argv[2] : "/tmp/dptrain-ranktable-bench.json";
 	char err[RT_ERR_MAX];
 	struct rt_alloc_rank *r = calloc((size_t)world, sizeof(*r));
-	char (*hosts)[32] = calloc((size_t)world, 32), (*addrs)[32] = calloc((size_t)world, 32);
+	char(*hosts)[32] = calloc((size_t)world, 32), (*addrs)[32] = calloc((size_t)world, 32);
 	double t[4][ROUNDS];
 	if (!r || !hosts || !addrs || world < 1)
 		return 1;
 	for (int i = 0; i < world; i++) {
 		int node = i / per_node;
 		snprintf(hosts[i], 32, "gpu%04d", node);
-		snprintf(addrs[i], 32, "10.%d.%d.%d", node >> 16 & 255, node >> 8 & 255, node & 255);
+		snprintf(addrs[i], 32, "10.%d.%d.%d", node >> 16 & 255, node >> 8 & 255,
+			 node & 255);
 		r[i] = (struct rt_alloc_rank){hosts[i], addrs[i], node, i % per_node, i % per_node};
 	}
-	struct rt_alloc a = {.world_size = world, .master_addr = addrs[0], .master_port = 29500,
-			     .job_id = "4242", .step_id = "0", .ranks = r};
+	struct rt_alloc a = {.world_size = world,
+			     .master_addr = addrs[0],
+			     .master_port = 29500,
+			     .job_id = "4242",
+			     .step_id = "0",
+			     .ranks = r};
 	for (int k = 0; k < ROUNDS; k++) {
 		struct ranktable rt, back;
 		double t0 = now();

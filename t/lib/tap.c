@@ -9,7 +9,7 @@
 #include <string.h>
 
 static struct {
-	int planned;  /* -1: no plan yet */
+	int planned; /* -1: no plan yet */
 	int run;
 	int failed;
 } tap = {-1, 0, 0};

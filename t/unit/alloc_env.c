@@ -334,8 +334,7 @@ static void test_slurm_layouts(void)
 	   "block layout of 3,2");
 	same = node_of[0] == 0 && node_of[2] == 0 && node_of[3] == 1 && local_of[4] == 1;
 	ok(same, "block: 0-2 on node 0, 3-4 on node 1");
-	ok(rt_slurm_layout("cyclic:block", 2, counts, 5, node_of, local_of, err, sizeof(err)) ==
-	       0,
+	ok(rt_slurm_layout("cyclic:block", 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0,
 	   "cyclic:block (only the node level counts)");
 	ok(node_of[0] == 0 && node_of[1] == 1 && node_of[4] == 0 && local_of[4] == 2,
 	   "cyclic over 3,2: 0,2,4 on node 0");

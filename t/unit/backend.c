@@ -191,15 +191,18 @@ static void test_bn_fused(struct pair *p, struct be_bn_desc d, const float *x, c
 	for (int i = 0; i < 2; i++) {
 		struct backend *be = p->be[i];
 		struct be_op *op = be->ops->bn_create(be, &plain);
-		float *t = chk_alloc(nx), *u = chk_alloc(nx), *m = chk_alloc(nx), *dx2 = chk_alloc(nx);
+		float *t = chk_alloc(nx), *u = chk_alloc(nx), *m = chk_alloc(nx),
+		      *dx2 = chk_alloc(nx);
 		float *dz2 = chk_alloc(nx), *sm = chk_alloc(nc), *si = chk_alloc(nc);
-		float *rm = chk_alloc(nc), *rv = chk_alloc(nc), *dg = chk_alloc(nc), *db = chk_alloc(nc);
+		float *rm = chk_alloc(nc), *rv = chk_alloc(nc), *dg = chk_alloc(nc),
+		      *db = chk_alloc(nc);
 		int rc = -1;
 
 		be->ops->fill(be, rm, 0.0f, nc);
 		be->ops->fill(be, rv, 1.0f, nc);
 		chk_poison(dx2, nx), chk_poison(dz2, nx);
-		if (op && be->ops->bn_fwd_train(be, op, x, NULL, g, bt, t, sm, si, rm, rv, 0.1f) == 0 &&
+		if (op &&
+		    be->ops->bn_fwd_train(be, op, x, NULL, g, bt, t, sm, si, rm, rv, 0.1f) == 0 &&
 		    be->ops->add(be, t, z, u, nx) == 0 &&
 		    (!d.fuse_relu || be->ops->relu_fwd(be, u, u, nx) == 0) &&
 		    (d.fuse_relu ? be->ops->relu_bwd(be, u, dy, m, nx, 0.0f)
@@ -644,7 +647,8 @@ static void test_errors(struct backend *be)
 	if (ok(op != NULL, "%s bn_create with fuse_add", bn)) {
 		ok(be->ops->bn_fwd_infer(be, op, x, NULL, g, b, rm, rv, y) == -1,
 		   "%s bn_fwd_infer with fuse_add and no residual fails", bn);
-		like(be->err, "bn_fwd_infer(n=1 c=2 h=1 w=1 eps=1e-05 +add): the op adds a residual",
+		like(be->err,
+		     "bn_fwd_infer(n=1 c=2 h=1 w=1 eps=1e-05 +add): the op adds a residual",
 		     "%s: message names the op, shape and what is missing", bn);
 		be->ops->op_destroy(be, op);
 	} else {
@@ -698,11 +702,18 @@ static void run_suite(struct pair *p, int convs_only)
 	    {2, 512, 2, 2, 512, 3, 3, 1, 1, 0, 0, 0},
 	};
 	static const struct be_bn_desc bns[] = {
-	    {2, 3, 5, 7, 1e-5f, 0, 0},  {2, 3, 5, 7, 1e-5f, 1, 0},   {1, 16, 4, 4, 1e-5f, 1, 0},
-	    {8, 17, 3, 3, 1e-5f, 0, 0}, {4, 32, 8, 8, 1e-3f, 1, 0},  {3, 8, 1, 1, 1e-5f, 0, 0},
-	    {3, 64, 6, 5, 1e-5f, 0, 0}, {16, 24, 2, 2, 1e-5f, 1, 0},
+	    {2, 3, 5, 7, 1e-5f, 0, 0},
+	    {2, 3, 5, 7, 1e-5f, 1, 0},
+	    {1, 16, 4, 4, 1e-5f, 1, 0},
+	    {8, 17, 3, 3, 1e-5f, 0, 0},
+	    {4, 32, 8, 8, 1e-3f, 1, 0},
+	    {3, 8, 1, 1, 1e-5f, 0, 0},
+	    {3, 64, 6, 5, 1e-5f, 0, 0},
+	    {16, 24, 2, 2, 1e-5f, 1, 0},
 	    /* the residual join of a ResNet block, and an add without ReLU */
-	    {2, 3, 5, 7, 1e-5f, 1, 1}, {4, 32, 8, 8, 1e-5f, 1, 1}, {3, 8, 1, 1, 1e-5f, 0, 1},
+	    {2, 3, 5, 7, 1e-5f, 1, 1},
+	    {4, 32, 8, 8, 1e-5f, 1, 1},
+	    {3, 8, 1, 1, 1e-5f, 0, 1},
 	    {8, 17, 3, 3, 1e-5f, 1, 1},
 	};
 	static const struct be_pool_desc pools[] = {
@@ -717,11 +728,9 @@ static void run_suite(struct pair *p, int convs_only)
 	    {BE_POOL_AVG, 2, 3, 11, 11, 3, 3, 2, 1, 0, 0},
 	};
 	static const struct be_linear_desc lins[] = {
-	    {1, 7, 3, 1, 0, 0, 0},
-	    {5, 64, 10, 1, 0, 0, 0},
-	    {8, 33, 17, 0, 0, 0, 0},
-	    {16, 512, 100, 1, 0, 0, 0},
-	    {4, 256, 120, 1, 16, 4, 4}, /* lenet's fc1 after flattening 16x4x4 */
+	    {1, 7, 3, 1, 0, 0, 0},	{5, 64, 10, 1, 0, 0, 0},    {8, 33, 17, 0, 0, 0, 0},
+	    {16, 512, 100, 1, 0, 0, 0}, {4, 256, 120, 1, 16, 4, 4}, /* lenet's fc1 after flattening
+								       16x4x4 */
 	};
 
 	for (size_t i = 0; i < sizeof(convs) / sizeof(convs[0]); i++)

@@ -28,9 +28,9 @@ struct chk_rng {
 static inline uint64_t chk_seed(void)
 {
 	const char *env = getenv("DPTRAIN_TEST_SEED");
-	uint64_t seed = !env || !*env		    ? 20261126u
+	uint64_t seed = !env || !*env		   ? 20261126u
 			: strcmp(env, "time") == 0 ? (uint64_t)time(NULL)
-						    : strtoull(env, NULL, 0);
+						   : strtoull(env, NULL, 0);
 
 	diag("seed %llu (rerun with DPTRAIN_TEST_SEED=%llu)", (unsigned long long)seed,
 	     (unsigned long long)seed);

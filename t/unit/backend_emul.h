@@ -108,8 +108,7 @@ static inline int emul_rc(struct backend *be, int rc)
 
 /* Weight gradient as the GPU makes it: computed with beta 0, rounded to the 16-bit type, then
  * added to the float32 gradient (g = r + beta g). */
-static inline void emul_grad_in(struct backend *be, const float *r, float *g, size_t n,
-				float beta)
+static inline void emul_grad_in(struct backend *be, const float *r, float *g, size_t n, float beta)
 {
 	for (size_t i = 0; g && i < n; i++) {
 		float v = emul_from16(emul_of(be)->t, emul_to16(emul_of(be)->t, r[i]));
@@ -215,8 +214,9 @@ static struct be_op *emul_conv_create_noted(struct backend *be, struct be_conv_d
 {
 	struct be_op *op = emul_conv_create(be, d);
 	if (op)
-		emul_note(op, (size_t)d->n * d->c * d->h * d->w, (size_t)d->n * d->k * d->oh * d->ow,
-			  (size_t)d->k * d->c * d->kh * d->kw, d->has_bias ? (size_t)d->k : 0);
+		emul_note(op, (size_t)d->n * d->c * d->h * d->w,
+			  (size_t)d->n * d->k * d->oh * d->ow, (size_t)d->k * d->c * d->kh * d->kw,
+			  d->has_bias ? (size_t)d->k : 0);
 	return op;
 }
 static struct be_op *emul_bn_create_noted(struct backend *be, const struct be_bn_desc *d)
@@ -231,8 +231,8 @@ static struct be_op *emul_pool_create_noted(struct backend *be, struct be_pool_d
 {
 	struct be_op *op = emul_pool_create(be, d);
 	if (op)
-		emul_note(op, (size_t)d->n * d->c * d->h * d->w, (size_t)d->n * d->c * d->oh * d->ow,
-			  0, 0);
+		emul_note(op, (size_t)d->n * d->c * d->h * d->w,
+			  (size_t)d->n * d->c * d->oh * d->ow, 0, 0);
 	return op;
 }
 static struct be_op *emul_linear_create_noted(struct backend *be, const struct be_linear_desc *d)
@@ -257,8 +257,8 @@ static void emul_op_destroy_noted(struct backend *be, struct be_op *op)
  * runs on widened acts and weights rounded to the 16-bit type. */
 typedef int (*emul_wfwd_fn)(struct backend *, struct be_op *, const float *, const float *,
 			    const float *, float *);
-typedef int (*emul_wbwd_fn)(struct backend *, struct be_op *, const float *, const float *,
-			    float *, float);
+typedef int (*emul_wbwd_fn)(struct backend *, struct be_op *, const float *, const float *, float *,
+			    float);
 
 static int emul_wfwd(struct backend *be, struct be_op *op, const float *x, const float *w,
 		     const float *b, float *y, emul_wfwd_fn f)
@@ -287,8 +287,8 @@ static int emul_conv_fwd(struct backend *be, struct be_op *op, const float *x, c
 {
 	return emul_wfwd(be, op, x, w, b, y, EMUL_IN->ops->conv_fwd);
 }
-static int emul_conv_bwd_data(struct backend *be, struct be_op *op, const float *dy,
-			      const float *w, float *dx, float beta)
+static int emul_conv_bwd_data(struct backend *be, struct be_op *op, const float *dy, const float *w,
+			      float *dx, float beta)
 {
 	return emul_wbwd(be, op, dy, w, dx, beta, EMUL_IN->ops->conv_bwd_data);
 }
@@ -334,7 +334,8 @@ static int emul_bn_fwd_infer(struct backend *be, struct be_op *op, const float *
 	float *xf = emul_widen(be, x, emul_sizes[s].x), *zf = emul_widen(be, z, emul_sizes[s].x);
 	float *yf = malloc(emul_sizes[s].y * sizeof(float));
 	if (xf && (zf || !z) && yf &&
-	    (rc = emul_rc(be, EMUL_IN->ops->bn_fwd_infer(EMUL_IN, op, xf, zf, g, b, rm, rv, yf))) == 0)
+	    (rc = emul_rc(be, EMUL_IN->ops->bn_fwd_infer(EMUL_IN, op, xf, zf, g, b, rm, rv, yf))) ==
+		0)
 		emul_narrow(be, yf, y, emul_sizes[s].y);
 	free(xf), free(zf), free(yf);
 	return rc;
@@ -360,7 +361,8 @@ static int emul_bn_bwd(struct backend *be, struct be_op *op, const float *x, con
 static int emul_pool_fwd(struct backend *be, struct be_op *op, const float *x, float *y)
 {
 	int s = emul_find(op), rc = -1;
-	float *xf = emul_widen(be, x, emul_sizes[s].x), *yf = malloc(emul_sizes[s].y * sizeof(float));
+	float *xf = emul_widen(be, x, emul_sizes[s].x),
+	      *yf = malloc(emul_sizes[s].y * sizeof(float));
 	if (xf && yf && (rc = emul_rc(be, EMUL_IN->ops->pool_fwd(EMUL_IN, op, xf, yf))) == 0)
 		emul_narrow(be, yf, y, emul_sizes[s].y);
 	free(xf), free(yf);
@@ -371,7 +373,8 @@ static int emul_pool_bwd(struct backend *be, struct be_op *op, const float *x, c
 {
 	int s = emul_find(op), rc = -1;
 	size_t nx = emul_sizes[s].x, ny = emul_sizes[s].y;
-	float *xf = emul_widen(be, x, nx), *yf = emul_widen(be, y, ny), *dyf = emul_widen(be, dy, ny);
+	float *xf = emul_widen(be, x, nx), *yf = emul_widen(be, y, ny),
+	      *dyf = emul_widen(be, dy, ny);
 	float *dxf = emul_out(be, dx, nx, beta);
 	if (xf && yf && dyf && dxf &&
 	    (rc = emul_rc(be, EMUL_IN->ops->pool_bwd(EMUL_IN, op, xf, yf, dyf, dxf, beta))) == 0)
@@ -396,9 +399,9 @@ static int emul_linear_bwd_weights(struct backend *be, struct be_op *op, const f
 {
 	int s = emul_find(op), rc;
 	float *xf = emul_widen(be, x, emul_sizes[s].x), *dyf = emul_widen(be, dy, emul_sizes[s].y);
-	rc = xf && dyf ? emul_rc(be, EMUL_IN->ops->linear_bwd_weights(EMUL_IN, op, xf, dyf, dw, db,
-								      beta))
-		       : -1;
+	rc = xf && dyf
+		 ? emul_rc(be, EMUL_IN->ops->linear_bwd_weights(EMUL_IN, op, xf, dyf, dw, db, beta))
+		 : -1;
 	free(xf), free(dyf);
 	return rc;
 }
@@ -417,8 +420,9 @@ static int emul_relu_bwd(struct backend *be, const float *y, const float *dy, fl
 {
 	float *yf = emul_widen(be, y, n), *dyf = emul_widen(be, dy, n);
 	float *dxf = emul_out(be, dx, n, beta);
-	int rc = yf && dyf && dxf ? emul_rc(be, EMUL_IN->ops->relu_bwd(EMUL_IN, yf, dyf, dxf, n, beta))
-				  : -1;
+	int rc = yf && dyf && dxf
+		     ? emul_rc(be, EMUL_IN->ops->relu_bwd(EMUL_IN, yf, dyf, dxf, n, beta))
+		     : -1;
 	if (rc == 0)
 		emul_narrow(be, dxf, dx, n);
 	free(yf), free(dyf), free(dxf);
@@ -435,7 +439,8 @@ static int emul_add(struct backend *be, const float *a, const float *b, float *y
 }
 static int emul_gap_fwd(struct backend *be, const float *x, float *y, int n, int c, int hw)
 {
-	float *xf = emul_widen(be, x, (size_t)n * c * hw), *yf = malloc((size_t)n * c * sizeof(float));
+	float *xf = emul_widen(be, x, (size_t)n * c * hw),
+	      *yf = malloc((size_t)n * c * sizeof(float));
 	int rc = xf && yf ? emul_rc(be, EMUL_IN->ops->gap_fwd(EMUL_IN, xf, yf, n, c, hw)) : -1;
 	if (rc == 0)
 		emul_narrow(be, yf, y, (size_t)n * c);
@@ -448,8 +453,8 @@ static int emul_gap_bwd(struct backend *be, const float *dy, float *dx, int n, i
 	size_t nx = (size_t)n * c * hw;
 	float *dyf = emul_widen(be, dy, (size_t)n * c);
 	float *dxf = emul_out(be, dx, nx, beta);
-	int rc = dyf && dxf ? emul_rc(be, EMUL_IN->ops->gap_bwd(EMUL_IN, dyf, dxf, n, c, hw, beta))
-			    : -1;
+	int rc =
+	    dyf && dxf ? emul_rc(be, EMUL_IN->ops->gap_bwd(EMUL_IN, dyf, dxf, n, c, hw, beta)) : -1;
 	if (rc == 0)
 		emul_narrow(be, dxf, dx, nx);
 	free(dyf), free(dxf);

@@ -194,15 +194,18 @@ static void bn_case(struct backend *be, const struct golden *g, const char *c)
 	float *rm = chk_copy(rm0, nc), *rv = chk_copy(rv0, nc);
 	chk_poison(y, nx), chk_poison(ye, nx), chk_poison(dx, nx), chk_poison(sm, nc);
 	chk_poison(si, nc), chk_poison(dg, nc), chk_poison(db, nc);
-	if (check_rc(be, be->ops->bn_fwd_train(be, op, x, NULL, gm, bt, y, sm, si, rm, rv, momentum),
+	if (check_rc(be,
+		     be->ops->bn_fwd_train(be, op, x, NULL, gm, bt, y, sm, si, rm, rv, momentum),
 		     c)) {
 		close_to(be, c, "y", y, ty, nx);
 		close_to(be, c, "save_mean", sm, tsm, nc);
 		close_to(be, c, "save_invstd", si, tsi, nc);
 		close_to(be, c, "running_mean", rm, trm, nc);
 		close_to(be, c, "running_var", rv, trv, nc);
-		if (check_rc(be, be->ops->bn_bwd(be, op, x, y, dy, gm, sm, si, dx, NULL, 0.0f, dg, db, 0.0f),
-			     c)) {
+		if (check_rc(
+			be,
+			be->ops->bn_bwd(be, op, x, y, dy, gm, sm, si, dx, NULL, 0.0f, dg, db, 0.0f),
+			c)) {
 			close_to(be, c, "dx", dx, tdx, nx);
 			close_to(be, c, "dgamma", dg, tdg, nc);
 			close_to(be, c, "dbeta", db, tdb, nc);

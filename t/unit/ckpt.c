@@ -509,8 +509,8 @@ static void test_none_valid(void)
 	if (geteuid() != 0) {
 		snprintf(p, sizeof(p), "%s/unreadable", base);
 		mkdir(p, 0);
-		is_int(ckpt_find_latest(p, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)), -1,
-		       "an unreadable root is an error");
+		is_int(ckpt_find_latest(p, NULL, NULL, &c, warn, sizeof(warn), err, sizeof(err)),
+		       -1, "an unreadable root is an error");
 		like(err, "Permission denied", "... saying why: %s", err);
 		chmod(p, 0755);
 	} else {

@@ -1,5 +1,5 @@
-/* comm_nccl.c — unit tests for the NCCL engine (trainer/dist/comm_nccl.c): every operation on device
- * buffers, and again on host buffers (malloc'ed, pinned, on the stack, host on one side and
+/* comm_nccl.c — unit tests for the NCCL engine (trainer/dist/comm_nccl.c): every operation on
+ * device buffers, and again on host buffers (malloc'ed, pinned, on the stack, host on one side and
  * device on the other) which the engine stages, on 1 rank and, with 2 or more GPUs, between
  * forked ranks against a direct sum; an abort from another thread; two ranks on one GPU refused;
  * with 2 GPUs a rank that dies, stalls or aborts, named on the other. Skips with the reason
@@ -370,7 +370,7 @@ static void check_after(struct comm *c, struct report *rp)
 	if (ok) {
 		fill(h, N, COMM_F32, r, salt);
 		ok = cudaMemcpyAsync(d, h, N * sizeof(float), cudaMemcpyHostToDevice, side) ==
-			     cudaSuccess &&
+			 cudaSuccess &&
 		     cudaEventRecord(ev, side) == cudaSuccess &&
 		     c->ops->after(c, ev, err, sizeof(err)) == 0 &&
 		     c->ops->allreduce(c, d, N, COMM_F32, COMM_SUM, err, sizeof(err)) == 0 &&
@@ -380,8 +380,8 @@ static void check_after(struct comm *c, struct report *rp)
 		double want;
 		bad += !near_sum(back[i], COMM_F32, w, i, salt, 0, &want);
 	}
-	rep(rp, ok && bad == 0, "allreduce behind after(copy event) sums the copied data%s%s", ok ? "" : ": ",
-	    ok ? "" : err);
+	rep(rp, ok && bad == 0, "allreduce behind after(copy event) sums the copied data%s%s",
+	    ok ? "" : ": ", ok ? "" : err);
 	if (ev)
 		cudaEventDestroy(ev);
 	if (side)

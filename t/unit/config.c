@@ -923,7 +923,8 @@ static void test_models(void)
 	}
 	ok(n > 0, "config_models.def lists %d models", n);
 	is_int(parsed, n, "every model of config_models.def parses as model.name and prints back");
-	is_int(listed, n, "dptrain.json(5) lists every model of config_models.def under model.name");
+	is_int(listed, n,
+	       "dptrain.json(5) lists every model of config_models.def under model.name");
 	ok(cfg_model_string((enum cfg_model_name)n) == NULL && cfg_model_family(-1) == -1,
 	   "no model past the list");
 	is_int(cfg_model_arg(CFG_MODEL_RESNET50), 50, "a resnet's depth comes with it");

@@ -61,10 +61,10 @@ static void rec_abort(struct comm *c, const char *reason)
 }
 
 static const struct comm_ops rec_ops = {
-	.name = "recording",
-	.allreduce = rec_allreduce,
-	.broadcast = rec_broadcast,
-	.abort = rec_abort,
+    .name = "recording",
+    .allreduce = rec_allreduce,
+    .broadcast = rec_broadcast,
+    .abort = rec_abort,
 };
 
 static struct backend *be;
@@ -82,7 +82,8 @@ static int build(struct nn_model *m, const char *name)
 {
 	char err[512];
 	struct nn_spec s = {.name = name, .c = 1, .h = 28, .w = 28, .classes = 10};
-	if (nn_build(m, be, &s, err, sizeof(err)) < 0 || nn_init_weights(m, 1, err, sizeof(err)) < 0 ||
+	if (nn_build(m, be, &s, err, sizeof(err)) < 0 ||
+	    nn_init_weights(m, 1, err, sizeof(err)) < 0 ||
 	    nn_reserve(m, 32, err, sizeof(err)) < 0) {
 		diag("%s", err);
 		return -1;
@@ -111,8 +112,9 @@ static void check_plan(struct ddp *d, struct nn_model *m, size_t first_cap, size
 		good &= on_boundary;
 		at = b->hi;
 	}
-	ok(good && at == m->param_total + 1, "%s: %d buckets tile the gradient buffer (and the "
-					      "vote after it) at parameter boundaries within their caps",
+	ok(good && at == m->param_total + 1,
+	   "%s: %d buckets tile the gradient buffer (and the "
+	   "vote after it) at parameter boundaries within their caps",
 	   what, nb);
 }
 
@@ -125,7 +127,8 @@ static void plans(void)
 	if (build(&m, "mlp") < 0)
 		return;
 	rc.base = m.grads;
-	struct ddp_opts o = {.gradients_mean = 1, .bucket_bytes = 25u << 20,
+	struct ddp_opts o = {.gradients_mean = 1,
+			     .bucket_bytes = 25u << 20,
 			     .first_bucket_bytes = DDP_FIRST_BUCKET_BYTES};
 	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create: %s", err);
 	/* mlp: fc3 (20 KB) fits the 1 MiB first bucket, fc2 (1 MiB) does not; fc2 + fc1 (1.6 MB)
@@ -147,8 +150,8 @@ static void plans(void)
 	o.nfusion_split = 2;
 	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create with fusion config");
 	ok(ddp_bucket_count(d) == 3 && ddp_bucket(d, 0)->last == 1 &&
-		   ddp_bucket(d, 1)->first == 2 && ddp_bucket(d, 1)->last == 4 &&
-		   ddp_bucket(d, 2)->first == 5 && ddp_bucket(d, 2)->last == m.nparams - 1,
+	       ddp_bucket(d, 1)->first == 2 && ddp_bucket(d, 1)->last == 4 &&
+	       ddp_bucket(d, 2)->first == 5 && ddp_bucket(d, 2)->last == m.nparams - 1,
 	   "all_reduce_fusion_config [2, 5]: parameters 0-1, 2-4, 5-%d", m.nparams - 1);
 	ddp_destroy(d);
 
@@ -221,8 +224,8 @@ static void reduction(void)
 	nn_backward(&m, N, 0, err, sizeof(err));
 	memcpy(plain, m.grads, sizeof(float) * m.param_total);
 
-	struct ddp_opts o = {.gradients_mean = 0, .bucket_bytes = 16 << 10,
-			     .first_bucket_bytes = 4 << 10};
+	struct ddp_opts o = {
+	    .gradients_mean = 0, .bucket_bytes = 16 << 10, .first_bucket_bytes = 4 << 10};
 	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create");
 	int nb = ddp_bucket_count(d);
 	int calls = step(&m, d, &rc, 1, 0, x, y, N);
@@ -288,8 +291,8 @@ static void reduction(void)
 	int c2 = step(&m, d, &rc, 0, 1, x, y, N);
 	int c3 = step(&m, d, &rc, 1, 1, x, y, N);
 	ok(c1 == 0 && c2 == 0 && c3 == nb,
-	   "3 accumulation micro-steps: no allreduce, no allreduce, then %d (got %d %d %d)", nb,
-	   c1, c2, c3);
+	   "3 accumulation micro-steps: no allreduce, no allreduce, then %d (got %d %d %d)", nb, c1,
+	   c2, c3);
 	same = 1;
 	for (size_t i = 0; i < m.param_total; i++)
 		same &= fabsf(m.grads[i] - 6 * plain[i]) <= 1e-5f * (1 + fabsf(6 * plain[i]));

@@ -136,7 +136,8 @@ static void test_lock(void)
 	snprintf(env, sizeof(env), "%d", fd);
 	setenv("DPTRAIN_LOCK_FD", env, 1);
 	err[0] = '\0';
-	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 (launcher)", &fd2, err, sizeof(err)) == 0 &&
+	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 (launcher)", &fd2, err, sizeof(err)) ==
+		   0 &&
 	       fd2 >= 0 && fd2 != fd,
 	   "the holder's own lock, passed down: taken as one's own %s", err);
 	unsetenv("DPTRAIN_LOCK_FD");
@@ -237,7 +238,8 @@ static void test_atomic(void)
 	is_int(count_entries(dir), 1, "no temporary file left behind");
 	ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "mode 0644");
 	snprintf(path, sizeof(path), "%s/missing/f", dir);
-	ok(launch_write_atomic(path, "x", 1, 0644, err, sizeof(err)) == -1, "missing directory fails");
+	ok(launch_write_atomic(path, "x", 1, 0644, err, sizeof(err)) == -1,
+	   "missing directory fails");
 	like(err, "cannot create a temporary file next to", "... saying where");
 }
 

@@ -28,8 +28,8 @@
 #include "t/lib/tap.h"
 
 /* Errors are ||ours - exact|| / ||exact|| per tensor, exact = PyTorch in float64. */
-#define TOL_FWD  1e-4 /* logits, running stats */
-#define TOL_STEP 1e-4 /* gradients */
+#define TOL_FWD	   1e-4 /* logits, running stats */
+#define TOL_STEP   1e-4 /* gradients */
 #define TOL_UPDATE 1e-6 /* an optimizer step on the same float32 gradients */
 /* A ReLU input may land on the other side of 0 than float64's only if it is within this many
  * times the largest deviation PyTorch's float32 forward shows on that tensor. */
@@ -41,7 +41,8 @@ static const struct st_tensor *need(const struct st_file *f, const char *fmt, co
 	snprintf(key, sizeof(key), fmt, name);
 	const struct st_tensor *t = st_find(f, key);
 	if (!t)
-		bail_out("%s: no tensor %s (regenerate with t/reference/gen_model.py)", f->path, key);
+		bail_out("%s: no tensor %s (regenerate with t/reference/gen_model.py)", f->path,
+			 key);
 	return t;
 }
 
@@ -103,8 +104,7 @@ struct worst {
 	char name[128];
 };
 
-static void track(struct worst *w, const struct st_file *f, const char *key, double err,
-		  double tol)
+static void track(struct worst *w, const struct st_file *f, const char *key, double err, double tol)
 {
 	double lim = allowed(f, key, tol);
 	if (err / lim > w->ratio) {
@@ -159,9 +159,10 @@ static void check_update(struct nn_model *m, const struct st_file *f, const char
 	struct worst worst = {0};
 	for (int i = 0; i < m->nparams; i++) {
 		const struct nn_param *q = &m->params[i];
-		snprintf(key, sizeof(key), "delta_%s.%s", kind == OPTIM_SGD ? "sgd" : "adamw", q->name);
-		track(&worst, f, key, rel_err(w + q->offset, st_data(f, need(f, "%s", key)), q->count),
-		      TOL_UPDATE);
+		snprintf(key, sizeof(key), "delta_%s.%s", kind == OPTIM_SGD ? "sgd" : "adamw",
+			 q->name);
+		track(&worst, f, key,
+		      rel_err(w + q->offset, st_data(f, need(f, "%s", key)), q->count), TOL_UPDATE);
 	}
 	snprintf(what, sizeof(what), "%s: the update of one %s step, every tensor", file, tag);
 	report(&worst, what);
@@ -203,14 +204,16 @@ static struct flip *check_relus(const struct nn_model *m, const struct st_file *
 		if (!is_relu(nd))
 			continue;
 		if (call >= ncalls)
-			bail_out("%s: the model has more ReLUs than the reference's %d", file, ncalls);
+			bail_out("%s: the model has more ReLUs than the reference's %d", file,
+				 ncalls);
 		const struct nn_act *a = &m->acts[nd->out];
 		size_t cnt = (size_t)n * a->c * a->h * a->w;
 		snprintf(key, sizeof(key), "relu.%d", call);
 		const struct st_tensor *t = need(f, "%s", key);
 		if (numel(t) != cnt)
 			bail_out("%s: ReLU %d (%s) has %zu values, the reference's %zu: the models "
-				 "differ", file, call, nd->name, cnt, numel(t));
+				 "differ",
+				 file, call, nd->name, cnt, numel(t));
 		const float *x = st_data(f, t), *y = a->data;
 		float *want = malloc(cnt * sizeof(float));
 		for (size_t e = 0; e < cnt; e++) {
@@ -220,8 +223,10 @@ static struct flip *check_relus(const struct nn_model *m, const struct st_file *
 			float lim = (float)KINK_NOISE * noise[call];
 			if (fabsf(x[e]) > lim || y[e] > lim) {
 				if (bad++ < 5)
-					diag("%s ReLU %d (%s) element %zu: float64 input %.3g, dptrain's "
-					     "output %.3g; PyTorch's float32 deviates by at most %.3g "
+					diag("%s ReLU %d (%s) element %zu: float64 input %.3g, "
+					     "dptrain's "
+					     "output %.3g; PyTorch's float32 deviates by at most "
+					     "%.3g "
 					     "there: not a rounding difference",
 					     file, call, nd->name, e, x[e], y[e], noise[call]);
 				continue;
@@ -243,13 +248,17 @@ static struct flip *check_relus(const struct nn_model *m, const struct st_file *
 		bail_out("%s: the model has %d ReLUs, the reference %d", file, call, ncalls);
 	snprintf(what, sizeof(what), "%s [%s]: all %d ReLU outputs", file, bn, ncalls);
 	report(&wa, what);
-	ok(bad == 0, "%s [%s]: every ReLU takes float64's branch, or is within float32 rounding "
-		     "of 0 (%d such, %d not)", file, bn, *nflips, bad);
+	ok(bad == 0,
+	   "%s [%s]: every ReLU takes float64's branch, or is within float32 rounding "
+	   "of 0 (%d such, %d not)",
+	   file, bn, *nflips, bad);
 	for (int i = 0; i < *nflips; i++)
 		diag("%s [%s]: ReLU %d (%s) element %zu is a kink: float64 input %.3g, dptrain's "
-		     "output %.3g, PyTorch's float32 noise there %.3g; comparing with the exact step "
-		     "on dptrain's branch", file, bn, fl[i].call, m->nodes[fl[i].node].name,
-		     fl[i].elem, fl[i].exact, fl[i].ours, fl[i].noise);
+		     "output %.3g, PyTorch's float32 noise there %.3g; comparing with the exact "
+		     "step "
+		     "on dptrain's branch",
+		     file, bn, fl[i].call, m->nodes[fl[i].node].name, fl[i].elem, fl[i].exact,
+		     fl[i].ours, fl[i].noise);
 	return fl;
 }
 
@@ -259,8 +268,8 @@ static void generator(const char *outdir, const char *model, const char *flips)
 	const char *src = getenv("DPTRAIN_SRC_DIR");
 	char script[4096];
 	snprintf(script, sizeof(script), "%s/t/reference/gen_model.py", src ? src : ".");
-	const char *argv[] = {"/usr/bin/python3", script, outdir, model, flips ? "--flips" : NULL,
-			      flips, NULL};
+	const char *argv[] = {"/usr/bin/python3",	script, outdir, model,
+			      flips ? "--flips" : NULL, flips,	NULL};
 	note("generating the PyTorch reference: %s %s %s%s%s", script, outdir, model ? model : "",
 	     flips ? " --flips " : "", flips ? flips : "");
 	fflush(stdout);
@@ -295,8 +304,8 @@ static void open_flipped(struct st_file *g, const char *dir, const char *file,
 }
 
 /* updates: also check the optimizer steps (host code: the same whatever the backend). */
-static void check_model(struct backend *be, const char *dir, const char *file, int c, int h,
-			int w, const char *stem, int updates)
+static void check_model(struct backend *be, const char *dir, const char *file, int c, int h, int w,
+			const char *stem, int updates)
 {
 	char name[64];
 	snprintf(name, sizeof(name), "%.*s", (int)strcspn(file, "-"), file);
@@ -368,7 +377,8 @@ static void check_model(struct backend *be, const char *dir, const char *file, i
 			const struct nn_buffer *q = &m.bufs[i];
 			snprintf(key, sizeof(key), "after.%s", q->name);
 			track(&ws, &f, key,
-			      rel_err(m.state + q->offset, st_data(ex, need(ex, "%s", key)), q->count),
+			      rel_err(m.state + q->offset, st_data(ex, need(ex, "%s", key)),
+				      q->count),
 			      TOL_FWD);
 		}
 		snprintf(what, sizeof(what), "%s [%s]: BN running statistics after the step", file,

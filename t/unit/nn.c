@@ -31,13 +31,21 @@ static void param_counts(void)
 	static const struct {
 		const char *name;
 		size_t count;
-	} tv[] = {{"resnet18", 11689512},  {"resnet34", 21797672},  {"resnet50", 25557032},
-		  {"resnet101", 44549160}, {"resnet152", 60192808}};
+	} tv[] = {{"resnet18", 11689512},
+		  {"resnet34", 21797672},
+		  {"resnet50", 25557032},
+		  {"resnet101", 44549160},
+		  {"resnet152", 60192808}};
 	for (size_t i = 0; i < sizeof(tv) / sizeof(tv[0]); i++) {
 		struct nn_model m;
-		struct nn_spec s = {.name = tv[i].name, .c = 3, .h = 224, .w = 224, .classes = 1000,
+		struct nn_spec s = {.name = tv[i].name,
+				    .c = 3,
+				    .h = 224,
+				    .w = 224,
+				    .classes = 1000,
 				    .stem = "imagenet"};
-		if (!ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build %s: %s", tv[i].name, err))
+		if (!ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build %s: %s", tv[i].name,
+			err))
 			continue;
 		is_int((long long)nn_param_count(&m), (long long)tv[i].count,
 		       "%s (imagenet stem) has torchvision's parameter count", tv[i].name);
@@ -49,7 +57,7 @@ static void param_counts(void)
 	is_int((long long)nn_param_count(&m), 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10,
 	       "mlp 784-512-512-10 parameter count");
 	ok(m.params[m.nparams - 1].offset == 0 &&
-		   strcmp(m.params[m.nparams - 1].name, "fc3.bias") == 0,
+	       strcmp(m.params[m.nparams - 1].name, "fc3.bias") == 0,
 	   "last layer's bias is first in the flat buffer (reverse execution order)");
 	nn_free(&m);
 	/* regression: an empty model.hidden built the default 512-512 instead */
@@ -65,11 +73,12 @@ static void param_counts(void)
 	is_int((long long)nn_param_count(&m), 156 + 2416 + 48120 + 10164 + 850,
 	       "lenet parameter count (28x28 input, padded first conv)");
 	nn_free(&m);
-	s = (struct nn_spec){.name = "resnet50", .c = 3, .h = 32, .w = 32, .classes = 10,
-			     .stem = "small"};
+	s = (struct nn_spec){
+	    .name = "resnet50", .c = 3, .h = 32, .w = 32, .classes = 10, .stem = "small"};
 	ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build resnet50 small");
-	ok(nn_find_param(&m, "layer1.0.downsample.0.weight") && nn_find_param(&m, "layer4.2.bn3.bias") &&
-		   nn_find_param(&m, "conv1.weight")->shape[2] == 3,
+	ok(nn_find_param(&m, "layer1.0.downsample.0.weight") &&
+	       nn_find_param(&m, "layer4.2.bn3.bias") &&
+	       nn_find_param(&m, "conv1.weight")->shape[2] == 3,
 	   "resnet50 small: torchvision names, 3x3 stem");
 	nn_free(&m);
 	s.name = "resnet7";
@@ -96,13 +105,19 @@ static double loss_of(struct nn_model *m, const float *x, const int32_t *y, int 
 }
 
 /* Central differences on a sample of parameters vs nn_backward. */
-static void gradcheck(const char *name, int c, int h, int w, int classes, int n,
-		      const char *stem, const int *hidden, int nhidden)
+static void gradcheck(const char *name, int c, int h, int w, int classes, int n, const char *stem,
+		      const int *hidden, int nhidden)
 {
 	char err[512] = "";
 	struct nn_model m;
-	struct nn_spec s = {.name = name, .c = c, .h = h, .w = w, .classes = classes,
-			    .stem = stem, .hidden = hidden, .nhidden = nhidden};
+	struct nn_spec s = {.name = name,
+			    .c = c,
+			    .h = h,
+			    .w = w,
+			    .classes = classes,
+			    .stem = stem,
+			    .hidden = hidden,
+			    .nhidden = nhidden};
 	if (!ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build %s: %s", name, err))
 		return;
 	nn_init_weights(&m, 7, err, sizeof(err));
@@ -137,7 +152,7 @@ static void gradcheck(const char *name, int c, int h, int w, int classes, int n,
 	int samples = m.nparams <= 20 ? 3 * m.nparams : 40;
 	for (int t = 0; t < samples; t++) {
 		const struct nn_param *p =
-			&m.params[m.nparams <= 20 ? t % m.nparams : (int)(urand() * m.nparams)];
+		    &m.params[m.nparams <= 20 ? t % m.nparams : (int)(urand() * m.nparams)];
 		{
 			size_t k = p->offset + (size_t)(urand() * (double)p->count);
 			float save = m.weights[k];
@@ -174,8 +189,8 @@ static void save_load(void)
 	int fd = mkstemp(path);
 	close(fd);
 	struct nn_model a, b;
-	struct nn_spec s = {.name = "resnet18", .c = 3, .h = 16, .w = 16, .classes = 5,
-			    .stem = "small"};
+	struct nn_spec s = {
+	    .name = "resnet18", .c = 3, .h = 16, .w = 16, .classes = 5, .stem = "small"};
 	nn_build(&a, be, &s, err, sizeof(err));
 	nn_build(&b, be, &s, err, sizeof(err));
 	nn_init_weights(&a, 1, err, sizeof(err));
@@ -187,8 +202,8 @@ static void save_load(void)
 	   "save weights: %s", err);
 	ok(nn_load_weights(&b, path, err, sizeof(err)) == 0, "load weights: %s", err);
 	ok(memcmp(a.weights, b.weights, a.param_total * sizeof(float)) == 0 &&
-		   memcmp(a.state, b.state, a.state_total * sizeof(float)) == 0 &&
-		   b.batches_tracked == 42,
+	       memcmp(a.state, b.state, a.state_total * sizeof(float)) == 0 &&
+	       b.batches_tracked == 42,
 	   "weights, running stats and num_batches_tracked round-trip exactly");
 
 	struct nn_model c;
@@ -196,13 +211,14 @@ static void save_load(void)
 	s2.classes = 7;
 	nn_build(&c, be, &s2, err, sizeof(err));
 	ok(nn_load_weights(&c, path, err, sizeof(err)) < 0 &&
-		   strstr(err, "tensor \"fc.weight\" has shape [5, 512], model resnet18 expects [7, 512]"),
+	       strstr(err,
+		      "tensor \"fc.weight\" has shape [5, 512], model resnet18 expects [7, 512]"),
 	   "a shape mismatch names the tensor and both shapes: %s", err);
 	nn_free(&c);
 	s2 = (struct nn_spec){.name = "lenet", .c = 1, .h = 28, .w = 28, .classes = 10};
 	nn_build(&c, be, &s2, err, sizeof(err));
 	ok(nn_load_weights(&c, path, err, sizeof(err)) < 0 &&
-		   strstr(err, "tensor \"conv1.weight\" has shape [64, 3, 3, 3], model lenet expects"),
+	       strstr(err, "tensor \"conv1.weight\" has shape [64, 3, 3, 3], model lenet expects"),
 	   "another model's file: %s", err);
 	nn_free(&c);
 
@@ -214,7 +230,7 @@ static void save_load(void)
 	ok(nn_load_weights(&b, path, err, sizeof(err)) < 0 && strstr(err, "outside the"),
 	   "a truncated file is refused: %s", err);
 	ok(truncate(path, 4) == 0 && nn_load_weights(&b, path, err, sizeof(err)) < 0 &&
-		   strstr(err, "truncated"),
+	       strstr(err, "truncated"),
 	   "a 4-byte file is refused: %s", err);
 	unlink(path);
 	ok(nn_load_weights(&b, path, err, sizeof(err)) < 0 && strstr(err, "No such file"),
@@ -266,10 +282,10 @@ static void fused_same_bits(const char *name, int batch, int hw)
 	   "%s [%s]: %d nodes fused, %d unfused (%d blocks fused)", name, bn, nodes[0], nodes[1],
 	   blocks);
 	/* the BN output and the add's (the ReLU ran in place on the latter) */
-	ok(acts[1] - acts[0] == blocks, "%s [%s]: %d activations allocated fused, %d unfused",
-	   name, bn, acts[0], acts[1]);
-	ok(memcmp(loss[0], loss[1], sizeof(loss[0])) == 0, "%s [%s]: same losses (%.9g %.9g)",
-	   name, bn, loss[0][0], loss[0][1]);
+	ok(acts[1] - acts[0] == blocks, "%s [%s]: %d activations allocated fused, %d unfused", name,
+	   bn, acts[0], acts[1]);
+	ok(memcmp(loss[0], loss[1], sizeof(loss[0])) == 0, "%s [%s]: same losses (%.9g %.9g)", name,
+	   bn, loss[0][0], loss[0][1]);
 	ok(memcmp(m[0].grads, m[1].grads, m[0].param_total * sizeof(float)) == 0,
 	   "%s [%s]: same accumulated gradients, bit for bit", name, bn);
 	ok(memcmp(m[0].state, m[1].state, m[0].state_total * sizeof(float)) == 0,

@@ -24,15 +24,16 @@ struct run {
 };
 
 /* Two steps (the second accumulating) of model `s` from seed 7 on backend be. */
-static int run_model(struct backend *be, const struct nn_spec *s, const float *x,
-		     const int32_t *y, int n, struct run *r)
+static int run_model(struct backend *be, const struct nn_spec *s, const float *x, const int32_t *y,
+		     int n, struct run *r)
 {
 	char err[512];
 	struct nn_model m;
 	float *logits, loss, first;
 	int correct;
 
-	if (nn_build(&m, be, s, err, sizeof(err)) < 0 || nn_init_weights(&m, 7, err, sizeof(err)) < 0)
+	if (nn_build(&m, be, s, err, sizeof(err)) < 0 ||
+	    nn_init_weights(&m, 7, err, sizeof(err)) < 0)
 		return diag("%s on %s: %s", s->name, be->ops->name, err), -1;
 	for (int step = 0; step < 2; step++) {
 		if (nn_forward(&m, x, n, &logits, err, sizeof(err)) < 0 ||
@@ -74,7 +75,8 @@ static void compare(const char *name, const struct nn_spec *s, enum be_dtype t, 
 	chk_random(&rng, x, nx, -1, 1);
 	for (int i = 0; i < n; i++)
 		y[i] = (int32_t)(chk_next(&rng) % (uint64_t)s->classes);
-	if (!ok(ref && h && run_model(ref, s, x, y, n, &a) == 0 && run_model(h, s, x, y, n, &b) == 0,
+	if (!ok(ref && h && run_model(ref, s, x, y, n, &a) == 0 &&
+		    run_model(h, s, x, y, n, &b) == 0,
 		"%s %s: two steps on float32 and on %s activations", name, tn, tn))
 		goto out;
 	nn_build(&probe, ref, s, err, sizeof(err));
@@ -89,8 +91,9 @@ static void compare(const char *name, const struct nn_spec *s, enum be_dtype t, 
 	double cos = dot / (sqrt(na * nb) + 1e-300), ratio = sqrt(nb / (na + 1e-300));
 	double e0 = fabs(b.loss[0] - a.loss[0]) / fabs(a.loss[0]);
 	double e1 = fabs(b.loss[1] - a.loss[1]) / fabs(a.loss[1]);
-	ok(e0 <= rtol && e1 <= rtol, "%s %s: losses %.6g %.6g vs float32 %.6g %.6g (rel %.2g, %.2g <= %g)",
-	   name, tn, b.loss[0], b.loss[1], a.loss[0], a.loss[1], e0, e1, rtol);
+	ok(e0 <= rtol && e1 <= rtol,
+	   "%s %s: losses %.6g %.6g vs float32 %.6g %.6g (rel %.2g, %.2g <= %g)", name, tn,
+	   b.loss[0], b.loss[1], a.loss[0], a.loss[1], e0, e1, rtol);
 	ok(cos >= min_cos && fabs(ratio - 1) <= 0.05,
 	   "%s %s: gradients: cosine %.5f (>= %g), norm ratio %.4f", name, tn, cos, min_cos, ratio);
 	ok(fabs(b.logits0 - a.logits0) <= 0.1 * (fabs(a.logits0) + 1),
@@ -126,7 +129,8 @@ static void learns(void)
 			y[i] = (int32_t)(chk_next(&rng) % 4);
 			for (int r = 0; r < 14; r++)
 				for (int c = 0; c < 14; c++)
-					x[i * px + (r + 14 * (y[i] / 2)) * 28 + c + 14 * (y[i] % 2)] += 1;
+					x[i * px + (r + 14 * (y[i] / 2)) * 28 + c +
+					  14 * (y[i] % 2)] += 1;
 		}
 		if (nn_forward(&m, x, n, &logits, err, sizeof(err)) < 0 ||
 		    nn_loss(&m, y, n, 0.0f, 1.0f, &loss, &correct, err, sizeof(err)) < 0 ||
@@ -151,11 +155,11 @@ out:
 int main(void)
 {
 	static const int hidden[2] = {24, 16};
-	struct nn_spec mlp = {.name = "mlp", .c = 1, .h = 6, .w = 6, .classes = 5, .hidden = hidden,
-			      .nhidden = 2};
+	struct nn_spec mlp = {
+	    .name = "mlp", .c = 1, .h = 6, .w = 6, .classes = 5, .hidden = hidden, .nhidden = 2};
 	struct nn_spec lenet = {.name = "lenet", .c = 1, .h = 28, .w = 28, .classes = 10};
-	struct nn_spec rn = {.name = "resnet18", .c = 3, .h = 16, .w = 16, .classes = 5,
-			     .stem = "small"};
+	struct nn_spec rn = {
+	    .name = "resnet18", .c = 3, .h = 16, .w = 16, .classes = 5, .stem = "small"};
 	struct nn_spec rn_unfused = rn;
 
 	rng.s = chk_seed();

@@ -1,6 +1,6 @@
-/* optim.c (test) — trainer/optim/optim.c against PyTorch: params and optimizer state after each of 5
- * steps of every case in t/reference/data/optim-*.json (made by t/reference/gen_optim.py).
- * Reads the golden files only; the sharding, resume and validation tests live elsewhere. */
+/* optim.c (test) — trainer/optim/optim.c against PyTorch: params and optimizer state after each of
+ * 5 steps of every case in t/reference/data/optim-*.json (made by t/reference/gen_optim.py). Reads
+ * the golden files only; the sharding, resume and validation tests live elsewhere. */
 #include "trainer/optim/optim.h"
 #include "t/lib/tap.h"
 

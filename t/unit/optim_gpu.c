@@ -1,6 +1,6 @@
-/* optim_gpu.c (test) — trainer/optim/optim_cuda.cu against trainer/optim/optim.c on fresh random data: SGD
- * (plain, weight decay, momentum, Nesterov, dampening), AdamW and LAMB (clipping, nvlamb) on the
- * whole buffer and on a ZeRO shard, with NaN padding that must stay untouched; bit-for-bit
+/* optim_gpu.c (test) — trainer/optim/optim_cuda.cu against trainer/optim/optim.c on fresh random
+ * data: SGD (plain, weight decay, momentum, Nesterov, dampening), AdamW and LAMB (clipping, nvlamb)
+ * on the whole buffer and on a ZeRO shard, with NaN padding that must stay untouched; bit-for-bit
  * repeats, the state's round trip through the host, and the protocol across two shards.
  * Skips where no GPU is visible. Owns nothing outside its process. */
 #include <math.h>

@@ -403,24 +403,15 @@ static void test_concurrent(void)
 	ok(bad > 0, "control: a non-atomic writer is caught by the same reader");
 }
 
-static const char *const env_names[] = {"SLURM_STEP_NODELIST",
-					"SLURM_JOB_NODELIST",
-					"SLURM_NODELIST",
-					"SLURM_STEP_TASKS_PER_NODE",
-					"SLURM_TASKS_PER_NODE",
-					"SLURM_STEP_NUM_TASKS",
-					"SLURM_NTASKS",
-					"SLURM_NPROCS",
-					"SLURM_JOB_ID",
-					"SLURM_JOBID",
-					"SLURM_STEP_ID",
-					"SLURM_STEPID",
-					"WORLD_SIZE",
-					"LOCAL_WORLD_SIZE",
-					"MASTER_ADDR",
-					"MASTER_PORT",
-					"SLURM_DISTRIBUTION",
-					NULL};
+static const char *const env_names[] = {"SLURM_STEP_NODELIST",	"SLURM_JOB_NODELIST",
+					"SLURM_NODELIST",	"SLURM_STEP_TASKS_PER_NODE",
+					"SLURM_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS",
+					"SLURM_NTASKS",		"SLURM_NPROCS",
+					"SLURM_JOB_ID",		"SLURM_JOBID",
+					"SLURM_STEP_ID",	"SLURM_STEPID",
+					"WORLD_SIZE",		"LOCAL_WORLD_SIZE",
+					"MASTER_ADDR",		"MASTER_PORT",
+					"SLURM_DISTRIBUTION",	NULL};
 
 static void clear_env(void)
 {
@@ -603,10 +594,13 @@ static void test_helpers(void)
 	char sec[33];
 	for (int i = 0; i < 16; i++) {
 		snprintf(sec, sizeof(sec), "%032x", i * 7919 + 1);
-		differ += rt_default_port("123456", "0", sec) != rt_default_port("123456", "0", NULL);
+		differ +=
+		    rt_default_port("123456", "0", sec) != rt_default_port("123456", "0", NULL);
 	}
-	ok(differ >= 14, "default port with a secret: not the one job and step alone give (%d of 16 "
-	   "secrets)", differ);
+	ok(differ >= 14,
+	   "default port with a secret: not the one job and step alone give (%d of 16 "
+	   "secrets)",
+	   differ);
 	int seen = 0;
 	for (int i = 0; i < 16; i++) {
 		snprintf(sec, sizeof(sec), "%032x", i * 7919 + 1);

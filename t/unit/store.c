@@ -1,7 +1,7 @@
-/* store.c — unit tests for the rendezvous store (trainer/store/store.c): set/get/add/barrier between
- * forked ranks on 127.0.0.1, the messages for a barrier timeout, a port in use, an unreachable
- * master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that never
- * arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort, a
+/* store.c — unit tests for the rendezvous store (trainer/store/store.c): set/get/add/barrier
+ * between forked ranks on 127.0.0.1, the messages for a barrier timeout, a port in use, an
+ * unreachable master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that
+ * never arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort, a
  * rank asked to stop during the rendezvous). The parent kills whatever is left.
  *
  * No check depends on how fast the machine is: what must happen before something else is made
@@ -579,8 +579,10 @@ int main(void)
 		     "a rank 1 with a wrong secret is refused");
 		like(out[1].msg, "refused rank 1: refused: not a rank of this job",
 		     "it is told it is not one of the job's ranks");
-		like(out[1].msg, "none|rendezvous: the store at", "a rank 1 with no secret is refused");
-		ok(!strstr(out[1].msg, "4711"), "a refused connection learns nothing of the job (its id)");
+		like(out[1].msg, "none|rendezvous: the store at",
+		     "a rank 1 with no secret is refused");
+		ok(!strstr(out[1].msg, "4711"),
+		   "a refused connection learns nothing of the job (its id)");
 		like(out[1].msg, "http|0 bytes back", "another protocol gets no answer at all");
 		note("%s", out[1].msg);
 		char text[4096] = "";
@@ -591,13 +593,15 @@ int main(void)
 			fclose(f);
 		unlink(log);
 		char want[128];
-		snprintf(want, sizeof(want),
-			 "dptrain: rendezvous: refused a connection to port %d from 127.0.0.1:", j.port);
+		snprintf(
+		    want, sizeof(want),
+		    "dptrain: rendezvous: refused a connection to port %d from 127.0.0.1:", j.port);
 		like(text, want, "rank 0 logs each refused connection, with where it came from");
 		like(text, "it said it was rank 1 on '", "the log says who it claimed to be");
 		like(text, "but gave a wrong secret", "the log: a wrong secret");
 		like(text, "but gave no secret", "the log: no secret");
-		like(text, "it does not speak the dptrain store's protocol", "the log: another protocol");
+		like(text, "it does not speak the dptrain store's protocol",
+		     "the log: another protocol");
 		ok(!strstr(text, SECRET), "the log does not hold the secret");
 		note("%s", text);
 	}
@@ -681,8 +685,10 @@ int main(void)
 		double took;
 		run(3, rank_stop, asked ? NULL : "rank 0", -1, out);
 		code = atoi(out[asked].msg);
-		ok(code == STORE_STOPPED, "a stop request to rank %d alone in the rendezvous: it "
-					 "stops (%s)", asked, out[asked].msg);
+		ok(code == STORE_STOPPED,
+		   "a stop request to rank %d alone in the rendezvous: it "
+		   "stops (%s)",
+		   asked, out[asked].msg);
 		like(out[asked].msg, "stopped on request while rank", "rank %d says why", asked);
 		code = atoi(out[other].msg);
 		took = atof(strchr(out[other].msg, '|') ? strchr(out[other].msg, '|') + 1 : "99");

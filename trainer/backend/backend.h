@@ -29,11 +29,11 @@ struct backend;
 struct be_op;
 
 struct be_conv_desc {
-	int n, c, h, w;	     /* input */
-	int k, kh, kw;	     /* output channels, kernel */
-	int stride, pad;     /* same in both dimensions; groups = 1, dilation = 1 */
+	int n, c, h, w;	 /* input */
+	int k, kh, kw;	 /* output channels, kernel */
+	int stride, pad; /* same in both dimensions; groups = 1, dilation = 1 */
 	int has_bias;
-	int oh, ow;	     /* filled by conv_create */
+	int oh, ow; /* filled by conv_create */
 };
 
 struct be_bn_desc {
@@ -186,8 +186,8 @@ struct backend {
 	const struct backend_ops *ops;
 	enum be_dtype act_dtype; /* element type of activations (see the top of this file) */
 	size_t act_size;	 /* its size in bytes */
-	int threads;	/* CPU threads (0 = library default) */
-	char err[512];	/* last error: names the op, shape and the library's message */
+	int threads;		 /* CPU threads (0 = library default) */
+	char err[512];		 /* last error: names the op, shape and the library's message */
 	void *priv;
 };
 
@@ -220,8 +220,7 @@ struct be_cuda_opts {
 
 /* The CUDA backend on GPU `device` (cuDNN, cuBLAS, own kernels), o NULL for the defaults (both
  * 0); NULL with err where this build or machine has none. */
-struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
-			       size_t errlen);
+struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err, size_t errlen);
 
 /* GPUs this process sees (after CUDA_VISIBLE_DEVICES): 0 with *err saying why where there is
  * none (no driver, no device, a build without CUDA), never negative. */

@@ -345,7 +345,6 @@ static int op_is(struct backend *be, const struct be_op *op, enum cpu_kind kind,
 /* ---------------------------------------------------------------------------------------
  * Convolution. */
 
-
 /* Whether oneDNN picked a reference (unoptimized, often 100x slower) implementation. */
 static int cpu_pd_is_ref(const_dnnl_primitive_desc_t pd)
 {
@@ -406,8 +405,8 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 		pd = NULL;
 		gemm = 0;
 		fx = xa, fw = wa, fy = ya;
-		DNNL_TRY(cpu_conv_fwd_pd, (&pd, ctx->eng, dnnl_forward_training, fx, fw, bias, fy,
-					   strides, pl, pr));
+		DNNL_TRY(cpu_conv_fwd_pd,
+			 (&pd, ctx->eng, dnnl_forward_training, fx, fw, bias, fy, strides, pl, pr));
 	}
 	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
@@ -555,8 +554,8 @@ static struct be_op *cpu_bn_create(struct backend *be, const struct be_bn_desc *
 	return op;
 }
 
-static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x,
-			    const float *z, const float *gamma, const float *beta_, float *y, float *save_mean,
+static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x, const float *z,
+			    const float *gamma, const float *beta_, float *y, float *save_mean,
 			    float *save_invstd, float *running_mean, float *running_var,
 			    float momentum)
 {
@@ -584,8 +583,8 @@ static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x
 	return 0;
 }
 
-static int cpu_bn_fwd_infer(struct backend *be, struct be_op *op, const float *x,
-			    const float *z, const float *gamma, const float *beta_, const float *running_mean,
+static int cpu_bn_fwd_infer(struct backend *be, struct be_op *op, const float *x, const float *z,
+			    const float *gamma, const float *beta_, const float *running_mean,
 			    const float *running_var, float *y)
 {
 	if (!op_is(be, op, CPU_BN, "bn_fwd_infer") ||
@@ -696,8 +695,9 @@ static struct be_op *cpu_pool_create(struct backend *be, struct be_pool_desc *d)
 	cpu_md y = md_plain(4, (int64_t[]){d->n, d->c, d->oh, d->ow}, dnnl_nchw);
 
 	/* Inference for max: no workspace to write, backward does not need one. */
-	DNNL_TRY(cpu_pool_fwd_pd, (&pd, ctx->eng, max ? dnnl_forward_inference : dnnl_forward_training,
-				   alg, x, y, strides, kernel, pl, pr));
+	DNNL_TRY(cpu_pool_fwd_pd,
+		 (&pd, ctx->eng, max ? dnnl_forward_inference : dnnl_forward_training, alg, x, y,
+		  strides, kernel, pl, pr));
 	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x}, {DNNL_ARG_DST, ARG_OUT, y}};
 	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, &fwd_pd, fwd, 2, fn) < 0)
 		goto out;

@@ -11,7 +11,7 @@
 
 #if DNNL_VERSION_MAJOR >= 3
 
-typedef dnnl_memory_desc_t cpu_md;	       /* a handle: cpu_md_destroy it */
+typedef dnnl_memory_desc_t cpu_md;	  /* a handle: cpu_md_destroy it */
 typedef const_dnnl_memory_desc_t cpu_cmd; /* one the library owns (queries) */
 
 static inline dnnl_status_t cpu_md_create(cpu_md *md, int ndims, const dnnl_dims_t dims,
@@ -56,15 +56,16 @@ static inline dnnl_status_t cpu_conv_bwd_data_pd(dnnl_primitive_desc_t *pd, dnnl
 						 const_dnnl_primitive_desc_t hint)
 {
 	return dnnl_convolution_backward_data_primitive_desc_create(
-	    pd, eng, dnnl_convolution_direct, diff_src, wei, diff_dst, strides, cpu_no_dilation,
-	    pl, pr, hint, NULL);
+	    pd, eng, dnnl_convolution_direct, diff_src, wei, diff_dst, strides, cpu_no_dilation, pl,
+	    pr, hint, NULL);
 }
 
-static inline dnnl_status_t
-cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, cpu_cmd src,
-			cpu_cmd diff_wei, cpu_cmd diff_bias, cpu_cmd diff_dst,
-			const dnnl_dims_t strides, const dnnl_dims_t pl, const dnnl_dims_t pr,
-			const_dnnl_primitive_desc_t hint)
+static inline dnnl_status_t cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
+						    cpu_cmd src, cpu_cmd diff_wei,
+						    cpu_cmd diff_bias, cpu_cmd diff_dst,
+						    const dnnl_dims_t strides, const dnnl_dims_t pl,
+						    const dnnl_dims_t pr,
+						    const_dnnl_primitive_desc_t hint)
 {
 	return dnnl_convolution_backward_weights_primitive_desc_create(
 	    pd, eng, dnnl_convolution_direct, src, diff_wei, diff_bias, diff_dst, strides,
@@ -72,8 +73,8 @@ cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, cpu_cmd sr
 }
 
 static inline dnnl_status_t cpu_pool_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-					    dnnl_prop_kind_t prop, dnnl_alg_kind_t alg,
-					    cpu_cmd src, cpu_cmd dst, const dnnl_dims_t strides,
+					    dnnl_prop_kind_t prop, dnnl_alg_kind_t alg, cpu_cmd src,
+					    cpu_cmd dst, const dnnl_dims_t strides,
 					    const dnnl_dims_t kernel, const dnnl_dims_t pl,
 					    const dnnl_dims_t pr)
 {
@@ -82,10 +83,10 @@ static inline dnnl_status_t cpu_pool_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engi
 }
 
 static inline dnnl_status_t cpu_pool_bwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-					    dnnl_alg_kind_t alg, cpu_cmd diff_src,
-					    cpu_cmd diff_dst, const dnnl_dims_t strides,
-					    const dnnl_dims_t kernel, const dnnl_dims_t pl,
-					    const dnnl_dims_t pr, const_dnnl_primitive_desc_t hint)
+					    dnnl_alg_kind_t alg, cpu_cmd diff_src, cpu_cmd diff_dst,
+					    const dnnl_dims_t strides, const dnnl_dims_t kernel,
+					    const dnnl_dims_t pl, const dnnl_dims_t pr,
+					    const_dnnl_primitive_desc_t hint)
 {
 	return dnnl_pooling_backward_primitive_desc_create(
 	    pd, eng, alg, diff_src, diff_dst, strides, kernel, cpu_no_dilation, pl, pr, hint, NULL);
@@ -108,8 +109,8 @@ static inline dnnl_status_t cpu_ip_bwd_data_pd(dnnl_primitive_desc_t *pd, dnnl_e
 }
 
 static inline dnnl_status_t cpu_ip_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-						  cpu_cmd src, cpu_cmd diff_wei,
-						  cpu_cmd diff_bias, cpu_cmd diff_dst,
+						  cpu_cmd src, cpu_cmd diff_wei, cpu_cmd diff_bias,
+						  cpu_cmd diff_dst,
 						  const_dnnl_primitive_desc_t hint)
 {
 	return dnnl_inner_product_backward_weights_primitive_desc_create(
@@ -174,17 +175,17 @@ static inline dnnl_status_t cpu_conv_bwd_data_pd(dnnl_primitive_desc_t *pd, dnnl
 						 const_dnnl_primitive_desc_t hint)
 {
 	dnnl_convolution_desc_t d;
-	return cpu_pd(dnnl_convolution_backward_data_desc_init(&d, dnnl_convolution_direct,
-							       diff_src, wei, diff_dst, strides,
-							       pl, pr),
+	return cpu_pd(dnnl_convolution_backward_data_desc_init(
+			  &d, dnnl_convolution_direct, diff_src, wei, diff_dst, strides, pl, pr),
 		      pd, &d, eng, hint);
 }
 
-static inline dnnl_status_t
-cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, cpu_cmd src,
-			cpu_cmd diff_wei, cpu_cmd diff_bias, cpu_cmd diff_dst,
-			const dnnl_dims_t strides, const dnnl_dims_t pl, const dnnl_dims_t pr,
-			const_dnnl_primitive_desc_t hint)
+static inline dnnl_status_t cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
+						    cpu_cmd src, cpu_cmd diff_wei,
+						    cpu_cmd diff_bias, cpu_cmd diff_dst,
+						    const dnnl_dims_t strides, const dnnl_dims_t pl,
+						    const dnnl_dims_t pr,
+						    const_dnnl_primitive_desc_t hint)
 {
 	dnnl_convolution_desc_t d;
 	return cpu_pd(dnnl_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct, src,
@@ -194,8 +195,8 @@ cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, cpu_cmd sr
 }
 
 static inline dnnl_status_t cpu_pool_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-					    dnnl_prop_kind_t prop, dnnl_alg_kind_t alg,
-					    cpu_cmd src, cpu_cmd dst, const dnnl_dims_t strides,
+					    dnnl_prop_kind_t prop, dnnl_alg_kind_t alg, cpu_cmd src,
+					    cpu_cmd dst, const dnnl_dims_t strides,
 					    const dnnl_dims_t kernel, const dnnl_dims_t pl,
 					    const dnnl_dims_t pr)
 {
@@ -206,15 +207,15 @@ static inline dnnl_status_t cpu_pool_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engi
 }
 
 static inline dnnl_status_t cpu_pool_bwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-					    dnnl_alg_kind_t alg, cpu_cmd diff_src,
-					    cpu_cmd diff_dst, const dnnl_dims_t strides,
-					    const dnnl_dims_t kernel, const dnnl_dims_t pl,
-					    const dnnl_dims_t pr, const_dnnl_primitive_desc_t hint)
+					    dnnl_alg_kind_t alg, cpu_cmd diff_src, cpu_cmd diff_dst,
+					    const dnnl_dims_t strides, const dnnl_dims_t kernel,
+					    const dnnl_dims_t pl, const dnnl_dims_t pr,
+					    const_dnnl_primitive_desc_t hint)
 {
 	dnnl_pooling_desc_t d;
-	return cpu_pd(dnnl_pooling_backward_desc_init(&d, alg, diff_src, diff_dst, strides,
-						      kernel, pl, pr),
-		      pd, &d, eng, hint);
+	return cpu_pd(
+	    dnnl_pooling_backward_desc_init(&d, alg, diff_src, diff_dst, strides, kernel, pl, pr),
+	    pd, &d, eng, hint);
 }
 
 static inline dnnl_status_t cpu_ip_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
@@ -236,14 +237,14 @@ static inline dnnl_status_t cpu_ip_bwd_data_pd(dnnl_primitive_desc_t *pd, dnnl_e
 }
 
 static inline dnnl_status_t cpu_ip_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-						  cpu_cmd src, cpu_cmd diff_wei,
-						  cpu_cmd diff_bias, cpu_cmd diff_dst,
+						  cpu_cmd src, cpu_cmd diff_wei, cpu_cmd diff_bias,
+						  cpu_cmd diff_dst,
 						  const_dnnl_primitive_desc_t hint)
 {
 	dnnl_inner_product_desc_t d;
-	return cpu_pd(dnnl_inner_product_backward_weights_desc_init(&d, src, diff_wei, diff_bias,
-								    diff_dst),
-		      pd, &d, eng, hint);
+	return cpu_pd(
+	    dnnl_inner_product_backward_weights_desc_init(&d, src, diff_wei, diff_bias, diff_dst),
+	    pd, &d, eng, hint);
 }
 
 #define CPU_ISA_NAMES_3

@@ -10,8 +10,7 @@
 
 #define NO_CUDA "this build has no CUDA backend (no toolkit at build time)"
 
-struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
-			       size_t errlen)
+struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err, size_t errlen)
 {
 	(void)device;
 	(void)o;

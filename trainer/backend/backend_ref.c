@@ -595,9 +595,9 @@ static void bn_channel_apply(const struct be_bn_desc *d, const float *x, const f
 }
 
 static void ref_bn_fwd_train(const struct be_bn_desc *d, const float *x, const float *z,
-			     const float *gamma,
-			     const float *beta_, float *y, float *save_mean, float *save_invstd,
-			     float *running_mean, float *running_var, float momentum, int par)
+			     const float *gamma, const float *beta_, float *y, float *save_mean,
+			     float *save_invstd, float *running_mean, float *running_var,
+			     float momentum, int par)
 {
 	double m = (double)d->n * d->h * d->w;
 
@@ -616,8 +616,7 @@ static void ref_bn_fwd_train(const struct be_bn_desc *d, const float *x, const f
 }
 
 static void ref_bn_fwd_infer(const struct be_bn_desc *d, const float *x, const float *z,
-			     const float *gamma,
-			     const float *beta_, const float *running_mean,
+			     const float *gamma, const float *beta_, const float *running_mean,
 			     const float *running_var, float *y, int par)
 {
 #pragma omp parallel for schedule(static) if (par)
@@ -800,14 +799,15 @@ static struct be_op *ref_bn_create(struct backend *be, const struct be_bn_desc *
 	return op;
 }
 
-static int ref_bn_fwd_train_op(struct backend *be, struct be_op *op, const float *x,
-			       const float *z, const float *gamma, const float *beta_, float *y, float *save_mean,
+static int ref_bn_fwd_train_op(struct backend *be, struct be_op *op, const float *x, const float *z,
+			       const float *gamma, const float *beta_, float *y, float *save_mean,
 			       float *save_invstd, float *running_mean, float *running_var,
 			       float momentum)
 {
 	char s[160];
 
-	if (!op_is(be, op, REF_BN, "bn_fwd_train") || be_bn_z_check(be, &op->d.bn, z, "bn_fwd_train") < 0)
+	if (!op_is(be, op, REF_BN, "bn_fwd_train") ||
+	    be_bn_z_check(be, &op->d.bn, z, "bn_fwd_train") < 0)
 		return -1;
 	if ((long long)op->d.bn.n * op->d.bn.h * op->d.bn.w < 2)
 		return be_errf(be,
@@ -818,11 +818,12 @@ static int ref_bn_fwd_train_op(struct backend *be, struct be_op *op, const float
 	return 0;
 }
 
-static int ref_bn_fwd_infer_op(struct backend *be, struct be_op *op, const float *x,
-			       const float *z, const float *gamma, const float *beta_, const float *running_mean,
+static int ref_bn_fwd_infer_op(struct backend *be, struct be_op *op, const float *x, const float *z,
+			       const float *gamma, const float *beta_, const float *running_mean,
 			       const float *running_var, float *y)
 {
-	if (!op_is(be, op, REF_BN, "bn_fwd_infer") || be_bn_z_check(be, &op->d.bn, z, "bn_fwd_infer") < 0)
+	if (!op_is(be, op, REF_BN, "bn_fwd_infer") ||
+	    be_bn_z_check(be, &op->d.bn, z, "bn_fwd_infer") < 0)
 		return -1;
 	ref_bn_fwd_infer(&op->d.bn, x, z, gamma, beta_, running_mean, running_var, y, par_of(be));
 	return 0;
@@ -1022,19 +1023,18 @@ static void ref_destroy(struct backend *be)
 }
 
 #define REF_OPS_INIT                                                                               \
-	.alloc = be_host_op_alloc, .free = be_host_op_free, .to_host = be_host_op_copy,             \
-	.from_host = be_host_op_copy,                                                              \
-	.fill = ref_fill, .sync = ref_sync, .conv_create = ref_conv_create,                        \
-	.conv_fwd = ref_conv_fwd, .conv_bwd_data = ref_conv_bwd_data,                              \
-	.conv_bwd_weights = ref_conv_bwd_weights, .bn_create = ref_bn_create,                      \
-	.bn_fwd_train = ref_bn_fwd_train_op, .bn_fwd_infer = ref_bn_fwd_infer_op,                  \
-	.bn_bwd = ref_bn_bwd_op, .pool_create = ref_pool_create, .pool_fwd = ref_pool_fwd,         \
-	.pool_bwd = ref_pool_bwd, .linear_create = ref_linear_create,                              \
-	.linear_fwd = ref_linear_fwd, .linear_bwd_data = ref_linear_bwd_data,                      \
-	.linear_bwd_weights = ref_linear_bwd_weights, .op_destroy = ref_op_destroy,                \
-	.relu_fwd = ref_relu_fwd, .relu_bwd = ref_relu_bwd, .add = ref_add, .axpby = ref_axpby,    \
-	.gap_fwd = ref_gap_fwd, .gap_bwd = ref_gap_bwd, .xent = ref_xent, .sumsq = ref_sumsq,      \
-	.destroy = ref_destroy
+	.alloc = be_host_op_alloc, .free = be_host_op_free, .to_host = be_host_op_copy,            \
+	.from_host = be_host_op_copy, .fill = ref_fill, .sync = ref_sync,                          \
+	.conv_create = ref_conv_create, .conv_fwd = ref_conv_fwd,                                  \
+	.conv_bwd_data = ref_conv_bwd_data, .conv_bwd_weights = ref_conv_bwd_weights,              \
+	.bn_create = ref_bn_create, .bn_fwd_train = ref_bn_fwd_train_op,                           \
+	.bn_fwd_infer = ref_bn_fwd_infer_op, .bn_bwd = ref_bn_bwd_op,                              \
+	.pool_create = ref_pool_create, .pool_fwd = ref_pool_fwd, .pool_bwd = ref_pool_bwd,        \
+	.linear_create = ref_linear_create, .linear_fwd = ref_linear_fwd,                          \
+	.linear_bwd_data = ref_linear_bwd_data, .linear_bwd_weights = ref_linear_bwd_weights,      \
+	.op_destroy = ref_op_destroy, .relu_fwd = ref_relu_fwd, .relu_bwd = ref_relu_bwd,          \
+	.add = ref_add, .axpby = ref_axpby, .gap_fwd = ref_gap_fwd, .gap_bwd = ref_gap_bwd,        \
+	.xent = ref_xent, .sumsq = ref_sumsq, .destroy = ref_destroy
 
 static const struct backend_ops ref_ops = {.name = "ref", REF_OPS_INIT};
 static const struct backend_ops ref_parallel_ops = {.name = "cpu (no oneDNN)", REF_OPS_INIT};

@@ -1,5 +1,5 @@
-/* backend_ref.h — private to trainer/backend/backend_*.c: the reference kernels (plain loops) that the
- * reference backend runs single-threaded and the CPU backend shares for its element-wise ops,
+/* backend_ref.h — private to trainer/backend/backend_*.c: the reference kernels (plain loops) that
+ * the reference backend runs single-threaded and the CPU backend shares for its element-wise ops,
  * and the helpers both use for errors and memory. Layers must include backend.h only. */
 #ifndef DPTRAIN_BACKEND_REF_H
 #define DPTRAIN_BACKEND_REF_H

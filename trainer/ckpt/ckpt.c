@@ -26,7 +26,7 @@
 #define CK_VERSION   2 /* 1: the caller's state inside state.json, unchecked (still read) */
 #define CK_STATE     "state.json"
 #define CK_TRAINER   "trainer_state.json" /* the caller's state, listed and checked as a file */
-#define CK_STATE_MAX (256L << 20) /* a bigger state.json is not one of ours */
+#define CK_STATE_MAX (256L << 20)	  /* a bigger state.json is not one of ours */
 #define CK_CHUNK     (1 << 20)
 
 enum ck_kind { CK_STEP, CK_TMP, CK_OLD, CK_LATEST_TMP };
@@ -739,7 +739,8 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 		return failf(err, errlen, "%s: %d files in a checkpoint; at most %d", root, nfiles,
 			     CKPT_MAX_FILES);
 	for (int i = 0; i < nfiles; i++) {
-		if (!ck_name_ok(files[i].name) || !files[i].write || !strcmp(files[i].name, CK_TRAINER))
+		if (!ck_name_ok(files[i].name) || !files[i].write ||
+		    !strcmp(files[i].name, CK_TRAINER))
 			return failf(err, errlen,
 				     "%s: checkpoint file \"%s\": not a plain file name with a "
 				     "writer",

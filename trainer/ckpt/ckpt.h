@@ -16,7 +16,7 @@
 #include <stddef.h>
 
 #define CKPT_MAX_FILES 8
-#define CKPT_PATH_MAX 4096
+#define CKPT_PATH_MAX  4096
 
 /* Writes one file of a checkpoint at path (a fresh name inside the temporary directory);
  * 0, or -1 with err. It need not fsync: ckpt_write does. */

@@ -20,9 +20,9 @@ size_t st_dtype_size(const char *d)
 	static const struct {
 		const char *name;
 		size_t size;
-	} t[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},
-		 {"I16", 2}, {"I8", 1},	 {"U8", 1},  {"BOOL", 1}, {"U16", 2}, {"U32", 4},
-		 {"U64", 8}};
+	} t[] = {{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+		 {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},	  {"BOOL", 1},
+		 {"U16", 2}, {"U32", 4}, {"U64", 8}};
 	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
 		if (strcmp(t[i].name, d) == 0)
 			return t[i].size;
@@ -79,10 +79,11 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | f->map[i];
 	if (hlen > ST_HEADER_MAX || hlen > f->size - 8) {
-		snprintf(err, errlen,
-			 "%s: header length %llu does not fit in the file (%zu bytes): truncated or "
-			 "not a safetensors file",
-			 path, (unsigned long long)hlen, f->size);
+		snprintf(
+		    err, errlen,
+		    "%s: header length %llu does not fit in the file (%zu bytes): truncated or "
+		    "not a safetensors file",
+		    path, (unsigned long long)hlen, f->size);
 		goto out;
 	}
 	f->data_start = 8 + (size_t)hlen;
@@ -144,18 +145,20 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 		json_int_t b = json_integer_value(json_array_get(off, 0)),
 			   e = json_integer_value(json_array_get(off, 1));
 		if (b < 0 || e < b || (uint64_t)e > data_len) {
-			snprintf(err, errlen,
-				 "%s: tensor \"%s\": data_offsets [%lld, %lld] outside the %zu data "
-				 "bytes (truncated file?)",
-				 path, key, (long long)b, (long long)e, data_len);
+			snprintf(
+			    err, errlen,
+			    "%s: tensor \"%s\": data_offsets [%lld, %lld] outside the %zu data "
+			    "bytes (truncated file?)",
+			    path, key, (long long)b, (long long)e, data_len);
 			goto out;
 		}
 		t->begin = (size_t)b;
 		t->end = (size_t)e;
 		if (count * esize != (unsigned __int128)(t->end - t->begin)) {
-			snprintf(err, errlen,
-				 "%s: tensor \"%s\": %zu bytes of data for a %s tensor of that shape",
-				 path, key, t->end - t->begin, t->dtype);
+			snprintf(
+			    err, errlen,
+			    "%s: tensor \"%s\": %zu bytes of data for a %s tensor of that shape",
+			    path, key, t->end - t->begin, t->dtype);
 			goto out;
 		}
 	}
@@ -220,8 +223,9 @@ int st_write_atomic(const char *path, const struct st_entry *e, int n, const cha
 			json_array_append_new(shape, json_integer(e[i].shape[d]));
 		json_object_set_new(t, "dtype", json_string(e[i].dtype));
 		json_object_set_new(t, "shape", shape);
-		json_object_set_new(t, "data_offsets",
-				    json_pack("[II]", (json_int_t)off, (json_int_t)(off + e[i].nbytes)));
+		json_object_set_new(
+		    t, "data_offsets",
+		    json_pack("[II]", (json_int_t)off, (json_int_t)(off + e[i].nbytes)));
 		json_object_set_new(hdr, e[i].name, t);
 		off += e[i].nbytes;
 	}

@@ -807,8 +807,10 @@ int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overri
 	/* Only a regular file: a FIFO or a device could keep srun, slurmstepd or the launcher
 	 * waiting for data that never comes. */
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file (a job config must be a file, not a "
-			 "FIFO, device or socket)", path);
+		snprintf(err, errlen,
+			 "%s: not a regular file (a job config must be a file, not a "
+			 "FIFO, device or socket)",
+			 path);
 		goto out;
 	}
 	if (st.st_size > CFG_MAX_FILE_SIZE) {

@@ -180,7 +180,8 @@ struct cfg {
 	} precision;
 
 	struct cfg_checkpoint {
-		char *dir; /* as given, relative to the working directory; NULL: <output dir>/checkpoints */
+		char *dir; /* as given, relative to the working directory; NULL: <output
+			      dir>/checkpoints */
 		int64_t every_steps;
 		int every_epochs;
 		int keep;

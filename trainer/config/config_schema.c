@@ -817,9 +817,9 @@ static int suspicious(struct cfg_ctx *x)
 		return -1;
 	if (c->precision.mode != CFG_PREC_FP32 && c->device.kind == CFG_DEVICE_CPU &&
 	    cfg_warn(x, "precision.mode", "%s is a GPU mode; CPUs compute in fp32",
-		     c->precision.mode == CFG_PREC_TF32   ? "tf32"
+		     c->precision.mode == CFG_PREC_TF32	  ? "tf32"
 		     : c->precision.mode == CFG_PREC_BF16 ? "bf16"
-							 : "fp16") < 0)
+							  : "fp16") < 0)
 		return -1;
 	return 0;
 }

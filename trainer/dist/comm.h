@@ -31,8 +31,8 @@ struct comm_ops {
 			      enum comm_dtype t, enum comm_redop op, char *err, size_t errlen);
 	/* in: count elements; out: count * world_size, rank r's in at block r. in may be
 	 * out + rank * count. */
-	int (*allgather)(struct comm *c, const void *in, void *out, size_t count,
-			 enum comm_dtype t, char *err, size_t errlen);
+	int (*allgather)(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype t,
+			 char *err, size_t errlen);
 	/* bytes from root's buf to every rank's buf. */
 	int (*broadcast)(struct comm *c, void *buf, size_t bytes, int root, char *err,
 			 size_t errlen);

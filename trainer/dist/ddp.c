@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#define DDP_ERR_MAX 1024
+#define DDP_ERR_MAX	 1024
 #define DDP_COMM_ERR_MAX 960 /* room for the bucket prefix */
 
 struct ddp {
@@ -25,8 +25,8 @@ struct ddp {
 	struct comm *c;
 	struct ddp_opts o;
 	int nparams;
-	int *order;	    /* parameter indices sorted by offset (the order backward finishes them) */
-	int *bucket_of;	    /* per position in order: its bucket */
+	int *order;	/* parameter indices sorted by offset (the order backward finishes them) */
+	int *bucket_of; /* per position in order: its bucket */
 	int nbuckets;
 	struct ddp_bucket *b;
 
@@ -35,18 +35,17 @@ struct ddp {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	/* under mu */
-	int sync;	  /* this backward reduces */
-	int ready;	  /* buckets 0..ready-1 may be reduced (handed over in index order) */
-	int *is_ready;	  /* per bucket: all its gradients are final */
-	void **ev;	  /* per bucket: marker after the work writing it (device backends) */
-	int next;	  /* buckets reduced so far this step (the thread's next one) */
+	int sync;      /* this backward reduces */
+	int ready;     /* buckets 0..ready-1 may be reduced (handed over in index order) */
+	int *is_ready; /* per bucket: all its gradients are final */
+	void **ev;     /* per bucket: marker after the work writing it (device backends) */
+	int next;      /* buckets reduced so far this step (the thread's next one) */
 	int stop;
 	int failed;
 	char err[DDP_ERR_MAX];
 	double wait_s;
 	float vote;
 };
-
 
 static void *comm_thread(void *arg)
 {
@@ -71,9 +70,9 @@ static void *comm_thread(void *arg)
 			rv = -1;
 		}
 		if (rv == 0)
-			rv = d->c->ops->allreduce(d->c, d->m->grads + b->lo, b->hi - b->lo, COMM_F32,
-						  d->o.gradients_mean ? COMM_AVG : COMM_SUM, err,
-						  sizeof(err));
+			rv = d->c->ops->allreduce(
+			    d->c, d->m->grads + b->lo, b->hi - b->lo, COMM_F32,
+			    d->o.gradients_mean ? COMM_AVG : COMM_SUM, err, sizeof(err));
 		pthread_mutex_lock(&d->mu);
 		if (rv < 0) {
 			d->failed = 1;
@@ -158,10 +157,11 @@ static int plan_buckets(struct ddp *d, char *err, size_t errlen)
 		return failf(err, errlen, "out of memory");
 	for (int i = 0; i < d->o.nfusion_split; i++)
 		if (d->o.fusion_split[i] >= n)
-			return failf(err, errlen,
-				     "parallel.all_reduce_fusion_config: split index %d, but %s has %d "
-				     "parameters (indices 0-%d); use smaller indices",
-				     d->o.fusion_split[i], m->name, n, n - 1);
+			return failf(
+			    err, errlen,
+			    "parallel.all_reduce_fusion_config: split index %d, but %s has %d "
+			    "parameters (indices 0-%d); use smaller indices",
+			    d->o.fusion_split[i], m->name, n, n - 1);
 	size_t cap = d->o.first_bucket_bytes ? d->o.first_bucket_bytes : d->o.bucket_bytes;
 	int nb = 0, split = 0;
 	size_t bytes = 0;
@@ -331,8 +331,7 @@ int ddp_begin_backward(struct ddp *d, int sync, char *err, size_t errlen)
 		struct backend *be = d->m->be;
 		if (be->ops->from_host(be, d->m->grads + d->m->param_total, &d->vote,
 				       sizeof(d->vote)) < 0)
-			return failf(err, errlen,
-				     "ddp: cannot put this rank's stop vote on %s: %s",
+			return failf(err, errlen, "ddp: cannot put this rank's stop vote on %s: %s",
 				     be->ops->name, be->err);
 	}
 	pthread_mutex_lock(&d->mu);

@@ -21,8 +21,8 @@
 #include "trainer/dist/comm.h"
 #include "trainer/nn/nn.h"
 
-#define DDP_FIRST_BUCKET_BYTES (1u << 20) /* PyTorch's _DEFAULT_FIRST_BUCKET_BYTES */
-#define DDP_MIN_SPLIT_BYTES (512u << 10)   /* smallest cap train.c derives for small models */
+#define DDP_FIRST_BUCKET_BYTES (1u << 20)   /* PyTorch's _DEFAULT_FIRST_BUCKET_BYTES */
+#define DDP_MIN_SPLIT_BYTES    (512u << 10) /* smallest cap train.c derives for small models */
 
 struct ddp_opts {
 	int gradients_mean;	   /* 1: average over ranks (PyTorch); 0: sum (MindSpore) */
@@ -33,9 +33,9 @@ struct ddp_opts {
 };
 
 struct ddp_bucket {
-	size_t lo, hi;	  /* range of the flat gradient buffer (floats) */
-	int first, last;  /* parameters (in offset order) it holds */
-	size_t pending;	  /* parameter floats whose gradients are not final yet this step */
+	size_t lo, hi;	 /* range of the flat gradient buffer (floats) */
+	int first, last; /* parameters (in offset order) it holds */
+	size_t pending;	 /* parameter floats whose gradients are not final yet this step */
 };
 
 struct ddp;

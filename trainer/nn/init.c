@@ -62,8 +62,8 @@ int nn_init_weights(struct nn_model *m, uint64_t seed, char *err, size_t errlen)
 				w[j] = v;
 		} else if (resnet && n->kind == NN_CONV && is_weight) {
 			/* kaiming_normal_(mode="fan_out", nonlinearity="relu") */
-			size_t fan_out = (size_t)wp->shape[0] * (size_t)wp->shape[2] *
-					 (size_t)wp->shape[3];
+			size_t fan_out =
+			    (size_t)wp->shape[0] * (size_t)wp->shape[2] * (size_t)wp->shape[3];
 			double std = sqrt(2.0 / (double)fan_out);
 			for (size_t j = 0; j < p->count; j++)
 				w[j] = (float)(std * normal(&r));

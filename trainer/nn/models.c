@@ -23,7 +23,8 @@ static int mlp(struct builder *b, const int *hidden, int nhidden, char *err, siz
 	char name[16];
 	for (int i = 0; i < nhidden; i++) {
 		if (hidden[i] < 1) {
-			snprintf(err, errlen, "model mlp: hidden layer %d has width %d", i, hidden[i]);
+			snprintf(err, errlen, "model mlp: hidden layer %d has width %d", i,
+				 hidden[i]);
 			return -1;
 		}
 		snprintf(name, sizeof(name), "fc%d", i + 1);
@@ -40,8 +41,8 @@ static int lenet(struct builder *b, char *err, size_t errlen)
 {
 	int h = b->m->in_h, w = b->m->in_w;
 	if (h != w || h < 28 || h > 32) {
-		snprintf(err, errlen, "model lenet: input must be square, 28 to 32 pixels (got %dx%d)",
-			 h, w);
+		snprintf(err, errlen,
+			 "model lenet: input must be square, 28 to 32 pixels (got %dx%d)", h, w);
 		return -1;
 	}
 	int pad = (32 - h) / 2;
@@ -102,15 +103,16 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 	static const struct {
 		int depth, bottleneck, blocks[4];
 	} table[] = {
-		{18, 0, {2, 2, 2, 2}},	{34, 0, {3, 4, 6, 3}},	{50, 1, {3, 4, 6, 3}},
-		{101, 1, {3, 4, 23, 3}}, {152, 1, {3, 8, 36, 3}},
+	    {18, 0, {2, 2, 2, 2}},   {34, 0, {3, 4, 6, 3}},   {50, 1, {3, 4, 6, 3}},
+	    {101, 1, {3, 4, 23, 3}}, {152, 1, {3, 8, 36, 3}},
 	};
 	int t = -1;
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
 		if (table[i].depth == depth)
 			t = (int)i;
 	if (t < 0) {
-		snprintf(err, errlen, "model resnet%d: no such depth (18, 34, 50, 101, 152)", depth);
+		snprintf(err, errlen, "model resnet%d: no such depth (18, 34, 50, 101, 152)",
+			 depth);
 		return -1;
 	}
 	int small;
@@ -121,8 +123,8 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 	else if (strcmp(stem, "imagenet") == 0)
 		small = 0;
 	else {
-		snprintf(err, errlen, "model resnet%d: unknown stem \"%s\" (imagenet or small)", depth,
-			 stem);
+		snprintf(err, errlen, "model resnet%d: unknown stem \"%s\" (imagenet or small)",
+			 depth, stem);
 		return -1;
 	}
 	int x;
@@ -176,8 +178,8 @@ int nn_models_build(struct builder *b, const struct nn_spec *spec, char *err, si
 		}
 	}
 	for (m = 0; (name = cfg_model_string((enum cfg_model_name)m)); m++)
-		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", m ? ", " : "",
-			 name);
+		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
+			 m ? ", " : "", name);
 	snprintf(err, errlen, "unknown model \"%s\" (%s)", spec->name, names);
 	return -1;
 }

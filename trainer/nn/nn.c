@@ -11,7 +11,6 @@
 
 #define ALIGN_FLOATS 16 /* each parameter starts on a 64-byte boundary */
 
-
 static size_t act_numel(const struct nn_act *a)
 {
 	return (size_t)a->c * (size_t)a->h * (size_t)a->w;
@@ -106,18 +105,21 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 		if (n->kind != NN_RELU)
 			continue;
 		int in = n->in[0], p = producer[in];
-		int needs_out = p >= 0 && (m->nodes[p].kind == NN_RELU || m->nodes[p].kind == NN_MAXPOOL ||
-					   m->nodes[p].kind == NN_AVGPOOL ||
-					   (m->nodes[p].kind == NN_BN && m->nodes[p].relu));
+		int needs_out =
+		    p >= 0 && (m->nodes[p].kind == NN_RELU || m->nodes[p].kind == NN_MAXPOOL ||
+			       m->nodes[p].kind == NN_AVGPOOL ||
+			       (m->nodes[p].kind == NN_BN && m->nodes[p].relu));
 		if (in != 0 && m->acts[in].consumers == 1 && !needs_out)
 			m->acts[n->out].alias = in;
 	}
 	/* BN's input must have a single reader: its backward always overwrites dx. */
 	for (int i = 0; i < m->nnodes; i++)
-		if (m->nodes[i].kind == NN_BN && m->acts[nn_act_root(m, m->nodes[i].in[0])].consumers > 1) {
+		if (m->nodes[i].kind == NN_BN &&
+		    m->acts[nn_act_root(m, m->nodes[i].in[0])].consumers > 1) {
 			free(producer);
 			free(last_use);
-			return failf(err, errlen, "%s: batch norm input is read twice", m->nodes[i].name);
+			return failf(err, errlen, "%s: batch norm input is read twice",
+				     m->nodes[i].name);
 		}
 
 	/* Parameters in reverse registration order: the last layer's bias sits at offset 0, so
@@ -191,8 +193,8 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 	m->spec.hidden = NULL;
 	m->training = 1;
 	if (spec->c < 1 || spec->h < 1 || spec->w < 1 || spec->classes < 1)
-		return failf(err, errlen, "model %s: input %dx%dx%d with %d classes is not valid", name,
-			    spec->c, spec->h, spec->w, spec->classes);
+		return failf(err, errlen, "model %s: input %dx%dx%d with %d classes is not valid",
+			     name, spec->c, spec->h, spec->w, spec->classes);
 	struct builder b = {.m = m};
 	nn_b_input(&b, spec->c, spec->h, spec->w);
 	if (nn_models_build(&b, spec, err, errlen) < 0)
@@ -204,7 +206,7 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 	const struct nn_act *out = &m->acts[m->nodes[m->nnodes - 1].out];
 	if (act_numel(out) != (size_t)spec->classes) {
 		failf(err, errlen, "model %s: output has %zu values, expected %d classes", name,
-		     act_numel(out), spec->classes);
+		      act_numel(out), spec->classes);
 		goto fail;
 	}
 	if (!spec->unfused)
@@ -216,7 +218,8 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 	m->grads = be->ops->alloc(be, pbytes + NN_GRAD_SPARE * sizeof(float));
 	m->state = be->ops->alloc(be, (m->state_total ? m->state_total : 1) * sizeof(float));
 	if (!m->weights || !m->grads || !m->state) {
-		failf(err, errlen, "cannot allocate %zu parameters of model %s", m->param_total, name);
+		failf(err, errlen, "cannot allocate %zu parameters of model %s", m->param_total,
+		      name);
 		goto fail;
 	}
 	if (be->ops->fill(be, m->weights, 0.0f, m->param_total) < 0 ||
@@ -350,31 +353,48 @@ have_slot:;
 	struct be_op *op = NULL;
 	switch (n->kind) {
 	case NN_CONV: {
-		struct be_conv_desc d = {.n = batch, .c = in->c, .h = in->h, .w = in->w, .k = n->k,
-					 .kh = n->kh, .kw = n->kw, .stride = n->stride,
-					 .pad = n->pad, .has_bias = n->bias};
+		struct be_conv_desc d = {.n = batch,
+					 .c = in->c,
+					 .h = in->h,
+					 .w = in->w,
+					 .k = n->k,
+					 .kh = n->kh,
+					 .kw = n->kw,
+					 .stride = n->stride,
+					 .pad = n->pad,
+					 .has_bias = n->bias};
 		op = be->ops->conv_create(be, &d);
 		break;
 	}
 	case NN_BN: {
-		struct be_bn_desc d = {.n = batch, .c = in->c, .h = in->h, .w = in->w,
-				       .eps = n->eps, .fuse_relu = n->relu, .fuse_add = n->in[1] >= 0};
+		struct be_bn_desc d = {.n = batch,
+				       .c = in->c,
+				       .h = in->h,
+				       .w = in->w,
+				       .eps = n->eps,
+				       .fuse_relu = n->relu,
+				       .fuse_add = n->in[1] >= 0};
 		op = be->ops->bn_create(be, &d);
 		break;
 	}
 	case NN_MAXPOOL:
 	case NN_AVGPOOL: {
 		struct be_pool_desc d = {.kind = n->kind == NN_MAXPOOL ? BE_POOL_MAX : BE_POOL_AVG,
-					 .n = batch, .c = in->c, .h = in->h, .w = in->w,
-					 .kh = n->kh, .kw = n->kw, .stride = n->stride,
+					 .n = batch,
+					 .c = in->c,
+					 .h = in->h,
+					 .w = in->w,
+					 .kh = n->kh,
+					 .kw = n->kw,
+					 .stride = n->stride,
 					 .pad = n->pad};
 		op = be->ops->pool_create(be, &d);
 		break;
 	}
 	case NN_LINEAR: {
 		const struct nn_act *r = &m->acts[nn_act_root(m, n->in[0])]; /* before flattening */
-		struct be_linear_desc d = {.n = batch, .in = (int)act_numel(in), .out = n->k,
-					   .has_bias = n->bias};
+		struct be_linear_desc d = {
+		    .n = batch, .in = (int)act_numel(in), .out = n->k, .has_bias = n->bias};
 		if (r->h * r->w > 1) {
 			d.c = r->c;
 			d.h = r->h;
@@ -422,10 +442,10 @@ static float *grad_of(struct nn_model *m, int act)
 	return m->acts[r].gslot < 0 ? NULL : m->gslots[m->acts[r].gslot];
 }
 
-#define BE_CALL(call)                                                                      \
-	do {                                                                               \
-		if ((call) < 0)                                                            \
-			return failf(err, errlen, "%s: %s", n->name, be->err);              \
+#define BE_CALL(call)                                                                              \
+	do {                                                                                       \
+		if ((call) < 0)                                                                    \
+			return failf(err, errlen, "%s: %s", n->name, be->err);                     \
 	} while (0)
 
 int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, char *err,
@@ -460,10 +480,9 @@ int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, ch
 		case NN_BN: {
 			const float *z = n->in[1] >= 0 ? data_of(m, n->in[1]) : NULL;
 			if (m->training)
-				BE_CALL(be->ops->bn_fwd_train(be, op, in, z, P(m, n->w), P(m, n->b),
-							      out, n->save_mean, n->save_invstd,
-							      S(m, n->rmean), S(m, n->rvar),
-							      n->momentum));
+				BE_CALL(be->ops->bn_fwd_train(
+				    be, op, in, z, P(m, n->w), P(m, n->b), out, n->save_mean,
+				    n->save_invstd, S(m, n->rmean), S(m, n->rvar), n->momentum));
 			else
 				BE_CALL(be->ops->bn_fwd_infer(be, op, in, z, P(m, n->w), P(m, n->b),
 							      S(m, n->rmean), S(m, n->rvar), out));
@@ -510,12 +529,12 @@ int nn_loss(struct nn_model *m, const int32_t *labels, int batch, float smoothin
 }
 
 #undef BE_CALL
-#define BE_CALL(call)                                                                      \
-	do {                                                                               \
-		if ((call) < 0) {                                                          \
-			failf(err, errlen, "%s backward: %s", n->name, be->err);            \
-			goto out;                                                          \
-		}                                                                          \
+#define BE_CALL(call)                                                                              \
+	do {                                                                                       \
+		if ((call) < 0) {                                                                  \
+			failf(err, errlen, "%s backward: %s", n->name, be->err);                   \
+			goto out;                                                                  \
+		}                                                                                  \
 	} while (0)
 
 static void node_param_range(const struct nn_model *m, const struct nn_node *n, size_t *lo,
@@ -572,8 +591,10 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 		}
 		switch (n->kind) {
 		case NN_CONV:
-			BE_CALL(be->ops->conv_bwd_weights(be, op, x, dy, G(m, n->w), G(m, n->b), beta));
-			grads_final(m, n); /* DDP may send them while the input gradient is computed */
+			BE_CALL(
+			    be->ops->conv_bwd_weights(be, op, x, dy, G(m, n->w), G(m, n->b), beta));
+			grads_final(m,
+				    n); /* DDP may send them while the input gradient is computed */
 			if (dx)
 				BE_CALL(be->ops->conv_bwd_data(be, op, dy, P(m, n->w), dx, bx));
 			break;
@@ -600,7 +621,8 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 				m->acts[rz].grad_written = 1;
 			}
 			BE_CALL(be->ops->bn_bwd(be, op, x, y, dy, P(m, n->w), n->save_mean,
-						n->save_invstd, dx ? dx : NULL, dz, bz, dg, db, 0.0f));
+						n->save_invstd, dx ? dx : NULL, dz, bz, dg, db,
+						0.0f));
 			if (beta != 0.0f) {
 				BE_CALL(be->ops->axpby(be, 1.0f, dg, 1.0f, G(m, n->w), (size_t)c));
 				BE_CALL(be->ops->axpby(be, 1.0f, db, 1.0f, G(m, n->b), (size_t)c));
@@ -609,7 +631,8 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 		}
 		case NN_RELU:
 			if (dx)
-				BE_CALL(be->ops->relu_bwd(be, y, dy, dx, numel, dx == dy ? 0.0f : bx));
+				BE_CALL(
+				    be->ops->relu_bwd(be, y, dy, dx, numel, dx == dy ? 0.0f : bx));
 			break;
 		case NN_MAXPOOL:
 		case NN_AVGPOOL:
@@ -625,7 +648,8 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 		case NN_FLATTEN:
 			break;
 		case NN_LINEAR:
-			BE_CALL(be->ops->linear_bwd_weights(be, op, x, dy, G(m, n->w), G(m, n->b), beta));
+			BE_CALL(be->ops->linear_bwd_weights(be, op, x, dy, G(m, n->w), G(m, n->b),
+							    beta));
 			grads_final(m, n);
 			if (dx)
 				BE_CALL(be->ops->linear_bwd_data(be, op, dy, P(m, n->w), dx, bx));
@@ -686,8 +710,9 @@ const struct nn_param *nn_find_param(const struct nn_model *m, const char *name)
 
 static const char *kind_name(enum nn_kind k)
 {
-	static const char *names[] = {"conv2d", "batchnorm2d", "relu", "maxpool2d", "avgpool2d",
-				      "global_avgpool", "flatten", "linear", "add"};
+	static const char *names[] = {"conv2d",	   "batchnorm2d", "relu",
+				      "maxpool2d", "avgpool2d",	  "global_avgpool",
+				      "flatten",   "linear",	  "add"};
 	return names[k];
 }
 
@@ -704,8 +729,10 @@ void nn_print_summary(const struct nn_model *m, void *file)
 			np += m->params[n->w].count;
 		if (n->b >= 0)
 			np += m->params[n->b].count;
-		fprintf(f, "  %-24s %-14s -> %4d x %3d x %3d  %10zu%s\n", n->name, kind_name(n->kind),
-			o->c, o->h, o->w, np,
-			n->in[1] >= 0 && n->kind == NN_BN ? "  +add+relu" : n->relu ? "  +relu" : "");
+		fprintf(f, "  %-24s %-14s -> %4d x %3d x %3d  %10zu%s\n", n->name,
+			kind_name(n->kind), o->c, o->h, o->w, np,
+			n->in[1] >= 0 && n->kind == NN_BN ? "  +add+relu"
+			: n->relu			  ? "  +relu"
+							  : "");
 	}
 }

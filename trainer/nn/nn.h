@@ -10,21 +10,21 @@
 
 #include "trainer/backend/backend.h"
 
-#define NN_NAME_MAX 80
+#define NN_NAME_MAX   80
 #define NN_GRAD_SPARE 16 /* floats past param_total in model->grads (see there) */
-#define NN_OPS_CACHED 4 /* ops kept per node: one per batch size seen (train, last, eval) */
+#define NN_OPS_CACHED 4	 /* ops kept per node: one per batch size seen (train, last, eval) */
 
 enum nn_kind {
 	NN_CONV,
-	NN_BN,	    /* batchnorm2d; relu fused when node.relu; with in[1] >= 0, the residual
-		     * add fused too: out = relu(bn(in[0]) + in[1]) (nn_build does that) */
+	NN_BN, /* batchnorm2d; relu fused when node.relu; with in[1] >= 0, the residual
+		* add fused too: out = relu(bn(in[0]) + in[1]) (nn_build does that) */
 	NN_RELU,
 	NN_MAXPOOL,
 	NN_AVGPOOL,
 	NN_GAP,	    /* global average pool: NCHW -> NC */
 	NN_FLATTEN, /* a view: shares memory with its input */
 	NN_LINEAR,
-	NN_ADD,	    /* residual add of two activations */
+	NN_ADD, /* residual add of two activations */
 };
 
 /* A trainable tensor: a view into model->params / model->grads. */
@@ -52,8 +52,8 @@ struct nn_node {
 	int k, kh, kw, stride, pad, bias, relu;
 	float eps, momentum;
 	/* parameters and state (indices into model arrays, -1 if none) */
-	int w, b;	  /* conv/linear weight and bias; bn gamma (w) and beta (b) */
-	int rmean, rvar;  /* bn running stats (buffers) */
+	int w, b;	 /* conv/linear weight and bias; bn gamma (w) and beta (b) */
+	int rmean, rvar; /* bn running stats (buffers) */
 	float *save_mean, *save_invstd;
 	/* planned ops, per batch size */
 	struct be_op *op[NN_OPS_CACHED];
@@ -61,13 +61,13 @@ struct nn_node {
 };
 
 struct nn_act {
-	int c, h, w;	 /* per sample */
-	int alias;	 /* NN_FLATTEN output: the activation whose memory it shares, else -1 */
-	int unused;	 /* produced and read by no node (left behind by fusion) */
-	int consumers;	 /* nodes reading it */
-	float *data;	 /* batch capacity x c*h*w */
-	int gslot;	 /* gradient memory slot (shared between activations whose lifetimes
-			    do not overlap in backward), -1 if it needs none */
+	int c, h, w;	  /* per sample */
+	int alias;	  /* NN_FLATTEN output: the activation whose memory it shares, else -1 */
+	int unused;	  /* produced and read by no node (left behind by fusion) */
+	int consumers;	  /* nodes reading it */
+	float *data;	  /* batch capacity x c*h*w */
+	int gslot;	  /* gradient memory slot (shared between activations whose lifetimes
+			     do not overlap in backward), -1 if it needs none */
 	int grad_written; /* during backward: 0 until the first consumer writes its gradient */
 };
 
@@ -126,8 +126,7 @@ int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen);
 
 /* Forward of a batch x (float32 in backend memory, n x c x h x w). Returns logits (n x classes,
  * an activation: float32 only where be->act_dtype is BE_F32; act_export converts). */
-int nn_forward(struct nn_model *m, const float *x, int n, float **logits, char *err,
-	       size_t errlen);
+int nn_forward(struct nn_model *m, const float *x, int n, float **logits, char *err, size_t errlen);
 /* Loss and accuracy of the last forward; with training set, also the logits gradient.
  * scale multiplies the gradient (1/accumulation steps, loss scale). */
 int nn_loss(struct nn_model *m, const int32_t *labels, int n, float smoothing, float scale,

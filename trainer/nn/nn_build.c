@@ -44,8 +44,8 @@ static struct nn_node *add_node(struct builder *b, enum nn_kind kind, const char
 	}
 	m->nodes = n;
 	n += m->nnodes++;
-	*n = (struct nn_node){.kind = kind, .in = {in0, in1}, .out = -1, .w = -1, .b = -1,
-			      .rmean = -1, .rvar = -1};
+	*n = (struct nn_node){
+	    .kind = kind, .in = {in0, in1}, .out = -1, .w = -1, .b = -1, .rmean = -1, .rvar = -1};
 	snprintf(n->name, sizeof(n->name), "%s", name ? name : "");
 	return n;
 }
@@ -91,8 +91,8 @@ static int add_buffer(struct builder *b, const char *module, const char *what, i
 	return m->nbufs++;
 }
 
-int nn_b_conv(struct builder *b, const char *name, int in, int k, int ksize, int stride,
-	      int pad, int bias)
+int nn_b_conv(struct builder *b, const char *name, int in, int k, int ksize, int stride, int pad,
+	      int bias)
 {
 	struct nn_model *m = b->m;
 	if (b->oom)
@@ -164,7 +164,8 @@ int nn_b_pool(struct builder *b, enum nn_kind kind, int in, int ksize, int strid
 	n->kh = n->kw = ksize;
 	n->stride = stride;
 	n->pad = pad;
-	int out = add_act(b, c, (h + 2 * pad - ksize) / stride + 1, (w + 2 * pad - ksize) / stride + 1);
+	int out =
+	    add_act(b, c, (h + 2 * pad - ksize) / stride + 1, (w + 2 * pad - ksize) / stride + 1);
 	m->nodes[m->nnodes - 1].out = out;
 	return out;
 }

@@ -150,10 +150,11 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 		if (!t) {
 			if (it[i].is_state == 2)
 				continue; /* older exports omit num_batches_tracked */
-			snprintf(err, errlen,
-				 "%s: tensor \"%s\" is missing (the file has %d tensors; is it a %s "
-				 "checkpoint?)",
-				 path, it[i].name, f.n, m->name);
+			snprintf(
+			    err, errlen,
+			    "%s: tensor \"%s\" is missing (the file has %d tensors; is it a %s "
+			    "checkpoint?)",
+			    path, it[i].name, f.n, m->name);
 			goto out;
 		}
 		used++;
@@ -171,8 +172,8 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 		const unsigned char *src = st_data(&f, t);
 		if (it[i].is_state == 2) {
 			if (strcmp(t->dtype, "I64") != 0) {
-				snprintf(err, errlen, "%s: tensor \"%s\": expected I64, got %s", path,
-					 it[i].name, t->dtype);
+				snprintf(err, errlen, "%s: tensor \"%s\": expected I64, got %s",
+					 path, it[i].name, t->dtype);
 				goto out;
 			}
 			memcpy(&nbt, src, sizeof(nbt));
@@ -204,10 +205,11 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 			for (int i = 0; i < n && !known; i++)
 				known = strcmp(f.t[j].name, it[i].name) == 0;
 			if (!known) {
-				snprintf(err, errlen,
-					 "%s: tensor \"%s\" is not part of model %s (wrong model or "
-					 "num_classes?)",
-					 path, f.t[j].name, m->name);
+				snprintf(
+				    err, errlen,
+				    "%s: tensor \"%s\" is not part of model %s (wrong model or "
+				    "num_classes?)",
+				    path, f.t[j].name, m->name);
 				goto out;
 			}
 		}

@@ -37,15 +37,13 @@ int optim_gpu_step(struct optim_gpu *g, struct optim *o, float *params, const fl
 /* optim.h's protocol across ranks, on device buffers; sums are host doubles as there. */
 int optim_gpu_grad_sumsq(struct optim_gpu *g, const struct optim *o, const float *grads,
 			 double *out, char *err, size_t errlen);
-int optim_gpu_prepare(struct optim_gpu *g, struct optim *o, const float *params,
-		      const float *grads, double grad_norm, double *sums, char *err,
-		      size_t errlen);
+int optim_gpu_prepare(struct optim_gpu *g, struct optim *o, const float *params, const float *grads,
+		      double grad_norm, double *sums, char *err, size_t errlen);
 int optim_gpu_apply(struct optim_gpu *g, struct optim *o, float *params, const float *grads,
 		    double lr, const double *sums, char *err, size_t errlen);
 
 /* The state between the device and o->state[k].data (the checkpoint's copy). */
 int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, char *err, size_t errlen);
-int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o, char *err,
-			      size_t errlen);
+int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o, char *err, size_t errlen);
 
 #endif

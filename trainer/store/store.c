@@ -244,7 +244,9 @@ static void cl_announce_stop(struct store *st)
 	rank_label(name, sizeof(name), st->rank,
 		   st->hosts[st->rank] ? st->hosts[st->rank] : st->hostname);
 	snprintf(msg, sizeof(msg), "%s was asked to stop (%s) during the rendezvous", name,
-		 sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a stop request");
+		 sig == SIGTERM	  ? "SIGTERM"
+		 : sig == SIGUSR1 ? "SIGUSR1"
+				  : "a stop request");
 	size_t at = frame_begin(&f, MSG_ABORT, 0);
 	put_str(&f, msg);
 	put_u32(&f, ABORT_STOPPED);

@@ -21,7 +21,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
-#define STORE_KEY_MAX 256
+#define STORE_KEY_MAX	256
 #define STORE_VALUE_MAX (16u << 20) /* one value; keys hold addresses, ids, small blobs */
 
 struct store;
@@ -31,8 +31,8 @@ struct store_opts {
 	int master_port;	 /* rank 0 binds it on master_addr if that is an IP address of
 				    its host, else on all addresses; others connect to it */
 	int rank, world_size;
-	const char *job;	 /* job identity (e.g. "1234.0"); a rank of another job on the
-				    same port is refused by name. NULL: "" */
+	const char *job;    /* job identity (e.g. "1234.0"); a rank of another job on the
+			       same port is refused by name. NULL: "" */
 	const char *secret; /* the job's secret (DPTRAIN_STORE_SECRET, which the launcher makes
 			       per step): rank 0's server refuses, and logs, a connection whose
 			       hello lacks it, telling it nothing about the job; the collectives'
@@ -67,8 +67,7 @@ int store_add(struct store *st, const char *key, long delta, long *result, char 
 	      size_t errlen);
 /* Waits until every rank has entered the barrier called name; a timeout names the ranks
  * that did not arrive: "barrier NAME: 1 of 4 ranks did not arrive within 30 s: rank 2 (n1)". */
-int store_barrier(struct store *st, const char *name, double timeout_s, char *err,
-		  size_t errlen);
+int store_barrier(struct store *st, const char *name, double timeout_s, char *err, size_t errlen);
 
 /* The connection's descriptor: readable when the server sent something unasked (an abort).
  * Collectives poll it beside their own sockets and then call store_poll_abort. */
@@ -87,9 +86,8 @@ int store_rollcall(struct store *st);
  * margin for a busy server) for the server's verdict and returns it in err: the ranks that
  * did not report, i.e. are not taking part (stalled, or elsewhere in the program), or the
  * first abort. Falls back to a message naming waiting_for. */
-void store_report_timeout(struct store *st, unsigned long seq, const char *what,
-			  int waiting_for, double timeout_s, double grace_s, char *err,
-			  size_t errlen);
+void store_report_timeout(struct store *st, unsigned long seq, const char *what, int waiting_for,
+			  double timeout_s, double grace_s, char *err, size_t errlen);
 
 /* "rank 2 (n1)" for messages. */
 const char *store_rank_name(const struct store *st, int rank, char *buf, size_t len);

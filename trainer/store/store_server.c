@@ -543,8 +543,7 @@ static void srv_on_add(struct store_server *s, struct srv_conn *c, uint32_t id, 
 	free(key);
 }
 
-static void srv_on_barrier(struct store_server *s, struct srv_conn *c, uint32_t id,
-			   struct rd *b)
+static void srv_on_barrier(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
 	char *name = rd_strdup(b);
 	double timeout = (double)rd_u64(b) / 1e3;
@@ -572,8 +571,7 @@ static void srv_on_abort(struct store_server *s, struct srv_conn *c, uint32_t id
 /* A rank timed out in a collective (store_report_timeout): the first report starts an episode
  * and asks every other rank to report if it waits too (a roll call); the verdict comes when
  * every rank reported, or at the episode's deadline (srv_timers). */
-static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t id,
-			  struct rd *b)
+static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
 	unsigned long seq = (unsigned long)rd_u64(b);
 	char *what = rd_strdup(b);
@@ -613,8 +611,7 @@ static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t i
 	free(what);
 }
 
-static void srv_on_goodbye(struct store_server *s, struct srv_conn *c, uint32_t id,
-			   struct rd *b)
+static void srv_on_goodbye(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
 	(void)b;
 	c->goodbye = 1;
@@ -622,10 +619,9 @@ static void srv_on_goodbye(struct store_server *s, struct srv_conn *c, uint32_t 
 	srv_reply(c, id, REPLY_OK, NULL, 0);
 }
 
-typedef void (*srv_handler)(struct store_server *s, struct srv_conn *c, uint32_t id,
-			    struct rd *b);
+typedef void (*srv_handler)(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b);
 static const srv_handler srv_handlers[] = {
-    [MSG_SET] = srv_on_set,	  [MSG_GET] = srv_on_get,	  [MSG_ADD] = srv_on_add,
+    [MSG_SET] = srv_on_set,	    [MSG_GET] = srv_on_get,	[MSG_ADD] = srv_on_add,
     [MSG_BARRIER] = srv_on_barrier, [MSG_ABORT] = srv_on_abort, [MSG_REPORT] = srv_on_report,
     [MSG_GOODBYE] = srv_on_goodbye,
 };
@@ -1000,8 +996,8 @@ static int srv_listen(int port, const char *addr, const char *host, char *err, s
 		     strerror(e));
 }
 
-int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s,
-		     char *err, size_t errlen)
+int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s, char *err,
+	      size_t errlen)
 {
 	struct store_server *s = calloc(1, sizeof(*s));
 	size_t w = (size_t)o->world_size;

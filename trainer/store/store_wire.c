@@ -12,7 +12,6 @@
 /* ---------------------------------------------------------------------------------------
  * Byte buffers and frames. */
 
-
 int sbuf_reserve(struct sbuf *b, size_t n)
 {
 	if (b->off == b->len)
@@ -99,7 +98,6 @@ void frame_end(struct sbuf *b, size_t at)
 	uint32_t be = htonl((uint32_t)(b->len - at - 4));
 	memcpy(b->p + at, &be, 4);
 }
-
 
 uint32_t rd_u32(struct rd *r)
 {
