@@ -124,7 +124,7 @@ MISSING_DEPS := $(strip $(call need,$(HAVE_CC),a C compiler '$(CC)' (Debian: gcc
 	$(call need,$(HAVE_JANSSON),jansson (Debian: libjansson-dev)) $(call need,$(HAVE_ZLIB),zlib (Debian: zlib1g-dev)))
 
 # Print what was found once per top-level make (not for 'clean').
-ifeq ($(filter clean distclean deps demo help,$(MAKECMDGOALS)),)
+ifeq ($(filter clean distclean deps demo help format,$(MAKECMDGOALS)),)
 $(info dptrain $(VERSION): build directory $(O)$(if $(filter 1,$(SAN)), (AddressSanitizer + UBSan),))
 $(info $(space) cc:        $(HAVE_CC) ($(CC))$(if $(filter yes,$(HAVE_CC)),, -- required (Debian: gcc libc6-dev)))
 $(info $(space) jansson:   $(HAVE_JANSSON)$(if $(filter yes,$(HAVE_JANSSON)), ($(JANSSON_VERSION)), -- required (Debian: libjansson-dev)))
@@ -207,7 +207,7 @@ ifeq ($(HAVE_SLURM),yes)
 PROGRAMS += $(SPANK_SO)
 endif
 
-.PHONY: all check check-unit check-integration check-layers install uninstall clean deps fuzz help demo reference bench missing-deps
+.PHONY: all check check-unit check-integration check-layers format install uninstall clean deps fuzz help demo reference bench missing-deps
 .DEFAULT_GOAL := all
 # Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
 .SECONDARY:
@@ -359,6 +359,19 @@ check-layers: all
 check-integration: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(SHELL_TESTS)
 
+# Formatting: `make format` formats every C and CUDA source as .clang-format says, with the
+# clang-format version named there (others break some lines differently); make check checks it
+# (t/t0003-format.t, contrib/ci/check-format).
+CLANG_FORMAT ?= clang-format
+FORMAT_VERSION := $(shell sed -n 's/^$(hash) clang-format \([0-9][0-9]*\).*/\1/p' .clang-format)
+format:
+	@v=$$($(CLANG_FORMAT) --version 2>/dev/null | sed -n 's/.*clang-format version \([0-9][0-9]*\).*/\1/p'); \
+	if [ "$$v" != "$(FORMAT_VERSION)" ]; then \
+		echo "make format: the tree is formatted with clang-format $(FORMAT_VERSION); $(CLANG_FORMAT) is $${v:-missing}: set CLANG_FORMAT=clang-format-$(FORMAT_VERSION)" >&2; exit 1; fi; \
+	find common ranktable trainer pmix spank t/unit t/lib t/fuzz contrib/bench \
+		\( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print0 | \
+		xargs -0 $(CLANG_FORMAT) --style=file -i
+
 # ---------------------------------------------------------------------------------------
 # Fuzzing (clang libFuzzer): one target per parser, FUZZ_SECONDS each.
 FUZZ_SECONDS ?= 60
@@ -423,6 +436,7 @@ help:
 	@echo "make deps                      install the Debian packages needed to build and test"
 	@echo "make check [SAN=1]             unit + integration tests through prove"
 	@echo "make check-layers              the dependency rules (contrib/ci/check-layers), also in make check"
+	@echo "make format                    clang-format every source (.clang-format names the version), checked by make check"
 	@echo "make fuzz [FUZZ_SECONDS=60]    libFuzzer on the rank-table reader and config parser"
 	@echo "make install PREFIX=/usr DESTDIR=...   install programs, plugin, man pages, examples"
 	@echo "make demo                      packages, build, a private Slurm, srun --dptrain jobs"

@@ -11,7 +11,7 @@ BUILD="gcc libc6-dev binutils make pkg-config libjansson-dev zlib1g-dev libslurm
        libdnnl-dev libopenblas-dev clang @CLANG_RT@"
 TEST="perl sharness slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
       python3 python3-torch python3-torchvision python3-numpy libopenblas0-openmp dataset-fashion-mnist
-      iproute2 procps psmisc util-linux man-db groff-base time"
+      iproute2 procps psmisc util-linux man-db groff-base time clang-format"
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
 	echo "deps: needs apt-get and dpkg (Debian 12 or 13); install by hand:" $BUILD $TEST >&2 # one line

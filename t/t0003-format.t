@@ -1,0 +1,36 @@
+#!/bin/sh
+# t0003-format.t — the C and CUDA sources are formatted as .clang-format says (make format;
+# contrib/ci/check-format), with the clang-format version the tree is formatted with; then a
+# small tree with one badly formatted file, to see the check fail and name it.
+test_description='formatting: this tree is clang-format clean, a badly formatted file is named'
+. "$(dirname "$0")/sharness.sh"
+
+check="$DPTRAIN_SRC_DIR/contrib/ci/check-format"
+want=$(sed -n 's/^# clang-format \([0-9][0-9]*\).*/\1/p' "$DPTRAIN_SRC_DIR/.clang-format")
+have=$(${CLANG_FORMAT:-clang-format} --version 2>/dev/null | sed -n 's/.*clang-format version \([0-9][0-9]*\).*/\1/p')
+if test -z "$want"; then
+	test_expect_success '.clang-format names the clang-format version the tree is formatted with' 'false'
+	test_done
+fi
+if test "$have" != "$want"; then
+	skip_all="the tree is formatted with clang-format $want; ${CLANG_FORMAT:-clang-format} here is ${have:-missing} (Debian 12: clang-format)"
+	test_done
+fi
+
+test_expect_success 'every source file is formatted as .clang-format says' '
+	sh "$check" "$DPTRAIN_SRC_DIR" >out 2>&1 || { grep -A3 "^not ok" out; return 1; }
+	test $(grep -c "^ok" out) -ge 100
+'
+
+test_expect_success 'a badly formatted file fails the check, by name' '
+	mkdir -p bad/trainer/nn &&
+	cp "$DPTRAIN_SRC_DIR/.clang-format" bad/ &&
+	cp "$DPTRAIN_SRC_DIR/trainer/nn/nn_io.c" bad/trainer/nn/ &&
+	printf "int  f( void ){return 0;}\n" >bad/trainer/nn/bad.c &&
+	test_expect_code 1 sh "$check" "$PWD/bad" >out 2>&1 &&
+	cat out &&
+	grep "^ok 2 - trainer/nn/nn_io.c" out &&
+	grep "^not ok 1 - trainer/nn/bad.c is not formatted as .clang-format says (make format)" out
+'
+
+test_done
