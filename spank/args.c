@@ -82,7 +82,7 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen
 	unsigned seen = 0;
 	int i;
 
-	memset(a, 0, sizeof *a);
+	memset(a, 0, sizeof(*a));
 	strcpy(a->launcher, DP_DEFAULT_LAUNCHER);
 	strcpy(a->trainer, DP_DEFAULT_TRAINER);
 
@@ -94,11 +94,11 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen
 		unsigned k;
 		int rc;
 
-		for (k = 0; eq && k < sizeof keys / sizeof keys[0]; k++)
+		for (k = 0; eq && k < sizeof(keys) / sizeof(keys[0]); k++)
 			if ((size_t)(eq - av[i]) == strlen(keys[k]) &&
 			    !strncmp(av[i], keys[k], strlen(keys[k])))
 				break;
-		if (!eq || k == sizeof keys / sizeof keys[0]) {
+		if (!eq || k == sizeof(keys) / sizeof(keys[0])) {
 			snprintf(err, errlen,
 				 "dptrain: plugstack.conf: unknown argument '%s' for dptrain.so "
 				 "(known: " DP_KNOWN_KEYS ")",
@@ -121,22 +121,23 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen
 		switch (k) {
 		case 0:
 			rc = dp_check_path(keys[k], val, err, errlen) ||
-			     dp_set(a->launcher, sizeof a->launcher, keys[k], val, err, errlen);
+			     dp_set(a->launcher, sizeof(a->launcher), keys[k], val, err, errlen);
 			break;
 		case 1:
 			rc = dp_check_path(keys[k], val, err, errlen) ||
-			     dp_set(a->trainer, sizeof a->trainer, keys[k], val, err, errlen);
+			     dp_set(a->trainer, sizeof(a->trainer), keys[k], val, err, errlen);
 			break;
 		case 2:
-			rc = dp_set(a->output_dir, sizeof a->output_dir, keys[k], val, err, errlen);
+			rc =
+			    dp_set(a->output_dir, sizeof(a->output_dir), keys[k], val, err, errlen);
 			break;
 		case 3:
 			rc = dp_check_iface(val, err, errlen) ||
-			     dp_set(a->iface, sizeof a->iface, keys[k], val, err, errlen);
+			     dp_set(a->iface, sizeof(a->iface), keys[k], val, err, errlen);
 			break;
 		default:
 			rc = dp_check_timeout(val, err, errlen) ||
-			     dp_set(a->timeout, sizeof a->timeout, keys[k], val, err, errlen);
+			     dp_set(a->timeout, sizeof(a->timeout), keys[k], val, err, errlen);
 			break;
 		}
 		if (rc)

@@ -59,10 +59,10 @@ static void dp_keep_args_error(const char *err, int ac, char **av)
 	size_t n;
 	int i;
 
-	n = (size_t)snprintf(dp.args_error, sizeof dp.args_error,
+	n = (size_t)snprintf(dp.args_error, sizeof(dp.args_error),
 			     "%s; the plugstack.conf line is: ... dptrain.so", err);
-	for (i = 0; i < ac && n < sizeof dp.args_error; i++)
-		n += (size_t)snprintf(dp.args_error + n, sizeof dp.args_error - n, " %s", av[i]);
+	for (i = 0; i < ac && n < sizeof(dp.args_error); i++)
+		n += (size_t)snprintf(dp.args_error + n, sizeof(dp.args_error) - n, " %s", av[i]);
 	slurm_verbose("%s (only --dptrain jobs fail)", dp.args_error);
 }
 
@@ -78,7 +78,7 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		return -1;
 	}
 	dp.args_error[0] = '\0';
-	if (dp_args_parse(&dp.args, ac, av, err, sizeof err) < 0)
+	if (dp_args_parse(&dp.args, ac, av, err, sizeof(err)) < 0)
 		dp_keep_args_error(err, ac, av);
 	return 0;
 }

@@ -24,7 +24,7 @@ static int dp_absolute(const char *path, char *out, size_t outlen)
 	if (path[0] == '/') {
 		n = snprintf(out, outlen, "%s", path);
 	} else {
-		if (!getcwd(cwd, sizeof cwd)) {
+		if (!getcwd(cwd, sizeof(cwd))) {
 			slurm_error(
 			    "dptrain: cannot get the current directory to make %s absolute: "
 			    "%s",
@@ -55,7 +55,7 @@ static int dp_inherited(const char *given, char *out, size_t outlen)
 
 	if (given[0] == '/' || !env || env[0] != '/')
 		return 0;
-	for (i = 0; i < sizeof vars / sizeof vars[0]; i++)
+	for (i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
 		if ((v = getenv(vars[i])) && strcmp(v, given) == 0)
 			inherited = 1;
 	while (rel[0] == '.' && rel[1] == '/')
@@ -78,7 +78,7 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	int i, rv = -1;
 
 	(void)sp;
-	memset(&c, 0, sizeof c);
+	memset(&c, 0, sizeof(c));
 	if (given && strcmp(given, DP_OPTION_NONE) == 0) {
 		/* One step of a --dptrain job run without dptrain: its tasks must not see the
 		 * config either (a script that reads DPTRAIN_CONFIG). */
@@ -101,12 +101,12 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 		slurm_error("dptrain: --dptrain needs a job config file: --dptrain=FILE.json");
 		goto out;
 	}
-	if (dp_inherited(given, path, sizeof path)) {
+	if (dp_inherited(given, path, sizeof(path))) {
 		from = "--dptrain of the job's sbatch or salloc";
-	} else if (dp_absolute(given, path, sizeof path) < 0) {
+	} else if (dp_absolute(given, path, sizeof(path)) < 0) {
 		goto out;
 	}
-	if (cfg_load(&c, path, 0, NULL, err, sizeof err) < 0) {
+	if (cfg_load(&c, path, 0, NULL, err, sizeof(err)) < 0) {
 		slurm_error("dptrain: %s (from %s=%s); nothing was launched", err, from, given);
 		goto out;
 	}
@@ -123,7 +123,7 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	 * it. sbatch and salloc make none: their sruns do. */
 	if (spank_context() == S_CTX_LOCAL) {
 		char secret[DP_SECRET_LEN + 1];
-		if (dp_secret_make(secret, err, sizeof err) < 0) {
+		if (dp_secret_make(secret, err, sizeof(err)) < 0) {
 			slurm_error("dptrain: %s; nothing was launched", err);
 			goto out;
 		}

@@ -31,7 +31,7 @@
  * only reaches slurmd's log, while task_init's error reaches the user's srun. */
 static int dp_remember_relative(struct dp_plugin *dp, const char *path)
 {
-	snprintf(dp->error, sizeof dp->error,
+	snprintf(dp->error, sizeof(dp->error),
 		 "dptrain: the job config path '%s' is not absolute and srun did not export "
 		 "%s (was the step started with --export=NONE?): give --dptrain an absolute path",
 		 path, DP_ENV_CONFIG);
@@ -65,12 +65,12 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	dp->error[0] = '\0';
 	if (!dp_user_step(sp))
 		return 0;
-	have_env = spank_getenv(sp, DP_ENV_CONFIG, env, sizeof env) == ESPANK_SUCCESS && *env;
+	have_env = spank_getenv(sp, DP_ENV_CONFIG, env, sizeof(env)) == ESPANK_SUCCESS && *env;
 	if ((!dp->option && !have_env) || (dp->option && strcmp(dp->option, DP_OPTION_NONE) == 0))
 		return 0; /* not a dptrain step: leave it exactly as it is */
 
 	if (dp->args_error[0]) {
-		snprintf(dp->error, sizeof dp->error, "%.*s", (int)sizeof dp->error - 1,
+		snprintf(dp->error, sizeof(dp->error), "%.*s", (int)sizeof(dp->error) - 1,
 			 dp->args_error);
 		dp->active = 1;
 		return 0;
@@ -78,16 +78,16 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	/* srun exported the absolute path of --dptrain (or of DPTRAIN_CONFIG) in the job's
 	 * environment after validating it; a relative option value is the user's spelling. */
 	if (dp->option && dp->option[0] == '/') {
-		if (strlen(dp->option) >= sizeof dp->config) {
-			snprintf(dp->error, sizeof dp->error,
+		if (strlen(dp->option) >= sizeof(dp->config)) {
+			snprintf(dp->error, sizeof(dp->error),
 				 "dptrain: the job config path is longer than %zu characters",
-				 sizeof dp->config - 1);
+				 sizeof(dp->config) - 1);
 			dp->active = 1;
 			return 0;
 		}
-		snprintf(dp->config, sizeof dp->config, "%s", dp->option);
+		snprintf(dp->config, sizeof(dp->config), "%s", dp->option);
 	} else if (have_env && env[0] == '/')
-		snprintf(dp->config, sizeof dp->config, "%s", env);
+		snprintf(dp->config, sizeof(dp->config), "%s", env);
 	else
 		return dp_remember_relative(dp, dp->option ? dp->option : env);
 	dp->active = 1;
@@ -116,8 +116,8 @@ static int dp_find_launcher(spank_t sp, const char *name, char *out, size_t outl
 		snprintf(out, outlen, "%s", name);
 		return access(out, X_OK) == 0 ? 0 : -1;
 	}
-	if (spank_getenv(sp, "PATH", path, sizeof path) != ESPANK_SUCCESS)
-		snprintf(path, sizeof path, "/usr/local/bin:/usr/bin:/bin");
+	if (spank_getenv(sp, "PATH", path, sizeof(path)) != ESPANK_SUCCESS)
+		snprintf(path, sizeof(path), "/usr/local/bin:/usr/bin:/bin");
 	for (dir = strtok_r(path, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
 		int n = snprintf(out, outlen, "%s/%s", dir, name);
 
@@ -171,7 +171,7 @@ static int dp_trainer_path(struct dp_plugin *dp, spank_t sp, const char *ident)
 			    ident, t);
 		return -1;
 	}
-	if (spank_getenv(sp, "PATH", path, sizeof path) != ESPANK_SUCCESS)
+	if (spank_getenv(sp, "PATH", path, sizeof(path)) != ESPANK_SUCCESS)
 		path[0] = '\0';
 	if (asprintf(&np, "%.*s%s%s", (int)(slash - t), t, path[0] ? ":" : "", path) < 0)
 		return -1;
@@ -185,11 +185,11 @@ static void dp_ident(spank_t sp, char *out, size_t outlen)
 {
 	char rank[32] = "?", node[256] = "";
 
-	if (spank_getenv(sp, "SLURM_PROCID", rank, sizeof rank) != ESPANK_SUCCESS)
-		snprintf(rank, sizeof rank, "?");
+	if (spank_getenv(sp, "SLURM_PROCID", rank, sizeof(rank)) != ESPANK_SUCCESS)
+		snprintf(rank, sizeof(rank), "?");
 	/* The Slurm node name: emulated nodes share one hostname. */
-	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof node) != ESPANK_SUCCESS)
-		gethostname(node, sizeof node - 1);
+	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) != ESPANK_SUCCESS)
+		gethostname(node, sizeof(node) - 1);
 	snprintf(out, outlen, "rank %s on %s", rank, node);
 }
 
@@ -258,11 +258,11 @@ static ssize_t dp_recv(int fd, char *buf, size_t len, int *keep)
 	struct cmsghdr *c;
 	ssize_t n;
 
-	memset(&m, 0, sizeof m);
+	memset(&m, 0, sizeof(m));
 	m.msg_iov = &iov;
 	m.msg_iovlen = 1;
 	m.msg_control = ctl.b;
-	m.msg_controllen = sizeof ctl.b;
+	m.msg_controllen = sizeof(ctl.b);
 	n = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
 	if (n < 0)
 		return n;
@@ -299,7 +299,7 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 		slurm_error("dptrain: %s: cannot read the task's command and environment", ident);
 		return -1;
 	}
-	nargv = calloc((size_t)argc + 4, sizeof *nargv);
+	nargv = calloc((size_t)argc + 4, sizeof(*nargv));
 	/* a socket, not a pipe: the lock comes back as a descriptor (SCM_RIGHTS) */
 	if (!nargv || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, p) != 0) {
 		slurm_error("dptrain: %s: cannot start the wire-up: %s", ident, strerror(errno));
@@ -314,7 +314,7 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 			_exit(126);
 		if (p[1] == 3 && fcntl(3, F_SETFD, 0) < 0)
 			_exit(126);
-		snprintf(fdarg, sizeof fdarg, "--wire-up=%d", 3);
+		snprintf(fdarg, sizeof(fdarg), "--wire-up=%d", 3);
 		nargv[0] = (char *)launcher;
 		nargv[1] = fdarg;
 		nargv[2] = "--";
@@ -456,16 +456,16 @@ static void dp_end_step(const char *launcher, char **env, const char *ident, int
 	pid_t pid;
 
 	if (WIFEXITED(status))
-		snprintf(msg, sizeof msg,
+		snprintf(msg, sizeof(msg),
 			 "dptrain: %s: the command exited with status %d; "
 			 "ending the step",
 			 ident, WEXITSTATUS(status));
 	else
-		snprintf(msg, sizeof msg,
+		snprintf(msg, sizeof(msg),
 			 "dptrain: %s: the command was killed by signal %d (%s); "
 			 "ending the step",
 			 ident, WTERMSIG(status), strsignal(WTERMSIG(status)));
-	snprintf(code, sizeof code, "--abort=%d",
+	snprintf(code, sizeof(code), "--abort=%d",
 		 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 	dprintf(STDERR_FILENO, "%s\n", msg);
 	pid = fork();
@@ -592,10 +592,10 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 		slurm_error("%s", dp->error);
 		dp_fail_task();
 	}
-	dp_ident(sp, ident, sizeof ident);
+	dp_ident(sp, ident, sizeof(ident));
 	if (dp_task_env(dp, sp) < 0 || dp_trainer_path(dp, sp, ident) < 0)
 		dp_fail_task();
-	if (dp_find_launcher(sp, dp->args.launcher, launcher, sizeof launcher) < 0) {
+	if (dp_find_launcher(sp, dp->args.launcher, launcher, sizeof(launcher)) < 0) {
 		slurm_error("dptrain: the launcher %s cannot be executed (%s): %s; install "
 			    "dptrain-launch there or set launcher= in plugstack.conf",
 			    launcher, ident, strerror(errno));
@@ -607,7 +607,7 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &stop, &old);
-	memset(&w, 0, sizeof w);
+	memset(&w, 0, sizeof(w));
 	w.lock_fd = -1;
 	rc = dp_run_helper(sp, launcher, ident, &w);
 	if (rc == 0 && (!WIFEXITED(w.status) || WEXITSTATUS(w.status) != 0)) {
@@ -617,7 +617,7 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 	if (rc < 0 || dp_apply(sp, ident, &w) < 0 ||
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS ||
 	    dp_output(ident, &w, &stop, launcher, env,
-		      spank_getenv(sp, "PMIX_RANK", pmix_rank, sizeof pmix_rank) ==
+		      spank_getenv(sp, "PMIX_RANK", pmix_rank, sizeof(pmix_rank)) ==
 			  ESPANK_SUCCESS) < 0) {
 		free(w.buf);
 		dp_fail_task();

@@ -27,10 +27,14 @@ test_expect_success 'a badly formatted file fails the check, by name' '
 	cp "$DPTRAIN_SRC_DIR/.clang-format" bad/ &&
 	cp "$DPTRAIN_SRC_DIR/trainer/nn/nn_io.c" bad/trainer/nn/ &&
 	printf "int  f( void ){return 0;}\n" >bad/trainer/nn/bad.c &&
+	printf "int g(void)\n{\n\tint x;\n\treturn sizeof x;\n}\n" >bad/trainer/nn/loose.c &&
 	test_expect_code 1 sh "$check" "$PWD/bad" >out 2>&1 &&
 	cat out &&
-	grep "^ok 2 - trainer/nn/nn_io.c" out &&
-	grep "^not ok 1 - trainer/nn/bad.c is not formatted as .clang-format says (make format)" out
+	grep "^not ok 1 - trainer/nn/bad.c is not formatted as .clang-format says (make format)" out &&
+	grep "^ok 2 - trainer/nn/loose.c" out &&
+	grep "^ok 3 - trainer/nn/nn_io.c" out &&
+	grep "^not ok 4 - sizeof is written sizeof(x), not sizeof x" out &&
+	grep "trainer/nn/loose.c:4:" out
 '
 
 test_done
