@@ -143,11 +143,12 @@ endif
 # Components: one library per folder, its files named (doc/ARCHITECTURE.md says what each
 # owns and may use; contrib/ci/check-layers enforces it). Listed in link order: a library
 # comes before the ones it uses, so a dependency against the table also fails to link.
-TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c
+TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer/metrics.c
 DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_nccl.c trainer/dist/ddp.c
 NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \
 	trainer/nn/init.c
-OPTIM_SRC   := trainer/optim/optim.c trainer/optim/lr_schedule.c trainer/optim/optim_gpu_none.c
+OPTIM_SRC   := trainer/optim/optim.c trainer/optim/optim_exec.c trainer/optim/lr_schedule.c \
+	trainer/optim/optim_gpu_none.c
 DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_idx.c \
 	trainer/data/data_synth.c trainer/data/loader.c trainer/data/sampler.c trainer/data/transform.c
 CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c

@@ -114,6 +114,13 @@ test_expect_success 'a malformed DPTRAIN_PROFILE_STEP or DPTRAIN_GPU is an error
 	grep "DPTRAIN_GPU=.first. is not an integer from -1 to 1048576: not a GPU index" err
 '
 
+test_expect_success 'DPTRAIN_PROFILE_STEP on the CPU, which has no vendor profiler: the run is not affected' '
+	env DPTRAIN_PROFILE_STEP=2 dptrain "$ex/mlp-fmnist.json" data.format=synthetic \
+		data.train.size=256 data.batch_size=32 data.eval=null train.max_steps=5 \
+		output.dir=prof >out 2>err &&
+	grep "dptrain: done: 5 steps" out && test -s prof/model.safetensors
+'
+
 test_expect_success FMNIST 'a diverging run stops at the step where the loss became nan' '
 	test_expect_code 3 dptrain "$ex/mlp-fmnist.json" optimizer.lr=1e30 train.max_steps=20 \
 		train.log_every=1 output.dir=nan >out 2>err &&

@@ -24,9 +24,11 @@
 #include "trainer/nn/nn.h"
 #include "trainer/optim/optim.h"
 #include "ranktable/ranktable.h"
-#include "trainer/optim/optim_gpu.h"
+#include "trainer/optim/optim_exec.h"
 #include "trainer/data/sampler.h"
 #include "trainer/train_ckpt.h"
+#include "trainer/loss_scale.h"
+#include "trainer/metrics.h"
 #include "trainer/data/transform.h"
 
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
@@ -226,13 +228,6 @@ static int stage_done(struct stage *st, char *err, size_t errlen)
 	return 0;
 }
 
-/* The optimizer's update where the parameters are: optim.c on host memory, optim_gpu on a
- * GPU. */
-struct opt {
-	struct optim o;
-	struct optim_gpu *g;
-};
-
 /* [lo, hi) is the part of the flat buffers this rank updates: all of it, or with
  * parallel.enable_parallel_optimizer its equal contiguous share (ZeRO-1). */
 static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_model *m, size_t lo,
@@ -317,35 +312,25 @@ static struct train_pos position(const struct sampler *s, long step, int epoch, 
  * has the whole reduced gradient (DDP), updates its shard of the parameters, and the shards
  * are then sent to everyone. Exact for SGD and AdamW (element-wise); LAMB's per-tensor norms
  * are summed over the shards. */
-static int zero_step(struct opt *op, struct nn_model *m, struct comm *comm, double lr, char *err,
-		     size_t errlen)
+static int zero_step(struct optim_exec *x, struct nn_model *m, struct comm *comm, double lr,
+		     char *err, size_t errlen)
 {
 	char e2[2048];
-	struct optim *o = &op->o;
 	double norm = 0, *sums = NULL;
-	int ns = optim_nsums(o), rv = -1;
-	if (optim_needs_grad_norm(o)) {
+	int ns = optim_nsums(x->o), rv = -1;
+	if (optim_needs_grad_norm(x->o)) {
 		double gsq;
-		if (!op->g)
-			gsq = optim_grad_sumsq(o, m->grads);
-		else if (optim_gpu_grad_sumsq(op->g, o, m->grads, &gsq, e2, sizeof(e2)) < 0)
-			goto fail;
-		if (comm->ops->allreduce(comm, &gsq, 1, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
+		if (x->ops->grad_sumsq(x, m->grads, &gsq, e2, sizeof(e2)) < 0 ||
+		    comm->ops->allreduce(comm, &gsq, 1, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
 			goto fail;
 		norm = sqrt(gsq);
 	}
 	if (!(sums = calloc((size_t)ns + 1, sizeof(*sums))))
 		return failf(err, errlen, "out of memory");
-	if (!op->g)
-		optim_prepare(o, m->weights, m->grads, norm, sums);
-	else if (optim_gpu_prepare(op->g, o, m->weights, m->grads, norm, sums, e2, sizeof(e2)) < 0)
-		goto fail;
-	if (ns > 0 &&
-	    comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
-		goto fail;
-	if (!op->g)
-		optim_apply(o, m->weights, m->grads, lr, sums);
-	else if (optim_gpu_apply(op->g, o, m->weights, m->grads, lr, sums, e2, sizeof(e2)) < 0)
+	if (x->ops->prepare(x, m->weights, m->grads, norm, sums, e2, sizeof(e2)) < 0 ||
+	    (ns > 0 && comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, e2,
+					    sizeof(e2)) < 0) ||
+	    x->ops->apply(x, m->weights, m->grads, lr, sums, e2, sizeof(e2)) < 0)
 		goto fail;
 	/* the shards go out from the backend's memory once the update is written there */
 	if (m->be->ops->sync(m->be) < 0) {
@@ -361,109 +346,6 @@ fail:
 out:
 	free(sums);
 	return rv;
-}
-
-/* Loss scaling (precision.loss_scale): the loss gradient is multiplied by the scale, so that
- * small gradients survive in half precision, and the gradients are divided by it again
- * before the update (exactly, for a power of two). Dynamic scaling is PyTorch's GradScaler
- * (MindSpore's DynamicLossScaleManager): a step whose gradients overflowed (inf or nan) is
- * skipped and the scale halved; growth_interval good steps in a row double it. Every rank
- * holds the same reduced gradients, so all decide alike without talking. */
-struct scaler {
-	int on, dynamic;
-	double scale;
-	long good, interval, skipped;
-};
-
-#define SCALE_MIN 0x1p-24 /* overflowing even here: the gradients are not finite at all */
-#define SCALE_MAX 1e30	  /* precision.loss_scale's largest */
-
-/* After backward (and the reduction): 1 when the update may go ahead with unscaled gradients,
- * 0 when it is skipped, -1 on an error. */
-static int scaler_check(struct scaler *sc, struct nn_model *m, long step, FILE *out, int rank0,
-			char *err, size_t errlen)
-{
-	struct backend *be = m->be;
-	double ss = 0;
-	if (!sc->on)
-		return 1;
-	if (sc->dynamic) {
-		if (be->ops->sumsq(be, m->grads, m->param_total, &ss) < 0)
-			return failf(err, errlen, "loss scaling at step %ld: %s", step, be->err);
-		if (!isfinite(ss)) {
-			sc->skipped++;
-			sc->good = 0;
-			if (sc->scale / 2 < SCALE_MIN)
-				return failf(
-				    err, errlen,
-				    "step %ld: the gradients are not finite even at loss "
-				    "scale %g (%ld steps skipped): training diverged; lower "
-				    "optimizer.lr or check the data",
-				    step, sc->scale, sc->skipped);
-			if (rank0)
-				fprintf(out,
-					"dptrain: step %ld: gradients overflowed at loss scale %g; "
-					"step skipped, scale now %g\n",
-					step, sc->scale, sc->scale / 2);
-			sc->scale /= 2;
-			return 0;
-		}
-	}
-	if (be->ops->axpby(be, (float)(1.0 / sc->scale), m->grads, 0.0f, m->grads, m->param_total) <
-	    0)
-		return failf(err, errlen, "loss scaling at step %ld: %s", step, be->err);
-	if (sc->dynamic && ++sc->good >= sc->interval) {
-		sc->good = 0;
-		if (sc->scale * 2 <= SCALE_MAX)
-			sc->scale *= 2;
-	}
-	return 1;
-}
-
-/* Tests: DPTRAIN_TEST_OVERFLOW_AT="3,7" makes the (reduced) gradients of those steps (1-based,
- * global) infinite, as an fp16 overflow would; set it for every rank. */
-static int overflow_injected(long step)
-{
-	const char *e = getenv("DPTRAIN_TEST_OVERFLOW_AT");
-	for (const char *p = e; p && *p;) {
-		char *end;
-		long v = strtol(p, &end, 10);
-		if (end == p)
-			break;
-		if (v == step)
-			return 1;
-		p = *end == ',' ? end + 1 : end;
-	}
-	return 0;
-}
-
-/* A checkpoint of the model and the optimizer, whose state is first fetched from the GPU. */
-static int save_checkpoint(struct train_ckpt *ck, struct opt *op, const struct train_pos *at,
-			   char *err, size_t errlen)
-{
-	char e2[2048];
-	if (op->g && optim_gpu_state_to_host(op->g, &op->o, e2, sizeof(e2)) < 0)
-		return failf(err, errlen, "checkpoint at step %ld: optimizer state: %s", at->step,
-			     e2);
-	return train_ckpt_save(ck, at, err, errlen);
-}
-
-struct metrics {
-	FILE *f;
-};
-
-static void metrics_line(struct metrics *mt, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static void metrics_line(struct metrics *mt, const char *fmt, ...)
-{
-	if (!mt->f)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vfprintf(mt->f, fmt, ap);
-	va_end(ap);
-	fputc('\n', mt->f);
-	fflush(mt->f);
 }
 
 /* Evaluate on this rank's shard of the eval set: sum of per-sample losses and correct
@@ -514,56 +396,82 @@ static int evaluate(struct nn_model *m, struct split *ev, struct stage *st, stru
 	return 0;
 }
 
-int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res, char *err,
-	      size_t errlen)
-{
-	int rv = -1, have_model = 0, have_optim = 0;
-	struct ddp *ddp = NULL;
-	struct backend *be = NULL;
-	struct nn_model m;
-	struct split tr = {0}, ev = {0};
-	struct stage st = {0};
-	struct opt opt = {0};
-	struct lr_schedule sched;
-	struct metrics mt = {0};
-	char e2[4096]; /* larger than every module's error size */
-	FILE *out = env->out ? env->out : stdout;
-	int rank0 = env->rank == 0;
+/* One run, from setup to teardown: what train_run's steps share. */
+struct run {
+	const struct cfg *c;
+	const struct train_env *env;
+	struct train_result *res;
+	FILE *out;
+	int rank0;
 
-	memset(res, 0, sizeof(*res));
-	res->eval_accuracy = -1;
-	res->resumed_at = -1;
-	memset(&m, 0, sizeof(m));
-	if (env->gpu >= 0) {
+	struct backend *be;
+	struct nn_model m;
+	int have_model, have_optim;
+	struct ddp *ddp; /* NULL for one rank */
+	struct split tr, ev;
+	struct stage st;
+	struct optim o;
+	struct optim_exec ox; /* o's updates, where the parameters are */
+	struct lr_schedule sched;
+	struct train_ckpt ck;
+	struct loss_scale sc;
+	struct metrics mt;
+
+	size_t per_sample; /* floats in one input sample */
+	size_t per_step;   /* samples per rank in one step */
+	int accum;	   /* micro-batches per step */
+	long spe, total;   /* steps per epoch, steps in all */
+	int epochs;
+	int zero;	      /* ZeRO-1: the optimizer state sharded over the ranks */
+	size_t zlo, zhi;      /* this rank's share of the parameters */
+	int prof;	      /* DPTRAIN_PROFILE_STEP, 0: none */
+	struct train_pos pos; /* where training starts (a checkpoint's position, or 0) */
+	long step;	      /* steps done */
+	double t0;
+
+	struct { /* since the last progress line */
+		double t, loss, comm_wait, data_wait;
+		long imgs;
+		int n;
+	} log;
+};
+
+/* The backend: CUDA on env->gpu, else the CPU. */
+static int run_backend(struct run *r, char *err, size_t errlen)
+{
+	const struct cfg *c = r->c;
+	char e2[4096];
+	if (r->env->gpu >= 0) {
 		enum cfg_precision_mode pm = c->precision.mode;
 		struct be_cuda_opts co = {.tf32 = pm != CFG_PREC_FP32,
 					  .deterministic = c->device.deterministic,
 					  .act_dtype = pm == CFG_PREC_BF16   ? BE_BF16
 						       : pm == CFG_PREC_FP16 ? BE_F16
 									     : BE_F32};
-		be = be_cuda_create(env->gpu, &co, e2, sizeof(e2));
-		if (!be) {
-			failf(err, errlen, "%s", e2);
-			goto out;
-		}
-	} else {
-		be = be_cpu_create(c->train.threads ? c->train.threads : env->threads, e2,
-				   sizeof(e2));
-		if (!be) {
-			failf(err, errlen, "cpu backend: %s", e2);
-			goto out;
-		}
-		/* half precision is a GPU mode: device.kind auto on a machine without a GPU (with
-		 * device.kind cpu the config check has already warned) */
-		if (rank0 && c->device.kind != CFG_DEVICE_CPU &&
-		    (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
-			fprintf(
-			    stderr,
-			    "dptrain: warning: precision.mode %s is a GPU mode; the CPU computes "
-			    "in fp32 (loss scaling as precision.loss_scale says)\n",
-			    c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16");
+		if (!(r->be = be_cuda_create(r->env->gpu, &co, e2, sizeof(e2))))
+			return failf(err, errlen, "%s", e2);
+		return 0;
 	}
+	r->be =
+	    be_cpu_create(c->train.threads ? c->train.threads : r->env->threads, e2, sizeof(e2));
+	if (!r->be)
+		return failf(err, errlen, "cpu backend: %s", e2);
+	/* half precision is a GPU mode: device.kind auto on a machine without a GPU (with
+	 * device.kind cpu the config check has already warned) */
+	if (r->rank0 && c->device.kind != CFG_DEVICE_CPU &&
+	    (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
+		fprintf(stderr,
+			"dptrain: warning: precision.mode %s is a GPU mode; the CPU computes "
+			"in fp32 (loss scaling as precision.loss_scale says)\n",
+			c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16");
+	return 0;
+}
 
+/* The model, with its first weights (model.init's, or drawn from the seed). */
+static int run_model(struct run *r, char *err, size_t errlen)
+{
+	const struct cfg *c = r->c;
+	char e2[4096];
 	struct nn_spec spec = {
 	    .name = cfg_model_string(c->model.name),
 	    .c = c->model.input_shape[0],
@@ -574,434 +482,493 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	    .hidden = c->model.hidden.n ? c->model.hidden.v : (const int[]){0}, /* [] */
 	    .nhidden = c->model.hidden.n,
 	};
-	if (nn_build(&m, be, &spec, err, errlen) < 0)
-		goto out;
-	have_model = 1;
+	if (nn_build(&r->m, r->be, &spec, err, errlen) < 0)
+		return -1;
+	r->have_model = 1;
+	r->per_sample = (size_t)spec.c * (size_t)spec.h * (size_t)spec.w;
 	if (c->model.init) {
-		if (nn_load_weights(&m, c->model.init, e2, sizeof(e2)) < 0) {
-			failf(err, errlen, "model.init: %s", e2);
-			goto out;
-		}
-	} else if (nn_init_weights(&m, (uint64_t)c->seed, err, errlen) < 0) {
-		goto out;
+		if (nn_load_weights(&r->m, c->model.init, e2, sizeof(e2)) < 0)
+			return failf(err, errlen, "model.init: %s", e2);
+		return 0;
 	}
+	return nn_init_weights(&r->m, (uint64_t)c->seed, err, errlen);
+}
 
-	if (env->comm) {
-		const struct cfg_parallel *p = &c->parallel;
-		size_t cap = (size_t)(p->bucket_cap_mb * 1024 * 1024);
-		/* A small model would fit one or two 25 MB buckets, and the last one waits for the
-		 * end of backward: no overlap at all. Buckets are also kept to a quarter of the
-		 * gradient, down to DDP_MIN_SPLIT_BYTES, below which a bucket's latency would cost
-		 * more than its overlap gains. */
-		size_t quarter = m.param_total * sizeof(float) / 4;
-		if (quarter < DDP_MIN_SPLIT_BYTES)
-			quarter = DDP_MIN_SPLIT_BYTES;
-		if (cap > quarter)
-			cap = quarter;
-		struct ddp_opts dop = {
-		    .gradients_mean = p->gradients_mean,
-		    .bucket_bytes = cap,
-		    .first_bucket_bytes =
-			cap < DDP_FIRST_BUCKET_BYTES ? cap : DDP_FIRST_BUCKET_BYTES,
-		    .fusion_split = p->all_reduce_fusion_config.v,
-		    .nfusion_split = p->all_reduce_fusion_config.n,
-		};
-		if (ddp_create(&ddp, &m, env->comm, &dop, err, errlen) < 0)
-			goto out;
-		if (p->parameter_broadcast && ddp_broadcast_params(ddp, err, errlen) < 0)
-			goto out;
-	}
-	if (split_open(&tr, c, env, be, 1, err, errlen) < 0)
-		goto out;
-	if (c->data.eval.present && split_open(&ev, c, env, be, 0, err, errlen) < 0)
-		goto out;
-	size_t per_sample = (size_t)spec.c * (size_t)spec.h * (size_t)spec.w;
+/* DDP over env->comm: the gradient buckets, and rank 0's weights to everyone. */
+static int run_ddp(struct run *r, char *err, size_t errlen)
+{
+	const struct cfg_parallel *p = &r->c->parallel;
+	size_t cap = (size_t)(p->bucket_cap_mb * 1024 * 1024);
+	if (!r->env->comm)
+		return 0;
+	/* A small model would fit one or two 25 MB buckets, and the last one waits for the end
+	 * of backward: no overlap at all. Buckets are also kept to a quarter of the gradient,
+	 * down to DDP_MIN_SPLIT_BYTES, below which a bucket's latency would cost more than its
+	 * overlap gains. */
+	size_t quarter = r->m.param_total * sizeof(float) / 4;
+	if (quarter < DDP_MIN_SPLIT_BYTES)
+		quarter = DDP_MIN_SPLIT_BYTES;
+	if (cap > quarter)
+		cap = quarter;
+	struct ddp_opts dop = {
+	    .gradients_mean = p->gradients_mean,
+	    .bucket_bytes = cap,
+	    .first_bucket_bytes = cap < DDP_FIRST_BUCKET_BYTES ? cap : DDP_FIRST_BUCKET_BYTES,
+	    .fusion_split = p->all_reduce_fusion_config.v,
+	    .nfusion_split = p->all_reduce_fusion_config.n,
+	};
+	if (ddp_create(&r->ddp, &r->m, r->env->comm, &dop, err, errlen) < 0)
+		return -1;
+	if (p->parameter_broadcast && ddp_broadcast_params(r->ddp, err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+/* The data (train and eval splits, the input's stage) and the run's length in steps. */
+static int run_data(struct run *r, char *err, size_t errlen)
+{
+	const struct cfg *c = r->c;
+	char le[4096];
+	if (split_open(&r->tr, c, r->env, r->be, 1, err, errlen) < 0)
+		return -1;
+	if (c->data.eval.present && split_open(&r->ev, c, r->env, r->be, 0, err, errlen) < 0)
+		return -1;
 	int max_batch = c->data.batch_size > c->data.eval_batch_size ? c->data.batch_size
 								     : c->data.eval_batch_size;
-	if (stage_open(&st, be, (size_t)max_batch * per_sample, err, errlen) < 0)
-		goto out;
-
-	int accum = c->parallel.grad_accumulation_step;
-	char le0[4096];
-	if (loader_start_epoch(tr.l, 0, 0, le0) < 0) {
-		failf(err, errlen, "data.train: %s", le0);
-		goto out;
-	}
-	long batches = (long)loader_batches(tr.l);
-	long spe = batches / accum;
-	if (spe < 1) {
-		failf(
+	if (stage_open(&r->st, r->be, (size_t)max_batch * r->per_sample, err, errlen) < 0)
+		return -1;
+	r->accum = c->parallel.grad_accumulation_step;
+	r->per_step = (size_t)c->data.batch_size * (size_t)r->accum;
+	if (loader_start_epoch(r->tr.l, 0, 0, le) < 0)
+		return failf(err, errlen, "data.train: %s", le);
+	long batches = (long)loader_batches(r->tr.l);
+	r->spe = batches / r->accum;
+	if (r->spe < 1)
+		return failf(
 		    err, errlen,
 		    "parallel.grad_accumulation_step %d needs at least %d batches per epoch, rank "
 		    "%d has %ld; lower it or data.batch_size",
-		    accum, accum, env->rank, batches);
-		goto out;
-	}
-	long total = c->train.epochs > 0 ? spe * c->train.epochs : c->train.max_steps;
-	if (c->train.max_steps > 0 && c->train.max_steps < total)
-		total = c->train.max_steps;
-	int epochs = (int)((total + spe - 1) / spe);
+		    r->accum, r->accum, r->env->rank, batches);
+	r->total = c->train.epochs > 0 ? r->spe * c->train.epochs : c->train.max_steps;
+	if (c->train.max_steps > 0 && c->train.max_steps < r->total)
+		r->total = c->train.max_steps;
+	r->epochs = (int)((r->total + r->spe - 1) / r->spe);
+	return 0;
+}
 
+/* The optimizer and the schedule, then the checkpoint to resume from, if any: weights,
+ * optimizer state, position and loss scale. */
+static int run_optimizer(struct run *r, char *err, size_t errlen)
+{
+	const struct cfg *c = r->c;
+	const struct train_env *env = r->env;
+	char from[1024], e2[4096];
 	/* ZeRO-1: a rank keeps optimizer state for and updates only its comm_share */
-	int zero = env->comm && c->parallel.enable_parallel_optimizer;
-	size_t zlo = 0, zhi = m.param_total;
-	if (zero)
-		comm_share(m.param_total, env->rank, env->world_size, &zlo, &zhi);
-	if (make_optimizer(&opt.o, c, &m, zlo, zhi, err, errlen) < 0)
-		goto out;
-	have_optim = 1;
-	if (make_schedule(&sched, c, spe, total, err, errlen) < 0)
-		goto out;
-
-	struct train_ckpt ck;
-	struct train_pos pos = {0};
-	char from[1024];
-	train_ckpt_init(&ck, c, env->output_dir, &m, &opt.o, env->comm, env->rank, env->world_size,
-			tr.ds.count);
-	int resumed = train_ckpt_resume(&ck, &pos, from, sizeof(from), err, errlen);
+	r->zero = env->comm && c->parallel.enable_parallel_optimizer;
+	r->zlo = 0;
+	r->zhi = r->m.param_total;
+	if (r->zero)
+		comm_share(r->m.param_total, env->rank, env->world_size, &r->zlo, &r->zhi);
+	if (make_optimizer(&r->o, c, &r->m, r->zlo, r->zhi, err, errlen) < 0)
+		return -1;
+	r->have_optim = 1;
+	optim_exec_host(&r->ox, &r->o);
+	if (make_schedule(&r->sched, c, r->spe, r->total, err, errlen) < 0)
+		return -1;
+	train_ckpt_init(&r->ck, c, env->output_dir, &r->m, &r->o, env->comm, env->rank,
+			env->world_size, r->tr.ds.count);
+	int resumed = train_ckpt_resume(&r->ck, &r->pos, from, sizeof(from), err, errlen);
 	if (resumed < 0)
-		goto out;
+		return -1;
 	/* on a GPU the optimizer state lives there, from what the checkpoint had (or zeros) */
-	if (env->gpu >= 0 && (optim_gpu_create(&opt.g, be, &opt.o, e2, sizeof(e2)) < 0 ||
-			      optim_gpu_state_from_host(opt.g, &opt.o, e2, sizeof(e2)) < 0)) {
-		failf(err, errlen, "optimizer on GPU %d: %s", env->gpu, e2);
-		goto out;
-	}
+	if (env->gpu >= 0 && (optim_exec_gpu(&r->ox, &r->o, r->be, e2, sizeof(e2)) < 0 ||
+			      r->ox.ops->state_from_host(&r->ox, e2, sizeof(e2)) < 0))
+		return failf(err, errlen, "optimizer on GPU %d: %s", env->gpu, e2);
 	/* rank 0 read the weights: everyone takes them, whatever parameter_broadcast says */
-	if (resumed && ddp && ddp_broadcast_params(ddp, err, errlen) < 0)
-		goto out;
-	struct scaler sc = {
-	    .on = c->precision.dynamic_loss_scale || c->precision.loss_scale != 1.0,
-	    .dynamic = c->precision.dynamic_loss_scale,
-	    .scale = c->precision.dynamic_loss_scale ? c->precision.initial_loss_scale
-						     : c->precision.loss_scale,
-	    .interval = c->precision.growth_interval > 0 ? c->precision.growth_interval : 2000,
-	};
-	if (resumed && sc.dynamic && pos.loss_scale > 0) { /* where it had got to */
-		sc.scale = pos.loss_scale;
-		sc.good = pos.scale_good;
+	if (resumed && r->ddp && ddp_broadcast_params(r->ddp, err, errlen) < 0)
+		return -1;
+	loss_scale_init(&r->sc, &c->precision);
+	if (resumed && r->sc.dynamic && r->pos.loss_scale > 0) { /* where it had got to */
+		r->sc.scale = r->pos.loss_scale;
+		r->sc.good = r->pos.scale_good;
 	}
 	if (resumed) {
-		res->resumed_at = pos.step;
-		if (rank0)
-			fprintf(out, "dptrain: resuming from %s: step %ld, epoch %d, sample %zu\n",
-				from, pos.step, pos.epoch + 1, pos.offset);
+		r->res->resumed_at = r->pos.step;
+		if (r->rank0)
+			fprintf(r->out,
+				"dptrain: resuming from %s: step %ld, epoch %d, sample %zu\n", from,
+				r->pos.step, r->pos.epoch + 1, r->pos.offset);
 	}
+	return 0;
+}
 
-	if (rank0 && c->output.metrics && env->output_dir) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/metrics.jsonl", env->output_dir);
-		mt.f = fopen(path, "a");
-		if (!mt.f) {
-			failf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-			goto out;
-		}
-	}
-	if (rank0) {
+/* Rank 0's metrics file and first lines; the profiler armed for DPTRAIN_PROFILE_STEP. */
+static int run_announce(struct run *r, char *err, size_t errlen)
+{
+	const struct cfg *c = r->c;
+	const struct train_env *env = r->env;
+	struct nn_model *m = &r->m;
+	FILE *out = r->out;
+	char pe[256];
+	if (r->rank0 && c->output.metrics && env->output_dir &&
+	    metrics_open(&r->mt, env->output_dir, err, errlen) < 0)
+		return -1;
+	if (r->rank0) {
 		char cpu[96], bdesc[128] = ""; /* the CPU's: oneDNN's version and ISA */
 		if (env->gpu < 0) {
 			be_cpu_describe(cpu, sizeof(cpu));
 			snprintf(bdesc, sizeof(bdesc), " (%s)", cpu);
 		}
-		fprintf(
-		    out,
-		    "dptrain: %s, %zu parameters, %zu training samples (%ld steps/epoch of %d x "
-		    "%d), %d epoch%s, %ld steps, backend %s%s\n",
-		    m.name, nn_param_count(&m), tr.ds.count, spe, c->data.batch_size, accum, epochs,
-		    epochs == 1 ? "" : "s", total, be->ops->name, bdesc);
+		fprintf(out,
+			"dptrain: %s, %zu parameters, %zu training samples (%ld steps/epoch of %d "
+			"x %d), %d epoch%s, %ld steps, backend %s%s\n",
+			m->name, nn_param_count(m), r->tr.ds.count, r->spe, c->data.batch_size,
+			r->accum, r->epochs, r->epochs == 1 ? "" : "s", r->total, r->be->ops->name,
+			bdesc);
 	}
-	if (ddp && rank0)
-		fprintf(
-		    out,
-		    "dptrain: %d ranks, %s of %s on %s, %d gradient bucket%s, %d x %d samples per "
-		    "step\n",
-		    env->world_size, c->parallel.gradients_mean ? "average" : "sum", "gradients",
-		    env->comm->ops->name, ddp_bucket_count(ddp),
-		    ddp_bucket_count(ddp) == 1 ? "" : "s", env->world_size,
-		    c->data.batch_size * accum);
-	if (zero && rank0)
-		fprintf(
-		    out,
-		    "dptrain: optimizer state sharded over %d ranks (ZeRO-1): rank 0 updates %zu "
-		    "of %zu parameters\n",
-		    env->world_size, zhi - zlo, m.param_total);
-	metrics_line(&mt,
+	if (r->ddp && r->rank0)
+		fprintf(out,
+			"dptrain: %d ranks, %s of %s on %s, %d gradient bucket%s, %d x %d samples "
+			"per step\n",
+			env->world_size, c->parallel.gradients_mean ? "average" : "sum",
+			"gradients", env->comm->ops->name, ddp_bucket_count(r->ddp),
+			ddp_bucket_count(r->ddp) == 1 ? "" : "s", env->world_size,
+			c->data.batch_size * r->accum);
+	if (r->zero && r->rank0)
+		fprintf(out,
+			"dptrain: optimizer state sharded over %d ranks (ZeRO-1): rank 0 updates "
+			"%zu of %zu parameters\n",
+			env->world_size, r->zhi - r->zlo, m->param_total);
+	metrics_line(&r->mt,
 		     "{\"event\":\"start\",\"model\":\"%s\",\"parameters\":%zu,\"world_size\":%d,"
 		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
-		     m.name, nn_param_count(&m), env->world_size, spe, total);
+		     m->name, nn_param_count(m), env->world_size, r->spe, r->total);
 
 	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
-	int prof = 0;
-	char pe[256];
-	if (rt_env_int("DPTRAIN_PROFILE_STEP", 1, INT_MAX, &prof, pe, sizeof(pe)) < 0) {
-		failf(err, errlen, "%s: the step to profile, from 1", pe);
+	if (rt_env_int("DPTRAIN_PROFILE_STEP", 1, INT_MAX, &r->prof, pe, sizeof(pe)) < 0)
+		return failf(err, errlen, "%s: the step to profile, from 1", pe);
+	if (r->prof && r->be->ops->profile && r->prof == r->pos.step + 1 &&
+	    r->be->ops->profile(r->be, 1) < 0)
+		return failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", r->be->err);
+	return 0;
+}
+
+/* One micro-batch of step `s` (of epoch `epoch`): forward, loss, backward; the last one of
+ * the step carries this rank's stop vote and waits for DDP's reduction. */
+static int run_micro(struct run *r, int epoch, long s, int micro, double *step_loss, char *err,
+		     size_t errlen)
+{
+	const struct train_env *env = r->env;
+	struct ddp *ddp = r->ddp;
+	struct loader_batch *b;
+	char le[4096];
+	int last = micro == r->accum - 1, rv = -1;
+	double tw = now_s();
+	int got = loader_next(r->tr.l, &b, le);
+	r->log.data_wait += now_s() - tw; /* the input pipeline fell behind */
+	if (got <= 0)
+		return failf(err, errlen, "data.train: %s", got < 0 ? le : "epoch ended early");
+	float *logits, loss;
+	const float *x;
+	int ok;
+	if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0)
+		goto out;
+	if (stage_put(&r->st, b, r->per_sample, &x, err, errlen) < 0 ||
+	    nn_forward(&r->m, x, b->n, &logits, err, errlen) < 0 ||
+	    nn_loss(&r->m, b->y, b->n, (float)r->c->train.label_smoothing,
+		    (float)(1.0f / (float)r->accum) * (float)r->sc.scale, &loss, &ok, err,
+		    errlen) < 0)
+		goto out;
+	if (!isfinite(loss)) {
+		failf(err, errlen,
+		      "loss is %s at epoch %d step %ld (global step %ld): training stopped; lower "
+		      "optimizer.lr, check the data, or start from other weights",
+		      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1, r->step + 1);
 		goto out;
 	}
-	if (prof && be->ops->profile) {
-		if (prof == pos.step + 1 && be->ops->profile(be, 1) < 0) {
-			failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", be->err);
-			goto out;
-		}
-	}
-	double t0 = now_s(), tlog = t0;
-	long step = pos.step, imgs_since_log = 0;
-	double loss_since_log = 0, wait_since_log = 0, data_since_log = 0;
-	int n_since_log = 0;
-	float scale = 1.0f / (float)accum;
+	if (ddp && last) /* asked to stop: vote with the gradients */
+		ddp_set_vote(ddp, env->stop && *env->stop ? 1.0f : 0.0f);
+	if ((ddp && ddp_begin_backward(ddp, last, err, errlen) < 0) ||
+	    nn_backward(&r->m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
+	    stage_done(&r->st, err, errlen) < 0 ||
+	    (ddp && last && ddp_finish(ddp, err, errlen) < 0))
+		goto out;
+	*step_loss += loss;
+	r->log.imgs += b->n;
+	rv = 0;
+out:
+	loader_release(r->tr.l, b);
+	return rv;
+}
+
+/* The update after a step's gradients: unscaled (or the step skipped on an overflow), then
+ * the optimizer, sharded (ZeRO-1) or whole. */
+static int run_update(struct run *r, double lr, char *err, size_t errlen)
+{
+	struct nn_model *m = &r->m;
+	char e2[4096];
+	if (loss_scale_test_overflow(r->step + 1) &&
+	    r->be->ops->fill(r->be, m->grads, INFINITY, 1) < 0)
+		return failf(err, errlen, "%s", r->be->err);
+	int go = loss_scale_check(&r->sc, m, r->step + 1, r->out, r->rank0, err, errlen);
+	if (go <= 0) /* skipped: the weights and the optimizer stay as they were */
+		return go;
+	if (r->zero)
+		return zero_step(&r->ox, m, r->env->comm, lr, err, errlen);
+	if (r->ox.ops->step(&r->ox, m->weights, m->grads, lr, e2, sizeof(e2)) < 0)
+		return failf(err, errlen, "optimizer step %ld: %s", r->step + 1, e2);
+	return 0;
+}
+
+/* Every train.log_every steps, and at the last: this rank's loss line (rank 0's with the
+ * global batch's loss, the mean over the ranks) and a metrics line. */
+static int run_log(struct run *r, int epoch, long s, double step_loss, double lr, double step_scale,
+		   char *err, size_t errlen)
+{
+	const struct train_env *env = r->env;
+	char e2[4096];
+	r->log.loss += step_loss;
+	r->log.n++;
+	if (r->c->train.log_every <= 0 ||
+	    (r->step % r->c->train.log_every != 0 && r->step != r->total))
+		return 0;
+	double t = now_s(), ips = (double)r->log.imgs / (t - r->log.t + 1e-12);
+	/* this rank's loss on its line; rank 0 also reports the mean over the ranks, the loss
+	 * of the global batch */
+	double gl[2] = {step_loss, r->log.loss / r->log.n};
+	if (env->comm &&
+	    env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64, COMM_AVG, e2, sizeof(e2)) < 0)
+		return failf(err, errlen, "reducing the loss at step %ld: %s", r->step, e2);
+	if (env->comm && r->rank0)
+		fprintf(r->out,
+			"epoch: %d step: %ld, loss is %.6f, global loss %.6f, lr %.6g, %.1f "
+			"img/s\n",
+			epoch + 1, s + 1, step_loss, gl[0], lr, ips * env->world_size);
+	else
+		fprintf(r->out, "epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f img/s\n",
+			epoch + 1, s + 1, step_loss, lr, ips * env->world_size);
+	fflush(r->out);
+	metrics_line(&r->mt,
+		     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
+		     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
+		     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f,"
+		     "\"comm_wait_ms\":%.4f,\"data_wait_ms\":%.4f,"
+		     "\"loss_scale\":%.9g}",
+		     epoch + 1, s + 1, r->step, gl[0], gl[1], step_loss, lr, ips * env->world_size,
+		     1e3 * r->log.comm_wait / r->log.n, 1e3 * r->log.data_wait / r->log.n,
+		     step_scale);
+	r->log.t = t;
+	r->log.imgs = 0;
+	r->log.loss = 0;
+	r->log.comm_wait = 0;
+	r->log.data_wait = 0;
+	r->log.n = 0;
+	return 0;
+}
+
+/* A checkpoint at position at (the optimizer's state first fetched to the host). */
+static int run_save(struct run *r, struct train_pos at, char *err, size_t errlen)
+{
+	char e2[2048];
+	at.loss_scale = r->sc.scale;
+	at.scale_good = r->sc.good;
+	if (r->ox.ops->state_to_host(&r->ox, e2, sizeof(e2)) < 0)
+		return failf(err, errlen, "checkpoint at step %ld: optimizer state: %s", at.step,
+			     e2);
+	return train_ckpt_save(&r->ck, &at, err, errlen);
+}
+
+/* One step (accum micro-batches and the update) at step s of an epoch that runs steps
+ * [s0, s0 + nsteps); then the stop vote and a checkpoint when one is due. 1: stopped on
+ * request (after its checkpoint), 0: go on, -1: err. */
+static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, char *err,
+		    size_t errlen)
+{
+	const struct cfg_checkpoint *cc = &r->c->checkpoint;
+	const struct train_env *env = r->env;
+	double step_loss = 0;
+	for (int micro = 0; micro < r->accum; micro++)
+		if (run_micro(r, epoch, s, micro, &step_loss, err, errlen) < 0)
+			return -1;
+	if (r->ddp)
+		r->log.comm_wait += ddp_last_wait(r->ddp);
+	double lr = lr_at(&r->sched, r->step);
+	double step_scale = r->sc.scale;
+	if (run_update(r, lr, err, errlen) < 0)
+		return -1;
+	r->step++;
+	if (r->prof && r->be->ops->profile && (r->step == r->prof - 1 || r->step == r->prof) &&
+	    r->be->ops->profile(r->be, r->step == r->prof - 1) < 0)
+		return failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", r->be->err);
+	step_loss /= r->accum;
+	r->res->last_loss = step_loss;
+	if (run_log(r, epoch, s, step_loss, lr, step_scale, err, errlen) < 0)
+		return -1;
+	/* a stop request (SIGTERM, SIGUSR1) on any rank stops every rank after this same step:
+	 * the ranks' votes travelled with the gradients */
+	float votes = env->stop && *env->stop ? 1.0f : 0.0f;
+	if (r->ddp && ddp_votes(r->ddp, &votes, err, errlen) < 0)
+		return -1;
+	int stop = votes > 0;
+	int epoch_end = s + 1 == s0 + nsteps || r->step == r->total;
+	if (!stop && !(cc->every_steps > 0 && r->step % cc->every_steps == 0 && !epoch_end))
+		return 0;
+	if (run_save(
+		r,
+		position(&r->tr.s, r->step, epoch, s + 1 - s0, r->per_step, s + 1 == s0 + nsteps),
+		err, errlen) < 0)
+		return -1;
+	if (!stop)
+		return 0;
+	if (r->rank0)
+		fprintf(r->out,
+			"dptrain: stopping on request at step %ld; checkpoint %s/step-%ld\n",
+			r->step, r->ck.root, r->step);
+	return 1;
+}
+
+/* After an epoch's steps (s: where they ended): the evaluation when due, and the checkpoint
+ * of the epoch's end or of the run's. */
+static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps, char *err,
+			 size_t errlen)
+{
+	const struct cfg *c = r->c;
 	const struct cfg_checkpoint *cc = &c->checkpoint;
-	size_t per_step = (size_t)c->data.batch_size * (size_t)accum; /* samples per rank */
-	for (int epoch = pos.epoch; epoch < epochs && step < total; epoch++) {
-		struct loader_batch *b;
-		char le[4096];
-		size_t start = epoch == pos.epoch ? pos.offset : 0;
-		if (loader_start_epoch(tr.l, epoch, start, le) < 0) {
-			failf(err, errlen, "data.train: %s", le);
-			goto out;
+	struct train_result *res = r->res;
+	res->epochs = epoch + 1;
+	int last = epoch + 1 == r->epochs || r->step >= r->total;
+	int due = c->train.eval_every > 0 && (epoch + 1) % c->train.eval_every == 0;
+	if (r->ev.l && (due || last)) {
+		double lsum;
+		long corr, cnt;
+		/* every rank evaluates its shard with rank 0's BatchNorm statistics, the ones
+		 * saved with the weights */
+		if (r->ddp && ddp_broadcast_buffers(r->ddp, err, errlen) < 0)
+			return -1;
+		if (evaluate(&r->m, &r->ev, &r->st, r->env->comm, &lsum, &corr, &cnt, err, errlen) <
+		    0)
+			return -1;
+		res->eval_accuracy = cnt ? (double)corr / (double)cnt : 0;
+		res->eval_loss = cnt ? lsum / (double)cnt : 0;
+		if (r->rank0) {
+			fprintf(r->out, "epoch: %d eval: accuracy %.4f (%ld/%ld), loss %.6f\n",
+				epoch + 1, res->eval_accuracy, corr, cnt, res->eval_loss);
+			fflush(r->out);
 		}
-		/* steps left in this epoch, and where it started (for the epoch's step numbers) */
-		long nsteps = (long)loader_batches(tr.l) / accum;
-		long s0 = (long)(start / (per_step * (size_t)env->world_size));
-		long s;
-		for (s = s0; s < s0 + nsteps && step < total; s++) {
-			double step_loss = 0;
-			for (int micro = 0; micro < accum; micro++) {
-				double tw = now_s();
-				int got = loader_next(tr.l, &b, le);
-				data_since_log += now_s() - tw; /* the input pipeline fell behind */
-				if (got <= 0) {
-					failf(err, errlen, "data.train: %s",
-					      got < 0 ? le : "epoch ended early");
-					goto out;
-				}
-				float *logits, loss;
-				const float *x;
-				int ok;
-				if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0) {
-					loader_release(tr.l, b);
-					goto out;
-				}
-				if (stage_put(&st, b, per_sample, &x, err, errlen) < 0 ||
-				    nn_forward(&m, x, b->n, &logits, err, errlen) < 0 ||
-				    nn_loss(&m, b->y, b->n, (float)c->train.label_smoothing,
-					    scale * (float)sc.scale, &loss, &ok, err, errlen) < 0) {
-					loader_release(tr.l, b);
-					goto out;
-				}
-				if (!isfinite(loss)) {
-					loader_release(tr.l, b);
-					failf(err, errlen,
-					      "loss is %s at epoch %d step %ld (global step %ld): "
-					      "training stopped; lower optimizer.lr, check the "
-					      "data, or "
-					      "start from other weights",
-					      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1,
-					      step + 1);
-					goto out;
-				}
-				if (ddp &&
-				    micro == accum - 1) /* asked to stop: vote with the gradients */
-					ddp_set_vote(ddp, env->stop && *env->stop ? 1.0f : 0.0f);
-				if ((ddp && ddp_begin_backward(ddp, micro == accum - 1, err,
-							       errlen) < 0) ||
-				    nn_backward(&m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
-				    stage_done(&st, err, errlen) < 0 ||
-				    (ddp && micro == accum - 1 &&
-				     ddp_finish(ddp, err, errlen) < 0)) {
-					loader_release(tr.l, b);
-					goto out;
-				}
-				step_loss += loss;
-				imgs_since_log += b->n;
-				loader_release(tr.l, b);
-			}
-			if (ddp)
-				wait_since_log += ddp_last_wait(ddp);
-			double lr = lr_at(&sched, step);
-			double step_scale = sc.scale;
-			if (overflow_injected(step + 1) &&
-			    be->ops->fill(be, m.grads, INFINITY, 1) < 0) {
-				failf(err, errlen, "%s", be->err);
-				goto out;
-			}
-			int go = scaler_check(&sc, &m, step + 1, out, rank0, err, errlen);
-			if (go < 0)
-				goto out;
-			if (!go) {
-				/* skipped: the weights and the optimizer stay as they were */
-			} else if (zero) {
-				if (zero_step(&opt, &m, env->comm, lr, err, errlen) < 0)
-					goto out;
-			} else if (!opt.g) {
-				optim_step(&opt.o, m.weights, m.grads, lr);
-			} else if (optim_gpu_step(opt.g, &opt.o, m.weights, m.grads, lr, e2,
-						  sizeof(e2)) < 0) {
-				failf(err, errlen, "optimizer step %ld: %s", step + 1, e2);
-				goto out;
-			}
-			step++;
-			if (prof && (step == prof - 1 || step == prof) &&
-			    be->ops->profile(be, step == prof - 1) < 0) {
-				failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", be->err);
-				goto out;
-			}
-			step_loss /= accum;
-			res->last_loss = step_loss;
-			loss_since_log += step_loss;
-			n_since_log++;
-			if (c->train.log_every > 0 &&
-			    (step % c->train.log_every == 0 || step == total)) {
-				double t = now_s(), ips = imgs_since_log / (t - tlog + 1e-12);
-				/* this rank's loss on its line; rank 0 also reports the mean over
-				 * the ranks, the loss of the global batch */
-				double gl[2] = {step_loss, loss_since_log / n_since_log};
-				if (env->comm &&
-				    env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64, COMM_AVG,
-							      le, sizeof(le)) < 0) {
-					failf(err, errlen, "reducing the loss at step %ld: %s",
-					      step, le);
-					goto out;
-				}
-				if (env->comm && rank0)
-					fprintf(
-					    out,
-					    "epoch: %d step: %ld, loss is %.6f, global loss %.6f, "
-					    "lr %.6g, %.1f img/s\n",
-					    epoch + 1, s + 1, step_loss, gl[0], lr,
-					    ips * env->world_size);
-				else
-					fprintf(out,
-						"epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f "
-						"img/s\n",
-						epoch + 1, s + 1, step_loss, lr,
-						ips * env->world_size);
-				fflush(out);
-				metrics_line(&mt,
-					     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
-					     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
-					     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f,"
-					     "\"comm_wait_ms\":%.4f,\"data_wait_ms\":%.4f,"
-					     "\"loss_scale\":%.9g}",
-					     epoch + 1, s + 1, step, gl[0], gl[1], step_loss, lr,
-					     ips * env->world_size,
-					     1e3 * wait_since_log / n_since_log,
-					     1e3 * data_since_log / n_since_log, step_scale);
-				tlog = t;
-				imgs_since_log = 0;
-				loss_since_log = 0;
-				wait_since_log = 0;
-				data_since_log = 0;
-				n_since_log = 0;
-			}
-			/* a stop request (SIGTERM, SIGUSR1) on any rank stops every rank after
-			 * this same step: the ranks' votes travelled with the gradients */
-			float votes = env->stop && *env->stop ? 1.0f : 0.0f;
-			if (ddp && ddp_votes(ddp, &votes, err, errlen) < 0)
-				goto out;
-			int stop = votes > 0;
-			int epoch_end = s + 1 == s0 + nsteps || step == total;
-			if (stop ||
-			    (cc->every_steps > 0 && step % cc->every_steps == 0 && !epoch_end)) {
-				struct train_pos at = position(&tr.s, step, epoch, s + 1 - s0,
-							       per_step, s + 1 == s0 + nsteps);
-				at.loss_scale = sc.scale;
-				at.scale_good = sc.good;
-				if (save_checkpoint(&ck, &opt, &at, err, errlen) < 0)
-					goto out;
-				if (stop) {
-					if (rank0)
-						fprintf(out,
-							"dptrain: stopping on request at step %ld; "
-							"checkpoint %s/step-%ld\n",
-							step, ck.root, step);
-					res->stopped = 1;
-					res->steps = step;
-					res->seconds = now_s() - t0;
-					rv = 0;
-					goto out;
-				}
-			}
-		}
-		res->epochs = epoch + 1;
-		int last = epoch + 1 == epochs || step >= total;
-		int due = c->train.eval_every > 0 && (epoch + 1) % c->train.eval_every == 0;
-		if (ev.l && (due || last)) {
-			double lsum;
-			long corr, cnt;
-			/* every rank evaluates its shard with rank 0's BatchNorm statistics, the
-			 * ones saved with the weights */
-			if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0)
-				goto out;
-			if (evaluate(&m, &ev, &st, env->comm, &lsum, &corr, &cnt, err, errlen) < 0)
-				goto out;
-			res->eval_accuracy = cnt ? (double)corr / (double)cnt : 0;
-			res->eval_loss = cnt ? lsum / (double)cnt : 0;
-			if (rank0) {
-				fprintf(out, "epoch: %d eval: accuracy %.4f (%ld/%ld), loss %.6f\n",
-					epoch + 1, res->eval_accuracy, corr, cnt, res->eval_loss);
-				fflush(out);
-			}
-			metrics_line(
-			    &mt,
-			    "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
-			    "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
-			    epoch + 1, step, res->eval_accuracy, res->eval_loss, corr, cnt);
-		}
-		/* at the end of the epoch, or of training (max_steps may end it mid-epoch) */
-		int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
-			   (cc->every_steps > 0 && step % cc->every_steps == 0) || last;
-		if (save && ck.last_saved != step) {
-			struct train_pos at =
-			    position(&tr.s, step, epoch, s - s0, per_step, s == s0 + nsteps);
-			at.loss_scale = sc.scale;
-			at.scale_good = sc.good;
-			if (save_checkpoint(&ck, &opt, &at, err, errlen) < 0)
-				goto out;
-		}
+		metrics_line(&r->mt,
+			     "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
+			     "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
+			     epoch + 1, r->step, res->eval_accuracy, res->eval_loss, corr, cnt);
 	}
-	res->steps = step;
-	res->seconds = now_s() - t0;
-	if (env->gpu >= 0) {
-		res->peak_device_bytes = be_cuda_peak_bytes(be);
-		fprintf(out, "dptrain: GPU memory peak %.0f MiB\n",
+	/* at the end of the epoch, or of training (max_steps may end it mid-epoch) */
+	int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
+		   (cc->every_steps > 0 && r->step % cc->every_steps == 0) || last;
+	if (save && r->ck.last_saved != r->step &&
+	    run_save(r, position(&r->tr.s, r->step, epoch, s - s0, r->per_step, s == s0 + nsteps),
+		     err, errlen) < 0)
+		return -1;
+	return 0;
+}
+
+/* The epochs, from the starting position to the last step. 1: stopped on request, 0: done,
+ * -1: err. */
+static int run_epochs(struct run *r, char *err, size_t errlen)
+{
+	for (int epoch = r->pos.epoch; epoch < r->epochs && r->step < r->total; epoch++) {
+		char le[4096];
+		size_t start = epoch == r->pos.epoch ? r->pos.offset : 0;
+		if (loader_start_epoch(r->tr.l, epoch, start, le) < 0)
+			return failf(err, errlen, "data.train: %s", le);
+		/* steps left in this epoch, and where it started (for the epoch's step numbers) */
+		long nsteps = (long)loader_batches(r->tr.l) / r->accum;
+		long s0 = (long)(start / (r->per_step * (size_t)r->env->world_size));
+		long s;
+		for (s = s0; s < s0 + nsteps && r->step < r->total; s++) {
+			int stopped = run_step(r, epoch, s, s0, nsteps, err, errlen);
+			if (stopped != 0)
+				return stopped;
+		}
+		if (run_epoch_end(r, epoch, s, s0, nsteps, err, errlen) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* The end of a run that was not stopped: rank 0's final weights and the metrics' last line. */
+static int run_finish(struct run *r, char *err, size_t errlen)
+{
+	struct train_result *res = r->res;
+	if (r->env->gpu >= 0) {
+		res->peak_device_bytes = be_cuda_peak_bytes(r->be);
+		fprintf(r->out, "dptrain: GPU memory peak %.0f MiB\n",
 			(double)res->peak_device_bytes / (1 << 20));
 	}
-
-	if (rank0 && env->output_dir) {
+	if (r->rank0 && r->env->output_dir) {
 		char path[4096], meta[256];
-		snprintf(path, sizeof(path), "%s/model.safetensors", env->output_dir);
-		snprintf(
-		    meta, sizeof(meta),
-		    "{\"format\":\"pt\",\"model\":\"%s\",\"step\":\"%ld\",\"producer\":\"dptrain "
-		    "%s\"}",
-		    m.name, step, DPTRAIN_VERSION);
-		if (nn_save_weights(&m, path, meta, err, errlen) < 0)
-			goto out;
+		snprintf(path, sizeof(path), "%s/model.safetensors", r->env->output_dir);
+		snprintf(meta, sizeof(meta),
+			 "{\"format\":\"pt\",\"model\":\"%s\",\"step\":\"%ld\",\"producer\":"
+			 "\"dptrain %s\"}",
+			 r->m.name, r->step, DPTRAIN_VERSION);
+		if (nn_save_weights(&r->m, path, meta, err, errlen) < 0)
+			return -1;
 	}
-	metrics_line(&mt,
+	metrics_line(&r->mt,
 		     "{\"event\":\"end\",\"steps\":%ld,\"epochs\":%d,\"seconds\":%.3f,"
 		     "\"eval_accuracy\":%.9g,\"peak_device_mib\":%.0f,\"skipped_steps\":%ld,"
 		     "\"loss_scale\":%.9g}",
 		     res->steps, res->epochs, res->seconds, res->eval_accuracy,
-		     (double)res->peak_device_bytes / (1 << 20), sc.skipped, sc.scale);
+		     (double)res->peak_device_bytes / (1 << 20), r->sc.skipped, r->sc.scale);
+	return 0;
+}
+
+/* Teardown; after a failure the other ranks stop too, told why. */
+static void run_free(struct run *r, int failed, const char *err)
+{
+	if (failed && r->env->comm) {
+		char why[4200];
+		snprintf(why, sizeof(why), "rank %d stopped: %s", r->env->rank, err);
+		r->env->comm->ops->abort(r->env->comm, why);
+	}
+	ddp_destroy(r->ddp);
+	metrics_close(&r->mt);
+	optim_exec_free(&r->ox);
+	if (r->have_optim)
+		optim_free(&r->o);
+	stage_close(&r->st);
+	split_free(&r->tr);
+	split_free(&r->ev);
+	if (r->have_model)
+		nn_free(&r->m);
+	if (r->be)
+		r->be->ops->destroy(r->be);
+}
+
+int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res, char *err,
+	      size_t errlen)
+{
+	struct run r = {.c = c, .env = env, .res = res, .out = env->out ? env->out : stdout};
+	int rv = -1, stopped;
+	r.rank0 = env->rank == 0;
+	memset(res, 0, sizeof(*res));
+	res->eval_accuracy = -1;
+	res->resumed_at = -1;
+	if (run_backend(&r, err, errlen) < 0 || run_model(&r, err, errlen) < 0 ||
+	    run_ddp(&r, err, errlen) < 0 || run_data(&r, err, errlen) < 0 ||
+	    run_optimizer(&r, err, errlen) < 0 || run_announce(&r, err, errlen) < 0)
+		goto out;
+	r.t0 = now_s();
+	r.log.t = r.t0;
+	r.step = r.pos.step;
+	if ((stopped = run_epochs(&r, err, errlen)) < 0)
+		goto out;
+	res->steps = r.step;
+	res->seconds = now_s() - r.t0;
+	res->stopped = stopped;
+	if (!stopped && run_finish(&r, err, errlen) < 0)
+		goto out;
 	rv = 0;
 out:
-	if (rv < 0 && env->comm) { /* the other ranks stop too, told why */
-		char why[4200];
-		snprintf(why, sizeof(why), "rank %d stopped: %s", env->rank, err);
-		env->comm->ops->abort(env->comm, why);
-	}
-	ddp_destroy(ddp);
-	if (mt.f)
-		fclose(mt.f);
-	optim_gpu_destroy(opt.g);
-	if (have_optim)
-		optim_free(&opt.o);
-	stage_close(&st);
-	split_free(&tr);
-	split_free(&ev);
-	if (have_model)
-		nn_free(&m);
-	if (be)
-		be->ops->destroy(be);
+	run_free(&r, rv < 0, err);
 	return rv;
 }
