@@ -350,11 +350,88 @@ fail:
 	return NULL;
 }
 
+/* One entry of state.json's "files" (fname: {bytes, crc32}) against the file in dir: a plain
+ * name, a regular file of that size and, with check_crc, that CRC. label names state.json. */
+static int ck_check_file(const char *dir, const char *fname, json_t *jf, int check_crc,
+			 const char *label, char *err, size_t errlen)
+{
+	json_t *jb = json_object_get(jf, "bytes"), *jc = json_object_get(jf, "crc32");
+	char path[CKPT_PATH_MAX];
+	long long want, got;
+	uint32_t crc;
+	struct stat st;
+
+	if (!ck_name_ok(fname))
+		return failf(err, errlen, "%s: \"files\" lists \"%s\", not a plain file name",
+			     label, fname);
+	if (!json_is_integer(jb) || json_integer_value(jb) < 0 || !json_is_integer(jc) ||
+	    json_integer_value(jc) < 0 || json_integer_value(jc) > 0xffffffffLL)
+		return failf(err, errlen, "%s: \"files\".\"%s\" needs integers bytes and crc32",
+			     label, fname);
+	want = json_integer_value(jb);
+	if (ck_join(path, dir, fname, err, errlen) < 0)
+		return -1;
+	if (lstat(path, &st) < 0)
+		return failf(err, errlen, "%s: %s: %s", dir, fname,
+			     errno == ENOENT ? "missing" : strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return failf(err, errlen, "%s: %s: not a regular file", dir, fname);
+	if ((long long)st.st_size != want)
+		return failf(err, errlen, "%s: %s: %lld bytes, " CK_STATE " says %lld (%s)", dir,
+			     fname, (long long)st.st_size, want,
+			     (long long)st.st_size < want ? "truncated?"
+							  : "not the file it describes");
+	if (!check_crc)
+		return 0;
+	if (ck_sum(dir, fname, 0, &got, &crc, err, errlen) < 0)
+		return -1;
+	if (got != want)
+		return failf(err, errlen, "%s: %s: %lld bytes, " CK_STATE " says %lld (changing?)",
+			     dir, fname, got, want);
+	if ((long long)crc != json_integer_value(jc))
+		return failf(err, errlen,
+			     "%s: %s: crc32 mismatch (corrupt): the file has %08x, " CK_STATE
+			     " says %08llx",
+			     dir, fname, crc, (unsigned long long)json_integer_value(jc));
+	return 0;
+}
+
+/* The trainer's state into c->state_json: version 1's "state" object of state.json (jstate),
+ * else the trainer file's (jstate NULL; its size and CRC were checked with every file's). */
+static int ck_trainer_state(struct ckpt *c, const char *dir, json_t *jstate, char *err,
+			    size_t errlen)
+{
+	char path[CKPT_PATH_MAX], label[CKPT_PATH_MAX + 32];
+	snprintf(label, sizeof(label), "%s: %s", dir, jstate ? CK_STATE : CK_TRAINER);
+	if (!jstate) {
+		json_error_t je;
+		json_t *st;
+		char *stext;
+		size_t slen;
+		if (ck_join(path, dir, CK_TRAINER, err, errlen) < 0 ||
+		    !(stext = ck_read_small(path, &slen, err, errlen, label)))
+			return -1;
+		st = json_loadb(stext, slen, 0, &je);
+		free(stext);
+		if (!json_is_object(st)) {
+			json_decref(st);
+			return failf(err, errlen, "%s: not a JSON object", label);
+		}
+		c->state_json = json_dumps(st, JSON_COMPACT | JSON_PRESERVE_ORDER);
+		json_decref(st);
+	} else {
+		c->state_json = json_dumps(jstate, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	}
+	if (!c->state_json)
+		return failf(err, errlen, "%s: out of memory", label);
+	return 0;
+}
+
 /* ckpt_open; with check_crc 0 only the sizes are compared (cheap enough for every prune). */
 static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *err, size_t errlen)
 {
 	char dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], label[CKPT_PATH_MAX + 32];
-	const char *base, *rest, *fname, *fmt;
+	const char *base, *rest, *fname;
 	json_t *doc = NULL, *jfiles, *jstate, *v, *jf;
 	json_error_t je;
 	char *text = NULL;
@@ -422,82 +499,11 @@ static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *er
 	}
 	json_object_foreach(jfiles, fname, jf)
 	{
-		json_t *jb = json_object_get(jf, "bytes"), *jc = json_object_get(jf, "crc32");
-		long long want, got;
-		uint32_t crc;
-		struct stat st;
-
-		if (!ck_name_ok(fname)) {
-			failf(err, errlen, "%s: \"files\" lists \"%s\", not a plain file name",
-			      label, fname);
+		if (ck_check_file(dir, fname, jf, check_crc, label, err, errlen) < 0)
 			goto out;
-		}
-		if (!json_is_integer(jb) || json_integer_value(jb) < 0 || !json_is_integer(jc) ||
-		    json_integer_value(jc) < 0 || json_integer_value(jc) > 0xffffffffLL) {
-			failf(err, errlen, "%s: \"files\".\"%s\" needs integers bytes and crc32",
-			      label, fname);
-			goto out;
-		}
-		want = json_integer_value(jb);
-		if (ck_join(path, dir, fname, err, errlen) < 0)
-			goto out;
-		if (lstat(path, &st) < 0) {
-			failf(err, errlen, "%s: %s: %s", dir, fname,
-			      errno == ENOENT ? "missing" : strerror(errno));
-			goto out;
-		}
-		if (!S_ISREG(st.st_mode)) {
-			failf(err, errlen, "%s: %s: not a regular file", dir, fname);
-			goto out;
-		}
-		if ((long long)st.st_size != want) {
-			fmt = (long long)st.st_size < want ? "truncated?"
-							   : "not the file it describes";
-			failf(err, errlen, "%s: %s: %lld bytes, " CK_STATE " says %lld (%s)", dir,
-			      fname, (long long)st.st_size, want, fmt);
-			goto out;
-		}
-		if (!check_crc)
-			continue;
-		if (ck_sum(dir, fname, 0, &got, &crc, err, errlen) < 0)
-			goto out;
-		if (got != want) {
-			failf(err, errlen, "%s: %s: %lld bytes, " CK_STATE " says %lld (changing?)",
-			      dir, fname, got, want);
-			goto out;
-		}
-		if ((long long)crc != json_integer_value(jc)) {
-			failf(err, errlen,
-			      "%s: %s: crc32 mismatch (corrupt): the file has %08x, " CK_STATE
-			      " says %08llx",
-			      dir, fname, crc, (unsigned long long)json_integer_value(jc));
-			goto out;
-		}
 	}
-	if (version > 1) { /* its size and CRC were checked above, like every file's */
-		json_t *st;
-		char *stext;
-		size_t slen;
-		snprintf(label, sizeof(label), "%s: " CK_TRAINER, dir);
-		if (ck_join(path, dir, CK_TRAINER, err, errlen) < 0 ||
-		    !(stext = ck_read_small(path, &slen, err, errlen, label)))
-			goto out;
-		st = json_loadb(stext, slen, 0, &je);
-		free(stext);
-		if (!json_is_object(st)) {
-			failf(err, errlen, "%s: not a JSON object", label);
-			json_decref(st);
-			goto out;
-		}
-		c->state_json = json_dumps(st, JSON_COMPACT | JSON_PRESERVE_ORDER);
-		json_decref(st);
-	} else {
-		c->state_json = json_dumps(jstate, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	}
-	if (!c->state_json) {
-		failf(err, errlen, "%s: out of memory", label);
+	if (ck_trainer_state(c, dir, version > 1 ? NULL : jstate, err, errlen) < 0)
 		goto out;
-	}
 	memcpy(c->path, dir, strlen(dir) + 1);
 	c->step = step;
 	rv = 0;

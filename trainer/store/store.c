@@ -378,13 +378,91 @@ out:
 	return rv;
 }
 
+/* The local address of st's connection to rank 0 (store_local_addr). */
+static void cl_local_addr(struct store *st)
+{
+	struct sockaddr_storage la;
+	socklen_t ll = sizeof(la);
+	if (getsockname(st->fd, (struct sockaddr *)&la, &ll) == 0) {
+		if (la.ss_family == AF_INET6) {
+			struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&la;
+			if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
+				inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], st->local_addr,
+					  sizeof(st->local_addr));
+			else
+				inet_ntop(AF_INET6, &a6->sin6_addr, st->local_addr,
+					  sizeof(st->local_addr));
+		} else {
+			inet_ntop(AF_INET, &((struct sockaddr_in *)&la)->sin_addr, st->local_addr,
+				  sizeof(st->local_addr));
+		}
+	}
+}
+
+/* The hello: this rank's identity and the job's secret, answered (within left seconds, at
+ * most HELLO_ANSWER_S) with how long the rendezvous stays open (*open_timeout in all,
+ * *open_left now). *sent once it is on its way (from there the server will know this rank). */
+static int cl_hello(struct store *st, double left, int *sent, double *open_timeout,
+		    double *open_left, char *err, size_t errlen)
+{
+	struct sbuf f = {0};
+	int status, rv = -1;
+	struct rd body;
+	uint32_t id = cl_id(st);
+	size_t at = frame_begin(&f, MSG_HELLO, id);
+	put_u32(&f, (uint32_t)st->rank);
+	put_u32(&f, (uint32_t)st->world);
+	put_str(&f, st->job);
+	put_str(&f, st->hostname);
+	put_str(&f, st->secret);
+	frame_end(&f, at);
+	*sent = 1;
+	if (left > HELLO_ANSWER_S)
+		left = HELLO_ANSWER_S;
+	char why[MSG_MAX];
+	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, why, sizeof(why)) <
+	    0) {
+		if (!cl_stopped(st, err, errlen))
+			failf(
+			    err, errlen,
+			    "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
+			    "but did not answer as a dptrain store does (%s): another program "
+			    "listens on that port, or rank 0 ended; choose another MASTER_PORT",
+			    st->master, st->port, st->rank, why);
+		goto out;
+	}
+	if (status != REPLY_OK) {
+		size_t n;
+		const char *m = (const char *)body.p;
+		n = body.n;
+		failf(err, errlen, "rendezvous: the store at %s:%d refused rank %d: %.*s",
+		      st->master, st->port, st->rank, (int)n, m);
+		goto out;
+	}
+	/* From here rank 0's clock decides: the server says how long the rendezvous stays open
+	 * and judges it; this rank waits for that verdict (cl_barrier adds the margin for a
+	 * busy server), so every rank names the same missing ranks. */
+	*open_timeout = (double)rd_u64(&body) / 1e3;
+	*open_left = (double)rd_u64(&body) / 1e3;
+	if (body.bad) {
+		failf(err, errlen,
+		      "rendezvous: the store at %s:%d sent a malformed answer to rank "
+		      "%d's hello (another program on MASTER_PORT?)",
+		      st->master, st->port, st->rank);
+		goto out;
+	}
+	rv = 0;
+out:
+	sbuf_free(&f);
+	return rv;
+}
+
 int store_open(struct store **out, const struct store_opts *o, char *err, size_t errlen)
 {
 	struct store *st = NULL;
-	struct sbuf f = {0};
-	int rv = -1, status, hello_sent = 0;
-	struct rd body;
+	int rv = -1, hello_sent = 0;
 	double t0 = now_s(), timeout = o->timeout_s > 0 ? o->timeout_s : 300;
+	double open_timeout, open_left;
 	*out = NULL;
 	if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
 		return failf(err, errlen, "rendezvous: rank %d is out of range for %d ranks",
@@ -427,67 +505,10 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 		goto out;
 	int one = 1;
 	setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	struct sockaddr_storage la;
-	socklen_t ll = sizeof(la);
-	if (getsockname(st->fd, (struct sockaddr *)&la, &ll) == 0) {
-		if (la.ss_family == AF_INET6) {
-			struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&la;
-			if (IN6_IS_ADDR_V4MAPPED(&a6->sin6_addr))
-				inet_ntop(AF_INET, &a6->sin6_addr.s6_addr[12], st->local_addr,
-					  sizeof(st->local_addr));
-			else
-				inet_ntop(AF_INET6, &a6->sin6_addr, st->local_addr,
-					  sizeof(st->local_addr));
-		} else {
-			inet_ntop(AF_INET, &((struct sockaddr_in *)&la)->sin_addr, st->local_addr,
-				  sizeof(st->local_addr));
-		}
-	}
-
-	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_HELLO, id);
-	put_u32(&f, (uint32_t)st->rank);
-	put_u32(&f, (uint32_t)st->world);
-	put_str(&f, st->job);
-	put_str(&f, st->hostname);
-	put_str(&f, st->secret);
-	frame_end(&f, at);
-	hello_sent = 1;
-	double left = timeout - (now_s() - t0);
-	if (left > HELLO_ANSWER_S)
-		left = HELLO_ANSWER_S;
-	char why[MSG_MAX];
-	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, why, sizeof(why)) <
-	    0) {
-		if (!cl_stopped(st, err, errlen))
-			failf(
-			    err, errlen,
-			    "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
-			    "but did not answer as a dptrain store does (%s): another program "
-			    "listens on that port, or rank 0 ended; choose another MASTER_PORT",
-			    st->master, st->port, st->rank, why);
+	cl_local_addr(st);
+	if (cl_hello(st, timeout - (now_s() - t0), &hello_sent, &open_timeout, &open_left, err,
+		     errlen) < 0)
 		goto out;
-	}
-	if (status != REPLY_OK) {
-		size_t n;
-		const char *m = (const char *)body.p;
-		n = body.n;
-		failf(err, errlen, "rendezvous: the store at %s:%d refused rank %d: %.*s",
-		      st->master, st->port, st->rank, (int)n, m);
-		goto out;
-	}
-	/* From here rank 0's clock decides: the server says how long the rendezvous stays open
-	 * and judges it; this rank waits for that verdict (cl_barrier adds the margin for a
-	 * busy server), so every rank names the same missing ranks. */
-	double open_timeout = (double)rd_u64(&body) / 1e3, open_left = (double)rd_u64(&body) / 1e3;
-	if (body.bad) {
-		failf(err, errlen,
-		      "rendezvous: the store at %s:%d sent a malformed answer to rank "
-		      "%d's hello (another program on MASTER_PORT?)",
-		      st->master, st->port, st->rank);
-		goto out;
-	}
-
 	char list[2048];
 	int missing;
 	if (cl_barrier(st, OPEN_BARRIER, open_left > 0.1 ? open_left : 0.1, &missing, list,
@@ -504,13 +525,13 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	st = NULL;
 	rv = 0;
 out:
-	sbuf_free(&f);
 	if (st && st->stop && atomic_load(st->stop)) {
 		if (hello_sent && st->fd >= 0)
 			cl_announce_stop(st);
 		rv = STORE_STOPPED;
 	} else if (st && cl_get_abort(st, NULL, 0) && st->abort_kind == ABORT_STOPPED) {
-		rv = STORE_STOPPED; /* err: which rank was asked to stop */
+		cl_get_abort(st, err, errlen); /* which rank was asked to stop */
+		rv = STORE_STOPPED;
 	}
 	if (st) {
 		struct store_server *srv = st->srv;
