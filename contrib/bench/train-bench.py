@@ -5,6 +5,9 @@
 # more (dptrain: the img/s of its second log interval; PyTorch: wall clock of those steps).
 # Peak RSS is the whole process's (GNU time). Prints a markdown table.
 #     /usr/bin/python3 contrib/bench/train-bench.py [BUILD_DIR]        (after `make`)
+# Two builds of dptrain instead of PyTorch (a change's before and after, same run): each model
+# runs ROUNDS times from each build, alternating, and the table gives the median img/s.
+#     /usr/bin/python3 contrib/bench/train-bench.py --builds BEFORE AFTER [ROUNDS (3)]
 import gzip
 import os
 import re
@@ -66,9 +69,50 @@ def run_rss(cmd, env=None):
         return out, int(t.read().strip().splitlines()[-1]) / 1024
 
 
+def dptrain_cmd(build, name, steps, outdir):
+    cmd = [os.path.join(build, "bin", "dptrain"),
+           os.path.join(TOP, "contrib", "examples", "mlp-fmnist.json"),
+           "model.name=" + name, "model.hidden=null", "train.epochs=0",
+           "train.max_steps=%d" % (2 * steps), "train.log_every=%d" % steps,
+           "data.eval=null", "data.batch_size=%d" % BATCH,
+           "train.threads=%d" % THREADS, "optimizer.lr=0.05", "output.dir=" + outdir]
+    if name.startswith("resnet"):
+        cmd.append("model.stem=small")
+    return cmd
+
+
+def compare_builds(before, after, rounds):
+    """The same models from two builds, alternating; the median img/s of each."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, steps in PLAN.items():
+            got = {before: [], after: []}
+            for r in range(rounds):
+                for build in (before, after) if r % 2 == 0 else (after, before):
+                    out = os.path.join(tmp, "%s-%d-%d" % (name, r, build == after))
+                    text, rss = run_rss(dptrain_cmd(build, name, steps, out), env)
+                    got[build].append(float(re.findall(r"([0-9.]+) img/s", text)[-1]))
+            a = sorted(got[before])[rounds // 2]
+            b = sorted(got[after])[rounds // 2]
+            rows.append((name, a, b, got[before], got[after]))
+            print("%s: before %s, after %s img/s" % (name, got[before], got[after]),
+                  file=sys.stderr)
+    print("| model (1x28x28, batch %d, %d threads) | before img/s | after img/s | after/before |"
+          " every run, before | every run, after |" % (BATCH, THREADS))
+    print("|---|---|---|---|---|---|")
+    for name, a, b, ra, rb in rows:
+        print("| %s | %.1f | %.1f | %.3f | %s | %s |" % (
+            name, a, b, b / a, ", ".join("%.1f" % v for v in ra),
+            ", ".join("%.1f" % v for v in rb)))
+
+
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--torch":
         return torch_side(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    if len(sys.argv) > 3 and sys.argv[1] == "--builds":
+        rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
+        return compare_builds(os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), rounds)
     build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(TOP, "build")
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     blas = "/usr/lib/x86_64-linux-gnu/openblas-openmp"  # torch is 10x slower on reference BLAS
@@ -76,16 +120,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, steps in PLAN.items():
-            cmd = [os.path.join(build, "bin", "dptrain"),
-                   os.path.join(TOP, "contrib", "examples", "mlp-fmnist.json"),
-                   "model.name=" + name, "model.hidden=null", "train.epochs=0",
-                   "train.max_steps=%d" % (2 * steps), "train.log_every=%d" % steps,
-                   "data.eval=null", "data.batch_size=%d" % BATCH,
-                   "train.threads=%d" % THREADS, "optimizer.lr=0.05",
-                   "output.dir=" + os.path.join(tmp, name)]
-            if name.startswith("resnet"):
-                cmd.append("model.stem=small")
-            out, rss = run_rss(cmd, env)
+            out, rss = run_rss(dptrain_cmd(build, name, steps, os.path.join(tmp, name)), env)
             ips = [float(m) for m in re.findall(r"([0-9.]+) img/s", out)]
             tout, trss = run_rss(["/usr/bin/python3", os.path.abspath(__file__), "--torch",
                                   name, str(steps), str(steps)], tenv)
