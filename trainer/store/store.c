@@ -247,12 +247,9 @@ static void cl_announce_stop(struct store *st)
 		 sig == SIGTERM	  ? "SIGTERM"
 		 : sig == SIGUSR1 ? "SIGUSR1"
 				  : "a stop request");
-	size_t at = frame_begin(&f, MSG_ABORT, 0);
-	put_str(&f, msg);
-	put_u32(&f, ABORT_STOPPED);
-	frame_end(&f, at);
+	frame_abort(&f, msg, ABORT_STOPPED);
 	uint32_t id = cl_id(st);
-	at = frame_begin(&f, MSG_GOODBYE, id);
+	size_t at = frame_begin(&f, MSG_GOODBYE, id);
 	frame_end(&f, at);
 	st->opening = 0; /* the wait below is not ended by the request it announces */
 	double deadline = now_s() + 2;
@@ -699,10 +696,7 @@ void store_abort(struct store *st, const char *reason)
 	char err[MSG_MAX];
 	if (cl_get_abort(st, NULL, 0))
 		return;
-	size_t at = frame_begin(&f, MSG_ABORT, 0);
-	put_str(&f, reason);
-	put_u32(&f, ABORT_FAILED);
-	frame_end(&f, at);
+	frame_abort(&f, reason, ABORT_FAILED);
 	cl_send(st, &f, now_s() + 5, err, sizeof(err));
 	cl_set_abort(st, reason, ABORT_FAILED);
 	sbuf_free(&f);

@@ -173,10 +173,7 @@ static void srv_reply_str(struct srv_conn *c, uint32_t id, int status, const cha
 static void srv_send_abort(struct store_server *s, struct srv_conn *c)
 {
 	struct sbuf f = {0};
-	size_t at = frame_begin(&f, MSG_ABORT, 0);
-	put_str(&f, s->abort_msg);
-	put_u32(&f, (uint32_t)s->abort_kind);
-	frame_end(&f, at);
+	frame_abort(&f, s->abort_msg, s->abort_kind);
 	srv_send(c, &f);
 	sbuf_free(&f);
 }

@@ -99,6 +99,14 @@ void frame_end(struct sbuf *b, size_t at)
 	memcpy(b->p + at, &be, 4);
 }
 
+void frame_abort(struct sbuf *b, const char *reason, int kind)
+{
+	size_t at = frame_begin(b, MSG_ABORT, 0);
+	put_str(b, reason);
+	put_u32(b, (uint32_t)kind);
+	frame_end(b, at);
+}
+
 uint32_t rd_u32(struct rd *r)
 {
 	if (r->n - r->off < 4) {

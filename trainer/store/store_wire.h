@@ -67,6 +67,8 @@ void put_blob(struct sbuf *b, const void *d, size_t n);
 void put_str(struct sbuf *b, const char *s);
 size_t frame_begin(struct sbuf *b, int type, uint32_t id);
 void frame_end(struct sbuf *b, size_t at);
+/* A whole ABORT frame (reason, kind: ABORT_FAILED or ABORT_STOPPED), as both sides send it. */
+void frame_abort(struct sbuf *b, const char *reason, int kind);
 uint32_t rd_u32(struct rd *r);
 uint64_t rd_u64(struct rd *r);
 const char *rd_blob(struct rd *r, size_t *len);
