@@ -362,16 +362,10 @@ check-integration: all
 
 # Formatting: `make format` formats every C and CUDA source as .clang-format says, with the
 # clang-format version named there (others break some lines differently); make check checks it
-# (t/t0003-format.t, contrib/ci/check-format).
+# (t/t0003-format.t). contrib/ci/check-format holds the list of sources and the version rule.
 CLANG_FORMAT ?= clang-format
-FORMAT_VERSION := $(shell sed -n 's/^$(hash) clang-format \([0-9][0-9]*\).*/\1/p' .clang-format)
 format:
-	@v=$$($(CLANG_FORMAT) --version 2>/dev/null | sed -n 's/.*clang-format version \([0-9][0-9]*\).*/\1/p'); \
-	if [ "$$v" != "$(FORMAT_VERSION)" ]; then \
-		echo "make format: the tree is formatted with clang-format $(FORMAT_VERSION); $(CLANG_FORMAT) is $${v:-missing}: set CLANG_FORMAT=clang-format-$(FORMAT_VERSION)" >&2; exit 1; fi; \
-	find common ranktable trainer pmix spank t/unit t/lib t/fuzz contrib/bench \
-		\( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -print0 | \
-		xargs -0 $(CLANG_FORMAT) --style=file -i
+	@CLANG_FORMAT=$(CLANG_FORMAT) sh contrib/ci/check-format --fix
 
 # ---------------------------------------------------------------------------------------
 # Fuzzing (clang libFuzzer): one target per parser, FUZZ_SECONDS each.
