@@ -362,7 +362,9 @@ run_phase() {
 test_phase() {
 	local name=$1 secs=$2 log=$3 cmd=$4 rc=0 skips bad
 	phase_begin "$name"
-	in_root "$secs" "$cmd PROVE_FLAGS='--timer -v' >$log 2>&1" || rc=$?
+	# One test file per core, as on the host: most of a file's time is spent waiting (Slurm,
+	# rendezvous, stop requests). prove -j -v still prints each file's output in one piece.
+	in_root "$secs" "$cmd PROVE_FLAGS='--timer -v -j$JOBS' >$log 2>&1" || rc=$?
 	log=$ROOT$SRC_IN_ROOT/$log
 	awk '
 	/^\[[0-9:]+\] [^ ]+ \.+ / { name = $2; if ($0 ~ / skipped: /) { sub(/^[^ ]+ /, ""); print; name = "" }; next }
