@@ -144,7 +144,8 @@ endif
 # owns and may use; contrib/ci/check-layers enforces it). Listed in link order: a library
 # comes before the ones it uses, so a dependency against the table also fails to link.
 TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer/metrics.c
-DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_nccl.c trainer/dist/ddp.c
+DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_fail.c trainer/dist/comm_nccl.c \
+	trainer/dist/ddp.c
 NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \
 	trainer/nn/init.c
 OPTIM_SRC   := trainer/optim/optim.c trainer/optim/optim_exec.c trainer/optim/lr_schedule.c \
@@ -159,7 +160,7 @@ CFG_LIB_SRC := trainer/config/config.c trainer/config/config_fields.c \
 	trainer/config/config_json.c trainer/config/config_msg.c trainer/config/config_schema.c
 RT_LIB_SRC  := ranktable/hostlist.c ranktable/ranktable.c ranktable/rt_env.c ranktable/rt_io.c \
 	ranktable/rt_json.c ranktable/rt_validate.c
-COMMON_SRC  := common/atomic_file.c common/secret.c
+COMMON_SRC  := common/atomic_file.c common/error.c common/secret.c
 LAUNCH_LIB_SRC := pmix/alloc.c pmix/alloc_common.c pmix/alloc_env.c pmix/alloc_pmix.c \
 	pmix/alloc_store.c pmix/env_export.c pmix/exec.c pmix/gpu.c pmix/netaddr.c pmix/nodeaddr.c \
 	pmix/outdir.c pmix/port.c pmix/tee.c

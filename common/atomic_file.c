@@ -3,6 +3,7 @@
  * safetensors and checkpoints use. Owns file handling only, never the contents. */
 #define _GNU_SOURCE /* mkostemp, asprintf */
 #include "common/atomic_file.h"
+#include "common/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,21 +50,21 @@ void af_abort(struct af_file *f)
 
 /* Formats the message, releases f (removing the temporary if there still is one) and returns -1
  * with errno as it was on entry: the cause, for callers that give advice on it. */
-static int af_failf(struct af_file *f, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int af_failf(struct af_file *f, char *err, size_t errlen, const char *fmt, ...)
+static int af_failf(struct af_file *f, struct dp_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int af_failf(struct af_file *f, struct dp_error *err, const char *fmt, ...)
 {
 	int e = errno;
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
+	verrprintf(err, fmt, ap);
 	va_end(ap);
 	af_abort(f);
 	errno = e;
 	return -1;
 }
 
-int af_open(struct af_file *f, const char *path, mode_t mode, char *err, size_t errlen)
+int af_open(struct af_file *f, const char *path, mode_t mode, struct dp_error *err)
 {
 	const char *slash = strrchr(path, '/');
 
@@ -71,7 +72,7 @@ int af_open(struct af_file *f, const char *path, mode_t mode, char *err, size_t 
 	f->path = f->tmp = f->dir = NULL;
 	if (!*(slash ? slash + 1 : path)) {
 		errno = EINVAL;
-		return af_failf(f, err, errlen, "%s: not a file name", path);
+		return af_failf(f, err, "%s: not a file name", path);
 	}
 	/* The temporary lives next to the target: rename is atomic only within a file system. */
 	f->path = strdup(path);
@@ -80,54 +81,53 @@ int af_open(struct af_file *f, const char *path, mode_t mode, char *err, size_t 
 	    asprintf(&f->tmp, "%s.tmp-%ld-XXXXXX", path, (long)getpid()) < 0) {
 		f->tmp = NULL;
 		errno = ENOMEM;
-		return af_failf(f, err, errlen, "%s: out of memory", path);
+		return af_failf(f, err, "%s: out of memory", path);
 	}
 	if ((f->fd = mkostemp(f->tmp, O_CLOEXEC)) < 0) {
 		int e = errno;
 		free(f->tmp); /* not ours: nothing to remove */
 		f->tmp = NULL;
 		errno = e;
-		return af_failf(f, err, errlen, "%s: cannot create a temporary file in %s: %s",
-				path, f->dir, strerror(e));
+		return af_failf(f, err, "%s: cannot create a temporary file in %s: %s", path,
+				f->dir, strerror(e));
 	}
 	if (fchmod(f->fd, mode) < 0)
-		return af_failf(f, err, errlen, "%s: cannot write %s: %s", path, f->tmp,
-				strerror(errno));
+		return af_failf(f, err, "%s: cannot write %s: %s", path, f->tmp, strerror(errno));
 	return 0;
 }
 
-int af_write_chunk(struct af_file *f, const void *data, size_t len, char *err, size_t errlen)
+int af_write_chunk(struct af_file *f, const void *data, size_t len, struct dp_error *err)
 {
 	if (f->fd < 0) {
-		snprintf(err, errlen, "atomic write: the file is no longer open");
+		errprintf(err, "atomic write: the file is no longer open");
 		errno = EBADF;
 		return -1;
 	}
 	if (af_write_fd(f->fd, data, len) < 0)
-		return af_failf(f, err, errlen, "%s: cannot write %s: %s", f->path, f->tmp,
+		return af_failf(f, err, "%s: cannot write %s: %s", f->path, f->tmp,
 				strerror(errno));
 	return 0;
 }
 
-int af_commit(struct af_file *f, char *err, size_t errlen)
+int af_commit(struct af_file *f, struct dp_error *err)
 {
 	int fd = f->fd, dfd;
 
 	if (fd < 0) {
-		snprintf(err, errlen, "atomic write: the file is no longer open");
+		errprintf(err, "atomic write: the file is no longer open");
 		errno = EBADF;
 		return -1;
 	}
 	if (fsync(fd) < 0)
-		return af_failf(f, err, errlen, "%s: cannot write %s: %s", f->path, f->tmp,
+		return af_failf(f, err, "%s: cannot write %s: %s", f->path, f->tmp,
 				strerror(errno));
 	f->fd = -1;
 	if (close(fd) < 0)
-		return af_failf(f, err, errlen, "%s: cannot write %s: %s", f->path, f->tmp,
+		return af_failf(f, err, "%s: cannot write %s: %s", f->path, f->tmp,
 				strerror(errno));
 	if (rename(f->tmp, f->path) < 0)
-		return af_failf(f, err, errlen, "%s: cannot rename %s into place: %s", f->path,
-				f->tmp, strerror(errno));
+		return af_failf(f, err, "%s: cannot rename %s into place: %s", f->path, f->tmp,
+				strerror(errno));
 	free(f->tmp);
 	f->tmp = NULL;
 	/* The rename itself is durable only once the directory is; some file systems cannot
@@ -138,20 +138,19 @@ int af_commit(struct af_file *f, char *err, size_t errlen)
 		if (dfd >= 0)
 			close(dfd);
 		errno = e;
-		return af_failf(f, err, errlen, "%s: written, but cannot sync directory %s: %s",
-				f->path, f->dir, strerror(e));
+		return af_failf(f, err, "%s: written, but cannot sync directory %s: %s", f->path,
+				f->dir, strerror(e));
 	}
 	close(dfd);
 	af_abort(f); /* only releases: the temporary is the file now */
 	return 0;
 }
 
-int af_write(const char *path, const void *data, size_t len, mode_t mode, char *err, size_t errlen)
+int af_write(const char *path, const void *data, size_t len, mode_t mode, struct dp_error *err)
 {
 	struct af_file f;
 
-	if (af_open(&f, path, mode, err, errlen) < 0 ||
-	    af_write_chunk(&f, data, len, err, errlen) < 0)
+	if (af_open(&f, path, mode, err) < 0 || af_write_chunk(&f, data, len, err) < 0)
 		return -1;
-	return af_commit(&f, err, errlen);
+	return af_commit(&f, err);
 }

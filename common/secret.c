@@ -1,12 +1,13 @@
 /* secret.c — see secret.h. Owns making the secret; who checks it is the store's business. */
 #include "common/secret.h"
+#include "common/error.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/random.h>
 
-int dp_secret_make(char out[DP_SECRET_LEN + 1], char *err, size_t errlen)
+int dp_secret_make(char out[DP_SECRET_LEN + 1], struct dp_error *err)
 {
 	unsigned char raw[DP_SECRET_LEN / 2];
 	size_t got = 0;
@@ -16,8 +17,8 @@ int dp_secret_make(char out[DP_SECRET_LEN + 1], char *err, size_t errlen)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
-			snprintf(err, errlen, "cannot make the step's secret: getrandom: %s",
-				 n < 0 ? strerror(errno) : "no bytes");
+			errprintf(err, "cannot make the step's secret: getrandom: %s",
+				  n < 0 ? strerror(errno) : "no bytes");
 			return -1;
 		}
 		got += (size_t)n;

@@ -6,12 +6,13 @@
 #define DPTRAIN_SECRET_H
 
 #include <stddef.h>
+#include "common/error.h"
 
 #define DP_SECRET_ENV "DPTRAIN_STORE_SECRET"
 #define DP_SECRET_LEN 32 /* hex digits: 128 random bits */
 
 /* A fresh secret (DP_SECRET_LEN hex digits and a NUL) from the kernel's random source.
  * 0, or -1 with err naming why (no random source: nothing sensible to fall back to). */
-int dp_secret_make(char out[DP_SECRET_LEN + 1], char *err, size_t errlen);
+int dp_secret_make(char out[DP_SECRET_LEN + 1], struct dp_error *err);
 
 #endif

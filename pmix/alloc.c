@@ -4,6 +4,7 @@
  * alloc_store.c; what they share in alloc_common.c. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "pmix/alloc_source.h"
+#include "common/error.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ int alloc_source_from_name(const char *name, enum alloc_source *out)
 	return -1;
 }
 
-int alloc_user_master_addr(char addr[RT_HOST_MAX], char *err, size_t errlen)
+int alloc_user_master_addr(char addr[RT_HOST_MAX], struct dp_error *err)
 {
 	const char *s = getenv("MASTER_ADDR");
 	const char *p;
@@ -53,27 +54,26 @@ int alloc_user_master_addr(char addr[RT_HOST_MAX], char *err, size_t errlen)
 	if (!s)
 		return 0;
 	if (!*s || strlen(s) >= RT_ADDR_MAX) {
-		snprintf(err, errlen, "MASTER_ADDR='%s' is %s; unset it or give an address", s,
-			 *s ? "too long" : "empty");
+		errprintf(err, "MASTER_ADDR='%s' is %s; unset it or give an address", s,
+			  *s ? "too long" : "empty");
 		return -1;
 	}
 	for (p = s; *p; p++)
 		if (*p <= ' ' || *p == 0x7f) {
-			snprintf(err, errlen,
-				 "MASTER_ADDR='%s' contains a blank or control character", s);
+			errprintf(err, "MASTER_ADDR='%s' contains a blank or control character", s);
 			return -1;
 		}
 	snprintf(addr, RT_HOST_MAX, "%s", s);
 	return 1;
 }
 
-int alloc_user_master_port(int *port, char *err, size_t errlen)
+int alloc_user_master_port(int *port, struct dp_error *err)
 {
 	const char *s = getenv("MASTER_PORT");
 
 	if (!s)
 		return 0;
-	return alloc_port_parse(s, "MASTER_PORT", port, err, errlen) == 0 ? 1 : -1;
+	return alloc_port_parse(s, "MASTER_PORT", port, err) == 0 ? 1 : -1;
 }
 
 static void id_from_env(char out[RT_ID_MAX], const char *first, const char *second,
@@ -127,7 +127,7 @@ static int by_node_gpu(const void *x, const void *y, void *ctx)
 /* Layout sanity every source must meet: node ranks 0..node_count-1 with one host each, local
  * ranks of a node 0..n-1 each once. A violation is a bug in whatever told us. Sorting keeps
  * this O(n log n) for large jobs. */
-static int check_layout(struct alloc *a, char *err, size_t errlen)
+static int check_layout(struct alloc *a, struct dp_error *err)
 {
 	int n = a->world_size, r, k, nodes = 0, rv = -1;
 	int *first = NULL, *order = NULL, *count = NULL;
@@ -136,8 +136,8 @@ static int check_layout(struct alloc *a, char *err, size_t errlen)
 		const struct alloc_rank *x = &a->ranks[r];
 		if (x->node_rank < 0 || x->node_rank >= n || x->local_rank < 0 ||
 		    x->local_rank >= n) {
-			snprintf(err, errlen, "rank %d: node rank %d / local rank %d out of range",
-				 r, x->node_rank, x->local_rank);
+			errprintf(err, "rank %d: node rank %d / local rank %d out of range", r,
+				  x->node_rank, x->local_rank);
 			goto out;
 		}
 		if (x->node_rank + 1 > nodes)
@@ -147,7 +147,7 @@ static int check_layout(struct alloc *a, char *err, size_t errlen)
 	count = calloc((size_t)nodes, sizeof(int));
 	order = malloc((size_t)n * sizeof(int));
 	if (!first || !count || !order) {
-		snprintf(err, errlen, "out of memory for %d ranks", n);
+		errprintf(err, "out of memory for %d ranks", n);
 		goto out;
 	}
 	for (k = 0; k < nodes; k++)
@@ -158,26 +158,26 @@ static int check_layout(struct alloc *a, char *err, size_t errlen)
 		if (first[x->node_rank] < 0) {
 			first[x->node_rank] = r;
 		} else if (strcmp(x->host, a->ranks[first[x->node_rank]].host) != 0) {
-			snprintf(err, errlen,
-				 "ranks %d and %d are both on node %d but on hosts %s "
-				 "and %s",
-				 first[x->node_rank], r, x->node_rank,
-				 a->ranks[first[x->node_rank]].host, x->host);
+			errprintf(err,
+				  "ranks %d and %d are both on node %d but on hosts %s "
+				  "and %s",
+				  first[x->node_rank], r, x->node_rank,
+				  a->ranks[first[x->node_rank]].host, x->host);
 			goto out;
 		}
 	}
 	for (k = 0; k < nodes; k++)
 		if (first[k] < 0) {
-			snprintf(err, errlen, "no rank on node %d of %d", k, nodes);
+			errprintf(err, "no rank on node %d of %d", k, nodes);
 			goto out;
 		}
 	memcpy(order, first, (size_t)nodes * sizeof(int));
 	qsort_r(order, (size_t)nodes, sizeof(int), by_host, a->ranks);
 	for (k = 1; k < nodes; k++)
 		if (strcmp(a->ranks[order[k - 1]].host, a->ranks[order[k]].host) == 0) {
-			snprintf(err, errlen, "nodes %d and %d are both host %s",
-				 a->ranks[order[k - 1]].node_rank, a->ranks[order[k]].node_rank,
-				 a->ranks[order[k]].host);
+			errprintf(err, "nodes %d and %d are both host %s",
+				  a->ranks[order[k - 1]].node_rank, a->ranks[order[k]].node_rank,
+				  a->ranks[order[k]].host);
 			goto out;
 		}
 	for (r = 0; r < n; r++)
@@ -187,13 +187,13 @@ static int check_layout(struct alloc *a, char *err, size_t errlen)
 		const struct alloc_rank *x = &a->ranks[order[r]];
 		if (r > 0 && x->node_rank == a->ranks[order[r - 1]].node_rank &&
 		    x->local_rank == a->ranks[order[r - 1]].local_rank) {
-			snprintf(err, errlen, "ranks %d and %d both claim local rank %d on %s",
-				 order[r - 1], order[r], x->local_rank, x->host);
+			errprintf(err, "ranks %d and %d both claim local rank %d on %s",
+				  order[r - 1], order[r], x->local_rank, x->host);
 			goto out;
 		}
 		if (x->local_rank >= count[x->node_rank]) {
-			snprintf(err, errlen, "rank %d has local rank %d but %s holds %d ranks",
-				 order[r], x->local_rank, x->host, count[x->node_rank]);
+			errprintf(err, "rank %d has local rank %d but %s holds %d ranks", order[r],
+				  x->local_rank, x->host, count[x->node_rank]);
 			goto out;
 		}
 	}
@@ -209,7 +209,7 @@ out:
 	return rv;
 }
 
-int alloc_check_shared_gpu(const struct alloc *a, int allow, char *err, size_t errlen)
+int alloc_check_shared_gpu(const struct alloc *a, int allow, struct dp_error *err)
 {
 	int *order = NULL, n = 0, r, rv = -1;
 
@@ -217,7 +217,7 @@ int alloc_check_shared_gpu(const struct alloc *a, int allow, char *err, size_t e
 		return 0;
 	order = malloc((size_t)a->world_size * sizeof(int));
 	if (!order) {
-		snprintf(err, errlen, "out of memory for %d ranks", a->world_size);
+		errprintf(err, "out of memory for %d ranks", a->world_size);
 		return -1;
 	}
 	for (r = 0; r < a->world_size; r++)
@@ -228,11 +228,12 @@ int alloc_check_shared_gpu(const struct alloc *a, int allow, char *err, size_t e
 		const struct alloc_rank *x = &a->ranks[order[r - 1]], *y = &a->ranks[order[r]];
 		if (x->node_rank != y->node_rank || strcmp(x->gpu.id, y->gpu.id) != 0)
 			continue;
-		snprintf(err, errlen,
-			 "ranks %d and %d on %s would share GPU '%s' (from CUDA_VISIBLE_DEVICES); "
-			 "give every rank its own GPU (e.g. --gpus-per-task=1, or as many ranks as "
-			 "GPUs) or set device.allow_shared_gpu in the config",
-			 order[r - 1], order[r], x->host, x->gpu.id);
+		errprintf(
+		    err,
+		    "ranks %d and %d on %s would share GPU '%s' (from CUDA_VISIBLE_DEVICES); "
+		    "give every rank its own GPU (e.g. --gpus-per-task=1, or as many ranks as "
+		    "GPUs) or set device.allow_shared_gpu in the config",
+		    order[r - 1], order[r], x->host, x->gpu.id);
 		goto out;
 	}
 	rv = 0;
@@ -241,17 +242,17 @@ out:
 	return rv;
 }
 
-int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
+int alloc_discover(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	enum alloc_source src = o->source;
 	int rv = -1, have_port = 0;
 
 	memset(a, 0, sizeof(*a));
-	err[0] = '\0';
+	err->text[0] = '\0';
 	/* A user's choice is read first so a typo fails before any rank waits on another. */
-	if (alloc_user_master_addr(a->master_addr, err, errlen) < 0)
+	if (alloc_user_master_addr(a->master_addr, err) < 0)
 		goto out;
-	have_port = alloc_user_master_port(&a->master_port, err, errlen);
+	have_port = alloc_user_master_port(&a->master_port, err);
 	if (have_port < 0)
 		goto out;
 	alloc_job_ids(a->job_id, a->step_id);
@@ -264,8 +265,8 @@ int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_
 		else if (getenv("RANK") && getenv("WORLD_SIZE"))
 			src = ALLOC_SRC_ENV;
 		else {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "no allocation found: no PMIx server (PMIX_RANK unset), not a "
 			    "Slurm step (SLURM_PROCID unset) and no RANK/WORLD_SIZE; run under "
 			    "srun or dptrain-run, or set RANK, WORLD_SIZE, MASTER_ADDR and "
@@ -276,13 +277,13 @@ int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_
 	a->source = src;
 	switch (src) {
 	case ALLOC_SRC_PMIX:
-		rv = alloc_from_pmix(a, o, err, errlen);
+		rv = alloc_from_pmix(a, o, err);
 		break;
 	case ALLOC_SRC_SLURM:
-		rv = alloc_from_slurm(a, o, err, errlen);
+		rv = alloc_from_slurm(a, o, err);
 		break;
 	case ALLOC_SRC_ENV:
-		rv = alloc_from_env(a, o, err, errlen);
+		rv = alloc_from_env(a, o, err);
 		break;
 	case ALLOC_SRC_AUTO:
 		break;
@@ -290,16 +291,16 @@ int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_
 	if (rv != 0)
 		goto out;
 	rv = -1;
-	if (check_layout(a, err, errlen) != 0)
+	if (check_layout(a, err) != 0)
 		goto out;
 	if (!a->master_addr[0] || a->master_port <= 0) {
-		snprintf(err, errlen,
-			 "no master endpoint (source %s); set MASTER_ADDR and "
-			 "MASTER_PORT",
-			 alloc_source_name(src));
+		errprintf(err,
+			  "no master endpoint (source %s); set MASTER_ADDR and "
+			  "MASTER_PORT",
+			  alloc_source_name(src));
 		goto out;
 	}
-	if (alloc_check_shared_gpu(a, o->allow_shared_gpu, err, errlen) != 0)
+	if (alloc_check_shared_gpu(a, o->allow_shared_gpu, err) != 0)
 		goto out;
 	a->timeout_s = o->timeout_s;
 	rv = 0;
@@ -336,11 +337,11 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-int alloc_meet(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
+int alloc_meet(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	if (a->source == ALLOC_SRC_SLURM) {
 		alloc_stall(o, a->rank, "before joining the launchers' store");
-		return alloc_store_open(a, o, err, errlen);
+		return alloc_store_open(a, o, err);
 	}
 	/* without PMIx, the only meeting point is the rank table local rank 0 writes next */
 	if (!a->pmix)
@@ -348,61 +349,61 @@ int alloc_meet(struct alloc *a, const struct alloc_opts *o, char *err, size_t er
 	return 0;
 }
 
-int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
+int alloc_gate(struct alloc *a, int timeout_s, struct dp_error *err)
 {
 	if (a->pmix)
-		return alloc_pmix_gate(a, timeout_s, err, errlen);
+		return alloc_pmix_gate(a, timeout_s, err);
 	if (a->store)
-		return alloc_store_gate(a, timeout_s, err, errlen);
+		return alloc_store_gate(a, timeout_s, err);
 	return 0;
 }
 
-int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path, char *err,
-		      size_t errlen)
+int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
+		      struct dp_error *err)
 {
 	if (a->store)
-		return alloc_store_write_table(a, rt, path, a->timeout_s, err, errlen);
+		return alloc_store_write_table(a, rt, path, a->timeout_s, err);
 	if (a->local_rank != 0)
 		return 0;
-	return alloc_table_write(rt, path, err, errlen);
+	return alloc_table_write(rt, path, err);
 }
 
 int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,
-	       int timeout_s, char *err, size_t errlen)
+	       int timeout_s, struct dp_error *err)
 {
 	struct ranktable got;
-	char rterr[RT_ERR_MAX];
+	struct dp_error rterr;
 	double deadline;
 	int r, writer = -1;
 
 	if (a->pmix)
-		return alloc_pmix_sync(a, timeout_s, err, errlen);
+		return alloc_pmix_sync(a, timeout_s, err);
 	if (a->store)
-		return alloc_store_sync(a, timeout_s, err, errlen);
+		return alloc_store_sync(a, timeout_s, err);
 	if (a->local_rank == 0)
 		return 0;
 	for (r = 0; r < a->world_size; r++)
 		if (a->ranks[r].node_rank == a->node_rank && a->ranks[r].local_rank == 0)
 			writer = r;
 	deadline = now_s() + timeout_s;
-	rterr[0] = '\0';
+	rterr.text[0] = '\0';
 	for (;;) {
 		memset(&got, 0, sizeof(got));
-		if (rt_read(&got, rank_table, rterr) == 0) {
+		if (rt_read(&got, rank_table, &rterr) == 0) {
 			int same = table_matches(&got, expect, a);
 			rt_free(&got);
 			if (same)
 				return 0;
-			snprintf(rterr, sizeof(rterr), "it holds another step's table");
+			errprintf(&rterr, "it holds another step's table");
 		}
 		if (now_s() >= deadline)
 			break;
 		usleep(20000);
 	}
-	snprintf(err, errlen,
-		 "rank %d (local rank 0 on %s) did not write %s within %d s (last: %s); see its "
-		 "messages",
-		 writer, a->ranks[a->rank].host, rank_table, timeout_s, rterr);
+	errprintf(err,
+		  "rank %d (local rank 0 on %s) did not write %s within %d s (last: %s); see its "
+		  "messages",
+		  writer, a->ranks[a->rank].host, rank_table, timeout_s, rterr.text);
 	return -1;
 }
 
@@ -414,13 +415,13 @@ void alloc_finish(struct alloc *a)
 		alloc_store_finish(a, a->timeout_s);
 }
 
-int alloc_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen)
+int alloc_abort(struct alloc *a, int status, const char *msg, struct dp_error *err)
 {
 	if (a->store) {
 		alloc_store_abort(a, msg);
 		return 0;
 	}
-	return alloc_pmix_abort(a, status, msg, err, errlen);
+	return alloc_pmix_abort(a, status, msg, err);
 }
 
 void alloc_free(struct alloc *a)
@@ -430,16 +431,16 @@ void alloc_free(struct alloc *a)
 	memset(a, 0, sizeof(*a));
 }
 
-int alloc_rank_table(const struct alloc *a, struct ranktable *rt, char *err, size_t errlen)
+int alloc_rank_table(const struct alloc *a, struct ranktable *rt, struct dp_error *err)
 {
 	struct rt_alloc_rank *ranks;
 	struct rt_alloc ra;
-	char rterr[RT_ERR_MAX];
+	struct dp_error rterr;
 	int r, rv = -1;
 
 	ranks = calloc((size_t)a->world_size, sizeof(*ranks));
 	if (!ranks) {
-		snprintf(err, errlen, "out of memory for %d ranks", a->world_size);
+		errprintf(err, "out of memory for %d ranks", a->world_size);
 		return -1;
 	}
 	for (r = 0; r < a->world_size; r++) {
@@ -456,9 +457,9 @@ int alloc_rank_table(const struct alloc *a, struct ranktable *rt, char *err, siz
 	ra.job_id = a->job_id;
 	ra.step_id = a->step_id;
 	ra.ranks = ranks;
-	rterr[0] = '\0';
-	if (rt_build(rt, &ra, rterr) != 0) {
-		snprintf(err, errlen, "cannot build the rank table: %s", rterr);
+	rterr.text[0] = '\0';
+	if (rt_build(rt, &ra, &rterr) != 0) {
+		errprintf(err, "cannot build the rank table: %s", rterr.text);
 		goto out;
 	}
 	rv = 0;

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "common/error.h"
 #include "ranktable/ranktable.h"
 
 #define ALLOC_ERR_MAX	 1024
@@ -75,29 +76,29 @@ struct alloc_opts {
 /* Discover the allocation. With PMIx this initialises PMIx, exchanges every rank's host,
  * address, node rank, local rank and GPU in one fence, and leaves the session open for
  * alloc_sync(); a timeout names the ranks that did not arrive. 0 on success, -1 with err. */
-int alloc_discover(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+int alloc_discover(struct alloc *a, const struct alloc_opts *o, struct dp_error *err);
 
 /* Where the ranks meet after alloc_discover (with PMIx they have: the fence). With the SLURM_*
  * source the launchers open a store at the master endpoint (rank 0 runs it) and exchange
  * their records, so every node's table writer knows every rank's address and GPU
  * (alloc_store.c); with the env source nothing. 0, or -1 with err (e.g. naming the ranks that
  * did not arrive, or the unreachable master). */
-int alloc_meet(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+int alloc_meet(struct alloc *a, const struct alloc_opts *o, struct dp_error *err);
 
 /* The first meeting point after discovery: no rank passes it before rank 0 has checked and
  * locked the output directory (if rank 0 cannot, it ends the step), so no rank writes into a
  * directory another job is using. With PMIx a fence and a value of rank 0; with the SLURM_*
  * source a value in the launcher's store; with the env source (dptrain-run, which holds the
  * lock itself, or torchrun) there is no channel: 0 at once. */
-int alloc_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
+int alloc_gate(struct alloc *a, int timeout_s, struct dp_error *err);
 
 /* Write the rank table `rt` to `path` as this rank's part: with PMIx every node's local rank 0
  * (each has the whole table: a shared directory gets the same bytes from each); with the
  * SLURM_* source rank 0, then every other node's local rank 0 where the file does not already
  * hold that table (one writer per file); else local rank 0. 1 when this rank wrote it, 0 when
  * not, -1 with err. */
-int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path, char *err,
-		      size_t errlen);
+int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
+		      struct dp_error *err);
 
 /* The second meeting point, after the rank tables are written (alloc_write_table): with PMIx
  * a fence, with the SLURM_* source a barrier in the store (so no rank execs before its node's
@@ -105,7 +106,7 @@ int alloc_write_table(struct alloc *a, const struct ranktable *rt, const char *p
  * file holds the table they expect (`expect`). 0 on success, -1 with err naming who did not
  * arrive. */
 int alloc_sync(struct alloc *a, const char *rank_table, const struct ranktable *expect,
-	       int timeout_s, char *err, size_t errlen);
+	       int timeout_s, struct dp_error *err);
 
 /* Close the PMIx session (PMIx_Finalize) or the store if one is open. Call before exec; on an
  * error path call alloc_abort instead. */
@@ -117,17 +118,17 @@ void alloc_finish(struct alloc *a);
  * timeout. With a->pmix NULL (no session open) a session is opened for it
  * (PMIx_Init as this task's rank), as the plugin's watcher does after a rank's command
  * failed. 0 when PMIx took the request, or -1 with err (no PMIx here: nothing to end). */
-int alloc_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen);
+int alloc_abort(struct alloc *a, int status, const char *msg, struct dp_error *err);
 
 /* Free the rank array; leaves *a zeroed. Does not finalize PMIx. */
 void alloc_free(struct alloc *a);
 
 /* Build the rank table of this allocation (rt_build). 0 or -1 with err. */
-int alloc_rank_table(const struct alloc *a, struct ranktable *rt, char *err, size_t errlen);
+int alloc_rank_table(const struct alloc *a, struct ranktable *rt, struct dp_error *err);
 
 /* Two ranks of one node on the same physical GPU: -1 with a message naming them and the
  * GPU, unless allowed. Ranks whose GPU is unknown are not compared. */
-int alloc_check_shared_gpu(const struct alloc *a, int allow, char *err, size_t errlen);
+int alloc_check_shared_gpu(const struct alloc *a, int allow, struct dp_error *err);
 
 const char *alloc_source_name(enum alloc_source s);
 /* "pmix", "slurm", "env", "auto" (or ""); -1 for anything else. */
@@ -139,8 +140,7 @@ int alloc_source_from_name(const char *name, enum alloc_source *out);
  * -> local_rank modulo their count; "", "NoDevFiles" or "-1" -> none (index -1). Entries are
  * indices or GPU-/MIG- UUIDs; blanks, empty entries, duplicates and anything else are errors
  * naming the variable. */
-int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, char *err,
-		     size_t errlen);
+int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, struct dp_error *err);
 
 /* GPU device nodes (nvidia0, nvidia1, ...) in dev_dir: how many GPUs a process sees when
  * nobody set CUDA_VISIBLE_DEVICES. */
@@ -150,27 +150,27 @@ int alloc_gpu_count_devices(const char *dev_dir);
 
 /* The address of `iface` (IPv4, else a non-link-local IPv6), or with iface NULL/"" the first
  * non-loopback IPv4 of an interface that is up, else 127.0.0.1. */
-int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], char *err, size_t errlen);
+int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], struct dp_error *err);
 
 /* This node's name: PMIx/Slurm's when known (SLURMD_NODENAME), else gethostname(). */
 void alloc_hostname(char host[RT_HOST_MAX]);
 
 /* Parse a port number "1".."65535" (what names the variable in the message). */
-int alloc_port_parse(const char *s, const char *what, int *port, char *err, size_t errlen);
+int alloc_port_parse(const char *s, const char *what, int *port, struct dp_error *err);
 
 /* A free TCP port on addr: bind port 0, read it back, close. Another program may take it
  * before the trainer binds it; the window is short and the trainer reports a clash. */
-int alloc_port_pick(const char *addr, int *port, char *err, size_t errlen);
+int alloc_port_pick(const char *addr, int *port, struct dp_error *err);
 /* The same, but the port stays held by *fd until it is closed: bound with SO_REUSEADDR and
  * close-on-exec, never listening, so the kernel gives it to no other socket while rank 0
  * starts, and rank 0's store (which sets SO_REUSEADDR too) can still bind it and listen. For
  * a picker that outlives the ranks' start (dptrain-run). */
-int alloc_port_hold(const char *addr, int *port, int *fd, char *err, size_t errlen);
+int alloc_port_hold(const char *addr, int *port, int *fd, struct dp_error *err);
 
 /* MASTER_ADDR / MASTER_PORT set by the user: 1 and the value when set, 0 when unset, -1 when
  * set but unusable (err says why). */
-int alloc_user_master_addr(char addr[RT_HOST_MAX], char *err, size_t errlen);
-int alloc_user_master_port(int *port, char *err, size_t errlen);
+int alloc_user_master_addr(char addr[RT_HOST_MAX], struct dp_error *err);
+int alloc_user_master_port(int *port, struct dp_error *err);
 
 /* Job and step id for %j/%s and the rank table: DPTRAIN_JOB_ID, else SLURM_JOB_ID, else
  * "local"; DPTRAIN_STEP_ID, else SLURM_STEP_ID, else "0". */

@@ -3,6 +3,7 @@
  * and rank lists for messages. Depends on no source and on no dispatcher (alloc.c), so the
  * sources and alloc.c depend on it and never on each other in a circle. */
 #define _GNU_SOURCE
+#include "common/error.h"
 #include "pmix/alloc_source.h"
 
 #include <errno.h>
@@ -12,7 +13,7 @@
 #include <time.h>
 
 int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_rank,
-		   struct alloc_gpu *g, char *err, size_t errlen)
+		   struct alloc_gpu *g, struct dp_error *err)
 {
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	char all[ALLOC_GPU_MAX * 6];
@@ -29,7 +30,7 @@ int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_
 	}
 	if (!cvd)
 		cvd = "";
-	return alloc_gpu_select(cvd, local_rank, g, err, errlen);
+	return alloc_gpu_select(cvd, local_rank, g, err);
 }
 
 void alloc_stall(const struct alloc_opts *o, int rank, const char *where)
@@ -95,12 +96,11 @@ void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len)
 
 /* qsort_r comparators over rank indices. */
 
-int alloc_table_write(const struct ranktable *rt, const char *path, char *err, size_t errlen)
+int alloc_table_write(const struct ranktable *rt, const char *path, struct dp_error *err)
 {
-	char rterr[RT_ERR_MAX] = "";
 
-	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, rterr) != 0) {
-		snprintf(err, errlen, "cannot write the rank table: %s", rterr);
+	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, err) != 0) {
+		errprefix(err, "cannot write the rank table");
 		return -1;
 	}
 	return 1;

@@ -5,6 +5,7 @@
  * from PMIx_Init to PMIx_Finalize; must not run inside slurmstepd, whose PMIx server shares
  * the library: a client call there hangs (see dptrain(8)). */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
+#include "common/error.h"
 #include "pmix/alloc_source.h"
 
 #include <limits.h>
@@ -19,31 +20,30 @@ int alloc_pmix_present(void)
 	return 0;
 }
 
-int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
+int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	(void)a;
 	(void)o;
-	snprintf(err, errlen,
-		 "this dptrain-launch was built without PMIx (Debian: libpmix-dev); "
-		 "use DPTRAIN_SOURCE=slurm or srun --mpi=none");
+	errprintf(err, "this dptrain-launch was built without PMIx (Debian: libpmix-dev); "
+		       "use DPTRAIN_SOURCE=slurm or srun --mpi=none");
 	return -1;
 }
 
-int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
+int alloc_pmix_gate(struct alloc *a, int timeout_s, struct dp_error *err)
 {
 	(void)a;
 	(void)timeout_s;
 	(void)err;
-	(void)errlen;
+
 	return 0;
 }
 
-int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen)
+int alloc_pmix_sync(struct alloc *a, int timeout_s, struct dp_error *err)
 {
 	(void)a;
 	(void)timeout_s;
 	(void)err;
-	(void)errlen;
+
 	return 0;
 }
 
@@ -52,12 +52,12 @@ void alloc_pmix_finish(struct alloc *a)
 	(void)a;
 }
 
-int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen)
+int alloc_pmix_abort(struct alloc *a, int status, const char *msg, struct dp_error *err)
 {
 	(void)a;
 	(void)status;
 	(void)msg;
-	snprintf(err, errlen, "built without PMIx: cannot end the step");
+	errprintf(err, "built without PMIx: cannot end the step");
 	return -1;
 }
 
@@ -467,7 +467,7 @@ static int by_int(const void *x, const void *y)
  * not published `key`; another rank says whether rank 0 has (then rank 0's message names the
  * others). Fills err; ends the watch. */
 static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const char *what,
-			 int timeout_s, const char *why, char *err, size_t errlen)
+			 int timeout_s, const char *why, struct dp_error *err)
 {
 	char list[256], hosts[256], h[RT_HOST_MAX], outcome[160];
 	struct batch *bs[2] = {w->near, w->far};
@@ -486,7 +486,7 @@ static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const
 		}
 	missing = malloc((size_t)world * sizeof(int));
 	if (!missing || asked < (s->me.rank == 0 ? world : 1)) {
-		snprintf(err, errlen, "%s %s", what, outcome);
+		errprintf(err, "%s %s", what, outcome);
 		goto out;
 	}
 	pthread_mutex_lock(&px.mu);
@@ -507,21 +507,22 @@ static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const
 	if (s->me.rank != 0) {
 		peer_host(s, 0, h, sizeof(h));
 		if (nmissing) {
-			snprintf(err, errlen,
-				 "%s %s: rank 0 (on %s) did not arrive%s: it ended or hangs before "
-				 "this point (its own message, or srun's, says why); other ranks "
-				 "may be missing too",
-				 what, outcome, h, stuck);
+			errprintf(
+			    err,
+			    "%s %s: rank 0 (on %s) did not arrive%s: it ended or hangs before "
+			    "this point (its own message, or srun's, says why); other ranks "
+			    "may be missing too",
+			    what, outcome, h, stuck);
 			/* Where the server is stuck rank 0 may well be alive, with a deadline
 			 * like ours: leave it the time to say which ranks are missing. */
 			if (stuck[0])
 				s->abort_at = mono_s() + timeout_s + ABORT_SLACK_S;
 			goto out;
 		}
-		snprintf(err, errlen,
-			 "%s %s: rank 0 (on %s) arrived, and its message names the ranks that "
-			 "did not",
-			 what, outcome, h);
+		errprintf(err,
+			  "%s %s: rank 0 (on %s) arrived, and its message names the ranks that "
+			  "did not",
+			  what, outcome, h);
 		/* This rank's error would end the step (PMIx_Abort) before rank 0 has said
 		 * which ranks are missing. Rank 0 gives up no later than timeout_s after its
 		 * record reached us, and then ends the step itself: wait for that first. */
@@ -531,7 +532,7 @@ static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const
 		goto out;
 	}
 	if (nmissing == 0) {
-		snprintf(err, errlen, "%s %s (every rank has arrived since; retry)", what, outcome);
+		errprintf(err, "%s %s (every rank has arrived since; retry)", what, outcome);
 		goto out;
 	}
 	alloc_format_ranks(missing, nmissing, list, sizeof(list));
@@ -543,12 +544,12 @@ static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const
 		used += (size_t)snprintf(hosts + used, sizeof(hosts) - used, "%s%s",
 					 used ? ", " : "", h);
 	}
-	snprintf(err, errlen,
-		 "%s %s: %d of %d ranks did not arrive: rank%s %s on %s%s%s; they ended or "
-		 "hang before this point: srun names a task that ended, and each rank's own "
-		 "message says why",
-		 what, outcome, nmissing, world, nmissing > 1 ? "s" : "", list, hosts,
-		 nmissing > 8 ? ", ..." : "", stuck);
+	errprintf(err,
+		  "%s %s: %d of %d ranks did not arrive: rank%s %s on %s%s%s; they ended or "
+		  "hang before this point: srun names a task that ended, and each rank's own "
+		  "message says why",
+		  what, outcome, nmissing, world, nmissing > 1 ? "s" : "", list, hosts,
+		  nmissing > 8 ? ", ..." : "", stuck);
 out:
 	free(missing);
 	watch_end(w);
@@ -612,7 +613,7 @@ static int get_string(const pmix_proc_t *p, const char *key, char *buf, size_t l
 	return rv;
 }
 
-static int put_string(const char *key, const char *value, char *err, size_t errlen)
+static int put_string(const char *key, const char *value, struct dp_error *err)
 {
 	pmix_value_t val;
 	pmix_status_t rc;
@@ -623,8 +624,7 @@ static int put_string(const char *key, const char *value, char *err, size_t errl
 	if (rc == PMIX_SUCCESS)
 		rc = PMIx_Commit();
 	if (rc != PMIX_SUCCESS) {
-		snprintf(err, errlen, "PMIx_Put/Commit of %s failed: %s", key,
-			 PMIx_Error_string(rc));
+		errprintf(err, "PMIx_Put/Commit of %s failed: %s", key, PMIx_Error_string(rc));
 		return -1;
 	}
 	return 0;
@@ -653,7 +653,7 @@ static int by_nodeid(const void *x, const void *y)
 	return a->first - b->first;
 }
 
-static int number_nodes(struct alloc *a, const int *nodeid, char *err, size_t errlen)
+static int number_nodes(struct alloc *a, const int *nodeid, struct dp_error *err)
 {
 	int n = a->world_size, *order = NULL, i, j, k, nnodes = 0, rv = -1;
 	struct node_key *keys = NULL;
@@ -661,7 +661,7 @@ static int number_nodes(struct alloc *a, const int *nodeid, char *err, size_t er
 	order = malloc((size_t)n * sizeof(int));
 	keys = malloc((size_t)n * sizeof(*keys));
 	if (!order || !keys) {
-		snprintf(err, errlen, "out of memory for %d ranks", n);
+		errprintf(err, "out of memory for %d ranks", n);
 		goto out;
 	}
 	for (i = 0; i < n; i++)
@@ -673,10 +673,9 @@ static int number_nodes(struct alloc *a, const int *nodeid, char *err, size_t er
 		for (j = i + 1;
 		     j < n && strcmp(a->ranks[order[j]].host, a->ranks[order[i]].host) == 0; j++)
 			if (nodeid[order[j]] != nodeid[order[i]]) {
-				snprintf(err, errlen,
-					 "ranks %d and %d on %s report node ids %d and %d",
-					 order[i], order[j], a->ranks[order[i]].host,
-					 nodeid[order[i]], nodeid[order[j]]);
+				errprintf(err, "ranks %d and %d on %s report node ids %d and %d",
+					  order[i], order[j], a->ranks[order[i]].host,
+					  nodeid[order[i]], nodeid[order[j]]);
 				goto out;
 			}
 		nnodes++;
@@ -698,7 +697,7 @@ out:
 	return rv;
 }
 
-int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
+int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	struct alloc_pmix *s;
 	struct alloc_rank self;
@@ -713,28 +712,27 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 
 	s = calloc(1, sizeof(*s));
 	if (!s) {
-		snprintf(err, errlen, "out of memory");
+		errprintf(err, "out of memory");
 		return -1;
 	}
 	rc = PMIx_Init(&s->me, NULL, 0);
 	if (rc != PMIX_SUCCESS) {
-		snprintf(err, errlen,
-			 "PMIx_Init failed: %s (PMIX_NAMESPACE=%s); was the step started with "
-			 "srun --mpi=pmix?",
-			 PMIx_Error_string(rc), getenv("PMIX_NAMESPACE"));
+		errprintf(err,
+			  "PMIx_Init failed: %s (PMIX_NAMESPACE=%s); was the step started with "
+			  "srun --mpi=pmix?",
+			  PMIx_Error_string(rc), getenv("PMIX_NAMESPACE"));
 		free(s);
 		return -1;
 	}
 	a->pmix = s;
 	PMIX_LOAD_PROCID(&s->all, s->me.nspace, PMIX_RANK_WILDCARD);
 	if (get_long(s, &s->all, PMIX_JOB_SIZE, &v) != 0 || v < 1 || v > RT_WORLD_MAX) {
-		snprintf(err, errlen, "PMIx gives no usable job size (%s)", PMIX_JOB_SIZE);
+		errprintf(err, "PMIx gives no usable job size (%s)", PMIX_JOB_SIZE);
 		goto out;
 	}
 	world = (int)v;
 	if (s->me.rank >= (pmix_rank_t)world) {
-		snprintf(err, errlen, "PMIx rank %u is not below the job size %d", s->me.rank,
-			 world);
+		errprintf(err, "PMIx rank %u is not below the job size %d", s->me.rank, world);
 		goto out;
 	}
 	a->world_size = world;
@@ -742,18 +740,18 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 	/* Our own local rank and node id are right even where peers' are missing. */
 	if (get_long(s, &s->me, PMIX_LOCAL_RANK, &v) == 0)
 		local = (int)v;
-	else if (rt_env_int("SLURM_LOCALID", 0, INT_MAX, &local, err, errlen) != 1)
+	else if (rt_env_int("SLURM_LOCALID", 0, INT_MAX, &local, err) != 1)
 		local = -1;
 	if (local < 0) {
-		snprintf(err, errlen,
-			 "cannot tell the local rank: PMIx has no %s for this rank and "
-			 "SLURM_LOCALID is not set",
-			 PMIX_LOCAL_RANK);
+		errprintf(err,
+			  "cannot tell the local rank: PMIx has no %s for this rank and "
+			  "SLURM_LOCALID is not set",
+			  PMIX_LOCAL_RANK);
 		goto out;
 	}
 	if (get_long(s, &s->me, PMIX_NODEID, &v) == 0)
 		mynode = (int)v;
-	else if (rt_env_int("SLURM_NODEID", 0, INT_MAX, &mynode, err, errlen) != 1)
+	else if (rt_env_int("SLURM_NODEID", 0, INT_MAX, &mynode, err) != 1)
 		mynode = -1;
 
 	memset(&self, 0, sizeof(self));
@@ -763,25 +761,25 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 	if (getenv("SLURMD_NODENAME") ||
 	    get_string(&s->me, PMIX_HOSTNAME, self.host, sizeof(self.host)) != 0)
 		alloc_hostname(self.host);
-	if (alloc_iface_addr(o->iface, self.addr, err, errlen) != 0 ||
-	    alloc_self_gpu(o, ALLOC_SRC_PMIX, local, &self.gpu, err, errlen) != 0)
+	if (alloc_iface_addr(o->iface, self.addr, err) != 0 ||
+	    alloc_self_gpu(o, ALLOC_SRC_PMIX, local, &self.gpu, err) != 0)
 		goto out;
 	if (a->rank == 0) {
 		myport = a->master_port;
-		if (!myport && alloc_port_pick(self.addr, &myport, err, errlen) != 0)
+		if (!myport && alloc_port_pick(self.addr, &myport, err) != 0)
 			goto out;
 	}
 	alloc_stall(o, a->rank, "before publishing its PMIx record");
 	self.local_rank = local;
 	alloc_record_format(rec, sizeof(rec), &self, mynode, myport);
-	if (put_string(KEY_RANK, rec, err, errlen) != 0)
+	if (put_string(KEY_RANK, rec, err) != 0)
 		goto out;
 	spent = watch_start(s, &w, KEY_RANK, world, o->timeout_s);
 	watching = 1;
 	if (fence(s, 1, o->timeout_s > spent ? o->timeout_s - spent : 1, &why) != 0) {
 		watching = 0;
 		name_missing(s, &w, world, "PMIx fence (rendezvous of all ranks)", o->timeout_s,
-			     why, err, errlen);
+			     why, err);
 		goto out;
 	}
 
@@ -789,7 +787,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 	nodeid = malloc((size_t)world * sizeof(int));
 	port = malloc((size_t)world * sizeof(int));
 	if (!a->ranks || !nodeid || !port) {
-		snprintf(err, errlen, "out of memory for %d ranks", world);
+		errprintf(err, "out of memory for %d ranks", world);
 		goto out;
 	}
 	b = gather(s, KEY_RANK, world, o->timeout_s, o->timeout_s + 1, &all_done);
@@ -803,17 +801,17 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size
 		 * say, as after a failed fence. */
 		watching = 0;
 		name_missing(s, &w, world, "PMIx fence (rendezvous of all ranks)", o->timeout_s,
-			     "timed out", err, errlen);
+			     "timed out", err);
 		goto out;
 	}
 	for (r = 0; r < world; r++) {
 		if (alloc_record_parse(b->op[r].value, &a->ranks[r], &nodeid[r], &port[r]) != 0) {
-			snprintf(err, errlen, "rank %d published a malformed %s: '%s'", r, KEY_RANK,
-				 b->op[r].value);
+			errprintf(err, "rank %d published a malformed %s: '%s'", r, KEY_RANK,
+				  b->op[r].value);
 			goto out;
 		}
 	}
-	if (number_nodes(a, nodeid, err, errlen) != 0)
+	if (number_nodes(a, nodeid, err) != 0)
 		goto out;
 	if (!a->master_addr[0])
 		snprintf(a->master_addr, sizeof(a->master_addr), "%s", a->ranks[0].addr);
@@ -833,21 +831,21 @@ out:
 /* Rank 0 publishes KEY_GATE once it holds the output directory; every rank then needs that
  * value. A fence alone is no gate: when rank 0 has ended, Slurm's PMIx server may complete
  * the fence without it (seen with Slurm 22.05), and a rank on another node would go on. */
-int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
+int alloc_pmix_gate(struct alloc *a, int timeout_s, struct dp_error *err)
 {
 	const char *why;
 	struct batch *b;
 	int all_done, ok;
 
-	if (a->rank == 0 && put_string(KEY_GATE, "1", err, errlen) != 0)
+	if (a->rank == 0 && put_string(KEY_GATE, "1", err) != 0)
 		return -1;
 	if (fence(a->pmix, 1, timeout_s, &why) != 0) {
 		char outcome[160];
 		fence_outcome(a->pmix, why, timeout_s, outcome, sizeof(outcome));
-		snprintf(err, errlen,
-			 "PMIx fence (rank 0 taking the output directory) %s; see rank 0's "
-			 "message",
-			 outcome);
+		errprintf(err,
+			  "PMIx fence (rank 0 taking the output directory) %s; see rank 0's "
+			  "message",
+			  outcome);
 		return -1;
 	}
 	b = gather(a->pmix, KEY_GATE, 1, PROBE_S, PROBE_S + 1, &all_done);
@@ -861,26 +859,26 @@ int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
 	if (b && all_done)
 		batch_free(b);
 	if (!ok) {
-		snprintf(err, errlen,
-			 "rank 0 did not take the output directory (it ended before: its message "
-			 "says why); nothing written there");
+		errprintf(err,
+			  "rank 0 did not take the output directory (it ended before: its message "
+			  "says why); nothing written there");
 		return -1;
 	}
 	return 0;
 }
 
-int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen)
+int alloc_pmix_sync(struct alloc *a, int timeout_s, struct dp_error *err)
 {
 	const char *why;
 	struct watch w;
 	int spent;
 
-	if (put_string(KEY_READY, "1", err, errlen) != 0)
+	if (put_string(KEY_READY, "1", err) != 0)
 		return -1;
 	spent = watch_start(a->pmix, &w, KEY_READY, a->world_size, timeout_s);
 	if (fence(a->pmix, 0, timeout_s > spent ? timeout_s - spent : 1, &why) != 0) {
 		name_missing(a->pmix, &w, a->world_size, "PMIx fence (every rank table written)",
-			     timeout_s, why, err, errlen);
+			     timeout_s, why, err);
 		return -1;
 	}
 	watch_end(&w);
@@ -894,19 +892,19 @@ void alloc_pmix_finish(struct alloc *a)
 	a->pmix = NULL;
 }
 
-int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen)
+int alloc_pmix_abort(struct alloc *a, int status, const char *msg, struct dp_error *err)
 {
 	pmix_proc_t me;
 	pmix_status_t rc;
 
 	if (!a->pmix) {
 		if (!alloc_pmix_present()) {
-			snprintf(err, errlen, "not started by a PMIx server: cannot end the step");
+			errprintf(err, "not started by a PMIx server: cannot end the step");
 			return -1;
 		}
 		rc = PMIx_Init(&me, NULL, 0);
 		if (rc != PMIX_SUCCESS) {
-			snprintf(err, errlen, "PMIx_Init failed: %s", PMIx_Error_string(rc));
+			errprintf(err, "PMIx_Init failed: %s", PMIx_Error_string(rc));
 			return -1;
 		}
 	}
@@ -924,7 +922,7 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, si
 	/* NULL procs: the whole namespace, i.e. the step. */
 	rc = PMIx_Abort(status, msg, NULL, 0);
 	if (rc != PMIX_SUCCESS) {
-		snprintf(err, errlen, "PMIx_Abort failed: %s", PMIx_Error_string(rc));
+		errprintf(err, "PMIx_Abort failed: %s", PMIx_Error_string(rc));
 		return -1;
 	}
 	return 0;

@@ -3,26 +3,27 @@
 #ifndef DPTRAIN_ALLOC_SOURCE_H
 #define DPTRAIN_ALLOC_SOURCE_H
 
+#include "common/error.h"
 #include "pmix/alloc.h"
 
 /* Each source fills world_size, rank, local_rank, local_size, node_rank, node_count, ranks[]
  * and master_addr/master_port where they are still empty/0 (alloc_discover presets them from
  * a user's MASTER_ADDR/MASTER_PORT). */
 int alloc_pmix_present(void); /* built with PMIx and started by a PMIx server */
-int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
-int alloc_pmix_sync(struct alloc *a, int timeout_s, char *err, size_t errlen);
-int alloc_pmix_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
+int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error *err);
+int alloc_pmix_sync(struct alloc *a, int timeout_s, struct dp_error *err);
+int alloc_pmix_gate(struct alloc *a, int timeout_s, struct dp_error *err);
 void alloc_pmix_finish(struct alloc *a);
-int alloc_pmix_abort(struct alloc *a, int status, const char *msg, char *err, size_t errlen);
+int alloc_pmix_abort(struct alloc *a, int status, const char *msg, struct dp_error *err);
 
-int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
-int alloc_from_env(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
+int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_error *err);
+int alloc_from_env(struct alloc *a, const struct alloc_opts *o, struct dp_error *err);
 
 /* This rank's GPU from its CUDA_VISIBLE_DEVICES. Unset means "all GPUs" to CUDA: the env source
  * (dptrain-run, torchrun-style) then counts the device nodes; under Slurm, unset means the step
  * asked for no GPU, and using one anyway would take another job's. */
 int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_rank,
-		   struct alloc_gpu *g, char *err, size_t errlen);
+		   struct alloc_gpu *g, struct dp_error *err);
 
 /* The test hook: rank o->stall_rank sleeps o->stall_s seconds here. */
 void alloc_stall(const struct alloc_opts *o, int rank, const char *where);
@@ -36,18 +37,17 @@ int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *
 /* A Slurm node's address where its name does not resolve: its NodeAddr (SLURM_NODE_ALIASES,
  * else scontrol -o show node, within timeout_s), resolved if it is a name (nodeaddr.c). 0, or
  * -1 with err saying why. */
-int alloc_node_addr(const char *node, char addr[RT_ADDR_MAX], int timeout_s, char *err,
-		    size_t errlen);
+int alloc_node_addr(const char *node, char addr[RT_ADDR_MAX], int timeout_s, struct dp_error *err);
 
 /* Write rt to path atomically (the dptrain schema): 1, or -1 with err. */
-int alloc_table_write(const struct ranktable *rt, const char *path, char *err, size_t errlen);
+int alloc_table_write(const struct ranktable *rt, const char *path, struct dp_error *err);
 
 /* The wire-up without PMIx (alloc_store.c): see there. */
-int alloc_store_open(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen);
-int alloc_store_gate(struct alloc *a, int timeout_s, char *err, size_t errlen);
+int alloc_store_open(struct alloc *a, const struct alloc_opts *o, struct dp_error *err);
+int alloc_store_gate(struct alloc *a, int timeout_s, struct dp_error *err);
 int alloc_store_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
-			    int timeout_s, char *err, size_t errlen);
-int alloc_store_sync(struct alloc *a, int timeout_s, char *err, size_t errlen);
+			    int timeout_s, struct dp_error *err);
+int alloc_store_sync(struct alloc *a, int timeout_s, struct dp_error *err);
 void alloc_store_abort(struct alloc *a, const char *msg);
 void alloc_store_finish(struct alloc *a, int timeout_s);
 

@@ -16,6 +16,7 @@
  * A failing rank tells every other one at once (store_abort), as PMIx_Abort does. With a
  * secret (DPTRAIN_STORE_SECRET, made per step by the plugin) a stranger is refused and logged;
  * without one the store is open to whoever reaches the port, like torchrun's. */
+#include "common/error.h"
 #include "pmix/alloc_source.h"
 #include "trainer/store/store.h"
 
@@ -34,7 +35,7 @@ static struct store *st_of(struct alloc *a)
 }
 
 /* Rank 0: every rank's record, joined by newlines in rank order. */
-static char *gather_records(struct alloc *a, int timeout_s, char *err, size_t errlen)
+static char *gather_records(struct alloc *a, int timeout_s, struct dp_error *err)
 {
 	char key[64], *all = NULL;
 	size_t used = 0, cap = 0;
@@ -45,10 +46,10 @@ static char *gather_records(struct alloc *a, int timeout_s, char *err, size_t er
 		size_t len = 0;
 
 		snprintf(key, sizeof(key), KEY_RECORD "%d", r);
-		if (store_get(st_of(a), key, &v, &len, timeout_s, err, errlen) != 0)
+		if (store_get(st_of(a), key, &v, &len, timeout_s, err) != 0)
 			goto fail;
 		if (len == 0 || len >= ALLOC_RECORD_MAX || memchr(v, '\n', len)) {
-			snprintf(err, errlen, "rank %d published a malformed record", r);
+			errprintf(err, "rank %d published a malformed record", r);
 			free(v);
 			goto fail;
 		}
@@ -56,8 +57,8 @@ static char *gather_records(struct alloc *a, int timeout_s, char *err, size_t er
 			size_t ncap = cap ? 2 * cap : (size_t)a->world_size * 80 + ALLOC_RECORD_MAX;
 			char *p = realloc(all, ncap);
 			if (!p) {
-				snprintf(err, errlen, "out of memory for %d ranks' records",
-					 a->world_size);
+				errprintf(err, "out of memory for %d ranks' records",
+					  a->world_size);
 				free(v);
 				goto fail;
 			}
@@ -78,7 +79,7 @@ fail:
 
 /* A node's table writer: take every rank's record. What SLURM_* said of each rank (host,
  * node, local rank) must agree with what that rank said of itself. */
-static int take_records(struct alloc *a, const char *all, char *err, size_t errlen)
+static int take_records(struct alloc *a, const char *all, struct dp_error *err)
 {
 	const char *p = all;
 	int r, nodeid, port;
@@ -90,21 +91,20 @@ static int take_records(struct alloc *a, const char *all, char *err, size_t errl
 
 		memset(&x, 0, sizeof(x));
 		if (!nl || (size_t)(nl - p) >= sizeof(line)) {
-			snprintf(err, errlen, "rank 0's list of records ends before rank %d", r);
+			errprintf(err, "rank 0's list of records ends before rank %d", r);
 			return -1;
 		}
 		memcpy(line, p, (size_t)(nl - p));
 		line[nl - p] = '\0';
 		p = nl + 1;
 		if (alloc_record_parse(line, &x, &nodeid, &port) != 0) {
-			snprintf(err, errlen, "rank %d published a malformed record: '%s'", r,
-				 line);
+			errprintf(err, "rank %d published a malformed record: '%s'", r, line);
 			return -1;
 		}
 		if (strcmp(x.host, a->ranks[r].host) != 0 || nodeid != a->ranks[r].node_rank ||
 		    x.local_rank != a->ranks[r].local_rank) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "rank %d says it is local rank %d on %s (node %d), but SLURM_* put "
 			    "it as local rank %d on %s (node %d): run with --mpi=pmix",
 			    r, x.local_rank, x.host, nodeid, a->ranks[r].local_rank,
@@ -118,7 +118,7 @@ static int take_records(struct alloc *a, const char *all, char *err, size_t errl
 	return 0;
 }
 
-int alloc_store_open(struct alloc *a, const struct alloc_opts *o, char *err, size_t errlen)
+int alloc_store_open(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	struct store_opts so;
 	struct store *st = NULL;
@@ -130,7 +130,7 @@ int alloc_store_open(struct alloc *a, const struct alloc_opts *o, char *err, siz
 
 	hosts = malloc((size_t)a->world_size * sizeof(*hosts));
 	if (!hosts) {
-		snprintf(err, errlen, "out of memory for %d ranks", a->world_size);
+		errprintf(err, "out of memory for %d ranks", a->world_size);
 		return -1;
 	}
 	for (r = 0; r < a->world_size; r++)
@@ -145,7 +145,7 @@ int alloc_store_open(struct alloc *a, const struct alloc_opts *o, char *err, siz
 	so.secret = getenv("DPTRAIN_STORE_SECRET");
 	so.hosts = hosts;
 	so.timeout_s = o->timeout_s;
-	rv = store_open(&st, &so, err, errlen); /* it keeps copies of the hosts */
+	rv = store_open(&st, &so, err); /* it keeps copies of the hosts */
 	free(hosts);
 	if (rv != 0)
 		return -1;
@@ -153,19 +153,19 @@ int alloc_store_open(struct alloc *a, const struct alloc_opts *o, char *err, siz
 	a->store = st;
 	alloc_record_format(rec, sizeof(rec), &a->ranks[a->rank], a->node_rank, 0);
 	snprintf(key, sizeof(key), KEY_RECORD "%d", a->rank);
-	if (store_set(st, key, rec, strlen(rec), err, errlen) != 0)
+	if (store_set(st, key, rec, strlen(rec), err) != 0)
 		goto out;
 	if (a->rank == 0) {
-		all = gather_records(a, o->timeout_s, err, errlen);
-		if (!all || store_set(st, KEY_RECORDS, all, strlen(all), err, errlen) != 0)
+		all = gather_records(a, o->timeout_s, err);
+		if (!all || store_set(st, KEY_RECORDS, all, strlen(all), err) != 0)
 			goto out;
 	} else if (a->local_rank == 0) {
-		if (store_get(st, KEY_RECORDS, &v, &len, o->timeout_s, err, errlen) != 0)
+		if (store_get(st, KEY_RECORDS, &v, &len, o->timeout_s, err) != 0)
 			goto out;
 		all = v;
 		v = NULL;
 	}
-	if (all && take_records(a, all, err, errlen) != 0)
+	if (all && take_records(a, all, err) != 0)
 		goto out;
 	rv = 0;
 out:
@@ -174,29 +174,26 @@ out:
 	return rv;
 }
 
-int alloc_store_gate(struct alloc *a, int timeout_s, char *err, size_t errlen)
+int alloc_store_gate(struct alloc *a, int timeout_s, struct dp_error *err)
 {
 	void *v = NULL;
 	size_t len;
-	char e[ALLOC_ERR_MAX];
 
 	if (a->rank == 0)
-		return store_set(st_of(a), KEY_GATE, "1", 1, err, errlen);
-	if (store_get(st_of(a), KEY_GATE, &v, &len, timeout_s, e, sizeof(e)) != 0) {
-		snprintf(err, errlen,
-			 "rank 0 (on %s) did not take the output directory (%s); see its "
-			 "messages; nothing written there",
-			 a->ranks[0].host, e);
-		return -1;
-	}
+		return store_set(st_of(a), KEY_GATE, "1", 1, err);
+	if (store_get(st_of(a), KEY_GATE, &v, &len, timeout_s, err) != 0)
+		return errprintf(err,
+				 "rank 0 (on %s) did not take the output directory (%s); see its "
+				 "messages; nothing written there",
+				 a->ranks[0].host, err->text);
 	free(v);
 	return 0;
 }
 
 int alloc_store_write_table(struct alloc *a, const struct ranktable *rt, const char *path,
-			    int timeout_s, char *err, size_t errlen)
+			    int timeout_s, struct dp_error *err)
 {
-	char rterr[RT_ERR_MAX], e[ALLOC_ERR_MAX];
+	struct dp_error differs; /* why rank 0's table is not there, not an error */
 	struct ranktable there;
 	void *v = NULL;
 	size_t len;
@@ -205,30 +202,26 @@ int alloc_store_write_table(struct alloc *a, const struct ranktable *rt, const c
 	if (a->local_rank != 0)
 		return 0;
 	if (a->rank == 0) {
-		if (alloc_table_write(rt, path, err, errlen) < 0)
+		if (alloc_table_write(rt, path, err) < 0)
 			return -1;
-		return store_set(st_of(a), KEY_TABLE, "1", 1, err, errlen) == 0 ? 1 : -1;
+		return store_set(st_of(a), KEY_TABLE, "1", 1, err) == 0 ? 1 : -1;
 	}
-	if (store_get(st_of(a), KEY_TABLE, &v, &len, timeout_s, e, sizeof(e)) != 0) {
-		snprintf(err, errlen,
-			 "rank 0 (on %s) did not write its rank table (%s); see its "
-			 "messages",
-			 a->ranks[0].host, e);
-		return -1;
-	}
+	if (store_get(st_of(a), KEY_TABLE, &v, &len, timeout_s, err) != 0)
+		return errprintf(
+		    err, "rank 0 (on %s) did not write its rank table (%s); see its messages",
+		    a->ranks[0].host, err->text);
 	free(v);
 	/* Rank 0's table is there when the directory is shared: it is the same table. */
 	memset(&there, 0, sizeof(there));
-	rterr[0] = '\0';
-	same = rt_read(&there, path, rterr) == 0 &&
-	       rt_compare(&there, rt, RT_SCHEMA_DPTRAIN, rterr) == 0;
+	same = rt_read(&there, path, &differs) == 0 &&
+	       rt_compare(&there, rt, RT_SCHEMA_DPTRAIN, &differs) == 0;
 	rt_free(&there);
-	return same ? 0 : alloc_table_write(rt, path, err, errlen);
+	return same ? 0 : alloc_table_write(rt, path, err);
 }
 
-int alloc_store_sync(struct alloc *a, int timeout_s, char *err, size_t errlen)
+int alloc_store_sync(struct alloc *a, int timeout_s, struct dp_error *err)
 {
-	return store_barrier(st_of(a), "dptrain.launch.ready", timeout_s, err, errlen);
+	return store_barrier(st_of(a), "dptrain.launch.ready", timeout_s, err);
 }
 
 void alloc_store_abort(struct alloc *a, const char *msg)

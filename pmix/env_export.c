@@ -1,6 +1,7 @@
 /* env_export.c — the environment a rank's command gets (PyTorch's env://, MindSpore's rank
  * table variables, dptrain's own) and env.log, its sorted copy in the device directory. Only
  * sets variables; must not decide the values (alloc.c and the rank table do). */
+#include "common/error.h"
 #include "pmix/launch.h"
 #include "common/secret.h"
 
@@ -11,39 +12,38 @@
 
 extern char **environ;
 
-int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, char *err,
-		      size_t errlen)
+int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, struct dp_error *err)
 {
 	if (snprintf(p->outdir, sizeof(p->outdir), "%s", outdir) >= (int)sizeof(p->outdir) ||
 	    snprintf(p->rank_table, sizeof(p->rank_table), "%s/rank_table.json", outdir) >=
 		(int)sizeof(p->rank_table) ||
 	    snprintf(p->devdir, sizeof(p->devdir), "%s/device%d", outdir, rank) >=
 		(int)sizeof(p->devdir)) {
-		snprintf(err, errlen, "output directory is too long: '%.80s...'", outdir);
+		errprintf(err, "output directory is too long: '%.80s...'", outdir);
 		return -1;
 	}
 	return 0;
 }
 
-static int set_str(const char *name, const char *value, char *err, size_t errlen)
+static int set_str(const char *name, const char *value, struct dp_error *err)
 {
 	if (setenv(name, value, 1) != 0) {
-		snprintf(err, errlen, "cannot set %s: %s", name, strerror(errno));
+		errprintf(err, "cannot set %s: %s", name, strerror(errno));
 		return -1;
 	}
 	return 0;
 }
 
-static int set_int(const char *name, long value, char *err, size_t errlen)
+static int set_int(const char *name, long value, struct dp_error *err)
 {
 	char buf[32];
 
 	snprintf(buf, sizeof(buf), "%ld", value);
-	return set_str(name, buf, err, errlen);
+	return set_str(name, buf, err);
 }
 
 int launch_env_export(const struct alloc *a, const struct ranktable *rt,
-		      const struct launch_paths *p, char *err, size_t errlen)
+		      const struct launch_paths *p, struct dp_error *err)
 {
 	const struct {
 		const char *name;
@@ -76,10 +76,10 @@ int launch_env_export(const struct alloc *a, const struct ranktable *rt,
 	size_t i;
 
 	for (i = 0; i < sizeof(ints) / sizeof(ints[0]); i++)
-		if (set_int(ints[i].name, ints[i].value, err, errlen) != 0)
+		if (set_int(ints[i].name, ints[i].value, err) != 0)
 			return -1;
 	for (i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
-		if (set_str(strs[i].name, strs[i].value, err, errlen) != 0)
+		if (set_str(strs[i].name, strs[i].value, err) != 0)
 			return -1;
 	return 0;
 }
@@ -89,7 +89,7 @@ static int by_string(const void *x, const void *y)
 	return strcmp(*(char *const *)x, *(char *const *)y);
 }
 
-int launch_env_log(const char *path, char *err, size_t errlen)
+int launch_env_log(const char *path, struct dp_error *err)
 {
 	char **vars = NULL, *buf = NULL;
 	size_t n = 0, i, len = 0, used = 0;
@@ -117,10 +117,10 @@ int launch_env_log(const char *path, char *err, size_t errlen)
 		used += l;
 		buf[used++] = '\n';
 	}
-	rv = launch_write_atomic(path, buf, used, 0600, err, errlen); /* it may hold secrets */
+	rv = launch_write_atomic(path, buf, used, 0600, err); /* it may hold secrets */
 	goto out;
 nomem:
-	snprintf(err, errlen, "out of memory writing %s", path);
+	errprintf(err, "out of memory writing %s", path);
 out:
 	free(vars);
 	free(buf);

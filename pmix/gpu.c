@@ -1,6 +1,7 @@
 /* gpu.c — which GPU a rank uses, from CUDA_VISIBLE_DEVICES as Slurm (or the user) set it.
  * Pure string work plus counting device nodes; must not load CUDA or change the environment:
  * the variable is left as it is so LOCAL_RANK-indexing scripts keep working. */
+#include "common/error.h"
 #include "pmix/alloc.h"
 
 #include <dirent.h>
@@ -42,7 +43,7 @@ static void entry_normalize(const char *s, size_t n, char out[ALLOC_GPU_ID_MAX])
 	snprintf(out, ALLOC_GPU_ID_MAX, "%.*s", (int)n, s);
 }
 
-int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, char *err, size_t errlen)
+int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, struct dp_error *err)
 {
 	char(*ids)[ALLOC_GPU_ID_MAX] = NULL;
 	const char *p, *end;
@@ -51,7 +52,7 @@ int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, char 
 	memset(g, 0, sizeof(*g));
 	g->index = -1;
 	if (local_rank < 0) {
-		snprintf(err, errlen, "local rank %d is negative", local_rank);
+		errprintf(err, "local rank %d is negative", local_rank);
 		goto out;
 	}
 	/* Slurm writes NoDevFiles when a GPU gres has no device files; -1 is the usual way to
@@ -62,7 +63,7 @@ int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, char 
 	}
 	ids = calloc(ALLOC_GPU_MAX, sizeof(*ids));
 	if (!ids) {
-		snprintf(err, errlen, "out of memory");
+		errprintf(err, "out of memory");
 		goto out;
 	}
 	for (p = cvd;; p = end + 1) {
@@ -70,24 +71,23 @@ int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, char 
 		if (!end)
 			end = p + strlen(p);
 		if (!entry_valid(p, (size_t)(end - p))) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "CUDA_VISIBLE_DEVICES='%s': entry %d ('%.*s') is not a device index "
 			    "or a GPU-/MIG- UUID (expected e.g. '0,1' or 'GPU-8d1e...')",
 			    cvd, n + 1, (int)(end - p), p);
 			goto out;
 		}
 		if (n == ALLOC_GPU_MAX) {
-			snprintf(err, errlen, "CUDA_VISIBLE_DEVICES lists more than %d devices",
-				 ALLOC_GPU_MAX);
+			errprintf(err, "CUDA_VISIBLE_DEVICES lists more than %d devices",
+				  ALLOC_GPU_MAX);
 			goto out;
 		}
 		entry_normalize(p, (size_t)(end - p), ids[n]);
 		for (i = 0; i < n; i++)
 			if (strcmp(ids[i], ids[n]) == 0) {
-				snprintf(err, errlen,
-					 "CUDA_VISIBLE_DEVICES='%s' lists device '%s' twice", cvd,
-					 ids[n]);
+				errprintf(err, "CUDA_VISIBLE_DEVICES='%s' lists device '%s' twice",
+					  cvd, ids[n]);
 				goto out;
 			}
 		n++;

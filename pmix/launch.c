@@ -2,6 +2,7 @@
  * (PMIx, SLURM_*, torchrun-style env), write the rank table and the device directory, export
  * the environment, then exec the command. Runs once per task, started by the SPANK plugin, by
  * dptrain-run, or directly by srun. Must not contain training code. */
+#include "common/error.h"
 #include "pmix/alloc.h"
 #include "trainer/config/config.h"
 #include "pmix/launch.h"
@@ -102,15 +103,16 @@ static void die(const char *fmt, ...)
 	 * own timeout, and srun returns. The library's threads are still running then: leave
 	 * without exit handlers. */
 	if (ctx.session_open) {
-		char msg[1024], aerr[256];
+		char msg[1024];
+		struct dp_error aerr;
 		int n = snprintf(msg, sizeof(msg), "dptrain-launch: %s: ", ctx.ident);
 		va_start(ap, fmt);
 		if (n > 0 && (size_t)n < sizeof(msg))
 			vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
 		va_end(ap);
 		fflush(NULL);
-		if (ctx.alloc && alloc_abort(ctx.alloc, 1, msg, aerr, sizeof(aerr)) != 0)
-			fprintf(stderr, "dptrain-launch: %s: %s\n", ctx.ident, aerr);
+		if (ctx.alloc && alloc_abort(ctx.alloc, 1, msg, &aerr) != 0)
+			fprintf(stderr, "dptrain-launch: %s: %s\n", ctx.ident, aerr.text);
 		fflush(NULL);
 		_exit(1);
 	}
@@ -256,7 +258,7 @@ struct settings {
 static void read_settings(struct settings *st)
 {
 	const char *cfg_path = getenv("DPTRAIN_CONFIG"), *s;
-	char err[ALLOC_ERR_MAX];
+	struct dp_error err;
 	struct cfg c;
 	int v, rc;
 
@@ -269,8 +271,8 @@ static void read_settings(struct settings *st)
 	st->opts.verbose = env_flag("DPTRAIN_VERBOSE");
 	if (cfg_path && *cfg_path) {
 		memset(&c, 0, sizeof(c));
-		if (cfg_load(&c, cfg_path, 0, NULL, err, sizeof(err)) != 0)
-			die("DPTRAIN_CONFIG: %s", err);
+		if (cfg_load(&c, cfg_path, 0, NULL, &err) != 0)
+			die("DPTRAIN_CONFIG: %s", err.text);
 		if (c.output.dir && c.output.dir[0])
 			snprintf(st->outdir, sizeof(st->outdir), "%s", c.output.dir);
 		st->per_rank_logs = c.output.per_rank_logs;
@@ -285,9 +287,9 @@ static void read_settings(struct settings *st)
 	s = getenv("DPTRAIN_OUTPUT_DIR");
 	if (s && *s)
 		snprintf(st->outdir, sizeof(st->outdir), "%s", s);
-	rc = rt_env_int("DPTRAIN_TIMEOUT", 1, INT_MAX, &v, err, sizeof(err));
+	rc = rt_env_int("DPTRAIN_TIMEOUT", 1, INT_MAX, &v, &err);
 	if (rc < 0)
-		die("%s", err);
+		die("%s", err.text);
 	if (rc == 1)
 		st->opts.timeout_s = v;
 	if (st->opts.timeout_s < 1)
@@ -296,13 +298,11 @@ static void read_settings(struct settings *st)
 	if (alloc_source_from_name(getenv("DPTRAIN_SOURCE"), &st->opts.source) != 0)
 		die("DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",
 		    getenv("DPTRAIN_SOURCE"));
-	if (rt_env_int("DPTRAIN_TEST_STALL_RANK", 0, INT_MAX, &st->opts.stall_rank, err,
-		       sizeof(err)) < 0)
-		die("%s", err);
+	if (rt_env_int("DPTRAIN_TEST_STALL_RANK", 0, INT_MAX, &st->opts.stall_rank, &err) < 0)
+		die("%s", err.text);
 	st->opts.stall_s = 3600;
-	if (rt_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, INT_MAX, &st->opts.stall_s, err,
-		       sizeof(err)) < 0)
-		die("%s", err);
+	if (rt_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, INT_MAX, &st->opts.stall_s, &err) < 0)
+		die("%s", err.text);
 }
 
 /* --wire-up=FD: dptrain-launch as the SPANK plugin's helper. The plugin starts it from
@@ -323,20 +323,21 @@ static int lock_fd = -1; /* rank 0: the output directory's lock (launch_outdir_l
  * directory ends the step (die) with who holds it. */
 static void lock_outdir(const struct alloc *a, const char *outdir)
 {
-	char who[400], err[ALLOC_ERR_MAX + 512], host[256], when[LAUNCH_TIME_MAX];
+	char who[400], host[256], when[LAUNCH_TIME_MAX];
+	struct dp_error err;
 
 	launch_utc_now(when);
 	snprintf(host, sizeof(host), "%s", a->ranks[a->rank].host);
 	snprintf(who, sizeof(who), "job %s step %s, rank 0 on %s, pid %ld, since %s", a->job_id,
 		 a->step_id, host, (long)getpid(), when);
-	switch (launch_outdir_lock(outdir, who, &lock_fd, err, sizeof(err))) {
+	switch (launch_outdir_lock(outdir, who, &lock_fd, &err)) {
 	case 0:
 		return;
 	case 1:
-		fprintf(stderr, "dptrain-launch: %s: warning: %s\n", ctx.ident, err);
+		fprintf(stderr, "dptrain-launch: %s: warning: %s\n", ctx.ident, err.text);
 		return;
 	default:
-		die("%s", err);
+		die("%s", err.text);
 	}
 }
 static char **env0; /* the environment we were started with: only differences are sent */
@@ -417,7 +418,8 @@ static void wire_send_env(void)
 static int abort_step(char **cmd)
 {
 	struct alloc a;
-	char err[ALLOC_ERR_MAX], *end;
+	struct dp_error err;
+	char *end;
 	long status;
 
 	errno = 0;
@@ -431,8 +433,9 @@ static int abort_step(char **cmd)
 	ctx.limit_s = LAUNCH_FIRST_LIMIT;
 	guard_start();
 	memset(&a, 0, sizeof(a));
-	if (alloc_abort(&a, (int)status, cmd[1], err, sizeof(err)) != 0) {
-		fprintf(stderr, "dptrain-launch: %s: cannot end the step: %s\n", ctx.ident, err);
+	if (alloc_abort(&a, (int)status, cmd[1], &err) != 0) {
+		fprintf(stderr, "dptrain-launch: %s: cannot end the step: %s\n", ctx.ident,
+			err.text);
 		fflush(NULL);
 		_exit(1);
 	}
@@ -447,7 +450,8 @@ int main(int argc, char **argv)
 	struct ranktable rt;
 	struct launch_paths paths;
 	struct launch_exec ex;
-	char err[ALLOC_ERR_MAX], outdir[LAUNCH_PATH_MAX];
+	struct dp_error err;
+	char outdir[LAUNCH_PATH_MAX];
 	char header[1024], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
 	const char *trainer, *restart, *base;
 	char **cmd;
@@ -518,20 +522,20 @@ int main(int argc, char **argv)
 		die("cannot set PMIX_MCA_gds: %s", strerror(errno));
 #endif
 
-	err[0] = '\0';
+	err.text[0] = '\0';
 	memset(&a, 0, sizeof(a));
 	ctx.alloc = &a;
-	rc = alloc_discover(&a, &st.opts, err, sizeof(err));
+	rc = alloc_discover(&a, &st.opts, &err);
 	ctx.session_open = a.pmix != NULL;
 	if (rc != 0)
-		die("%s", err);
+		die("%s", err.text);
 	pthread_mutex_lock(&ctx.lock);
 	snprintf(ctx.ident, sizeof(ctx.ident), "rank %d on %s", a.rank, a.ranks[a.rank].host);
 	pthread_mutex_unlock(&ctx.lock);
-	rc = alloc_meet(&a, &st.opts, err, sizeof(err));
+	rc = alloc_meet(&a, &st.opts, &err);
 	ctx.session_open = a.pmix != NULL || a.store != NULL;
 	if (rc != 0)
-		die("%s", err);
+		die("%s", err.text);
 	if (st.opts.verbose)
 		fprintf(stderr,
 			"dptrain-launch: %s: allocation from %s: %d ranks on %d nodes, local rank "
@@ -541,51 +545,49 @@ int main(int argc, char **argv)
 			a.master_port);
 
 	set_step("writing the output directory");
-	if (launch_outdir_expand(st.outdir, a.job_id, a.step_id, outdir, err, sizeof(err)) != 0 ||
-	    launch_paths_init(&paths, outdir, a.rank, err, sizeof(err)) != 0)
-		die("%s", err);
+	if (launch_outdir_expand(st.outdir, a.job_id, a.step_id, outdir, &err) != 0 ||
+	    launch_paths_init(&paths, outdir, a.rank, &err) != 0)
+		die("%s", err.text);
 	/* The lock dptrain-run holds for its ranks is rank 0's alone to pass on: another rank's
 	 * command (and whatever it leaves behind) must not hold the directory. */
 	if (a.rank != 0 && getenv("DPTRAIN_LOCK_FD")) {
 		int lfd;
-		if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &lfd, err, sizeof(err)) == 1)
+		if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &lfd, &err) == 1)
 			close(lfd);
 		unsetenv("DPTRAIN_LOCK_FD");
 	}
 	/* Rank 0 takes the directory first; with PMIx no rank writes there before it has. */
 	if (a.rank == 0) {
-		if (launch_mkdir_p(paths.outdir, err, sizeof(err)) != 0 ||
-		    launch_dir_owned(paths.outdir, err, sizeof(err)) != 0)
-			die("%s", err);
+		if (launch_mkdir_p(paths.outdir, &err) != 0 ||
+		    launch_dir_owned(paths.outdir, &err) != 0)
+			die("%s", err.text);
 		lock_outdir(&a, paths.outdir);
 	}
 	set_step("waiting for rank 0 to take the output directory");
-	if (alloc_gate(&a, st.opts.timeout_s, err, sizeof(err)) != 0)
-		die("%s", err);
+	if (alloc_gate(&a, st.opts.timeout_s, &err) != 0)
+		die("%s", err.text);
 	set_step("writing the output directory");
-	if (launch_mkdir_p(paths.outdir, err, sizeof(err)) != 0 ||
-	    launch_dir_owned(paths.outdir, err, sizeof(err)) != 0 ||
-	    launch_mkdir_p(paths.devdir, err, sizeof(err)) != 0 ||
-	    launch_dir_owned(paths.devdir, err, sizeof(err)) != 0)
-		die("%s", err);
+	if (launch_mkdir_p(paths.outdir, &err) != 0 || launch_dir_owned(paths.outdir, &err) != 0 ||
+	    launch_mkdir_p(paths.devdir, &err) != 0 || launch_dir_owned(paths.devdir, &err) != 0)
+		die("%s", err.text);
 	memset(&rt, 0, sizeof(rt));
-	if (alloc_rank_table(&a, &rt, err, sizeof(err)) != 0)
-		die("%s", err);
+	if (alloc_rank_table(&a, &rt, &err) != 0)
+		die("%s", err.text);
 	/* Every node needs a copy where the output directory is node-local (alloc.h). */
-	rc = alloc_write_table(&a, &rt, paths.rank_table, err, sizeof(err));
+	rc = alloc_write_table(&a, &rt, paths.rank_table, &err);
 	if (rc < 0)
-		die("%s", err);
+		die("%s", err.text);
 	if (rc > 0 && st.opts.verbose)
 		fprintf(stderr, "dptrain-launch: %s: wrote %s\n", ctx.ident, paths.rank_table);
-	if (launch_env_export(&a, &rt, &paths, err, sizeof(err)) != 0)
-		die("%s", err);
+	if (launch_env_export(&a, &rt, &paths, &err) != 0)
+		die("%s", err.text);
 	snprintf(envlog, sizeof(envlog), "%s/env.log", paths.devdir);
-	if (launch_env_log(envlog, err, sizeof(err)) != 0)
-		die("%s", err);
+	if (launch_env_log(envlog, &err) != 0)
+		die("%s", err.text);
 
 	set_step("waiting for every node's rank table");
-	if (alloc_sync(&a, paths.rank_table, &rt, st.opts.timeout_s, err, sizeof(err)) != 0)
-		die("%s", err);
+	if (alloc_sync(&a, paths.rank_table, &rt, st.opts.timeout_s, &err) != 0)
+		die("%s", err.text);
 	set_step("finishing the wire-up");
 	alloc_finish(&a);
 	ctx.session_open = 0;

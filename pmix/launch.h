@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stddef.h>
 
+#include "common/error.h"
 #include "pmix/alloc.h"
 #include "ranktable/ranktable.h"
 
@@ -19,21 +20,21 @@
 /* Expand %j (job id), %s (step id) and %% in an output directory pattern; a relative result
  * is made absolute against the working directory. Any other %-sequence is an error. */
 int launch_outdir_expand(const char *pattern, const char *job, const char *step,
-			 char out[LAUNCH_PATH_MAX], char *err, size_t errlen);
+			 char out[LAUNCH_PATH_MAX], struct dp_error *err);
 
 /* mkdir -p with mode 0755; safe when other ranks create the same directories at once. */
-int launch_mkdir_p(const char *path, char *err, size_t errlen);
+int launch_mkdir_p(const char *path, struct dp_error *err);
 
 /* Write a file others read: temporary in the same directory, fsync, rename, fsync dir. */
 /* write(2) all of p[0..len), retrying after EINTR and short writes; 0 or -1 (errno). */
 int launch_write_all(int fd, const char *p, size_t len);
 
-int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode, char *err,
-			size_t errlen);
+int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode,
+			struct dp_error *err);
 /* A directory the job may keep its files in: a real directory (not a symlink), this user's,
  * not writable by group or others. 0, or -1 with what to do in err. On a shared file system
  * another user could otherwise have made it first, to read or replace the job's files. */
-int launch_dir_owned(const char *path, char *err, size_t errlen);
+int launch_dir_owned(const char *path, struct dp_error *err);
 
 /* Now, in UTC, as ISO 8601 ("2026-11-26T10:00:00Z"), for the lock's holder line and the
  * header train.log gets at each launch. */
@@ -46,7 +47,7 @@ void launch_utc_now(char out[LAUNCH_TIME_MAX]);
  * n1, pid 42, since ...") for the message of a job that finds it taken. 0: *fd holds it
  * (close-on-exec); 1: the file system has no locks (*fd -1, a warning in err: nothing is
  * checked); -1: in use by another job, or an error, with what to do in err. */
-int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, size_t errlen);
+int launch_outdir_lock(const char *outdir, const char *who, int *fd, struct dp_error *err);
 /* (A lock that dptrain-run took for its ranks, passed down as descriptor DPTRAIN_LOCK_FD, is
  * taken as this one: the same file, already held by the same open file.) */
 
@@ -58,18 +59,17 @@ struct launch_paths {
 	char devdir[LAUNCH_PATH_MAX];	  /* outdir/device<RANK> */
 };
 
-int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, char *err,
-		      size_t errlen);
+int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, struct dp_error *err);
 
 /* Export what the command needs: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK
  * GROUP_RANK GROUP_WORLD_SIZE MASTER_ADDR MASTER_PORT (PyTorch), RANK_TABLE_FILE RANK_ID
  * RANK_SIZE DEVICE_ID (MindSpore; DEVICE_ID is the rank table's device_id), DPTRAIN_RANK_TABLE
  * DPTRAIN_DEVICE_DIR DPTRAIN_OUTPUT_DIR DPTRAIN_SOURCE DPTRAIN_GPU. */
 int launch_env_export(const struct alloc *a, const struct ranktable *rt,
-		      const struct launch_paths *p, char *err, size_t errlen);
+		      const struct launch_paths *p, struct dp_error *err);
 
 /* The whole environment, sorted, one VAR=value per line, written atomically to path. */
-int launch_env_log(const char *path, char *err, size_t errlen);
+int launch_env_log(const char *path, struct dp_error *err);
 
 /* --- logs and exec (exec.c) ----------------------------------------------------------- */
 

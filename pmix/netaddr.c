@@ -1,6 +1,7 @@
 /* netaddr.c — this rank's interface address and node name. Reads interfaces (getifaddrs)
  * and the environment; never resolves peers (ranktable's rt_resolve_host does that) and never
  * binds anything. */
+#include "common/error.h"
 #include "pmix/alloc.h"
 
 #include <arpa/inet.h>
@@ -49,15 +50,15 @@ static void iface_names(const struct ifaddrs *list, char *buf, size_t len)
 	}
 }
 
-int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], char *err, size_t errlen)
+int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], struct dp_error *err)
 {
 	struct ifaddrs *list = NULL, *i, *v6 = NULL;
 	char names[256];
 	int found = 0, rv = -1;
 
-	err[0] = '\0';
+	err->text[0] = '\0';
 	if (getifaddrs(&list) != 0) {
-		snprintf(err, errlen, "cannot list network interfaces (getifaddrs): %m");
+		errprintf(err, "cannot list network interfaces (getifaddrs): %m");
 		return -1;
 	}
 	for (i = list; i; i = i->ifa_next) {
@@ -88,12 +89,11 @@ int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], char *err, size_
 		}
 		iface_names(list, names, sizeof(names));
 		if (found)
-			snprintf(err, errlen,
-				 "interface '%s' has no usable address (interfaces: %s)", iface,
-				 names);
+			errprintf(err, "interface '%s' has no usable address (interfaces: %s)",
+				  iface, names);
 		else
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "no interface '%s' on this node (interfaces: %s); set DPTRAIN_IFACE "
 			    "to one of them",
 			    iface, names);
@@ -103,9 +103,8 @@ int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], char *err, size_
 	snprintf(addr, RT_ADDR_MAX, "127.0.0.1");
 	rv = 0;
 out:
-	if (rv != 0 && err[0] == '\0')
-		snprintf(err, errlen, "cannot format the address of interface '%s'",
-			 iface ? iface : "?");
+	if (rv != 0 && err->text[0] == '\0')
+		errprintf(err, "cannot format the address of interface '%s'", iface ? iface : "?");
 	freeifaddrs(list);
 	return rv;
 }

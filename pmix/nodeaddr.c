@@ -3,6 +3,7 @@
  * or from `scontrol -o show node NAME`, run with a deadline. Reads the environment and runs
  * scontrol; writes nothing. */
 #define _GNU_SOURCE /* pipe2 */
+#include "common/error.h"
 #include "pmix/alloc_source.h"
 
 #include <errno.h>
@@ -57,7 +58,7 @@ static double mono(void)
 
 /* Run scontrol -o show node NODE for at most timeout_s; its output (stdout and stderr) in a
  * malloc'd string. -1 with err when it cannot run, fails or takes too long. */
-static char *scontrol_node(const char *node, int timeout_s, char *err, size_t errlen)
+static char *scontrol_node(const char *node, int timeout_s, struct dp_error *err)
 {
 	int p[2], status, n, fd;
 	char *out = NULL;
@@ -68,17 +69,17 @@ static char *scontrol_node(const char *node, int timeout_s, char *err, size_t er
 	/* before the fork: a child whose output cannot be read must not be waited for */
 	out = malloc(OUT_MAX + 1);
 	if (!out) {
-		snprintf(err, errlen, "out of memory");
+		errprintf(err, "out of memory");
 		return NULL;
 	}
 	if (pipe2(p, O_CLOEXEC) != 0) {
-		snprintf(err, errlen, "pipe: %s", strerror(errno));
+		errprintf(err, "pipe: %s", strerror(errno));
 		free(out);
 		return NULL;
 	}
 	pid = fork();
 	if (pid < 0) {
-		snprintf(err, errlen, "fork: %s", strerror(errno));
+		errprintf(err, "fork: %s", strerror(errno));
 		close(p[0]);
 		close(p[1]);
 		free(out);
@@ -103,8 +104,8 @@ static char *scontrol_node(const char *node, int timeout_s, char *err, size_t er
 
 		if (left <= 0) {
 			kill(pid, SIGKILL);
-			snprintf(err, errlen, "scontrol show node %s took more than %d s", node,
-				 timeout_s);
+			errprintf(err, "scontrol show node %s took more than %d s", node,
+				  timeout_s);
 			free(out);
 			out = NULL;
 			break;
@@ -129,30 +130,29 @@ static char *scontrol_node(const char *node, int timeout_s, char *err, size_t er
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		out[strcspn(out, "\n")] = '\0';
 		if (WIFEXITED(status) && WEXITSTATUS(status) == 127)
-			snprintf(err, errlen, "scontrol is not on PATH");
+			errprintf(err, "scontrol is not on PATH");
 		else
-			snprintf(err, errlen, "scontrol show node %s failed: %.200s", node,
-				 out[0] ? out : "no output");
+			errprintf(err, "scontrol show node %s failed: %.200s", node,
+				  out[0] ? out : "no output");
 		free(out);
 		return NULL;
 	}
 	return out;
 }
 
-int alloc_node_addr(const char *node, char addr[RT_ADDR_MAX], int timeout_s, char *err,
-		    size_t errlen)
+int alloc_node_addr(const char *node, char addr[RT_ADDR_MAX], int timeout_s, struct dp_error *err)
 {
-	char nodeaddr[RT_HOST_MAX], rterr[RT_ERR_MAX], *out, *p;
+	char nodeaddr[RT_HOST_MAX], *out, *p;
 	size_t n;
 
 	if (from_aliases(node, nodeaddr, sizeof(nodeaddr)) != 0) {
-		out = scontrol_node(node, timeout_s, err, errlen);
+		out = scontrol_node(node, timeout_s, err);
 		if (!out)
 			return -1;
 		p = strstr(out, " NodeAddr=");
 		n = p ? strcspn(p + 10, " \n") : 0;
 		if (!n || n >= sizeof(nodeaddr)) {
-			snprintf(err, errlen, "scontrol show node %s gives no NodeAddr", node);
+			errprintf(err, "scontrol show node %s gives no NodeAddr", node);
 			free(out);
 			return -1;
 		}
@@ -161,8 +161,8 @@ int alloc_node_addr(const char *node, char addr[RT_ADDR_MAX], int timeout_s, cha
 		free(out);
 	}
 	/* NodeAddr is an address, or a name that must resolve where Slurm runs */
-	if (rt_resolve_host(nodeaddr, addr, rterr) != 0) {
-		snprintf(err, errlen, "its NodeAddr %s: %s", nodeaddr, rterr);
+	if (rt_resolve_host(nodeaddr, addr, err) != 0) {
+		errprefix(err, "its NodeAddr %s", nodeaddr);
 		return -1;
 	}
 	return 0;

@@ -2,6 +2,7 @@
  * when many ranks race to, and atomic writes of the files in it. Must not decide what goes
  * into the files (env_export.c, ranktable/ do). */
 #include "common/atomic_file.h"
+#include "common/error.h"
 #include "pmix/launch.h"
 
 #include <errno.h>
@@ -16,7 +17,7 @@
 #include <unistd.h>
 
 int launch_outdir_expand(const char *pattern, const char *job, const char *step,
-			 char out[LAUNCH_PATH_MAX], char *err, size_t errlen)
+			 char out[LAUNCH_PATH_MAX], struct dp_error *err)
 {
 	char buf[LAUNCH_PATH_MAX], cwd[LAUNCH_PATH_MAX];
 	size_t used = 0, n;
@@ -24,7 +25,7 @@ int launch_outdir_expand(const char *pattern, const char *job, const char *step,
 	char one[2] = {0, 0};
 
 	if (!pattern || !*pattern) {
-		snprintf(err, errlen, "the output directory is empty");
+		errprintf(err, "the output directory is empty");
 		return -1;
 	}
 	for (p = pattern; *p; p++) {
@@ -41,8 +42,8 @@ int launch_outdir_expand(const char *pattern, const char *job, const char *step,
 			add = "%";
 			p++;
 		} else {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "output directory '%s': unknown pattern '%%%.1s' (known: %%j job id, "
 			    "%%s step id, %%%% a percent sign)",
 			    pattern, p[1] ? p + 1 : "");
@@ -50,9 +51,8 @@ int launch_outdir_expand(const char *pattern, const char *job, const char *step,
 		}
 		n = strlen(add);
 		if (used + n >= sizeof(buf)) {
-			snprintf(err, errlen,
-				 "output directory is too long (over %d bytes): '%.80s...'",
-				 LAUNCH_PATH_MAX - 1, pattern);
+			errprintf(err, "output directory is too long (over %d bytes): '%.80s...'",
+				  LAUNCH_PATH_MAX - 1, pattern);
 			return -1;
 		}
 		memcpy(buf + used, add, n);
@@ -64,27 +64,27 @@ int launch_outdir_expand(const char *pattern, const char *job, const char *step,
 		return 0;
 	}
 	if (!getcwd(cwd, sizeof(cwd))) {
-		snprintf(err, errlen, "cannot tell the working directory for '%s': %s", buf,
-			 strerror(errno));
+		errprintf(err, "cannot tell the working directory for '%s': %s", buf,
+			  strerror(errno));
 		return -1;
 	}
 	if (snprintf(out, LAUNCH_PATH_MAX, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", buf) >=
 	    LAUNCH_PATH_MAX) {
-		snprintf(err, errlen, "output directory is too long (over %d bytes): '%.80s...'",
-			 LAUNCH_PATH_MAX - 1, buf);
+		errprintf(err, "output directory is too long (over %d bytes): '%.80s...'",
+			  LAUNCH_PATH_MAX - 1, buf);
 		return -1;
 	}
 	return 0;
 }
 
-int launch_mkdir_p(const char *path, char *err, size_t errlen)
+int launch_mkdir_p(const char *path, struct dp_error *err)
 {
 	char buf[LAUNCH_PATH_MAX];
 	struct stat st;
 	char *p;
 
 	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
-		snprintf(err, errlen, "directory name is too long: '%.80s...'", path);
+		errprintf(err, "directory name is too long: '%.80s...'", path);
 		return -1;
 	}
 	/* Every prefix in turn; EEXIST is fine, another rank may have made it a moment ago. */
@@ -94,8 +94,7 @@ int launch_mkdir_p(const char *path, char *err, size_t errlen)
 			continue;
 		*p = '\0';
 		if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-			snprintf(err, errlen, "cannot create directory '%s': %s", buf,
-				 strerror(errno));
+			errprintf(err, "cannot create directory '%s': %s", buf, strerror(errno));
 			return -1;
 		}
 		*p = c;
@@ -103,7 +102,7 @@ int launch_mkdir_p(const char *path, char *err, size_t errlen)
 			break;
 	}
 	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "'%s' exists and is not a directory", path);
+		errprintf(err, "'%s' exists and is not a directory", path);
 		return -1;
 	}
 	return 0;
@@ -114,58 +113,58 @@ int launch_write_all(int fd, const char *p, size_t len)
 	return af_write_fd(fd, p, len);
 }
 
-int launch_dir_owned(const char *path, char *err, size_t errlen)
+int launch_dir_owned(const char *path, struct dp_error *err)
 {
 	struct stat st;
 
 	if (lstat(path, &st) != 0) {
-		snprintf(err, errlen, "cannot use directory '%s': %s", path, strerror(errno));
+		errprintf(err, "cannot use directory '%s': %s", path, strerror(errno));
 		return -1;
 	}
 	if (!S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen,
-			 "'%s' is not a directory (a symbolic link or a file is "
-			 "refused: the job's files would go elsewhere)",
-			 path);
+		errprintf(err,
+			  "'%s' is not a directory (a symbolic link or a file is "
+			  "refused: the job's files would go elsewhere)",
+			  path);
 		return -1;
 	}
 	if (st.st_uid != geteuid()) {
-		snprintf(err, errlen,
-			 "the output directory '%s' belongs to another user (uid %u); "
-			 "refusing to write this job's files there: choose another output.dir, or "
-			 "remove it if it is yours",
-			 path, (unsigned)st.st_uid);
+		errprintf(err,
+			  "the output directory '%s' belongs to another user (uid %u); "
+			  "refusing to write this job's files there: choose another output.dir, or "
+			  "remove it if it is yours",
+			  path, (unsigned)st.st_uid);
 		return -1;
 	}
 	if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-		snprintf(err, errlen,
-			 "the output directory '%s' is writable by %s (mode %04o); "
-			 "refusing to write this job's files where others can replace them: "
-			 "chmod go-w it",
-			 path, st.st_mode & S_IWOTH ? "everyone" : "its group",
-			 (unsigned)(st.st_mode & 07777));
+		errprintf(err,
+			  "the output directory '%s' is writable by %s (mode %04o); "
+			  "refusing to write this job's files where others can replace them: "
+			  "chmod go-w it",
+			  path, st.st_mode & S_IWOTH ? "everyone" : "its group",
+			  (unsigned)(st.st_mode & 07777));
 		return -1;
 	}
 	return 0;
 }
 
-int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode, char *err,
-			size_t errlen)
+int launch_write_atomic(const char *path, const char *data, size_t len, unsigned mode,
+			struct dp_error *err)
 {
 	struct af_file f;
 
 	/* Opened apart from the rest to keep this message: launch_files.c checks it. */
-	if (af_open(&f, path, mode, err, errlen) < 0) {
-		snprintf(err, errlen, "cannot create a temporary file next to '%s': %s", path,
-			 strerror(errno));
+	if (af_open(&f, path, mode, err) < 0) {
+		errprintf(err, "cannot create a temporary file next to '%s': %s", path,
+			  strerror(errno));
 		return -1;
 	}
-	if (af_write_chunk(&f, data, len, err, errlen) < 0)
+	if (af_write_chunk(&f, data, len, err) < 0)
 		return -1;
-	return af_commit(&f, err, errlen);
+	return af_commit(&f, err);
 }
 
-int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, size_t errlen)
+int launch_outdir_lock(const char *outdir, const char *who, int *fd, struct dp_error *err)
 {
 	char path[LAUNCH_PATH_MAX + 16], holder[512];
 	struct stat st;
@@ -174,21 +173,21 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 
 	*fd = -1;
 	if (snprintf(path, sizeof(path), "%s/.dptrain.lock", outdir) >= (int)sizeof(path)) {
-		snprintf(err, errlen, "output directory is too long: '%.80s...'", outdir);
+		errprintf(err, "output directory is too long: '%.80s...'", outdir);
 		return -1;
 	}
 	f = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0600);
 	if (f < 0) {
-		snprintf(err, errlen, "cannot open the output directory's lock %s: %s%s", path,
-			 strerror(errno),
-			 errno == ELOOP ? " (a symbolic link is refused: remove it)" : "");
+		errprintf(err, "cannot open the output directory's lock %s: %s%s", path,
+			  strerror(errno),
+			  errno == ELOOP ? " (a symbolic link is refused: remove it)" : "");
 		return -1;
 	}
 	if (fstat(f, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
-		snprintf(err, errlen,
-			 "the output directory's lock %s is not a regular file of this user's; "
-			 "remove it",
-			 path);
+		errprintf(err,
+			  "the output directory's lock %s is not a regular file of this user's; "
+			  "remove it",
+			  path);
 		close(f);
 		return -1;
 	}
@@ -196,7 +195,7 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 	 * down (DPTRAIN_LOCK_FD), is rank 0's */
 	struct stat ist;
 	int inherited;
-	if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &inherited, holder, sizeof(holder)) == 1 &&
+	if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &inherited, err) == 1 &&
 	    fstat(inherited, &ist) == 0 && ist.st_dev == st.st_dev && ist.st_ino == st.st_ino &&
 	    flock(inherited, LOCK_EX | LOCK_NB) == 0) {
 		int held = fcntl(inherited, F_DUPFD_CLOEXEC, 0);
@@ -206,8 +205,8 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 			unsetenv("DPTRAIN_LOCK_FD");
 		}
 		if (held < 0) {
-			snprintf(err, errlen, "cannot keep the output directory's lock: %s",
-				 strerror(errno));
+			errprintf(err, "cannot keep the output directory's lock: %s",
+				  strerror(errno));
 			return -1;
 		}
 		*fd = held;
@@ -219,8 +218,8 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 			n = pread(f, holder, sizeof(holder) - 1, 0);
 			holder[n > 0 ? n : 0] = '\0';
 			holder[strcspn(holder, "\n")] = '\0';
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "the output directory '%s' is in use by another job (%s): two jobs "
 			    "writing one directory mix their logs, metrics and checkpoints; give "
 			    "this job its own output.dir (%%j.%%s in it makes one per step), or "
@@ -231,19 +230,19 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, char *err, 
 		}
 		close(f);
 		if (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS) {
-			snprintf(err, errlen,
-				 "the file system of '%s' has no locks (%s): whether another job "
-				 "uses the directory is not checked",
-				 outdir, strerror(e));
+			errprintf(err,
+				  "the file system of '%s' has no locks (%s): whether another job "
+				  "uses the directory is not checked",
+				  outdir, strerror(e));
 			return 1;
 		}
-		snprintf(err, errlen, "cannot lock %s: %s", path, strerror(e));
+		errprintf(err, "cannot lock %s: %s", path, strerror(e));
 		return -1;
 	}
 	n = (ssize_t)strlen(who);
 	if (ftruncate(f, 0) != 0 || pwrite(f, who, (size_t)n, 0) != n ||
 	    pwrite(f, "\n", 1, n) != 1) {
-		snprintf(err, errlen, "cannot write the lock %s: %s", path, strerror(errno));
+		errprintf(err, "cannot write the lock %s: %s", path, strerror(errno));
 		close(f);
 		return -1;
 	}

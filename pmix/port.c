@@ -2,6 +2,7 @@
  * node. The port derived from job and step id (no PMIx) is ranktable's rt_default_port, so
  * dptrain-ranktable from-env and the launcher agree. Binds only to probe or hold, never
  * listens. */
+#include "common/error.h"
 #include "pmix/alloc.h"
 
 #include <arpa/inet.h>
@@ -13,35 +14,35 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-int alloc_port_parse(const char *s, const char *what, int *port, char *err, size_t errlen)
+int alloc_port_parse(const char *s, const char *what, int *port, struct dp_error *err)
 {
 	char *end;
 	long v;
 
 	if (!s || *s < '0' || *s > '9') {
-		snprintf(err, errlen, "%s='%s' is not a port number (1-65535)", what, s ? s : "");
+		errprintf(err, "%s='%s' is not a port number (1-65535)", what, s ? s : "");
 		return -1;
 	}
 	errno = 0;
 	v = strtol(s, &end, 10);
 	if (errno || *end != '\0' || v < 1 || v > 65535) {
-		snprintf(err, errlen, "%s='%s' is not a port number (1-65535)", what, s);
+		errprintf(err, "%s='%s' is not a port number (1-65535)", what, s);
 		return -1;
 	}
 	*port = (int)v;
 	return 0;
 }
 
-int alloc_port_pick(const char *addr, int *port, char *err, size_t errlen)
+int alloc_port_pick(const char *addr, int *port, struct dp_error *err)
 {
 	int fd;
-	if (alloc_port_hold(addr, port, &fd, err, errlen) != 0)
+	if (alloc_port_hold(addr, port, &fd, err) != 0)
 		return -1;
 	close(fd);
 	return 0;
 }
 
-int alloc_port_hold(const char *addr, int *port, int *held, char *err, size_t errlen)
+int alloc_port_hold(const char *addr, int *port, int *held, struct dp_error *err)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -55,24 +56,23 @@ int alloc_port_hold(const char *addr, int *port, int *held, char *err, size_t er
 		ss.ss_family = AF_INET6;
 		len = sizeof(struct sockaddr_in6);
 	} else {
-		snprintf(err, errlen, "cannot pick a master port: '%s' is not an IP address", addr);
+		errprintf(err, "cannot pick a master port: '%s' is not an IP address", addr);
 		return -1;
 	}
 	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0) {
-		snprintf(err, errlen, "cannot pick a master port: socket: %s", strerror(errno));
+		errprintf(err, "cannot pick a master port: socket: %s", strerror(errno));
 		goto out;
 	}
 	/* Port 0: the kernel picks one no socket uses. */
 	if (bind(fd, (struct sockaddr *)&ss, len) != 0) {
-		snprintf(err, errlen, "cannot pick a master port on %s: bind: %s", addr,
-			 strerror(errno));
+		errprintf(err, "cannot pick a master port on %s: bind: %s", addr, strerror(errno));
 		goto out;
 	}
 	len = sizeof(ss);
 	if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) {
-		snprintf(err, errlen, "cannot pick a master port on %s: getsockname: %s", addr,
-			 strerror(errno));
+		errprintf(err, "cannot pick a master port on %s: getsockname: %s", addr,
+			  strerror(errno));
 		goto out;
 	}
 	*port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port

@@ -3,6 +3,7 @@
  * device directories the SPANK plugin would make (like torchrun or msrun). Owns the ranks'
  * process groups: forwards signals to them and stops them all when one fails. */
 #define _GNU_SOURCE /* sigabbrev_np */
+#include "common/error.h"
 #include "pmix/alloc.h"
 #include "trainer/config/config.h"
 #include "pmix/launch.h"
@@ -215,8 +216,9 @@ int main(int argc, char **argv)
 	};
 	const char *outdir_opt = NULL, *timeout_opt = NULL, *s;
 	char *launcher = NULL, *trainer = NULL, **cmd, *default_cmd[] = {"dptrain", NULL};
-	char err[ALLOC_ERR_MAX], outdir[LAUNCH_PATH_MAX], pattern[LAUNCH_PATH_MAX], job[64],
-	    secret[DP_SECRET_LEN + 1], what[128];
+	struct dp_error err;
+	char outdir[LAUNCH_PATH_MAX], pattern[LAUNCH_PATH_MAX], job[64], secret[DP_SECRET_LEN + 1],
+	    what[128];
 	sigset_t block, oldmask;
 	struct timespec wait_ts;
 	struct cfg c;
@@ -262,8 +264,8 @@ int main(int argc, char **argv)
 
 	/* The config is checked here, once, so a typo fails before N ranks start. */
 	memset(&c, 0, sizeof(c));
-	if (cfg_load(&c, argv[optind], 0, NULL, err, sizeof(err)) != 0)
-		die(1, "%s", err);
+	if (cfg_load(&c, argv[optind], 0, NULL, &err) != 0)
+		die(1, "%s", err.text);
 	set("DPTRAIN_CONFIG", c.path);
 	per_rank_logs = c.output.per_rank_logs;
 	s = getenv("DPTRAIN_OUTPUT_DIR");
@@ -283,11 +285,11 @@ int main(int argc, char **argv)
 		set("DPTRAIN_TRAINER", trainer);
 
 	snprintf(job, sizeof(job), "local.%ld", (long)getpid());
-	if (launch_outdir_expand(pattern, job, "0", outdir, err, sizeof(err)) != 0)
-		die(1, "%s", err);
+	if (launch_outdir_expand(pattern, job, "0", outdir, &err) != 0)
+		die(1, "%s", err.text);
 	/* held until the ranks are done: no other program takes it before rank 0 binds it */
-	if (alloc_port_hold("127.0.0.1", &port, &port_fd, err, sizeof(err)) != 0)
-		die(1, "%s", err);
+	if (alloc_port_hold("127.0.0.1", &port, &port_fd, &err) != 0)
+		die(1, "%s", err.text);
 	set("DPTRAIN_SOURCE", "env");
 	set("DPTRAIN_JOB_ID", job);
 	set("DPTRAIN_STEP_ID", "0");
@@ -295,16 +297,15 @@ int main(int argc, char **argv)
 	/* The output directory is this run's before any rank starts: another live run or job in
 	 * it is refused here, with nothing written. The ranks inherit the lock (rank 0's launcher
 	 * takes it as its own: DPTRAIN_LOCK_FD). */
-	if (launch_mkdir_p(outdir, err, sizeof(err)) != 0 ||
-	    launch_dir_owned(outdir, err, sizeof(err)) != 0)
-		die(1, "%s", err);
+	if (launch_mkdir_p(outdir, &err) != 0 || launch_dir_owned(outdir, &err) != 0)
+		die(1, "%s", err.text);
 	{
 		char who[LAUNCH_PATH_MAX + 128], when[LAUNCH_TIME_MAX];
 
 		launch_utc_now(when);
 		snprintf(who, sizeof(who), "dptrain-run pid %ld (job %s), since %s", (long)getpid(),
 			 job, when);
-		switch (launch_outdir_lock(outdir, who, &lock_fd, err, sizeof(err))) {
+		switch (launch_outdir_lock(outdir, who, &lock_fd, &err)) {
 		case 0:
 			if (fcntl(lock_fd, F_SETFD, 0) != 0)
 				die(1, "cannot pass on the output directory's lock: %s",
@@ -312,10 +313,10 @@ int main(int argc, char **argv)
 			set_int("DPTRAIN_LOCK_FD", lock_fd);
 			break;
 		case 1:
-			fprintf(stderr, "dptrain-run: warning: %s\n", err);
+			fprintf(stderr, "dptrain-run: warning: %s\n", err.text);
 			break;
 		default:
-			die(1, "%s", err);
+			die(1, "%s", err.text);
 		}
 	}
 	set_int("WORLD_SIZE", run.nranks);
@@ -325,8 +326,8 @@ int main(int argc, char **argv)
 	set("MASTER_ADDR", "127.0.0.1");
 	set_int("MASTER_PORT", port);
 	/* this run's secret: another user's program on 127.0.0.1 cannot join the ranks */
-	if (dp_secret_make(secret, err, sizeof(err)) != 0)
-		die(1, "%s", err);
+	if (dp_secret_make(secret, &err) != 0)
+		die(1, "%s", err.text);
 	set(DP_SECRET_ENV, secret);
 	if (timeout_opt)
 		set("DPTRAIN_TIMEOUT", timeout_opt);

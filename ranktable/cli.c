@@ -1,6 +1,7 @@
 /* cli.c — dptrain-ranktable: show, validate and convert rank tables, or build one from a job
  * step's environment. Owns argument parsing, exit codes and human-readable output; everything
  * about tables is the library's (ranktable.h). Exit 0 ok, 1 bad table or failure, 2 usage. */
+#include "common/error.h"
 #include "ranktable/ranktable.h"
 
 #include <errno.h>
@@ -57,14 +58,14 @@ static int usage_error(const char *fmt, ...)
 }
 
 /* Standard input, whole, bounded like rt_read. */
-static char *read_stdin(size_t *len, char err[RT_ERR_MAX])
+static char *read_stdin(size_t *len, struct dp_error *err)
 {
 	size_t cap = 64 * 1024, limit = (size_t)1 << 30;
 	char *buf = malloc(cap);
 
 	*len = 0;
 	if (!buf) {
-		snprintf(err, RT_ERR_MAX, "<stdin>: out of memory");
+		errprintf(err, "<stdin>: out of memory");
 		return NULL;
 	}
 	for (;;) {
@@ -72,8 +73,7 @@ static char *read_stdin(size_t *len, char err[RT_ERR_MAX])
 		*len += got;
 		if (got == 0) {
 			if (ferror(stdin)) {
-				snprintf(err, RT_ERR_MAX, "<stdin>: cannot read: %s",
-					 strerror(errno));
+				errprintf(err, "<stdin>: cannot read: %s", strerror(errno));
 				break;
 			}
 			return buf;
@@ -81,9 +81,9 @@ static char *read_stdin(size_t *len, char err[RT_ERR_MAX])
 		if (*len == cap) {
 			char *grown = cap < limit ? realloc(buf, 2 * cap) : NULL;
 			if (!grown) {
-				snprintf(err, RT_ERR_MAX, "<stdin>: %s",
-					 cap < limit ? "out of memory"
-						     : "too large for a rank table");
+				errprintf(err, "<stdin>: %s",
+					  cap < limit ? "out of memory"
+						      : "too large for a rank table");
 				break;
 			}
 			buf = grown;
@@ -97,38 +97,38 @@ static char *read_stdin(size_t *len, char err[RT_ERR_MAX])
 /* Read FILE ("-": standard input); prints the error and returns -1 on failure. */
 static int load(const char *file, struct ranktable *rt)
 {
-	char err[RT_ERR_MAX];
+	struct dp_error err;
 	int rv;
 
 	if (strcmp(file, "-") == 0) {
 		size_t len;
-		char *text = read_stdin(&len, err);
-		rv = text ? rt_parse(rt, text, len, "<stdin>", err) : -1;
+		char *text = read_stdin(&len, &err);
+		rv = text ? rt_parse(rt, text, len, "<stdin>", &err) : -1;
 		free(text);
 	} else {
-		rv = rt_read(rt, file, err);
+		rv = rt_read(rt, file, &err);
 	}
 	if (rv < 0)
-		fprintf(stderr, PROG ": %s\n", err);
+		fprintf(stderr, PROG ": %s\n", err.text);
 	return rv;
 }
 
 /* The table in `schema` on standard output, or atomically into out. 0, or 1 after a message. */
 static int emit(const struct ranktable *rt, enum rt_schema schema, const char *out)
 {
-	char err[RT_ERR_MAX];
+	struct dp_error err;
 
 	if (out) {
-		if (rt_write_atomic(rt, out, schema, err) < 0) {
-			fprintf(stderr, PROG ": %s\n", err);
+		if (rt_write_atomic(rt, out, schema, &err) < 0) {
+			fprintf(stderr, PROG ": %s\n", err.text);
 			return 1;
 		}
 		return 0;
 	}
-	char *text = rt_to_json(rt, schema, err);
+	char *text = rt_to_json(rt, schema, &err);
 	if (!text) {
 		fprintf(stderr, PROG ": cannot write the %s schema: %s\n", rt_schema_name(schema),
-			err);
+			err.text);
 		return 1;
 	}
 	int bad = fputs(text, stdout) == EOF || fflush(stdout) == EOF;
@@ -323,7 +323,8 @@ static int cmd_from_env(int argc, char **argv)
 	struct ranktable rt;
 	enum rt_schema schema = RT_SCHEMA_DPTRAIN;
 	enum rt_env_source source = RT_ENV_AUTO;
-	char used[RT_ERR_MAX], err[RT_ERR_MAX];
+	char used[RT_USED_MAX];
+	struct dp_error err;
 	int rv = parse_opts("from-env", argc, argv, "ost", &o); /* --output, --source, --to */
 
 	if (rv >= 0)
@@ -339,8 +340,8 @@ static int cmd_from_env(int argc, char **argv)
 				   o.source);
 	if (o.nfiles != 0)
 		return usage_error("from-env takes no FILE (use -o OUT)");
-	if (rt_from_env(&rt, source, used, err) < 0) {
-		fprintf(stderr, PROG ": from-env: %s\n", err);
+	if (rt_from_env(&rt, source, used, &err) < 0) {
+		fprintf(stderr, PROG ": from-env: %s\n", err.text);
 		return 1;
 	}
 	fprintf(stderr, PROG ": from-env: using %s\n", used);

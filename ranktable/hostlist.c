@@ -2,6 +2,7 @@
  * Owns only string parsing; every expansion is bounded by RT_HOSTLIST_MAX before anything is
  * allocated, so a hostile list cannot exhaust memory. Knows nothing of tables or environment. */
 #include "ranktable/hostlist.h"
+#include "common/error.h"
 
 #include <ctype.h>
 #include <stdarg.h>
@@ -26,15 +27,16 @@ struct hl_elem {
 	int nbrackets;
 };
 
-static void hl_err(char err[RT_ERR_MAX], const char *list, const char *fmt, ...)
+static void hl_err(struct dp_error *err, const char *list, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void hl_err(struct dp_error *err, const char *list, const char *fmt, ...)
 {
-	/* The quoted list is cut at 200 bytes, so the prefix always leaves room for the reason. */
-	int n = snprintf(err, RT_ERR_MAX, "bad hostlist \"%.200s%s\": ", list,
-			 strlen(list) > 200 ? "..." : "");
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(err + n, RT_ERR_MAX - (size_t)n, fmt, ap);
+	verrprintf(err, fmt, ap);
 	va_end(ap);
+	/* A long list is quoted cut at 200 bytes: the reason is what the reader needs. */
+	errprefix(err, "bad hostlist \"%.200s%s\"", list, strlen(list) > 200 ? "..." : "");
 }
 
 static int hl_is_sep(char c)
@@ -77,7 +79,7 @@ static int hl_number(const char **p, unsigned long *val, int *width)
 
 /* Parse the ranges between '[' and ']' ("01-03,7"); [s, end) excludes the brackets. */
 static int hl_parse_bracket(const char *list, const char *s, const char *end, struct hl_range **out,
-			    int *nout, unsigned long *nvalues, char err[RT_ERR_MAX])
+			    int *nout, unsigned long *nvalues, struct dp_error *err)
 {
 	struct hl_range *r = NULL;
 	int n = 0, cap = 0, rv = -1;
@@ -152,7 +154,7 @@ out:
 
 /* Parse one element [s, end), count the names it expands to and check the longest fits. */
 static int hl_parse_elem(const char *list, const char *s, const char *end, struct hl_elem *e,
-			 unsigned long *count, char err[RT_ERR_MAX])
+			 unsigned long *count, struct dp_error *err)
 {
 	unsigned long n = 1;
 	size_t len = 0;
@@ -275,7 +277,7 @@ void rt_hostlist_free(char **hosts, int count)
 	free(hosts);
 }
 
-int rt_hostlist_expand(const char *list, char ***hosts, int *count, char err[RT_ERR_MAX])
+int rt_hostlist_expand(const char *list, char ***hosts, int *count, struct dp_error *err)
 {
 	char **out = NULL;
 	int n = 0, rv = -1;
@@ -284,7 +286,7 @@ int rt_hostlist_expand(const char *list, char ***hosts, int *count, char err[RT_
 	*hosts = NULL;
 	*count = 0;
 	if (!list) {
-		snprintf(err, RT_ERR_MAX, "bad hostlist: none given");
+		errprintf(err, "bad hostlist: none given");
 		return -1;
 	}
 	/* Two passes: count (and check) everything first, then allocate exactly once. */
@@ -357,7 +359,7 @@ static int tpn_number(const char **p, int *val)
 	return 0;
 }
 
-int rt_tasks_per_node_expand(const char *spec, int **counts, int *nnodes, char err[RT_ERR_MAX])
+int rt_tasks_per_node_expand(const char *spec, int **counts, int *nnodes, struct dp_error *err)
 {
 	int *out = NULL, n = 0, rv = -1;
 	long total = 0;
@@ -365,7 +367,7 @@ int rt_tasks_per_node_expand(const char *spec, int **counts, int *nnodes, char e
 	*counts = NULL;
 	*nnodes = 0;
 	if (!spec || !*spec) {
-		snprintf(err, RT_ERR_MAX, "bad tasks-per-node spec: empty");
+		errprintf(err, "bad tasks-per-node spec: empty");
 		return -1;
 	}
 	for (int pass = 0; pass < 2; pass++) {
@@ -375,19 +377,19 @@ int rt_tasks_per_node_expand(const char *spec, int **counts, int *nnodes, char e
 			int tasks, repeat = 1;
 			const char *at = s;
 			if (tpn_number(&s, &tasks) < 0) {
-				snprintf(err, RT_ERR_MAX,
-					 "bad tasks-per-node spec \"%.200s\": expected a count of "
-					 "1 to %d at \"%.40s\"",
-					 spec, RT_HOSTLIST_MAX, at);
+				errprintf(err,
+					  "bad tasks-per-node spec \"%.200s\": expected a count of "
+					  "1 to %d at \"%.40s\"",
+					  spec, RT_HOSTLIST_MAX, at);
 				goto out;
 			}
 			if (strncmp(s, "(x", 2) == 0) {
 				s += 2;
 				if (tpn_number(&s, &repeat) < 0 || *s != ')') {
-					snprintf(err, RT_ERR_MAX,
-						 "bad tasks-per-node spec \"%.200s\": expected "
-						 "\"(xN)\" with N from 1 to %d at \"%.40s\"",
-						 spec, RT_HOSTLIST_MAX, at);
+					errprintf(err,
+						  "bad tasks-per-node spec \"%.200s\": expected "
+						  "\"(xN)\" with N from 1 to %d at \"%.40s\"",
+						  spec, RT_HOSTLIST_MAX, at);
 					goto out;
 				}
 				s++;
@@ -395,10 +397,11 @@ int rt_tasks_per_node_expand(const char *spec, int **counts, int *nnodes, char e
 			if (pass == 0) {
 				total += repeat;
 				if (total > RT_HOSTLIST_MAX) {
-					snprintf(err, RT_ERR_MAX,
-						 "bad tasks-per-node spec \"%.200s\": more than %d "
-						 "nodes",
-						 spec, RT_HOSTLIST_MAX);
+					errprintf(
+					    err,
+					    "bad tasks-per-node spec \"%.200s\": more than %d "
+					    "nodes",
+					    spec, RT_HOSTLIST_MAX);
 					goto out;
 				}
 			} else {
@@ -408,16 +411,17 @@ int rt_tasks_per_node_expand(const char *spec, int **counts, int *nnodes, char e
 			if (*s == '\0')
 				break;
 			if (*s != ',' || s[1] == '\0') {
-				snprintf(err, RT_ERR_MAX,
-					 "bad tasks-per-node spec \"%.200s\": unexpected \"%.40s\" "
-					 "(expected e.g. \"2(x3),1\")",
-					 spec, s);
+				errprintf(
+				    err,
+				    "bad tasks-per-node spec \"%.200s\": unexpected \"%.40s\" "
+				    "(expected e.g. \"2(x3),1\")",
+				    spec, s);
 				goto out;
 			}
 			s++;
 		}
 		if (pass == 0 && !(out = calloc((size_t)total, sizeof(*out)))) {
-			snprintf(err, RT_ERR_MAX, "bad tasks-per-node spec: out of memory");
+			errprintf(err, "bad tasks-per-node spec: out of memory");
 			goto out;
 		}
 	}

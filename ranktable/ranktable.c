@@ -1,6 +1,7 @@
 /* ranktable.c — the table in memory: built from an allocation, compared, freed, schema names.
  * Owns struct ranktable's lifetime; JSON lives in rt_json.c, files in rt_io.c, the rules of a
  * valid table in rt_validate.c. */
+#include "common/error.h"
 #include "ranktable/rt_internal.h"
 
 #include <stdio.h>
@@ -95,37 +96,37 @@ static int rt_derive_devices(struct ranktable *rt)
 	return 0;
 }
 
-int rt_build(struct ranktable *rt, const struct rt_alloc *a, char err[RT_ERR_MAX])
+int rt_build(struct ranktable *rt, const struct rt_alloc *a, struct dp_error *err)
 {
 	int n, rv = -1, *zero = NULL;
 
 	memset(rt, 0, sizeof(*rt));
 	if (!a || a->world_size < 1 || a->world_size > RT_WORLD_MAX)
-		return rt_errf(err, "dptrain.world_size: %d is out of range (1..%d)",
-			       a ? a->world_size : 0, RT_WORLD_MAX);
+		return errprintf(err, "dptrain.world_size: %d is out of range (1..%d)",
+				 a ? a->world_size : 0, RT_WORLD_MAX);
 	if (!a->ranks)
-		return rt_errf(err, "dptrain.ranks: the allocation lists no ranks");
+		return errprintf(err, "dptrain.ranks: the allocation lists no ranks");
 	n = a->world_size;
 	if (a->master_addr &&
 	    rt_copy(rt->master_addr, sizeof(rt->master_addr), a->master_addr) < 0) {
-		rt_errf(err, "dptrain.master_addr: \"%.40s...\" is longer than %zu characters",
-			a->master_addr, sizeof(rt->master_addr) - 1);
+		errprintf(err, "dptrain.master_addr: \"%.40s...\" is longer than %zu characters",
+			  a->master_addr, sizeof(rt->master_addr) - 1);
 		goto out;
 	}
 	if (a->job_id && rt_copy(rt->job_id, sizeof(rt->job_id), a->job_id) < 0) {
-		rt_errf(err, "dptrain.job_id: \"%.40s\" is longer than %zu characters", a->job_id,
-			sizeof(rt->job_id) - 1);
+		errprintf(err, "dptrain.job_id: \"%.40s\" is longer than %zu characters", a->job_id,
+			  sizeof(rt->job_id) - 1);
 		goto out;
 	}
 	if (a->step_id && rt_copy(rt->step_id, sizeof(rt->step_id), a->step_id) < 0) {
-		rt_errf(err, "dptrain.step_id: \"%.40s\" is longer than %zu characters", a->step_id,
-			sizeof(rt->step_id) - 1);
+		errprintf(err, "dptrain.step_id: \"%.40s\" is longer than %zu characters",
+			  a->step_id, sizeof(rt->step_id) - 1);
 		goto out;
 	}
 	rt->master_port = a->master_port;
 	rt->schema = RT_SCHEMA_DPTRAIN;
 	if (!(rt->ranks = calloc((size_t)n, sizeof(*rt->ranks)))) {
-		rt_errf(err, "out of memory building a table of %d ranks", n);
+		errprintf(err, "out of memory building a table of %d ranks", n);
 		goto out;
 	}
 	rt->world_size = n;
@@ -133,19 +134,20 @@ int rt_build(struct ranktable *rt, const struct rt_alloc *a, char err[RT_ERR_MAX
 		const struct rt_alloc_rank *x = &a->ranks[r];
 		struct rt_rank *y = &rt->ranks[r];
 		if (!x->host || rt_copy(y->host, sizeof(y->host), x->host) < 0) {
-			rt_errf(err, "dptrain.ranks[%d].host: %s", r,
-				x->host ? "longer than 255 characters" : "missing");
+			errprintf(err, "dptrain.ranks[%d].host: %s", r,
+				  x->host ? "longer than 255 characters" : "missing");
 			goto out;
 		}
 		if (!x->addr || rt_copy(y->addr, sizeof(y->addr), x->addr) < 0) {
-			rt_errf(err, "dptrain.ranks[%d]: address %s", r,
-				x->addr ? "longer than 63 characters" : "missing");
+			errprintf(err, "dptrain.ranks[%d]: address %s", r,
+				  x->addr ? "longer than 63 characters" : "missing");
 			goto out;
 		}
 		if (x->node_rank < 0 || x->node_rank >= n) {
-			rt_errf(err,
-				"dptrain.ranks[%d].node_rank: node rank %d is out of range (0..%d)",
-				r, x->node_rank, n - 1);
+			errprintf(
+			    err,
+			    "dptrain.ranks[%d].node_rank: node rank %d is out of range (0..%d)", r,
+			    x->node_rank, n - 1);
 			goto out;
 		}
 		y->node_rank = x->node_rank;
@@ -157,7 +159,7 @@ int rt_build(struct ranktable *rt, const struct rt_alloc *a, char err[RT_ERR_MAX
 	/* A node's server_id is the address of its local rank 0 (rt_check then insists that
 	 * local rank 0 exists; without one, a rank's own address stands in). */
 	if (!(zero = malloc((size_t)rt->node_count * sizeof(int)))) {
-		rt_errf(err, "out of memory building a table of %d ranks", n);
+		errprintf(err, "out of memory building a table of %d ranks", n);
 		goto out;
 	}
 	for (int i = 0; i < rt->node_count; i++)
@@ -171,7 +173,7 @@ int rt_build(struct ranktable *rt, const struct rt_alloc *a, char err[RT_ERR_MAX
 		memcpy(y->server_id, z >= 0 ? rt->ranks[z].addr : y->addr, RT_ADDR_MAX);
 	}
 	if (rt_derive_devices(rt) < 0) {
-		rt_errf(err, "out of memory building a table of %d ranks", n);
+		errprintf(err, "out of memory building a table of %d ranks", n);
 		goto out;
 	}
 	rv = rt_check(rt, NULL, err);
@@ -183,45 +185,45 @@ out:
 }
 
 int rt_compare(const struct ranktable *a, const struct ranktable *b, enum rt_schema carried,
-	       char diff[RT_ERR_MAX])
+	       struct dp_error *diff)
 {
 	int all = carried == RT_SCHEMA_DPTRAIN;
 
 	if (a->world_size != b->world_size)
-		return -rt_errf(diff, "world size %d vs %d", a->world_size, b->world_size);
+		return -errprintf(diff, "world size %d vs %d", a->world_size, b->world_size);
 	if (a->node_count != b->node_count)
-		return -rt_errf(diff, "node count %d vs %d", a->node_count, b->node_count);
+		return -errprintf(diff, "node count %d vs %d", a->node_count, b->node_count);
 	if (all && strcmp(a->master_addr, b->master_addr) != 0)
-		return -rt_errf(diff, "master_addr \"%s\" vs \"%s\"", a->master_addr,
-				b->master_addr);
+		return -errprintf(diff, "master_addr \"%s\" vs \"%s\"", a->master_addr,
+				  b->master_addr);
 	if (all && a->master_port != b->master_port)
-		return -rt_errf(diff, "master_port %d vs %d", a->master_port, b->master_port);
+		return -errprintf(diff, "master_port %d vs %d", a->master_port, b->master_port);
 	if (all && strcmp(a->job_id, b->job_id) != 0)
-		return -rt_errf(diff, "job_id \"%s\" vs \"%s\"", a->job_id, b->job_id);
+		return -errprintf(diff, "job_id \"%s\" vs \"%s\"", a->job_id, b->job_id);
 	if (all && strcmp(a->step_id, b->step_id) != 0)
-		return -rt_errf(diff, "step_id \"%s\" vs \"%s\"", a->step_id, b->step_id);
+		return -errprintf(diff, "step_id \"%s\" vs \"%s\"", a->step_id, b->step_id);
 	for (int r = 0; r < a->world_size; r++) {
 		const struct rt_rank *x = &a->ranks[r], *y = &b->ranks[r];
 		if (strcmp(x->server_id, y->server_id) != 0)
-			return -rt_errf(diff, "rank %d: server_id \"%s\" vs \"%s\"", r,
-					x->server_id, y->server_id);
+			return -errprintf(diff, "rank %d: server_id \"%s\" vs \"%s\"", r,
+					  x->server_id, y->server_id);
 		if (strcmp(x->addr, y->addr) != 0)
-			return -rt_errf(diff, "rank %d: address \"%s\" vs \"%s\"", r, x->addr,
-					y->addr);
+			return -errprintf(diff, "rank %d: address \"%s\" vs \"%s\"", r, x->addr,
+					  y->addr);
 		if (x->device_id != y->device_id)
-			return -rt_errf(diff, "rank %d: device_id %d vs %d", r, x->device_id,
-					y->device_id);
+			return -errprintf(diff, "rank %d: device_id %d vs %d", r, x->device_id,
+					  y->device_id);
 		if (x->node_rank != y->node_rank)
-			return -rt_errf(diff, "rank %d: node_rank %d vs %d", r, x->node_rank,
-					y->node_rank);
+			return -errprintf(diff, "rank %d: node_rank %d vs %d", r, x->node_rank,
+					  y->node_rank);
 		if (all && strcmp(x->host, y->host) != 0)
-			return -rt_errf(diff, "rank %d: host \"%s\" vs \"%s\"", r, x->host,
-					y->host);
+			return -errprintf(diff, "rank %d: host \"%s\" vs \"%s\"", r, x->host,
+					  y->host);
 		if (all && x->local_rank != y->local_rank)
-			return -rt_errf(diff, "rank %d: local_rank %d vs %d", r, x->local_rank,
-					y->local_rank);
+			return -errprintf(diff, "rank %d: local_rank %d vs %d", r, x->local_rank,
+					  y->local_rank);
 		if (all && x->gpu != y->gpu)
-			return -rt_errf(diff, "rank %d: gpu %d vs %d", r, x->gpu, y->gpu);
+			return -errprintf(diff, "rank %d: gpu %d vs %d", r, x->gpu, y->gpu);
 	}
 	return 0;
 }

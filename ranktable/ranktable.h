@@ -6,11 +6,12 @@
 #define DPTRAIN_RANKTABLE_H
 
 #include <stddef.h>
+#include "common/error.h"
 
-#define RT_HOST_MAX  256 /* a hostname or Slurm NodeName */
-#define RT_ADDR_MAX  64	 /* a textual IPv4/IPv6 address */
-#define RT_ID_MAX    32	 /* a job or step id */
-#define RT_ERR_MAX   512
+#define RT_HOST_MAX  256       /* a hostname or Slurm NodeName */
+#define RT_ADDR_MAX  64	       /* a textual IPv4/IPv6 address */
+#define RT_ID_MAX    32	       /* a job or step id */
+#define RT_USED_MAX  512       /* rt_from_env's line saying what it read */
 #define RT_WORLD_MAX (1 << 20) /* most ranks in a table: bounds what bad input can allocate */
 
 /* Which on-disk form a table was read from / is written as. */
@@ -66,31 +67,31 @@ struct rt_alloc {
 };
 
 /* Build a table from an allocation; validates it. 0 on success, -1 with err filled. */
-int rt_build(struct ranktable *rt, const struct rt_alloc *a, char err[RT_ERR_MAX]);
+int rt_build(struct ranktable *rt, const struct rt_alloc *a, struct dp_error *err);
 
 /* Free what rt_build/rt_read/rt_parse allocated; leaves *rt zeroed. Safe on a zeroed table. */
 void rt_free(struct ranktable *rt);
 
 /* Check a table: ranks 0..N-1 each once, devices unique per server, sizes consistent,
  * addresses parseable. Errors name the JSON path of the dptrain schema. */
-int rt_validate(const struct ranktable *rt, char err[RT_ERR_MAX]);
+int rt_validate(const struct ranktable *rt, struct dp_error *err);
 
 /* Parse a JSON text of any of the three schemas (autodetected); validates. `name` is used in
  * messages (a file path). Errors name the file and the JSON path, e.g.
  * "rank_table.json: server_list[1].device[0].rank_id: rank 3 appears twice (also at ...)". */
 int rt_parse(struct ranktable *rt, const char *text, size_t len, const char *name,
-	     char err[RT_ERR_MAX]);
+	     struct dp_error *err);
 
 /* Read and parse a file. */
-int rt_read(struct ranktable *rt, const char *path, char err[RT_ERR_MAX]);
+int rt_read(struct ranktable *rt, const char *path, struct dp_error *err);
 
 /* Serialise in the given schema; returns a malloc'd NUL-terminated string or NULL. */
-char *rt_to_json(const struct ranktable *rt, enum rt_schema schema, char err[RT_ERR_MAX]);
+char *rt_to_json(const struct ranktable *rt, enum rt_schema schema, struct dp_error *err);
 
 /* Write atomically: temporary file in the same directory, fsync, rename, fsync directory.
  * Mode 0644. Readers never see a partial file. */
 int rt_write_atomic(const struct ranktable *rt, const char *path, enum rt_schema schema,
-		    char err[RT_ERR_MAX]);
+		    struct dp_error *err);
 
 /* "dptrain", "hccl", "legacy"; rt_schema_from_name returns -1 for any other name. */
 const char *rt_schema_name(enum rt_schema s);
@@ -100,11 +101,11 @@ int rt_schema_from_name(const char *name, enum rt_schema *out);
  * nodes and per rank server_id, addr, device_id, node_rank for the other two (what a reader
  * derives is not compared). 0 when equal, else 1 with the first difference in diff. */
 int rt_compare(const struct ranktable *a, const struct ranktable *b, enum rt_schema carried,
-	       char diff[RT_ERR_MAX]);
+	       struct dp_error *diff);
 
 /* A host's address as text: the name itself when it is an IPv4/IPv6 literal, else the first
  * IPv4 (then IPv6) address getaddrinfo gives. -1 with an error naming the host. */
-int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MAX]);
+int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], struct dp_error *err);
 
 /* The master port used when nobody chose one (no PMIx): in 61000..65499, above Linux's
  * default ephemeral range, the same on every rank. With the step's secret (secret non-empty:
@@ -117,13 +118,13 @@ int rt_default_port(const char *job_id, const char *step_id, const char *secret)
 /* An integer environment variable in [min, max]: 1 and *out when set, 0 when unset or empty
  * (*out untouched), -1 with err naming the variable, its value and the range. The one parser
  * of integer variables, dptrain-launch's too. */
-int rt_env_int(const char *name, int min, int max, int *out, char *err, size_t errlen);
+int rt_env_int(const char *name, int min, int max, int *out, struct dp_error *err);
 
 /* Where Slurm put every rank, from the node-level part of SLURM_DISTRIBUTION (block when
  * unset, cyclic, plane=N) and the tasks per node: node_of[r], local_of[r] for world ranks.
  * -1 with err for a distribution whose layout cannot be derived (arbitrary). */
 int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
-		    int *local_of, char *err, size_t errlen);
+		    int *local_of, struct dp_error *err);
 
 /* Build a table from the environment of a job step (what `dptrain-ranktable from-env` does):
  * RT_ENV_SLURM: SLURM_STEP_NODELIST/SLURM_JOB_NODELIST, SLURM_STEP_TASKS_PER_NODE/
@@ -133,7 +134,7 @@ int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, 
  * a node list is set, else torchrun-style when WORLD_SIZE is. MASTER_ADDR/MASTER_PORT, when set,
  * win in both. `used` says which variables were read. */
 enum rt_env_source { RT_ENV_AUTO = 0, RT_ENV_SLURM, RT_ENV_TORCHRUN };
-int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_ERR_MAX],
-		char err[RT_ERR_MAX]);
+int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_USED_MAX],
+		struct dp_error *err);
 
 #endif

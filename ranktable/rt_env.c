@@ -3,6 +3,7 @@
  * host, plus host-name resolution, the default master port, and the integer-variable parser
  * and Slurm layout that dptrain-launch uses too. Reads variables only: no Slurm or PMIx
  * library, no files. */
+#include "common/error.h"
 #include "ranktable/hostlist.h"
 #include "ranktable/rt_internal.h"
 
@@ -16,21 +17,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MAX])
+int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], struct dp_error *err)
 {
 	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
 	const struct addrinfo *pick = NULL;
 	int rc;
 
 	if (!host || !*host)
-		return rt_errf(err, "cannot resolve an empty host name");
+		return errprintf(err, "cannot resolve an empty host name");
 	if (strlen(host) < RT_ADDR_MAX && rt_is_address(host)) {
 		memcpy(addr, host, strlen(host) + 1);
 		return 0;
 	}
 	if ((rc = getaddrinfo(host, NULL, &hints, &res)) != 0)
-		return rt_errf(err, "cannot resolve host \"%.255s\": %s", host,
-			       rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
+		return errprintf(err, "cannot resolve host \"%.255s\": %s", host,
+				 rc == EAI_SYSTEM ? strerror(errno) : gai_strerror(rc));
 	/* IPv4 first: what the collectives and most clusters' interfaces use. */
 	for (const struct addrinfo *ai = res; ai && !pick; ai = ai->ai_next)
 		if (ai->ai_family == AF_INET)
@@ -40,8 +41,8 @@ int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], char err[RT_ERR_MA
 			pick = ai;
 	if (!pick) {
 		freeaddrinfo(res);
-		return rt_errf(err, "cannot resolve host \"%.255s\": no IPv4 or IPv6 address",
-			       host);
+		return errprintf(err, "cannot resolve host \"%.255s\": no IPv4 or IPv6 address",
+				 host);
 	}
 	const void *sa =
 	    pick->ai_family == AF_INET
@@ -75,7 +76,7 @@ int rt_default_port(const char *job_id, const char *step_id, const char *secret)
 }
 
 /* A positive decimal from the environment; 0 when unset, -1 when malformed. */
-int rt_env_int(const char *name, int min, int max, int *out, char *err, size_t errlen)
+int rt_env_int(const char *name, int min, int max, int *out, struct dp_error *err)
 {
 	const char *s = getenv(name);
 	char *end;
@@ -87,10 +88,10 @@ int rt_env_int(const char *name, int min, int max, int *out, char *err, size_t e
 	v = strtol(s, &end, 10);
 	if (errno || *end || v < min || v > max) {
 		if (max == INT_MAX)
-			snprintf(err, errlen, "%s='%.64s' is not an integer >= %d", name, s, min);
+			errprintf(err, "%s='%.64s' is not an integer >= %d", name, s, min);
 		else
-			snprintf(err, errlen, "%s='%.64s' is not an integer from %d to %d", name, s,
-				 min, max);
+			errprintf(err, "%s='%.64s' is not an integer from %d to %d", name, s, min,
+				  max);
 		return -1;
 	}
 	*out = (int)v;
@@ -98,7 +99,7 @@ int rt_env_int(const char *name, int min, int max, int *out, char *err, size_t e
 }
 
 int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
-		    int *local_of, char *err, size_t errlen)
+		    int *local_of, struct dp_error *err)
 {
 	char kind[32];
 	int *given = NULL, plane = 1, r = 0, k, take, rv = -1;
@@ -114,15 +115,15 @@ int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, 
 	} else if (strncmp(kind, "plane=", 6) == 0 && atoi(kind + 6) > 0) {
 		plane = atoi(kind + 6);
 	} else {
-		snprintf(err, errlen,
-			 "SLURM_DISTRIBUTION='%.64s': where each rank runs cannot be derived from "
-			 "SLURM_* for this distribution; run with --mpi=pmix",
-			 dist);
+		errprintf(err,
+			  "SLURM_DISTRIBUTION='%.64s': where each rank runs cannot be derived from "
+			  "SLURM_* for this distribution; run with --mpi=pmix",
+			  dist);
 		return -1;
 	}
 	given = calloc((size_t)nnodes, sizeof(int));
 	if (!given) {
-		snprintf(err, errlen, "out of memory for %d nodes", nnodes);
+		errprintf(err, "out of memory for %d nodes", nnodes);
 		return -1;
 	}
 	if (plane == 0) {
@@ -147,7 +148,7 @@ int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, 
 		}
 	}
 	if (r != world) {
-		snprintf(err, errlen, "tasks per node hold %d ranks, not %d", r, world);
+		errprintf(err, "tasks per node hold %d ranks, not %d", r, world);
 		goto out;
 	}
 	rv = 0;
@@ -171,16 +172,16 @@ static const char *rt_env_first(const char *const *names, const char **which)
 }
 
 /* MASTER_ADDR/MASTER_PORT set by the user win over what the source would choose. */
-static int rt_env_master(const char **addr, int *port, char err[RT_ERR_MAX])
+static int rt_env_master(const char **addr, int *port, struct dp_error *err)
 {
 	const char *a = getenv("MASTER_ADDR");
 	int p = 0;
-	if (rt_env_int("MASTER_PORT", 1, 65535, &p, err, RT_ERR_MAX) < 0)
+	if (rt_env_int("MASTER_PORT", 1, 65535, &p, err) < 0)
 		return -1;
 	if (a && *a) {
 		if (!rt_is_address(a) && !rt_is_hostname(a))
-			return rt_errf(err,
-				       "MASTER_ADDR=\"%.64s\" is not an address or a host name", a);
+			return errprintf(
+			    err, "MASTER_ADDR=\"%.64s\" is not an address or a host name", a);
 		*addr = a;
 	}
 	if (p)
@@ -188,7 +189,7 @@ static int rt_env_master(const char **addr, int *port, char err[RT_ERR_MAX])
 	return 0;
 }
 
-static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[RT_ERR_MAX])
+static int rt_from_slurm(struct ranktable *rt, char used[RT_USED_MAX], struct dp_error *err)
 {
 	/* A step's own variables when inside srun; the job's in a batch script. */
 	static const char *const step_nodes[] = {"SLURM_STEP_NODELIST", NULL};
@@ -201,7 +202,7 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 	static const char *const step_ids[] = {"SLURM_STEP_ID", "SLURM_STEPID", NULL};
 	const char *nodes_var, *tasks_var, *ntasks_var, *job_var, *step_var;
 	const char *nodelist, *tpn, *ntasks_s, *job, *step;
-	char **hosts = NULL, (*addrs)[RT_ADDR_MAX] = NULL, why[RT_ERR_MAX];
+	char **hosts = NULL, (*addrs)[RT_ADDR_MAX] = NULL;
 	int nhosts = 0, *counts = NULL, ncounts = 0, world = 0, ntasks = 0, rv = -1;
 	int *node_of = NULL, *local_of = NULL;
 	const char *dist = getenv("SLURM_DISTRIBUTION");
@@ -215,50 +216,50 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 	job = rt_env_first(job_ids, &job_var);
 	step = rt_env_first(step_ids, &step_var);
 	if (!nodelist)
-		return rt_errf(err, "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set: "
-				    "not inside a Slurm job");
+		return errprintf(err, "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set: "
+				      "not inside a Slurm job");
 	if (!tpn)
-		return rt_errf(err,
-			       "%s is set but %s is not: cannot tell how many tasks each node "
-			       "runs",
-			       nodes_var, tasks_var);
-	if (rt_hostlist_expand(nodelist, &hosts, &nhosts, why) < 0) {
-		rt_errf(err, "%s: %s", nodes_var, why);
+		return errprintf(err,
+				 "%s is set but %s is not: cannot tell how many tasks each node "
+				 "runs",
+				 nodes_var, tasks_var);
+	if (rt_hostlist_expand(nodelist, &hosts, &nhosts, err) < 0) {
+		errprefix(err, "%s", nodes_var);
 		goto out;
 	}
-	if (rt_tasks_per_node_expand(tpn, &counts, &ncounts, why) < 0) {
-		rt_errf(err, "%s: %s", tasks_var, why);
+	if (rt_tasks_per_node_expand(tpn, &counts, &ncounts, err) < 0) {
+		errprefix(err, "%s", tasks_var);
 		goto out;
 	}
 	if (ncounts != nhosts) {
-		rt_errf(err, "%s names %d node%s but %s=\"%.64s\" counts tasks for %d", nodes_var,
-			nhosts, nhosts == 1 ? "" : "s", tasks_var, tpn, ncounts);
+		errprintf(err, "%s names %d node%s but %s=\"%.64s\" counts tasks for %d", nodes_var,
+			  nhosts, nhosts == 1 ? "" : "s", tasks_var, tpn, ncounts);
 		goto out;
 	}
 	for (int i = 0; i < ncounts; i++) {
 		if (counts[i] > RT_WORLD_MAX - world) {
-			rt_errf(err, "%s=\"%.64s\": more than %d tasks", tasks_var, tpn,
-				RT_WORLD_MAX);
+			errprintf(err, "%s=\"%.64s\": more than %d tasks", tasks_var, tpn,
+				  RT_WORLD_MAX);
 			goto out;
 		}
 		world += counts[i];
 	}
-	if (ntasks_s && rt_env_int(ntasks_var, 1, RT_WORLD_MAX, &ntasks, err, RT_ERR_MAX) < 0)
+	if (ntasks_s && rt_env_int(ntasks_var, 1, RT_WORLD_MAX, &ntasks, err) < 0)
 		goto out;
 	if (ntasks_s && ntasks != world) {
-		rt_errf(err, "%s=%d but %s=\"%.64s\" adds up to %d task%s", ntasks_var, ntasks,
-			tasks_var, tpn, world, world == 1 ? "" : "s");
+		errprintf(err, "%s=%d but %s=\"%.64s\" adds up to %d task%s", ntasks_var, ntasks,
+			  tasks_var, tpn, world, world == 1 ? "" : "s");
 		goto out;
 	}
 	addrs = calloc((size_t)nhosts, sizeof(*addrs));
 	ranks = calloc((size_t)world, sizeof(*ranks));
 	if (!addrs || !ranks) {
-		rt_errf(err, "out of memory for %d ranks", world);
+		errprintf(err, "out of memory for %d ranks", world);
 		goto out;
 	}
 	for (int i = 0; i < nhosts; i++) {
-		if (rt_resolve_host(hosts[i], addrs[i], why) < 0) {
-			rt_errf(err, "%s, node %d: %s", nodes_var, i, why);
+		if (rt_resolve_host(hosts[i], addrs[i], err) < 0) {
+			errprefix(err, "%s, node %d", nodes_var, i);
 			goto out;
 		}
 	}
@@ -266,10 +267,10 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 	node_of = malloc((size_t)world * sizeof(int));
 	local_of = malloc((size_t)world * sizeof(int));
 	if (!node_of || !local_of) {
-		rt_errf(err, "out of memory for %d ranks", world);
+		errprintf(err, "out of memory for %d ranks", world);
 		goto out;
 	}
-	if (rt_slurm_layout(dist, nhosts, counts, world, node_of, local_of, err, RT_ERR_MAX) < 0)
+	if (rt_slurm_layout(dist, nhosts, counts, world, node_of, local_of, err) < 0)
 		goto out;
 	for (int r = 0; r < world; r++)
 		ranks[r] = (struct rt_alloc_rank){hosts[node_of[r]], addrs[node_of[r]], node_of[r],
@@ -278,17 +279,18 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_ERR_MAX], char err[R
 	a.master_port = rt_default_port(job, step, getenv("DPTRAIN_STORE_SECRET"));
 	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
 		goto out;
-	/* Each value is cut short, so the whole line fits in RT_ERR_MAX. */
-	int len = snprintf(used, RT_ERR_MAX, "Slurm variables (%s=%.64s, %s=%.64s", nodes_var,
+	/* Each value is cut short, so the whole line fits in RT_USED_MAX. */
+	int len = snprintf(used, RT_USED_MAX, "Slurm variables (%s=%.64s, %s=%.64s", nodes_var,
 			   nodelist, tasks_var, tpn);
 	if (job)
-		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", %s=%.32s", job_var, job);
+		len += snprintf(used + len, RT_USED_MAX - (size_t)len, ", %s=%.32s", job_var, job);
 	if (step)
-		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", %s=%.32s", step_var, step);
+		len +=
+		    snprintf(used + len, RT_USED_MAX - (size_t)len, ", %s=%.32s", step_var, step);
 	if (dist && *dist)
-		len += snprintf(used + len, RT_ERR_MAX - (size_t)len, ", SLURM_DISTRIBUTION=%.32s",
+		len += snprintf(used + len, RT_USED_MAX - (size_t)len, ", SLURM_DISTRIBUTION=%.32s",
 				dist);
-	snprintf(used + len, RT_ERR_MAX - (size_t)len, ")");
+	snprintf(used + len, RT_USED_MAX - (size_t)len, ")");
 	rv = rt_build(rt, &a, err);
 out:
 	rt_hostlist_free(hosts, nhosts);
@@ -300,43 +302,43 @@ out:
 	return rv;
 }
 
-static int rt_from_torchrun(struct ranktable *rt, char used[RT_ERR_MAX], char err[RT_ERR_MAX])
+static int rt_from_torchrun(struct ranktable *rt, char used[RT_USED_MAX], struct dp_error *err)
 {
-	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], why[RT_ERR_MAX];
+	char host[RT_HOST_MAX], addr[RT_ADDR_MAX];
 	int world = 0, local = 0;
 	struct rt_alloc_rank *ranks = NULL;
 	struct rt_alloc a = {0};
 	int rv = -1;
 
-	if (rt_env_int("WORLD_SIZE", 1, RT_WORLD_MAX, &world, err, RT_ERR_MAX) < 0 ||
-	    rt_env_int("LOCAL_WORLD_SIZE", 1, RT_WORLD_MAX, &local, err, RT_ERR_MAX) < 0)
+	if (rt_env_int("WORLD_SIZE", 1, RT_WORLD_MAX, &world, err) < 0 ||
+	    rt_env_int("LOCAL_WORLD_SIZE", 1, RT_WORLD_MAX, &local, err) < 0)
 		return -1;
 	if (!world)
-		return rt_errf(err, "WORLD_SIZE is not set: no torchrun-style environment");
+		return errprintf(err, "WORLD_SIZE is not set: no torchrun-style environment");
 	if (local && local != world)
-		return rt_errf(err,
-			       "LOCAL_WORLD_SIZE=%d but WORLD_SIZE=%d: torchrun-style variables "
-			       "describe only this host, so from-env builds single-host tables "
-			       "from them",
-			       local, world);
+		return errprintf(err,
+				 "LOCAL_WORLD_SIZE=%d but WORLD_SIZE=%d: torchrun-style variables "
+				 "describe only this host, so from-env builds single-host tables "
+				 "from them",
+				 local, world);
 	/* torchrun's own defaults for a single host. */
 	a.master_addr = "127.0.0.1";
 	a.master_port = 29500;
 	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
 		return -1;
 	if (gethostname(host, sizeof(host)) < 0)
-		return rt_errf(err, "cannot get this host's name: %s", strerror(errno));
+		return errprintf(err, "cannot get this host's name: %s", strerror(errno));
 	host[sizeof(host) - 1] = '\0';
 	/* One host: the master is this host, and its address is every rank's. */
-	if (rt_resolve_host(a.master_addr, addr, why) < 0)
-		return rt_errf(err, "MASTER_ADDR: %s", why);
+	if (rt_resolve_host(a.master_addr, addr, err) < 0)
+		return errprefix(err, "MASTER_ADDR");
 	if (!(ranks = calloc((size_t)world, sizeof(*ranks))))
-		return rt_errf(err, "out of memory for %d ranks", world);
+		return errprintf(err, "out of memory for %d ranks", world);
 	for (int r = 0; r < world; r++)
 		ranks[r] = (struct rt_alloc_rank){host, addr, 0, r, -1};
 	a.world_size = world;
 	a.ranks = ranks;
-	snprintf(used, RT_ERR_MAX,
+	snprintf(used, RT_USED_MAX,
 		 "torchrun-style variables (WORLD_SIZE=%d, MASTER_ADDR=%.64s, MASTER_PORT=%d) on "
 		 "this host",
 		 world, a.master_addr, a.master_port);
@@ -345,8 +347,8 @@ static int rt_from_torchrun(struct ranktable *rt, char used[RT_ERR_MAX], char er
 	return rv;
 }
 
-int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_ERR_MAX],
-		char err[RT_ERR_MAX])
+int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_USED_MAX],
+		struct dp_error *err)
 {
 	memset(rt, 0, sizeof(*rt));
 	used[0] = '\0';
@@ -357,9 +359,9 @@ int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_ER
 		else if (getenv("WORLD_SIZE"))
 			source = RT_ENV_TORCHRUN;
 		else
-			return rt_errf(err,
-				       "neither Slurm (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST) "
-				       "nor torchrun-style variables (WORLD_SIZE) are set");
+			return errprintf(err,
+					 "neither Slurm (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST) "
+					 "nor torchrun-style variables (WORLD_SIZE) are set");
 	}
 	if (source == RT_ENV_SLURM)
 		return rt_from_slurm(rt, used, err);

@@ -4,6 +4,7 @@
 #ifndef DPTRAIN_RT_INTERNAL_H
 #define DPTRAIN_RT_INTERNAL_H
 
+#include "common/error.h"
 #include "ranktable/ranktable.h"
 
 #include <stddef.h>
@@ -35,20 +36,17 @@ struct rt_where {
 	const struct rt_loc *loc;
 };
 
-/* vsnprintf into err (truncating); returns -1 so callers can `return rt_errf(...)`. */
-int rt_errf(char err[RT_ERR_MAX], const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
 /* The JSON path of field f of `rank`, e.g. "server_list[1].device[0].rank_id". */
 void rt_path(char *buf, size_t size, const struct ranktable *rt, const struct rt_where *w, int rank,
 	     enum rt_field f);
 
 /* Everything rt_validate promises, with paths named through w. */
-int rt_check(const struct ranktable *rt, const struct rt_where *w, char err[RT_ERR_MAX]);
+int rt_check(const struct ranktable *rt, const struct rt_where *w, struct dp_error *err);
 
 /* ids[0..n) must hold 0..n-1 each exactly once; fills inv[id] = index. Messages name entries
  * through path(ctx, index); `list` prefixes the "rank R is missing" message when non-empty. */
 int rt_check_ranks(const int *ids, int n, int *inv, void (*path)(char *, size_t, const void *, int),
-		   const void *ctx, const char *list, char err[RT_ERR_MAX]);
+		   const void *ctx, const char *list, struct dp_error *err);
 
 /* Text checks: an IPv4/IPv6 literal; a DNS host name; a printable token without spaces. */
 int rt_is_address(const char *s);

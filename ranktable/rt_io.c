@@ -2,6 +2,7 @@
  * reader sees the old table or the new one, never a part. Owns file handling only; JSON is
  * rt_json.c's. */
 #include "common/atomic_file.h"
+#include "common/error.h"
 #include "ranktable/rt_internal.h"
 
 #include <errno.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int rt_read(struct ranktable *rt, const char *path, char err[RT_ERR_MAX])
+int rt_read(struct ranktable *rt, const char *path, struct dp_error *err)
 {
 	char *buf = NULL;
 	size_t len = 0, cap = 0;
@@ -19,7 +20,7 @@ int rt_read(struct ranktable *rt, const char *path, char err[RT_ERR_MAX])
 
 	memset(rt, 0, sizeof(*rt));
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return rt_errf(err, "%s: cannot open: %s", path, strerror(errno));
+		return errprintf(err, "%s: cannot open: %s", path, strerror(errno));
 	for (;;) {
 		if (len == cap) {
 			cap = cap ? 2 * cap : 64 * 1024;
@@ -27,7 +28,7 @@ int rt_read(struct ranktable *rt, const char *path, char err[RT_ERR_MAX])
 				cap = (size_t)RT_FILE_MAX + 1;
 			char *grown = realloc(buf, cap);
 			if (!grown) {
-				rt_errf(err, "%s: out of memory reading it", path);
+				errprintf(err, "%s: out of memory reading it", path);
 				goto out;
 			}
 			buf = grown;
@@ -36,15 +37,15 @@ int rt_read(struct ranktable *rt, const char *path, char err[RT_ERR_MAX])
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0) {
-			rt_errf(err, "%s: cannot read: %s", path, strerror(errno));
+			errprintf(err, "%s: cannot read: %s", path, strerror(errno));
 			goto out;
 		}
 		if (got == 0)
 			break;
 		len += (size_t)got;
 		if (len > (size_t)RT_FILE_MAX) {
-			rt_errf(err, "%s: larger than %ld bytes: not a rank table", path,
-				RT_FILE_MAX);
+			errprintf(err, "%s: larger than %ld bytes: not a rank table", path,
+				  RT_FILE_MAX);
 			goto out;
 		}
 	}
@@ -56,14 +57,14 @@ out:
 }
 
 int rt_write_atomic(const struct ranktable *rt, const char *path, enum rt_schema schema,
-		    char err[RT_ERR_MAX])
+		    struct dp_error *err)
 {
-	char *text, why[RT_ERR_MAX];
+	char *text;
 	int rv;
 
-	if (!(text = rt_to_json(rt, schema, why)))
-		return rt_errf(err, "%s: not written: %s", path, why);
-	rv = af_write(path, text, strlen(text), 0644, err, RT_ERR_MAX);
+	if (!(text = rt_to_json(rt, schema, err)))
+		return errprefix(err, "%s: not written", path);
+	rv = af_write(path, text, strlen(text), 0644, err);
 	free(text);
 	return rv;
 }

@@ -2,6 +2,7 @@
  * schemas (autodetected) into a struct ranktable and writes it back in any of them. Owns JSON
  * and the JSON paths of messages; what makes a table valid lives in rt_validate.c, files in
  * rt_io.c. */
+#include "common/error.h"
 #include "ranktable/rt_internal.h"
 
 #include <jansson.h>
@@ -39,43 +40,43 @@ static const char *jtype(const json_t *v)
 
 /* obj.key; `at` is obj's path ("" for the top level). Absent and optional: *out = NULL. */
 static int jget(const json_t *obj, const char *at, const char *key, int required, json_t **out,
-		char err[RT_ERR_MAX])
+		struct dp_error *err)
 {
 	*out = json_object_get(obj, key);
 	if (!*out && required)
-		return rt_errf(err, "%s%smissing key \"%s\"", at, *at ? ": " : "", key);
+		return errprintf(err, "%s%smissing key \"%s\"", at, *at ? ": " : "", key);
 	return 0;
 }
 
-static int jobject(const json_t *v, const char *path, char err[RT_ERR_MAX])
+static int jobject(const json_t *v, const char *path, struct dp_error *err)
 {
 	if (!json_is_object(v))
-		return rt_errf(err, "%s: expected an object, got %s", path, jtype(v));
+		return errprintf(err, "%s: expected an object, got %s", path, jtype(v));
 	return 0;
 }
 
-static int jarray(const json_t *v, const char *path, char err[RT_ERR_MAX])
+static int jarray(const json_t *v, const char *path, struct dp_error *err)
 {
 	if (!json_is_array(v))
-		return rt_errf(err, "%s: expected an array, got %s", path, jtype(v));
+		return errprintf(err, "%s: expected an array, got %s", path, jtype(v));
 	return 0;
 }
 
 /* A string that fits in size bytes with its NUL. */
-static int jstring(const json_t *v, const char *path, char *buf, size_t size, char err[RT_ERR_MAX])
+static int jstring(const json_t *v, const char *path, char *buf, size_t size, struct dp_error *err)
 {
 	if (!json_is_string(v))
-		return rt_errf(err, "%s: expected a string, got %s", path, jtype(v));
+		return errprintf(err, "%s: expected a string, got %s", path, jtype(v));
 	if (json_string_length(v) >= size)
-		return rt_errf(err, "%s: \"%.40s...\" is longer than %zu characters", path,
-			       json_string_value(v), size - 1);
+		return errprintf(err, "%s: \"%.40s...\" is longer than %zu characters", path,
+				 json_string_value(v), size - 1);
 	memcpy(buf, json_string_value(v), json_string_length(v) + 1);
 	return 0;
 }
 
 /* HCCL's convention: an integer as a string ("3"); real tools sometimes write the number
  * itself, which is accepted. Range 0..max. */
-static int jstrint(const json_t *v, const char *path, int max, int *out, char err[RT_ERR_MAX])
+static int jstrint(const json_t *v, const char *path, int max, int *out, struct dp_error *err)
 {
 	long long val = 0;
 
@@ -88,40 +89,40 @@ static int jstrint(const json_t *v, const char *path, int max, int *out, char er
 		for (size_t i = 0; digits && i < len; i++)
 			digits = s[i] >= '0' && s[i] <= '9';
 		if (!digits)
-			return rt_errf(err,
-				       "%s: expected a string holding an integer, got \"%.40s\"",
-				       path, s);
+			return errprintf(err,
+					 "%s: expected a string holding an integer, got \"%.40s\"",
+					 path, s);
 		val = strtoll(s, NULL, 10);
 	} else {
-		return rt_errf(err, "%s: expected a string holding an integer, got %s", path,
-			       jtype(v));
+		return errprintf(err, "%s: expected a string holding an integer, got %s", path,
+				 jtype(v));
 	}
 	if (val < 0 || val > max)
-		return rt_errf(err, "%s: %lld is out of range (0..%d)", path, val, max);
+		return errprintf(err, "%s: %lld is out of range (0..%d)", path, val, max);
 	*out = (int)val;
 	return 0;
 }
 
 /* Our own object uses JSON integers, strictly. */
-static int jint(const json_t *v, const char *path, int min, int max, int *out, char err[RT_ERR_MAX])
+static int jint(const json_t *v, const char *path, int min, int max, int *out, struct dp_error *err)
 {
 	if (!json_is_integer(v))
-		return rt_errf(err, "%s: expected an integer, got %s", path, jtype(v));
+		return errprintf(err, "%s: expected an integer, got %s", path, jtype(v));
 	json_int_t val = json_integer_value(v);
 	if (val < min || val > max)
-		return rt_errf(err, "%s: %lld is out of range (%d..%d)", path, (long long)val, min,
-			       max);
+		return errprintf(err, "%s: %lld is out of range (%d..%d)", path, (long long)val,
+				 min, max);
 	*out = (int)val;
 	return 0;
 }
 
-static int jaddress(const json_t *v, const char *path, char buf[RT_ADDR_MAX], char err[RT_ERR_MAX])
+static int jaddress(const json_t *v, const char *path, char buf[RT_ADDR_MAX], struct dp_error *err)
 {
 	if (!json_is_string(v))
-		return rt_errf(err, "%s: expected a string, got %s", path, jtype(v));
+		return errprintf(err, "%s: expected a string, got %s", path, jtype(v));
 	const char *s = json_string_value(v);
 	if (json_string_length(v) >= RT_ADDR_MAX || !rt_is_address(s))
-		return rt_errf(err, "%s: \"%.64s\" is not an IPv4 or IPv6 address", path, s);
+		return errprintf(err, "%s: \"%.64s\" is not an IPv4 or IPv6 address", path, s);
 	memcpy(buf, s, json_string_length(v) + 1);
 	return 0;
 }
@@ -134,7 +135,7 @@ static const char *jpath(char *buf, size_t size, const char *at, const char *key
 }
 
 static int jint_at(const json_t *obj, const char *at, const char *key, int min, int max, int *out,
-		   char err[RT_ERR_MAX])
+		   struct dp_error *err)
 {
 	json_t *v;
 	char path[192];
@@ -144,7 +145,7 @@ static int jint_at(const json_t *obj, const char *at, const char *key, int min, 
 }
 
 static int jstrint_at(const json_t *obj, const char *at, const char *key, int max, int *out,
-		      char err[RT_ERR_MAX])
+		      struct dp_error *err)
 {
 	json_t *v;
 	char path[192];
@@ -154,7 +155,7 @@ static int jstrint_at(const json_t *obj, const char *at, const char *key, int ma
 }
 
 static int jstring_at(const json_t *obj, const char *at, const char *key, char *buf, size_t size,
-		      char err[RT_ERR_MAX])
+		      struct dp_error *err)
 {
 	json_t *v;
 	char path[192];
@@ -164,7 +165,7 @@ static int jstring_at(const json_t *obj, const char *at, const char *key, char *
 }
 
 static int jaddress_at(const json_t *obj, const char *at, const char *key, char buf[RT_ADDR_MAX],
-		       char err[RT_ERR_MAX])
+		       struct dp_error *err)
 {
 	json_t *v;
 	char path[192];
@@ -175,7 +176,7 @@ static int jaddress_at(const json_t *obj, const char *at, const char *key, char 
 
 /* Every key of obj must be one of keys (our own object: a misspelt key is an error). */
 static int jknown_keys(const json_t *obj, const char *at, const char *const *keys,
-		       char err[RT_ERR_MAX])
+		       struct dp_error *err)
 {
 	const char *key;
 	json_t *v;
@@ -185,13 +186,13 @@ static int jknown_keys(const json_t *obj, const char *at, const char *const *key
 		for (int i = 0; keys[i]; i++)
 			known |= strcmp(key, keys[i]) == 0;
 		if (!known)
-			return rt_errf(err, "%s: unknown key \"%.64s\"", at, key);
+			return errprintf(err, "%s: unknown key \"%.64s\"", at, key);
 	}
 	return 0;
 }
 
 /* "completed" is the only state in which HCCL readers may use a table; absent is accepted. */
-static int jstatus(const json_t *root, char err[RT_ERR_MAX])
+static int jstatus(const json_t *root, struct dp_error *err)
 {
 	json_t *v;
 	char status[32];
@@ -201,9 +202,9 @@ static int jstatus(const json_t *root, char err[RT_ERR_MAX])
 	if (jstring(v, "status", status, sizeof(status), err) < 0)
 		return -1;
 	if (strcmp(status, "completed") != 0)
-		return rt_errf(err,
-			       "status: \"%s\": the table is not complete (expected \"completed\")",
-			       status);
+		return errprintf(
+		    err, "status: \"%s\": the table is not complete (expected \"completed\")",
+		    status);
 	return 0;
 }
 
@@ -218,14 +219,14 @@ struct rt_doc {
 	int *ids;
 };
 
-static int rt_doc_alloc(struct rt_doc *d, int n, char err[RT_ERR_MAX])
+static int rt_doc_alloc(struct rt_doc *d, int n, struct dp_error *err)
 {
 	d->n = n;
 	d->tmp = calloc((size_t)n, sizeof(*d->tmp));
 	d->tloc = calloc((size_t)n, sizeof(*d->tloc));
 	d->ids = calloc((size_t)n, sizeof(*d->ids));
 	if (!d->tmp || !d->tloc || !d->ids)
-		return rt_errf(err, "out of memory reading %d ranks", n);
+		return errprintf(err, "out of memory reading %d ranks", n);
 	return 0;
 }
 
@@ -257,7 +258,7 @@ static void dptrain_rank_path(char *buf, size_t size, const void *ctx, int e)
 
 /* Put document-order ranks at their ids; local ranks count a node's ranks in rank order. */
 static int rt_place(struct ranktable *rt, struct rt_loc **locp, const struct rt_doc *d, int nodes,
-		    void (*path)(char *, size_t, const void *, int), char err[RT_ERR_MAX])
+		    void (*path)(char *, size_t, const void *, int), struct dp_error *err)
 {
 	int *inv = malloc((size_t)d->n * sizeof(int)), *count = calloc((size_t)nodes, sizeof(int));
 	int rv = -1;
@@ -265,7 +266,7 @@ static int rt_place(struct ranktable *rt, struct rt_loc **locp, const struct rt_
 	rt->ranks = calloc((size_t)d->n, sizeof(*rt->ranks));
 	*locp = calloc((size_t)d->n, sizeof(**locp));
 	if (!inv || !count || !rt->ranks || !*locp) {
-		rt_errf(err, "out of memory reading %d ranks", d->n);
+		errprintf(err, "out of memory reading %d ranks", d->n);
 		goto out;
 	}
 	if (rt_check_ranks(d->ids, d->n, inv, path, d->tloc, "", err) < 0)
@@ -285,7 +286,7 @@ out:
 }
 
 static int rt_read_hccl(const json_t *root, struct ranktable *rt, struct rt_loc **locp,
-			char err[RT_ERR_MAX])
+			struct dp_error *err)
 {
 	struct rt_doc d = {0};
 	json_t *list, *nic;
@@ -297,9 +298,9 @@ static int rt_read_hccl(const json_t *root, struct ranktable *rt, struct rt_loc 
 	/* 1.x share server_list[].device[] (later ones add fields this reader does not need). */
 	if (strncmp(version, "1.", 2) != 0 || !version[2] ||
 	    strspn(version + 2, "0123456789") != strlen(version + 2)) {
-		rt_errf(err,
-			"version: \"%s\" is not a rank-table version this reader knows (\"1.0\")",
-			version);
+		errprintf(err,
+			  "version: \"%s\" is not a rank-table version this reader knows (\"1.0\")",
+			  version);
 		goto out;
 	}
 	if (jstrint_at(root, "", "server_count", RT_WORLD_MAX, &count, err) < 0 ||
@@ -307,12 +308,12 @@ static int rt_read_hccl(const json_t *root, struct ranktable *rt, struct rt_loc 
 	    jarray(list, "server_list", err) < 0 || jstatus(root, err) < 0)
 		goto out;
 	if ((size_t)count != json_array_size(list)) {
-		rt_errf(err, "server_count: %d but server_list has %zu server%s", count,
-			json_array_size(list), json_array_size(list) == 1 ? "" : "s");
+		errprintf(err, "server_count: %d but server_list has %zu server%s", count,
+			  json_array_size(list), json_array_size(list) == 1 ? "" : "s");
 		goto out;
 	}
 	if (count == 0) {
-		rt_errf(err, "server_list: no servers");
+		errprintf(err, "server_list: no servers");
 		goto out;
 	}
 	/* First pass: shapes and the number of devices, so that one allocation fits them. */
@@ -325,11 +326,11 @@ static int rt_read_hccl(const json_t *root, struct ranktable *rt, struct rt_loc 
 		if (jarray(devs, at, err) < 0)
 			goto out;
 		if (json_array_size(devs) == 0) {
-			rt_errf(err, "%s: a server with no devices", at);
+			errprintf(err, "%s: a server with no devices", at);
 			goto out;
 		}
 		if (json_array_size(devs) > (size_t)(RT_WORLD_MAX - n)) {
-			rt_errf(err, "%s: more than %d devices in the table", at, RT_WORLD_MAX);
+			errprintf(err, "%s: more than %d devices in the table", at, RT_WORLD_MAX);
 			goto out;
 		}
 		n += (int)json_array_size(devs);
@@ -349,13 +350,14 @@ static int rt_read_hccl(const json_t *root, struct ranktable *rt, struct rt_loc 
 		    !(json_is_string(nic) && (strcmp(json_string_value(nic), "reserve") == 0 ||
 					      rt_is_address(json_string_value(nic))))) {
 			if (!json_is_string(nic))
-				rt_errf(err, "%s.host_nic_ip: expected a string, got %s", at,
-					jtype(nic));
+				errprintf(err, "%s.host_nic_ip: expected a string, got %s", at,
+					  jtype(nic));
 			else
-				rt_errf(err,
-					"%s.host_nic_ip: \"%.64s\" is not an IPv4 or IPv6 address "
-					"or \"reserve\"",
-					at, json_string_value(nic));
+				errprintf(
+				    err,
+				    "%s.host_nic_ip: \"%.64s\" is not an IPv4 or IPv6 address "
+				    "or \"reserve\"",
+				    at, json_string_value(nic));
 			goto out;
 		}
 		for (int j = 0; j < (int)json_array_size(devs); j++, e++) {
@@ -385,7 +387,7 @@ out:
 /* The "dptrain" object over a table read from server_list: fills what HCCL lacks and checks it
  * agrees with server_list. */
 static int rt_read_dptrain(const json_t *obj, struct ranktable *rt, struct rt_loc *loc,
-			   char err[RT_ERR_MAX])
+			   struct dp_error *err)
 {
 	static const char *const keys[] = {"version", "world_size", "master_addr", "master_port",
 					   "job_id",  "step_id",    "ranks",	   NULL};
@@ -400,15 +402,15 @@ static int rt_read_dptrain(const json_t *obj, struct ranktable *rt, struct rt_lo
 	    jint_at(obj, "dptrain", "version", 1, INT_MAX, &version, err) < 0)
 		goto out;
 	if (version > RT_DPTRAIN_VERSION) {
-		rt_errf(err, "dptrain.version: %d is newer than this reader (%d): update dptrain",
-			version, RT_DPTRAIN_VERSION);
+		errprintf(err, "dptrain.version: %d is newer than this reader (%d): update dptrain",
+			  version, RT_DPTRAIN_VERSION);
 		goto out;
 	}
 	if (jint_at(obj, "dptrain", "world_size", 1, RT_WORLD_MAX, &world, err) < 0)
 		goto out;
 	if (world != rt->world_size) {
-		rt_errf(err, "dptrain.world_size: %d but server_list has %d device%s", world,
-			rt->world_size, rt->world_size == 1 ? "" : "s");
+		errprintf(err, "dptrain.world_size: %d but server_list has %d device%s", world,
+			  rt->world_size, rt->world_size == 1 ? "" : "s");
 		goto out;
 	}
 	/* Optional: absent when unknown. */
@@ -429,15 +431,15 @@ static int rt_read_dptrain(const json_t *obj, struct ranktable *rt, struct rt_lo
 	    jarray(ranks, "dptrain.ranks", err) < 0)
 		goto out;
 	if (json_array_size(ranks) != (size_t)world) {
-		rt_errf(err, "dptrain.ranks: %zu entr%s but dptrain.world_size is %d",
-			json_array_size(ranks), json_array_size(ranks) == 1 ? "y" : "ies", world);
+		errprintf(err, "dptrain.ranks: %zu entr%s but dptrain.world_size is %d",
+			  json_array_size(ranks), json_array_size(ranks) == 1 ? "y" : "ies", world);
 		goto out;
 	}
 	ids = malloc((size_t)world * sizeof(int));
 	inv = malloc((size_t)world * sizeof(int));
 	got = calloc((size_t)world, sizeof(*got));
 	if (!ids || !inv || !got) {
-		rt_errf(err, "out of memory reading %d ranks", world);
+		errprintf(err, "out of memory reading %d ranks", world);
 		goto out;
 	}
 	for (int k = 0; k < world; k++) {
@@ -457,9 +459,10 @@ static int rt_read_dptrain(const json_t *obj, struct ranktable *rt, struct rt_lo
 		int k = inv[r];
 		struct rt_rank *x = &rt->ranks[r];
 		if (got[k].node_rank != x->node_rank) {
-			rt_errf(err,
-				"dptrain.ranks[%d].node_rank: %d but rank %d is in server_list[%d]",
-				k, got[k].node_rank, r, x->node_rank);
+			errprintf(
+			    err,
+			    "dptrain.ranks[%d].node_rank: %d but rank %d is in server_list[%d]", k,
+			    got[k].node_rank, r, x->node_rank);
 			goto out;
 		}
 		memcpy(x->host, got[k].host, sizeof(x->host));
@@ -495,7 +498,7 @@ static int legacy_first_cmp(const void *a, const void *b)
 }
 
 /* Nodes of a legacy table: its distinct server_ids, numbered in order of first appearance. */
-static int legacy_nodes(struct rt_doc *d, int *nodes, char err[RT_ERR_MAX])
+static int legacy_nodes(struct rt_doc *d, int *nodes, struct dp_error *err)
 {
 	int n = d->n, m = 0, rv = -1;
 	struct legacy_server *s = malloc((size_t)n * sizeof(*s)),
@@ -503,7 +506,7 @@ static int legacy_nodes(struct rt_doc *d, int *nodes, char err[RT_ERR_MAX])
 	int *run_of = malloc((size_t)n * sizeof(int)), *node_of = malloc((size_t)n * sizeof(int));
 
 	if (!s || !runs || !run_of || !node_of) {
-		rt_errf(err, "out of memory reading %d ranks", n);
+		errprintf(err, "out of memory reading %d ranks", n);
 		goto out;
 	}
 	for (int e = 0; e < n; e++)
@@ -532,7 +535,7 @@ out:
 }
 
 static int rt_read_legacy(const json_t *root, struct ranktable *rt, struct rt_loc **locp,
-			  char err[RT_ERR_MAX])
+			  struct dp_error *err)
 {
 	static const char *const g = "group_list[0]";
 	struct rt_doc d = {0};
@@ -545,13 +548,13 @@ static int rt_read_legacy(const json_t *root, struct ranktable *rt, struct rt_lo
 	    jarray(groups, "group_list", err) < 0 || jstatus(root, err) < 0)
 		goto out;
 	if ((size_t)ngroups != json_array_size(groups)) {
-		rt_errf(err, "group_count: %d but group_list has %zu group%s", ngroups,
-			json_array_size(groups), json_array_size(groups) == 1 ? "" : "s");
+		errprintf(err, "group_count: %d but group_list has %zu group%s", ngroups,
+			  json_array_size(groups), json_array_size(groups) == 1 ? "" : "s");
 		goto out;
 	}
 	if (ngroups != 1) {
-		rt_errf(err, "group_list: %d groups: dptrain reads tables with exactly one group",
-			ngroups);
+		errprintf(err, "group_list: %d groups: dptrain reads tables with exactly one group",
+			  ngroups);
 		goto out;
 	}
 	group = json_array_get(groups, 0);
@@ -563,14 +566,14 @@ static int rt_read_legacy(const json_t *root, struct ranktable *rt, struct rt_lo
 	    jarray(list, "group_list[0].instance_list", err) < 0)
 		goto out;
 	if ((size_t)instance_count != json_array_size(list)) {
-		rt_errf(
+		errprintf(
 		    err, "group_list[0].instance_count: %d but instance_list has %zu instance%s",
 		    instance_count, json_array_size(list), json_array_size(list) == 1 ? "" : "s");
 		goto out;
 	}
 	if (instance_count == 0 || instance_count > RT_WORLD_MAX) {
-		rt_errf(err, "group_list[0].instance_list: %d instances (expected 1..%d)",
-			instance_count, RT_WORLD_MAX);
+		errprintf(err, "group_list[0].instance_list: %d instances (expected 1..%d)",
+			  instance_count, RT_WORLD_MAX);
 		goto out;
 	}
 	if (rt_doc_alloc(&d, instance_count, err) < 0)
@@ -588,9 +591,9 @@ static int rt_read_legacy(const json_t *root, struct ranktable *rt, struct rt_lo
 		if (jarray(devs, at, err) < 0)
 			goto out;
 		if (json_array_size(devs) != 1) {
-			rt_errf(err,
-				"%s: %zu devices: dptrain reads one device per instance (rank)", at,
-				json_array_size(devs));
+			errprintf(err,
+				  "%s: %zu devices: dptrain reads one device per instance (rank)",
+				  at, json_array_size(devs));
 			goto out;
 		}
 		dev = json_array_get(devs, 0);
@@ -604,15 +607,15 @@ static int rt_read_legacy(const json_t *root, struct ranktable *rt, struct rt_lo
 		d.tloc[j] = (struct rt_loc){0, j, -1};
 	}
 	if (device_num != instance_count) {
-		rt_errf(err, "group_list[0].device_num: %d but instance_list has %d device%s",
-			device_num, instance_count, instance_count == 1 ? "" : "s");
+		errprintf(err, "group_list[0].device_num: %d but instance_list has %d device%s",
+			  device_num, instance_count, instance_count == 1 ? "" : "s");
 		goto out;
 	}
 	if (legacy_nodes(&d, &nodes, err) < 0)
 		goto out;
 	if (server_num != nodes) {
-		rt_errf(err, "group_list[0].server_num: %d but instance_list names %d server%s",
-			server_num, nodes, nodes == 1 ? "" : "s");
+		errprintf(err, "group_list[0].server_num: %d but instance_list names %d server%s",
+			  server_num, nodes, nodes == 1 ? "" : "s");
 		goto out;
 	}
 	rv = rt_place(rt, locp, &d, nodes, legacy_rank_path, err);
@@ -642,64 +645,63 @@ static const char *rt_trailing_comma(const char *text, size_t len, int position)
 }
 
 int rt_parse(struct ranktable *rt, const char *text, size_t len, const char *name,
-	     char err[RT_ERR_MAX])
+	     struct dp_error *err)
 {
 	json_error_t je;
 	json_t *root = NULL, *dp;
 	struct rt_loc *loc = NULL;
 	struct rt_where where;
-	char why[RT_ERR_MAX];
 	int rv = -1;
 
 	memset(rt, 0, sizeof(*rt));
 	if (!name)
 		name = "<input>";
-	why[0] = '\0';
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
 	if (!root) {
-		rt_errf(why, "line %d column %d: JSON parse error: %s%s", je.line, je.column,
-			je.text, rt_trailing_comma(text, len, je.position));
+		errprintf(err, "line %d column %d: JSON parse error: %s%s", je.line, je.column,
+			  je.text, rt_trailing_comma(text, len, je.position));
 		goto out;
 	}
 	if (!json_is_object(root)) {
-		rt_errf(why, "expected a JSON object at the top level, got %s", jtype(root));
+		errprintf(err, "expected a JSON object at the top level, got %s", jtype(root));
 		goto out;
 	}
 	int has_servers = json_object_get(root, "server_list") != NULL;
 	int has_groups = json_object_get(root, "group_list") != NULL;
 	dp = json_object_get(root, "dptrain");
 	if (has_servers && has_groups) {
-		rt_errf(why,
-			"both \"server_list\" (HCCL v1.0) and \"group_list\" (MindSpore legacy): "
-			"a rank table has one of them");
+		errprintf(err,
+			  "both \"server_list\" (HCCL v1.0) and \"group_list\" (MindSpore legacy): "
+			  "a rank table has one of them");
 		goto out;
 	}
 	if (has_servers) {
-		if (rt_read_hccl(root, rt, &loc, why) < 0 ||
-		    (dp && rt_read_dptrain(dp, rt, loc, why) < 0))
+		if (rt_read_hccl(root, rt, &loc, err) < 0 ||
+		    (dp && rt_read_dptrain(dp, rt, loc, err) < 0))
 			goto out;
 		rt->schema = dp ? RT_SCHEMA_DPTRAIN : RT_SCHEMA_HCCL;
 	} else if (has_groups) {
 		if (dp) {
-			rt_errf(why, "dptrain: the \"dptrain\" object goes with server_list (HCCL "
-				     "v1.0), not with group_list");
+			errprintf(err,
+				  "dptrain: the \"dptrain\" object goes with server_list (HCCL "
+				  "v1.0), not with group_list");
 			goto out;
 		}
-		if (rt_read_legacy(root, rt, &loc, why) < 0)
+		if (rt_read_legacy(root, rt, &loc, err) < 0)
 			goto out;
 		rt->schema = RT_SCHEMA_LEGACY;
 	} else {
-		rt_errf(
-		    why,
+		errprintf(
+		    err,
 		    "neither \"server_list\" (HCCL v1.0) nor \"group_list\" (MindSpore legacy): "
 		    "not a rank table");
 		goto out;
 	}
 	where = (struct rt_where){rt->schema, loc};
-	rv = rt_check(rt, &where, why);
+	rv = rt_check(rt, &where, err);
 out:
 	if (rv < 0) {
-		rt_errf(err, "%s: %s", name, why);
+		errprefix(err, "%s", name);
 		rt_free(rt);
 	}
 	free(loc);
@@ -756,18 +758,18 @@ static int server_id_cmp(const void *a, const void *b)
 
 /* The legacy schema tells nodes apart by server_id alone. */
 static int legacy_distinct(const struct ranktable *rt, const int *start, const int *byn,
-			   char err[RT_ERR_MAX])
+			   struct dp_error *err)
 {
 	int m = rt->node_count, rv = 0;
 	const char **ids = malloc((size_t)m * sizeof(*ids));
 	if (!ids)
-		return rt_errf(err, "out of memory");
+		return errprintf(err, "out of memory");
 	for (int i = 0; i < m; i++)
 		ids[i] = rt->ranks[byn[start[i]]].server_id;
 	qsort(ids, (size_t)m, sizeof(*ids), server_id_cmp);
 	for (int i = 1; i < m && rv == 0; i++)
 		if (strcmp(ids[i], ids[i - 1]) == 0)
-			rv = rt_errf(
+			rv = errprintf(
 			    err,
 			    "two nodes share the address %s, and the legacy schema tells "
 			    "nodes apart by server_id alone: use the hccl or dptrain schema",
@@ -894,20 +896,20 @@ static json_t *rt_json_legacy(const struct ranktable *rt, const int *start, cons
 	return root;
 }
 
-char *rt_to_json(const struct ranktable *rt, enum rt_schema schema, char err[RT_ERR_MAX])
+char *rt_to_json(const struct ranktable *rt, enum rt_schema schema, struct dp_error *err)
 {
 	int *start = NULL, *byn = NULL;
 	json_t *root = NULL;
 	char *text = NULL, *out = NULL;
 
 	if (schema != RT_SCHEMA_DPTRAIN && schema != RT_SCHEMA_HCCL && schema != RT_SCHEMA_LEGACY) {
-		rt_errf(err, "unknown schema %d", (int)schema);
+		errprintf(err, "unknown schema %d", (int)schema);
 		goto out;
 	}
 	if (rt_check(rt, NULL, err) < 0)
 		goto out;
 	if (rt_group(rt, &start, &byn) < 0) {
-		rt_errf(err, "out of memory writing %d ranks", rt->world_size);
+		errprintf(err, "out of memory writing %d ranks", rt->world_size);
 		goto out;
 	}
 	if (schema == RT_SCHEMA_LEGACY) {
@@ -919,12 +921,12 @@ char *rt_to_json(const struct ranktable *rt, enum rt_schema schema, char err[RT_
 	}
 	/* Four spaces, as hccl_tools.py indents; key order as written above. */
 	if (!root || !(text = json_dumps(root, JSON_INDENT(4)))) {
-		rt_errf(err, "out of memory writing %d ranks", rt->world_size);
+		errprintf(err, "out of memory writing %d ranks", rt->world_size);
 		goto out;
 	}
 	size_t len = strlen(text);
 	if (!(out = malloc(len + 2))) {
-		rt_errf(err, "out of memory writing %d ranks", rt->world_size);
+		errprintf(err, "out of memory writing %d ranks", rt->world_size);
 		goto out;
 	}
 	memcpy(out, text, len);

@@ -1,6 +1,7 @@
 /* rt_validate.c — what makes a rank table valid, and the JSON paths its messages name.
  * Owns rt_validate and the checks every reader and writer shares; never reads or writes JSON
  * itself (rt_json.c does). */
+#include "common/error.h"
 #include "ranktable/rt_internal.h"
 
 #include <arpa/inet.h>
@@ -9,15 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int rt_errf(char err[RT_ERR_MAX], const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, RT_ERR_MAX, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 int rt_is_address(const char *s)
 {
@@ -96,7 +88,7 @@ void rt_path(char *buf, size_t size, const struct ranktable *rt, const struct rt
 }
 
 int rt_check_ranks(const int *ids, int n, int *inv, void (*path)(char *, size_t, const void *, int),
-		   const void *ctx, const char *list, char err[RT_ERR_MAX])
+		   const void *ctx, const char *list, struct dp_error *err)
 {
 	char p[160], q[160];
 	int outside = -1; /* the first entry whose id is not in 0..n-1 */
@@ -112,7 +104,7 @@ int rt_check_ranks(const int *ids, int n, int *inv, void (*path)(char *, size_t,
 		if (inv[id] >= 0) {
 			path(p, sizeof(p), ctx, e);
 			path(q, sizeof(q), ctx, inv[id]);
-			return rt_errf(err, "%s: rank %d appears twice (also at %s)", p, id, q);
+			return errprintf(err, "%s: rank %d appears twice (also at %s)", p, id, q);
 		}
 		inv[id] = e;
 	}
@@ -124,9 +116,9 @@ int rt_check_ranks(const int *ids, int n, int *inv, void (*path)(char *, size_t,
 	while (inv[missing] >= 0)
 		missing++;
 	path(p, sizeof(p), ctx, outside);
-	return rt_errf(err,
-		       "%s%srank %d is missing (ranks must be 0..%d each exactly once; %s is %d)",
-		       list, *list ? ": " : "", missing, n - 1, p, ids[outside]);
+	return errprintf(err,
+			 "%s%srank %d is missing (ranks must be 0..%d each exactly once; %s is %d)",
+			 list, *list ? ": " : "", missing, n - 1, p, ids[outside]);
 }
 
 /* A fixed-size string field of a table built by a caller must hold a terminating NUL. */
@@ -149,7 +141,7 @@ static int rt_dev_cmp(const void *a, const void *b)
 
 /* Per node checks: one host and server_id, local ranks 0..k-1 once each, devices unique. */
 static int rt_check_nodes(const struct ranktable *rt, const struct rt_where *w,
-			  char err[RT_ERR_MAX])
+			  struct dp_error *err)
 {
 	int n = rt->world_size, m = rt->node_count, rv = -1;
 	int *first = malloc((size_t)m * sizeof(int)), *size = calloc((size_t)m, sizeof(int));
@@ -159,7 +151,7 @@ static int rt_check_nodes(const struct ranktable *rt, const struct rt_where *w,
 	char p[160], q[160];
 
 	if (!first || !size || !start || !slot || !byn || !dev) {
-		rt_errf(err, "out of memory checking %d ranks", n);
+		errprintf(err, "out of memory checking %d ranks", n);
 		goto out;
 	}
 	for (int i = 0; i < m; i++)
@@ -174,7 +166,7 @@ static int rt_check_nodes(const struct ranktable *rt, const struct rt_where *w,
 		}
 		if (strcmp(x->host, rt->ranks[f].host) != 0) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_HOST);
-			rt_errf(
+			errprintf(
 			    err,
 			    "%s: \"%s\" differs from \"%s\" of rank %d on the same node (node %d)",
 			    p, x->host, rt->ranks[f].host, f, x->node_rank);
@@ -182,7 +174,7 @@ static int rt_check_nodes(const struct ranktable *rt, const struct rt_where *w,
 		}
 		if (strcmp(x->server_id, rt->ranks[f].server_id) != 0) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_SERVER_ID);
-			rt_errf(
+			errprintf(
 			    err,
 			    "%s: \"%s\" differs from \"%s\" of rank %d on the same node (node %d)",
 			    p, x->server_id, rt->ranks[f].server_id, f, x->node_rank);
@@ -191,9 +183,10 @@ static int rt_check_nodes(const struct ranktable *rt, const struct rt_where *w,
 	}
 	for (int i = 0; i < m; i++) {
 		if (first[i] < 0) {
-			rt_errf(err,
-				"node %d has no ranks (node ranks must be 0..%d, each with a rank)",
-				i, m - 1);
+			errprintf(
+			    err,
+			    "node %d has no ranks (node ranks must be 0..%d, each with a rank)", i,
+			    m - 1);
 			goto out;
 		}
 	}
@@ -214,16 +207,17 @@ static int rt_check_nodes(const struct ranktable *rt, const struct rt_where *w,
 			int r = byn[s], l = rt->ranks[r].local_rank;
 			if (l >= size[i]) {
 				rt_path(p, sizeof(p), rt, w, r, RT_F_LOCAL_RANK);
-				rt_errf(err,
-					"%s: local rank %d is out of range: node %d has %d rank%s",
-					p, l, i, size[i], size[i] == 1 ? "" : "s");
+				errprintf(
+				    err, "%s: local rank %d is out of range: node %d has %d rank%s",
+				    p, l, i, size[i], size[i] == 1 ? "" : "s");
 				goto out;
 			}
 			if (slot[start[i] + l] >= 0) {
 				rt_path(p, sizeof(p), rt, w, r, RT_F_LOCAL_RANK);
-				rt_errf(err,
-					"%s: local rank %d appears twice on node %d (also rank %d)",
-					p, l, i, slot[start[i] + l]);
+				errprintf(
+				    err,
+				    "%s: local rank %d appears twice on node %d (also rank %d)", p,
+				    l, i, slot[start[i] + l]);
 				goto out;
 			}
 			slot[start[i] + l] = r;
@@ -236,8 +230,8 @@ static int rt_check_nodes(const struct ranktable *rt, const struct rt_where *w,
 				continue;
 			rt_path(p, sizeof(p), rt, w, dev[s].rank, RT_F_DEVICE_ID);
 			rt_path(q, sizeof(q), rt, w, dev[s - 1].rank, RT_F_DEVICE_ID);
-			rt_errf(err, "%s: device %d appears twice on node %s (also at %s)", p,
-				dev[s].device_id, rt->ranks[dev[s].rank].host, q);
+			errprintf(err, "%s: device %d appears twice on node %s (also at %s)", p,
+				  dev[s].device_id, rt->ranks[dev[s].rank].host, q);
 			goto out;
 		}
 	}
@@ -252,79 +246,80 @@ out:
 	return rv;
 }
 
-int rt_check(const struct ranktable *rt, const struct rt_where *w, char err[RT_ERR_MAX])
+int rt_check(const struct ranktable *rt, const struct rt_where *w, struct dp_error *err)
 {
 	int n = rt->world_size;
 	char p[160];
 
 	if (n < 1 || n > RT_WORLD_MAX)
-		return rt_errf(err, "dptrain.world_size: %d is out of range (1..%d)", n,
-			       RT_WORLD_MAX);
+		return errprintf(err, "dptrain.world_size: %d is out of range (1..%d)", n,
+				 RT_WORLD_MAX);
 	if (!rt->ranks)
-		return rt_errf(err, "the table has no ranks");
+		return errprintf(err, "the table has no ranks");
 	if (rt->node_count < 1 || rt->node_count > n)
-		return rt_errf(err, "server_count: %d nodes for %d ranks (expected 1..%d)",
-			       rt->node_count, n, n);
+		return errprintf(err, "server_count: %d nodes for %d ranks (expected 1..%d)",
+				 rt->node_count, n, n);
 	if (!rt_terminated(rt->master_addr, sizeof(rt->master_addr)) ||
 	    (rt->master_addr[0] && !rt_is_address(rt->master_addr) &&
 	     !rt_is_hostname(rt->master_addr)))
-		return rt_errf(
+		return errprintf(
 		    err,
 		    "dptrain.master_addr: \"%.64s\" is not an IPv4 or IPv6 address or a host name",
 		    rt->master_addr);
 	if (rt->master_port < 0 || rt->master_port > 65535)
-		return rt_errf(err, "dptrain.master_port: %d is out of range (1..65535)",
-			       rt->master_port);
+		return errprintf(err, "dptrain.master_port: %d is out of range (1..65535)",
+				 rt->master_port);
 	if (!rt_terminated(rt->job_id, sizeof(rt->job_id)) || !rt_is_token(rt->job_id))
-		return rt_errf(err, "dptrain.job_id: \"%.*s\" is not printable text without spaces",
-			       (int)sizeof(rt->job_id) - 1, rt->job_id);
+		return errprintf(err,
+				 "dptrain.job_id: \"%.*s\" is not printable text without spaces",
+				 (int)sizeof(rt->job_id) - 1, rt->job_id);
 	if (!rt_terminated(rt->step_id, sizeof(rt->step_id)) || !rt_is_token(rt->step_id))
-		return rt_errf(err,
-			       "dptrain.step_id: \"%.*s\" is not printable text without spaces",
-			       (int)sizeof(rt->step_id) - 1, rt->step_id);
+		return errprintf(err,
+				 "dptrain.step_id: \"%.*s\" is not printable text without spaces",
+				 (int)sizeof(rt->step_id) - 1, rt->step_id);
 
 	for (int r = 0; r < n; r++) {
 		const struct rt_rank *x = &rt->ranks[r];
 		if (x->node_rank < 0 || x->node_rank >= rt->node_count) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_NODE_RANK);
-			return rt_errf(err, "%s: node rank %d is out of range (0..%d)", p,
-				       x->node_rank, rt->node_count - 1);
+			return errprintf(err, "%s: node rank %d is out of range (0..%d)", p,
+					 x->node_rank, rt->node_count - 1);
 		}
 		if (!rt_terminated(x->host, sizeof(x->host)) || !x->host[0] ||
 		    !rt_is_token(x->host)) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_HOST);
-			return rt_errf(err,
-				       "%s: \"%.*s\" is not a host name (printable, no spaces)", p,
-				       (int)sizeof(x->host) - 1, x->host);
+			return errprintf(err,
+					 "%s: \"%.*s\" is not a host name (printable, no spaces)",
+					 p, (int)sizeof(x->host) - 1, x->host);
 		}
 		if (!rt_terminated(x->server_id, sizeof(x->server_id)) ||
 		    !rt_is_address(x->server_id)) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_SERVER_ID);
-			return rt_errf(err, "%s: \"%.*s\" is not an IPv4 or IPv6 address", p,
-				       (int)sizeof(x->server_id) - 1, x->server_id);
+			return errprintf(err, "%s: \"%.*s\" is not an IPv4 or IPv6 address", p,
+					 (int)sizeof(x->server_id) - 1, x->server_id);
 		}
 		if (!rt_terminated(x->addr, sizeof(x->addr)) || !rt_is_address(x->addr)) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_DEVICE_IP);
-			return rt_errf(err, "%s: \"%.*s\" is not an IPv4 or IPv6 address", p,
-				       (int)sizeof(x->addr) - 1, x->addr);
+			return errprintf(err, "%s: \"%.*s\" is not an IPv4 or IPv6 address", p,
+					 (int)sizeof(x->addr) - 1, x->addr);
 		}
 		if (x->device_id < 0) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_DEVICE_ID);
-			return rt_errf(err, "%s: device %d is negative", p, x->device_id);
+			return errprintf(err, "%s: device %d is negative", p, x->device_id);
 		}
 		if (x->local_rank < 0) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_LOCAL_RANK);
-			return rt_errf(err, "%s: local rank %d is negative", p, x->local_rank);
+			return errprintf(err, "%s: local rank %d is negative", p, x->local_rank);
 		}
 		if (x->gpu < -1) {
 			rt_path(p, sizeof(p), rt, w, r, RT_F_GPU);
-			return rt_errf(err, "%s: %d is not a GPU index (-1 for none)", p, x->gpu);
+			return errprintf(err, "%s: %d is not a GPU index (-1 for none)", p, x->gpu);
 		}
 	}
 	return rt_check_nodes(rt, w, err);
 }
 
-int rt_validate(const struct ranktable *rt, char err[RT_ERR_MAX])
+int rt_validate(const struct ranktable *rt, struct dp_error *err)
 {
 	return rt_check(rt, NULL, err);
 }

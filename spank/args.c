@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "spank/dptrain.h"
 
 /* Where `make install` puts the programs; the Makefile passes it for the plugin's objects.
@@ -20,47 +21,46 @@
 
 #define DP_KNOWN_KEYS "launcher=, trainer=, output_dir=, iface=, timeout="
 
-static int dp_set(char *dst, size_t size, const char *key, const char *val, char *err,
-		  size_t errlen)
+static int dp_set(char *dst, size_t size, const char *key, const char *val, struct dp_error *err)
 {
 	if (strlen(val) >= size) {
-		snprintf(err, errlen, "dptrain: plugstack.conf: %s= is longer than %zu characters",
-			 key, size - 1);
+		errprintf(err, "dptrain: plugstack.conf: %s= is longer than %zu characters", key,
+			  size - 1);
 		return -1;
 	}
 	strcpy(dst, val);
 	return 0;
 }
 
-static int dp_check_path(const char *key, const char *val, char *err, size_t errlen)
+static int dp_check_path(const char *key, const char *val, struct dp_error *err)
 {
 	if (val[0] != '/') {
-		snprintf(err, errlen,
-			 "dptrain: plugstack.conf: %s=%s is not an absolute path (the task's "
-			 "PATH and working directory are the user's, not yours)",
-			 key, val);
+		errprintf(err,
+			  "dptrain: plugstack.conf: %s=%s is not an absolute path (the task's "
+			  "PATH and working directory are the user's, not yours)",
+			  key, val);
 		return -1;
 	}
 	return 0;
 }
 
 /* An interface name as the kernel takes it (IFNAMSIZ 16, no '/' or blanks). */
-static int dp_check_iface(const char *val, char *err, size_t errlen)
+static int dp_check_iface(const char *val, struct dp_error *err)
 {
 	size_t n = strlen(val);
 
 	if (n >= 16 || strcspn(val, "/ \t:") != n) {
-		snprintf(err, errlen,
-			 "dptrain: plugstack.conf: iface=%s is not a network interface name "
-			 "(at most 15 characters, no '/', ':' or blanks; e.g. iface=eth0)",
-			 val);
+		errprintf(err,
+			  "dptrain: plugstack.conf: iface=%s is not a network interface name "
+			  "(at most 15 characters, no '/', ':' or blanks; e.g. iface=eth0)",
+			  val);
 		return -1;
 	}
 	return 0;
 }
 
 /* Whole seconds: dptrain-launch reads DPTRAIN_TIMEOUT as an integer. */
-static int dp_check_timeout(const char *val, char *err, size_t errlen)
+static int dp_check_timeout(const char *val, struct dp_error *err)
 {
 	char *end;
 	long s;
@@ -68,16 +68,16 @@ static int dp_check_timeout(const char *val, char *err, size_t errlen)
 	errno = 0;
 	s = strtol(val, &end, 10);
 	if (errno || end == val || *end || s < 1 || s > 7 * 86400) {
-		snprintf(err, errlen,
-			 "dptrain: plugstack.conf: timeout=%s is not a whole number of seconds "
-			 "from 1 to 604800 (e.g. timeout=300)",
-			 val);
+		errprintf(err,
+			  "dptrain: plugstack.conf: timeout=%s is not a whole number of seconds "
+			  "from 1 to 604800 (e.g. timeout=300)",
+			  val);
 		return -1;
 	}
 	return 0;
 }
 
-int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen)
+int dp_args_parse(struct dp_args *a, int ac, char **av, struct dp_error *err)
 {
 	unsigned seen = 0;
 	int i;
@@ -99,45 +99,43 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen
 			    !strncmp(av[i], keys[k], strlen(keys[k])))
 				break;
 		if (!eq || k == sizeof(keys) / sizeof(keys[0])) {
-			snprintf(err, errlen,
-				 "dptrain: plugstack.conf: unknown argument '%s' for dptrain.so "
-				 "(known: " DP_KNOWN_KEYS ")",
-				 av[i]);
+			errprintf(err,
+				  "dptrain: plugstack.conf: unknown argument '%s' for dptrain.so "
+				  "(known: " DP_KNOWN_KEYS ")",
+				  av[i]);
 			return -1;
 		}
 		if (seen & (1u << k)) {
-			snprintf(err, errlen, "dptrain: plugstack.conf: %s= is given twice",
-				 keys[k]);
+			errprintf(err, "dptrain: plugstack.conf: %s= is given twice", keys[k]);
 			return -1;
 		}
 		seen |= 1u << k;
 		if (!*val) {
-			snprintf(err, errlen,
-				 "dptrain: plugstack.conf: %s= is empty (leave it out for the "
-				 "default)",
-				 keys[k]);
+			errprintf(err,
+				  "dptrain: plugstack.conf: %s= is empty (leave it out for the "
+				  "default)",
+				  keys[k]);
 			return -1;
 		}
 		switch (k) {
 		case 0:
-			rc = dp_check_path(keys[k], val, err, errlen) ||
-			     dp_set(a->launcher, sizeof(a->launcher), keys[k], val, err, errlen);
+			rc = dp_check_path(keys[k], val, err) ||
+			     dp_set(a->launcher, sizeof(a->launcher), keys[k], val, err);
 			break;
 		case 1:
-			rc = dp_check_path(keys[k], val, err, errlen) ||
-			     dp_set(a->trainer, sizeof(a->trainer), keys[k], val, err, errlen);
+			rc = dp_check_path(keys[k], val, err) ||
+			     dp_set(a->trainer, sizeof(a->trainer), keys[k], val, err);
 			break;
 		case 2:
-			rc =
-			    dp_set(a->output_dir, sizeof(a->output_dir), keys[k], val, err, errlen);
+			rc = dp_set(a->output_dir, sizeof(a->output_dir), keys[k], val, err);
 			break;
 		case 3:
-			rc = dp_check_iface(val, err, errlen) ||
-			     dp_set(a->iface, sizeof(a->iface), keys[k], val, err, errlen);
+			rc = dp_check_iface(val, err) ||
+			     dp_set(a->iface, sizeof(a->iface), keys[k], val, err);
 			break;
 		default:
-			rc = dp_check_timeout(val, err, errlen) ||
-			     dp_set(a->timeout, sizeof(a->timeout), keys[k], val, err, errlen);
+			rc = dp_check_timeout(val, err) ||
+			     dp_set(a->timeout, sizeof(a->timeout), keys[k], val, err);
 			break;
 		}
 		if (rc)

@@ -68,7 +68,7 @@ static void dp_keep_args_error(const char *err, int ac, char **av)
 
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
-	char err[1024];
+	struct dp_error err;
 
 	if (!dp_context_used())
 		return 0;
@@ -78,8 +78,8 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		return -1;
 	}
 	dp.args_error[0] = '\0';
-	if (dp_args_parse(&dp.args, ac, av, err, sizeof(err)) < 0)
-		dp_keep_args_error(err, ac, av);
+	if (dp_args_parse(&dp.args, ac, av, &err) < 0)
+		dp_keep_args_error(err.text, ac, av);
 	return 0;
 }
 

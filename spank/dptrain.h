@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <slurm/spank.h>
+#include "common/error.h"
 
 /* Environment the plugin reads (srun/sbatch side) and sets (in the task). */
 #define DP_ENV_CONFIG	  "DPTRAIN_CONFIG"
@@ -44,7 +45,7 @@ struct dp_plugin {
 
 /* args.c: parse plugstack.conf's "key=value" words into a (defaults first). Returns 0, or -1
  * with a message starting "dptrain: " in err. */
-int dp_args_parse(struct dp_args *a, int ac, char **av, char *err, size_t errlen);
+int dp_args_parse(struct dp_args *a, int ac, char **av, struct dp_error *err);
 
 /* local.c: srun, sbatch and salloc. Validates the config and exports its absolute path. */
 int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp);

@@ -73,7 +73,8 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 {
 	const char *given = dp->option;
 	const char *from = "--dptrain";
-	char path[PATH_MAX], err[2048];
+	char path[PATH_MAX];
+	struct dp_error err;
 	struct cfg c;
 	int i, rv = -1;
 
@@ -106,8 +107,9 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	} else if (dp_absolute(given, path, sizeof(path)) < 0) {
 		goto out;
 	}
-	if (cfg_load(&c, path, 0, NULL, err, sizeof(err)) < 0) {
-		slurm_error("dptrain: %s (from %s=%s); nothing was launched", err, from, given);
+	if (cfg_load(&c, path, 0, NULL, &err) < 0) {
+		slurm_error("dptrain: %s (from %s=%s); nothing was launched", err.text, from,
+			    given);
 		goto out;
 	}
 	for (i = 0; i < c.nwarnings; i++)
@@ -123,8 +125,8 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	 * it. sbatch and salloc make none: their sruns do. */
 	if (spank_context() == S_CTX_LOCAL) {
 		char secret[DP_SECRET_LEN + 1];
-		if (dp_secret_make(secret, err, sizeof(err)) < 0) {
-			slurm_error("dptrain: %s; nothing was launched", err);
+		if (dp_secret_make(secret, &err) < 0) {
+			slurm_error("dptrain: %s; nothing was launched", err.text);
 			goto out;
 		}
 		if (setenv(DP_SECRET_ENV, secret, 1) < 0) {

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common/failf.h"
+#include "common/error.h"
 
 #define SCALE_MIN 0x1p-24 /* overflowing even here: the gradients are not finite at all */
 #define SCALE_MAX 1e30	  /* precision.loss_scale's largest */
@@ -20,7 +20,7 @@ void loss_scale_init(struct loss_scale *sc, const struct cfg_precision *p)
 }
 
 int loss_scale_check(struct loss_scale *sc, struct nn_model *m, long step, FILE *out, int rank0,
-		     char *err, size_t errlen)
+		     struct dp_error *err)
 {
 	struct backend *be = m->be;
 	double ss = 0;
@@ -28,13 +28,13 @@ int loss_scale_check(struct loss_scale *sc, struct nn_model *m, long step, FILE 
 		return 1;
 	if (sc->dynamic) {
 		if (be->ops->sumsq(be, m->grads, m->param_total, &ss) < 0)
-			return failf(err, errlen, "loss scaling at step %ld: %s", step, be->err);
+			return errprintf(err, "loss scaling at step %ld: %s", step, be->err.text);
 		if (!isfinite(ss)) {
 			sc->skipped++;
 			sc->good = 0;
 			if (sc->scale / 2 < SCALE_MIN)
-				return failf(
-				    err, errlen,
+				return errprintf(
+				    err,
 				    "step %ld: the gradients are not finite even at loss "
 				    "scale %g (%ld steps skipped): training diverged; lower "
 				    "optimizer.lr or check the data",
@@ -50,7 +50,7 @@ int loss_scale_check(struct loss_scale *sc, struct nn_model *m, long step, FILE 
 	}
 	if (be->ops->axpby(be, (float)(1.0 / sc->scale), m->grads, 0.0f, m->grads, m->param_total) <
 	    0)
-		return failf(err, errlen, "loss scaling at step %ld: %s", step, be->err);
+		return errprintf(err, "loss scaling at step %ld: %s", step, be->err.text);
 	if (sc->dynamic && ++sc->good >= sc->interval) {
 		sc->good = 0;
 		if (sc->scale * 2 <= SCALE_MAX)

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 
+#include "common/error.h"
 #include "trainer/config/config.h"
 #include "trainer/nn/nn.h"
 
@@ -27,7 +28,7 @@ void loss_scale_init(struct loss_scale *sc, const struct cfg_precision *p);
  * -1 with err when the gradients are not finite even at the smallest scale, or the backend
  * failed. */
 int loss_scale_check(struct loss_scale *sc, struct nn_model *m, long step, FILE *out, int rank0,
-		     char *err, size_t errlen);
+		     struct dp_error *err);
 
 /* Tests: DPTRAIN_TEST_OVERFLOW_AT="3,7" makes the (reduced) gradients of those steps (1-based,
  * global) infinite, as an fp16 overflow would; set it for every rank. 1 when step is one. */

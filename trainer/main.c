@@ -2,6 +2,7 @@
  * Owns the arguments, where this rank's outputs go, and the exit codes; the config is
  * trainer/config/, the training loop trainer/train.c. */
 #define _GNU_SOURCE
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 #include "trainer/dist/comm.h"
 #include "trainer/config/config.h"
@@ -336,14 +337,15 @@ static int make_dirs(const char *path)
 /* dptrain --devices: the GPUs as this process sees them (after CUDA_VISIBLE_DEVICES). */
 static int list_devices(void)
 {
-	char why[512], desc[512];
-	int n = be_cuda_device_count(why, sizeof(why));
+	char desc[512];
+	struct dp_error why;
+	int n = be_cuda_device_count(&why);
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	be_cpu_describe(desc, sizeof(desc));
 	printf("CPU: %s\n", desc);
 	if (n <= 0) {
-		printf("no GPU: %s (CUDA_VISIBLE_DEVICES=%s); dptrain trains on the CPU\n", why,
-		       cvd ? cvd : "(unset)");
+		printf("no GPU: %s (CUDA_VISIBLE_DEVICES=%s); dptrain trains on the CPU\n",
+		       why.text, cvd ? cvd : "(unset)");
 		return 1;
 	}
 	for (int i = 0; i < n; i++) { /* a GPU that cannot be described is still listed */
@@ -356,48 +358,48 @@ static int list_devices(void)
 /* The GPU this rank trains on, or -1 for the CPU: device.kind, and DPTRAIN_GPU, the device
  * index the launcher chose from the rank's CUDA_VISIBLE_DEVICES (-1: it found none). Run by
  * hand (no DPTRAIN_GPU), GPU 0 when there is one. */
-static int choose_gpu(const struct cfg *c, int rank, char *err, size_t errlen)
+static int choose_gpu(const struct cfg *c, int rank, struct dp_error *err)
 {
 	const char *env = getenv("DPTRAIN_GPU"), *cvd = getenv("CUDA_VISIBLE_DEVICES");
-	char why[512];
 	int gpu = 0;
 	if (c->device.kind == CFG_DEVICE_CPU)
 		return -1;
-	if (rt_env_int("DPTRAIN_GPU", -1, 1 << 20, &gpu, why, sizeof(why)) < 0) {
-		snprintf(err, errlen,
-			 "%s: not a GPU index (or -1 for none); it is set by dptrain-launch, unset "
-			 "it to run by hand",
-			 why);
+	if (rt_env_int("DPTRAIN_GPU", -1, 1 << 20, &gpu, err) < 0) {
+		errprintf(
+		    err,
+		    "%s: not a GPU index (or -1 for none); it is set by dptrain-launch, unset "
+		    "it to run by hand",
+		    err->text);
 		return -2;
 	}
 	if (gpu == -1) {
 		if (c->device.kind == CFG_DEVICE_AUTO)
 			return -1;
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "device.kind is cuda, but the launcher found no GPU for rank %d "
 		    "(CUDA_VISIBLE_DEVICES=%s): ask Slurm for GPUs (srun --gpus-per-task=1) or "
 		    "set device.kind to auto or cpu",
 		    rank, cvd ? cvd : "(unset)");
 		return -2;
 	}
-	int n = be_cuda_device_count(why, sizeof(why));
+	int n = be_cuda_device_count(err); /* why there is none */
 	if (n <= 0 || gpu >= n) {
 		if (c->device.kind == CFG_DEVICE_AUTO && n <= 0 && !(env && *env))
 			return -1;
 		if (n <= 0)
-			snprintf(err, errlen,
-				 "device.kind is %s, but rank %d has no usable GPU: %s "
-				 "(CUDA_VISIBLE_DEVICES=%s); set device.kind to cpu, or run where "
-				 "there is a GPU",
-				 c->device.kind == CFG_DEVICE_AUTO
-				     ? "auto and the launcher assigned "
-				       "a GPU"
-				     : "cuda",
-				 rank, why, cvd ? cvd : "(unset)");
+			errprintf(err,
+				  "device.kind is %s, but rank %d has no usable GPU: %s "
+				  "(CUDA_VISIBLE_DEVICES=%s); set device.kind to cpu, or run where "
+				  "there is a GPU",
+				  c->device.kind == CFG_DEVICE_AUTO
+				      ? "auto and the launcher assigned "
+					"a GPU"
+				      : "cuda",
+				  rank, err->text, cvd ? cvd : "(unset)");
 		else
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "rank %d was given GPU %d, but it sees only %d (CUDA_VISIBLE_DEVICES="
 			    "%s)",
 			    rank, gpu, n, cvd ? cvd : "(unset)");
@@ -415,24 +417,26 @@ struct dist {
 };
 
 static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_size, int gpu,
-		     char *err, size_t errlen)
+		     struct dp_error *err)
 {
 	const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
 	const char *rtpath = getenv("DPTRAIN_RANK_TABLE");
 	struct ranktable rt = {0};
-	char rterr[RT_ERR_MAX], job[2 * RT_ID_MAX + 2] = "", e2[2048];
+	char job[2 * RT_ID_MAX + 2] = "";
 	const char **hosts = NULL;
 	int p = env_int("MASTER_PORT", 0), rv = -1;
 	if (!addr || !*addr || !port || !*port || p < 1 || p > 65535) {
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "WORLD_SIZE=%d but MASTER_ADDR/MASTER_PORT (\"%s\", \"%s\") do not name rank "
 		    "0's rendezvous endpoint; start the ranks with srun --dptrain or "
 		    "dptrain-run, or set both as torchrun does",
 		    world_size, addr ? addr : "", port ? port : "");
 		return -1;
 	}
-	if (rtpath && *rtpath && rt_read(&rt, rtpath, rterr) == 0 && rt.world_size == world_size) {
+	/* the rank table only adds the hosts' names to messages: one that cannot be read is
+	 * left out */
+	if (rtpath && *rtpath && rt_read(&rt, rtpath, err) == 0 && rt.world_size == world_size) {
 		hosts = calloc((size_t)world_size, sizeof(*hosts));
 		for (int i = 0; hosts && i < world_size; i++)
 			hosts[i] = rt.ranks[i].host;
@@ -450,21 +454,19 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 	    .timeout_s = rendezvous_timeout(c),
 	    .stop = &stop.requested,
 	};
-	if ((rv = store_open(&d->st, &so, e2, sizeof(e2))) < 0) {
-		snprintf(err, errlen, "%s", e2);
+	if ((rv = store_open(&d->st, &so, err)) < 0)
 		goto out;
-	}
 	rv = -1;
 	if (gpu >= 0) {
 		struct comm_nccl_opts no = {.device = gpu, .timeout_s = c->timeouts.collective_s};
-		if (comm_nccl_create(&d->comm, d->st, &no, e2, sizeof(e2)) < 0) {
-			snprintf(err, errlen, "collectives on GPU %d: %s", gpu, e2);
+		if (comm_nccl_create(&d->comm, d->st, &no, err) < 0) {
+			errprefix(err, "collectives on GPU %d", gpu);
 			goto out;
 		}
 	} else {
 		struct comm_cpu_opts co = {.timeout_s = c->timeouts.collective_s};
-		if (comm_cpu_create(&d->comm, d->st, &co, e2, sizeof(e2)) < 0) {
-			snprintf(err, errlen, "collectives: %s", e2);
+		if (comm_cpu_create(&d->comm, d->st, &co, err) < 0) {
+			errprefix(err, "collectives");
 			goto out;
 		}
 	}
@@ -527,12 +529,12 @@ static int stopped_early(int rank, const char *other)
  * error, exit 3, instead of exit 4). A request after the vote is seen at the first step's
  * vote, with a checkpoint. 1: stop (this rank said so when it saw the request itself), 0: go
  * on, -1: the vote failed, with err. */
-static int start_vote(struct dist *d, int rank, char *err, size_t errlen)
+static int start_vote(struct dist *d, int rank, struct dp_error *err)
 {
 	double asked = atomic_load(&stop.requested) ? 1 : 0;
 	if (!d->comm)
 		return stopped_early(rank, NULL);
-	if (d->comm->ops->allreduce(d->comm, &asked, 1, COMM_F64, COMM_SUM, err, errlen) < 0)
+	if (d->comm->ops->allreduce(d->comm, &asked, 1, COMM_F64, COMM_SUM, err) < 0)
 		return -1;
 	if (asked <= 0)
 		return 0;
@@ -543,7 +545,8 @@ static int start_vote(struct dist *d, int rank, char *err, size_t errlen)
  * run by hand, dptrain is rank 0 of 1 and writes to output.dir with %j = "local". */
 static int train(const struct cfg *c, int outdir_overridden)
 {
-	char outdir[4096], err[4096];
+	char outdir[4096];
+	struct dp_error err;
 	const char *od = getenv("DPTRAIN_OUTPUT_DIR");
 	struct train_env env = {.out = stdout};
 	struct train_result res;
@@ -584,9 +587,9 @@ static int train(const struct cfg *c, int outdir_overridden)
 		return EXIT_TRAIN;
 	}
 	env.output_dir = outdir;
-	env.gpu = choose_gpu(c, env.rank, err, sizeof(err));
+	env.gpu = choose_gpu(c, env.rank, &err);
 	if (env.gpu < -1) {
-		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err.text);
 		return EXIT_TRAIN;
 	}
 	/* DPTRAIN_DDP=1: the whole data-parallel machinery even for one rank (as torchrun
@@ -601,26 +604,26 @@ static int train(const struct cfg *c, int outdir_overridden)
 	}
 	struct dist dist = {0};
 	int dr = env.world_size > 1 || force_ddp
-		     ? dist_open(&dist, c, env.rank, env.world_size, env.gpu, err, sizeof(err))
+		     ? dist_open(&dist, c, env.rank, env.world_size, env.gpu, &err)
 		     : 0;
 	if (dr < 0) {
 		dist_close(&dist, c, 0);
-		if (stopped_early(env.rank, dr == STORE_STOPPED ? err : NULL))
+		if (stopped_early(env.rank, dr == STORE_STOPPED ? err.text : NULL))
 			return EXIT_STOPPED;
-		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err.text);
 		return EXIT_TRAIN;
 	}
 	env.comm = dist.comm;
-	int early = start_vote(&dist, env.rank, err, sizeof(err));
+	int early = start_vote(&dist, env.rank, &err);
 	if (early != 0) {
 		dist_close(&dist, c, 0);
 		if (early > 0 || stopped_early(env.rank, NULL))
 			return EXIT_STOPPED;
-		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err.text);
 		return EXIT_TRAIN;
 	}
-	if (train_run(c, &env, &res, err, sizeof(err)) < 0) {
-		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err);
+	if (train_run(c, &env, &res, &err) < 0) {
+		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err.text);
 		dist_close(&dist, c, 0);
 		return EXIT_TRAIN;
 	}
@@ -647,7 +650,7 @@ int main(int argc, char **argv)
 {
 	struct args a = {0};
 	struct cfg c = {0};
-	char err[1024];
+	struct dp_error err;
 	int rv;
 
 	block_stop_signals();
@@ -663,8 +666,8 @@ int main(int argc, char **argv)
 		rv = list_devices();
 		goto out;
 	}
-	if (cfg_load(&c, a.config, a.noverrides, a.overrides, err, sizeof(err)) < 0) {
-		fprintf(stderr, "dptrain: %s\n", err);
+	if (cfg_load(&c, a.config, a.noverrides, a.overrides, &err) < 0) {
+		fprintf(stderr, "dptrain: %s\n", err.text);
 		rv = EXIT_CONFIG;
 		goto out;
 	}

@@ -5,15 +5,15 @@
 #include <stdarg.h>
 #include <string.h>
 
-#include "common/failf.h"
+#include "common/error.h"
 
-int metrics_open(struct metrics *mt, const char *dir, char *err, size_t errlen)
+int metrics_open(struct metrics *mt, const char *dir, struct dp_error *err)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
 	mt->f = fopen(path, "a");
 	if (!mt->f)
-		return failf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return errprintf(err, "%s: cannot open: %s", path, strerror(errno));
 	return 0;
 }
 

@@ -18,7 +18,8 @@
 #include "trainer/dist/comm.h"
 #include "trainer/data/data.h"
 #include "trainer/dist/ddp.h"
-#include "common/failf.h"
+#include "common/error.h"
+#include "common/clock.h"
 #include "trainer/data/loader.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/nn/nn.h"
@@ -51,41 +52,41 @@ static void split_free(struct split *sp)
 }
 
 static int load_set(struct data_set *ds, const struct cfg *c, const struct cfg_data_source *src,
-		    const char *what, char *err, size_t errlen)
+		    const char *what, struct dp_error *err)
 {
-	char derr[4096];
 	int rv = -1;
 	switch (c->data.format) {
 	case CFG_DATA_IDX:
-		rv = data_load_idx(ds, src->images, src->labels, derr);
+		rv = data_load_idx(ds, src->images, src->labels, err);
 		break;
 	case CFG_DATA_CIFAR10:
-		rv = data_load_cifar10(ds, src->files.n, (const char *const *)src->files.v, derr);
+		rv = data_load_cifar10(ds, src->files.n, (const char *const *)src->files.v, err);
 		break;
 	case CFG_DATA_SYNTHETIC:
 		rv = data_synthetic(ds, (size_t)src->size, c->model.input_shape[0],
 				    c->model.input_shape[1], c->model.input_shape[2],
 				    c->model.num_classes,
-				    (uint64_t)c->data.seed + (strcmp(what, "eval") == 0), derr);
+				    (uint64_t)c->data.seed + (strcmp(what, "eval") == 0), err);
 		break;
 	}
 	if (rv < 0)
-		return failf(err, errlen, "data.%s: %s", what, derr);
+		return errprefix(err, "data.%s", what);
 	if (ds->channels != c->model.input_shape[0] || ds->height != c->model.input_shape[1] ||
 	    ds->width != c->model.input_shape[2]) {
-		failf(err, errlen,
-		      "data.%s: %s holds %dx%dx%d images but model.input_shape is [%d, %d, %d]; "
-		      "set model.input_shape to match the data",
-		      what, ds->name, ds->channels, ds->height, ds->width, c->model.input_shape[0],
-		      c->model.input_shape[1], c->model.input_shape[2]);
+		errprintf(
+		    err,
+		    "data.%s: %s holds %dx%dx%d images but model.input_shape is [%d, %d, %d]; "
+		    "set model.input_shape to match the data",
+		    what, ds->name, ds->channels, ds->height, ds->width, c->model.input_shape[0],
+		    c->model.input_shape[1], c->model.input_shape[2]);
 		data_free(ds);
 		return -1;
 	}
 	if (ds->num_classes > c->model.num_classes) {
-		failf(err, errlen,
-		      "data.%s: %s has labels up to %d but model.num_classes is %d; raise "
-		      "model.num_classes",
-		      what, ds->name, ds->num_classes - 1, c->model.num_classes);
+		errprintf(err,
+			  "data.%s: %s has labels up to %d but model.num_classes is %d; raise "
+			  "model.num_classes",
+			  what, ds->name, ds->num_classes - 1, c->model.num_classes);
 		data_free(ds);
 		return -1;
 	}
@@ -107,11 +108,10 @@ static void pinned_free(void *ctx, void *p)
 }
 
 static int split_open(struct split *sp, const struct cfg *c, const struct train_env *env,
-		      struct backend *be, int train, char *err, size_t errlen)
+		      struct backend *be, int train, struct dp_error *err)
 {
 	const char *what = train ? "train" : "eval";
-	char e2[4096]; /* larger than every module's error size */
-	if (load_set(&sp->ds, c, train ? &c->data.train : &c->data.eval, what, err, errlen) < 0)
+	if (load_set(&sp->ds, c, train ? &c->data.train : &c->data.eval, what, err) < 0)
 		return -1;
 	sp->have_ds = 1;
 	struct tf_spec ts = {.seed = (uint64_t)c->data.seed};
@@ -127,14 +127,14 @@ static int split_open(struct split *sp, const struct cfg *c, const struct train_
 			ts.mean[i] = (float)t->normalize.mean.v[i];
 			ts.std[i] = (float)t->normalize.std.v[i];
 		}
-	if (tf_init(&sp->tf, &ts, sp->ds.channels, sp->ds.height, sp->ds.width, e2) < 0)
-		return failf(err, errlen, "data.transforms: %s", e2);
+	if (tf_init(&sp->tf, &ts, sp->ds.channels, sp->ds.height, sp->ds.width, err) < 0)
+		return errprefix(err, "data.transforms");
 	int rv =
 	    train ? sampler_init(&sp->s, sp->ds.count, env->world_size, env->rank, c->data.shuffle,
-				 (uint64_t)c->data.seed, c->data.drop_remainder, e2)
-		  : sampler_init_eval(&sp->s, sp->ds.count, env->world_size, env->rank, e2);
+				 (uint64_t)c->data.seed, c->data.drop_remainder, err)
+		  : sampler_init_eval(&sp->s, sp->ds.count, env->world_size, env->rank, err);
 	if (rv < 0)
-		return failf(err, errlen, "data.%s: %s", what, e2);
+		return errprefix(err, "data.%s", what);
 	sp->have_s = 1;
 	struct loader_opts lo = {
 	    .batch_size = train ? c->data.batch_size : c->data.eval_batch_size,
@@ -145,8 +145,8 @@ static int split_open(struct split *sp, const struct cfg *c, const struct train_
 	if (be->ops->host_alloc)
 		lo.alloc =
 		    (struct loader_alloc){.alloc = pinned_alloc, .free = pinned_free, .ctx = be};
-	if (loader_create(&sp->l, &sp->ds, &sp->s, &sp->tf, &lo, e2) < 0)
-		return failf(err, errlen, "data.%s: %s", what, e2);
+	if (loader_create(&sp->l, &sp->ds, &sp->s, &sp->tf, &lo, err) < 0)
+		return errprefix(err, "data.%s", what);
 	return 0;
 }
 
@@ -163,7 +163,7 @@ struct stage {
 	int next, cur;
 };
 
-static int stage_open(struct stage *st, struct backend *be, size_t floats, char *err, size_t errlen)
+static int stage_open(struct stage *st, struct backend *be, size_t floats, struct dp_error *err)
 {
 	memset(st, 0, sizeof(*st));
 	st->be = be;
@@ -172,8 +172,8 @@ static int stage_open(struct stage *st, struct backend *be, size_t floats, char 
 	st->cap = floats;
 	for (int i = 0; i < 2; i++)
 		if (!(st->x[i] = be->ops->alloc(be, floats * sizeof(float))))
-			return failf(err, errlen, "input buffers on the %s backend: %s",
-				     be->ops->name, be->err);
+			return errprintf(err, "input buffers on the %s backend: %s", be->ops->name,
+					 be->err.text);
 	return 0;
 }
 
@@ -194,7 +194,7 @@ static void stage_close(struct stage *st)
 
 /* The batch's images where the backend's ops can read them. */
 static int stage_put(struct stage *st, const struct loader_batch *b, size_t per_sample,
-		     const float **x, char *err, size_t errlen)
+		     const float **x, struct dp_error *err)
 {
 	struct backend *be = st->be;
 	size_t n = (size_t)b->n * per_sample;
@@ -204,11 +204,10 @@ static int stage_put(struct stage *st, const struct loader_batch *b, size_t per_
 	}
 	int i = st->next;
 	if (n > st->cap)
-		return failf(err, errlen, "a batch of %d samples does not fit the input buffers",
-			     b->n);
+		return errprintf(err, "a batch of %d samples does not fit the input buffers", b->n);
 	if (be->ops->mark_wait(be, st->used[i]) < 0 ||
 	    be->ops->upload(be, st->x[i], b->x, n * sizeof(float), &st->done[i]) < 0)
-		return failf(err, errlen, "uploading a batch: %s", be->err);
+		return errprintf(err, "uploading a batch: %s", be->err.text);
 	st->cur = i;
 	st->next = i ^ 1;
 	*x = st->x[i];
@@ -217,21 +216,21 @@ static int stage_put(struct stage *st, const struct loader_batch *b, size_t per_
 
 /* The work reading the current batch is issued: remember where it ends, and wait for the
  * upload to be over before the loader may refill the batch's buffer. */
-static int stage_done(struct stage *st, char *err, size_t errlen)
+static int stage_done(struct stage *st, struct dp_error *err)
 {
 	struct backend *be = st->be;
 	if (!be->ops->upload)
 		return 0;
 	if (be->ops->mark(be, &st->used[st->cur]) < 0 ||
 	    be->ops->mark_wait(be, st->done[st->cur]) < 0)
-		return failf(err, errlen, "after a batch: %s", be->err);
+		return errprintf(err, "after a batch: %s", be->err.text);
 	return 0;
 }
 
 /* [lo, hi) is the part of the flat buffers this rank updates: all of it, or with
  * parallel.enable_parallel_optimizer its equal contiguous share (ZeRO-1). */
 static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_model *m, size_t lo,
-			  size_t hi, char *err, size_t errlen)
+			  size_t hi, struct dp_error *err)
 {
 	struct optim_params p;
 	enum optim_kind kind = c->optimizer.name == CFG_OPT_ADAMW  ? OPTIM_ADAMW
@@ -247,7 +246,7 @@ static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_
 	p.eps = c->optimizer.eps;
 	struct optim_segment *segs = calloc((size_t)m->nparams, sizeof(*segs));
 	if (!segs)
-		return failf(err, errlen, "out of memory");
+		return errprintf(err, "out of memory");
 	for (int i = 0; i < m->nparams; i++) {
 		segs[i].name = m->params[i].name;
 		segs[i].offset = m->params[i].offset;
@@ -255,16 +254,15 @@ static int make_optimizer(struct optim *o, const struct cfg *c, const struct nn_
 		segs[i].decay = p.weight_decay != 0.0 &&
 				!(c->optimizer.no_decay_bn_bias && m->params[i].is_bn_or_bias);
 	}
-	int rv =
-	    lo == 0 && hi == m->param_total
-		? optim_init(o, &p, segs, m->nparams, m->param_total, err, errlen)
-		: optim_init_shard(o, &p, segs, m->nparams, m->param_total, lo, hi, err, errlen);
+	int rv = lo == 0 && hi == m->param_total
+		     ? optim_init(o, &p, segs, m->nparams, m->param_total, err)
+		     : optim_init_shard(o, &p, segs, m->nparams, m->param_total, lo, hi, err);
 	free(segs);
 	return rv;
 }
 
 static int make_schedule(struct lr_schedule *s, const struct cfg *c, long steps_per_epoch,
-			 long total_steps, char *err, size_t errlen)
+			 long total_steps, struct dp_error *err)
 {
 	const struct cfg_lr_schedule *l = &c->lr_schedule;
 	struct lr_schedule_params p = {.base_lr = c->optimizer.lr,
@@ -281,8 +279,8 @@ static int make_schedule(struct lr_schedule *s, const struct cfg *c, long steps_
 	p.warmup_steps = l->warmup_steps + (long)l->warmup_epochs * steps_per_epoch;
 	p.step_size = (long)l->step_size;
 	if (l->milestones.n > LR_SCHEDULE_MAX_MILESTONES)
-		return failf(err, errlen, "lr_schedule.milestones: at most %d",
-			     LR_SCHEDULE_MAX_MILESTONES);
+		return errprintf(err, "lr_schedule.milestones: at most %d",
+				 LR_SCHEDULE_MAX_MILESTONES);
 	for (int i = 0; i < l->milestones.n; i++)
 		p.milestones[i] = l->milestones.v[i];
 	p.nmilestones = l->milestones.n;
@@ -290,7 +288,7 @@ static int make_schedule(struct lr_schedule *s, const struct cfg *c, long steps_
 		p.total_steps = 1;
 	if (p.warmup_steps >= p.total_steps && p.kind == LR_SCHEDULE_COSINE)
 		p.warmup_steps = p.total_steps - 1;
-	if (lr_schedule_init(s, &p, err, errlen) < 0)
+	if (lr_schedule_init(s, &p, err) < 0)
 		return -1;
 	return 0;
 }
@@ -313,36 +311,34 @@ static struct train_pos position(const struct sampler *s, long step, int epoch, 
  * are then sent to everyone. Exact for SGD and AdamW (element-wise); LAMB's per-tensor norms
  * are summed over the shards. */
 static int zero_step(struct optim_exec *x, struct nn_model *m, struct comm *comm, double lr,
-		     char *err, size_t errlen)
+		     struct dp_error *err)
 {
-	char e2[2048];
 	double norm = 0, *sums = NULL;
 	int ns = optim_nsums(x->o), rv = -1;
 	if (optim_needs_grad_norm(x->o)) {
 		double gsq;
-		if (x->ops->grad_sumsq(x, m->grads, &gsq, e2, sizeof(e2)) < 0 ||
-		    comm->ops->allreduce(comm, &gsq, 1, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
+		if (x->ops->grad_sumsq(x, m->grads, &gsq, err) < 0 ||
+		    comm->ops->allreduce(comm, &gsq, 1, COMM_F64, COMM_SUM, err) < 0)
 			goto fail;
 		norm = sqrt(gsq);
 	}
 	if (!(sums = calloc((size_t)ns + 1, sizeof(*sums))))
-		return failf(err, errlen, "out of memory");
-	if (x->ops->prepare(x, m->weights, m->grads, norm, sums, e2, sizeof(e2)) < 0 ||
-	    (ns > 0 && comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, e2,
-					    sizeof(e2)) < 0) ||
-	    x->ops->apply(x, m->weights, m->grads, lr, sums, e2, sizeof(e2)) < 0)
+		return errprintf(err, "out of memory");
+	if (x->ops->prepare(x, m->weights, m->grads, norm, sums, err) < 0 ||
+	    (ns > 0 && comm->ops->allreduce(comm, sums, (size_t)ns, COMM_F64, COMM_SUM, err) < 0) ||
+	    x->ops->apply(x, m->weights, m->grads, lr, sums, err) < 0)
 		goto fail;
 	/* the shards go out from the backend's memory once the update is written there */
 	if (m->be->ops->sync(m->be) < 0) {
-		snprintf(e2, sizeof(e2), "%s", m->be->err);
+		errprintf(err, "%s", m->be->err.text);
 		goto fail;
 	}
-	if (comm_gather_shares(comm, m->weights, m->param_total, e2, sizeof(e2)) < 0)
+	if (comm_gather_shares(comm, m->weights, m->param_total, err) < 0)
 		goto fail;
 	rv = 0;
 	goto out;
 fail:
-	failf(err, errlen, "sharded optimizer step: %s", e2);
+	errprefix(err, "sharded optimizer step");
 out:
 	free(sums);
 	return rv;
@@ -351,28 +347,27 @@ out:
 /* Evaluate on this rank's shard of the eval set: sum of per-sample losses and correct
  * predictions, and the count; with a comm, summed over the ranks' shards. */
 static int evaluate(struct nn_model *m, struct split *ev, struct stage *st, struct comm *comm,
-		    double *loss_sum, long *correct, long *count, char *err, size_t errlen)
+		    double *loss_sum, long *correct, long *count, struct dp_error *err)
 {
 	size_t per_sample = (size_t)m->in_c * (size_t)m->in_h * (size_t)m->in_w;
-	char e2[4096];
 	struct loader_batch *b;
 	int rv;
 	*loss_sum = 0;
 	*correct = 0;
 	*count = 0;
 	nn_set_training(m, 0);
-	if (loader_start_epoch(ev->l, 0, 0, e2) < 0) {
+	if (loader_start_epoch(ev->l, 0, 0, err) < 0) {
 		nn_set_training(m, 1);
-		return failf(err, errlen, "data.eval: %s", e2);
+		return errprefix(err, "data.eval");
 	}
-	while ((rv = loader_next(ev->l, &b, e2)) == 1) {
+	while ((rv = loader_next(ev->l, &b, err)) == 1) {
 		float *logits, loss;
 		const float *x;
 		int ok;
-		if (stage_put(st, b, per_sample, &x, err, errlen) < 0 ||
-		    nn_forward(m, x, b->n, &logits, err, errlen) < 0 ||
-		    nn_loss(m, b->y, b->n, 0.0f, 1.0f, &loss, &ok, err, errlen) < 0 ||
-		    stage_done(st, err, errlen) < 0) {
+		if (stage_put(st, b, per_sample, &x, err) < 0 ||
+		    nn_forward(m, x, b->n, &logits, err) < 0 ||
+		    nn_loss(m, b->y, b->n, 0.0f, 1.0f, &loss, &ok, err) < 0 ||
+		    stage_done(st, err) < 0) {
 			loader_release(ev->l, b);
 			nn_set_training(m, 1);
 			return -1;
@@ -384,11 +379,11 @@ static int evaluate(struct nn_model *m, struct split *ev, struct stage *st, stru
 	}
 	nn_set_training(m, 1);
 	if (rv < 0)
-		return failf(err, errlen, "data.eval: %s", e2);
+		return errprefix(err, "data.eval");
 	if (comm) { /* every sample was seen by exactly one rank: the sums are the whole set's */
 		double sums[3] = {*loss_sum, (double)*correct, (double)*count};
-		if (comm->ops->allreduce(comm, sums, 3, COMM_F64, COMM_SUM, e2, sizeof(e2)) < 0)
-			return failf(err, errlen, "evaluation: %s", e2);
+		if (comm->ops->allreduce(comm, sums, 3, COMM_F64, COMM_SUM, err) < 0)
+			return errprefix(err, "evaluation");
 		*loss_sum = sums[0];
 		*correct = (long)sums[1];
 		*count = (long)sums[2];
@@ -437,10 +432,9 @@ struct run {
 };
 
 /* The backend: CUDA on env->gpu, else the CPU. */
-static int run_backend(struct run *r, char *err, size_t errlen)
+static int run_backend(struct run *r, struct dp_error *err)
 {
 	const struct cfg *c = r->c;
-	char e2[4096];
 	if (r->env->gpu >= 0) {
 		enum cfg_precision_mode pm = c->precision.mode;
 		struct be_cuda_opts co = {.tf32 = pm != CFG_PREC_FP32,
@@ -448,14 +442,13 @@ static int run_backend(struct run *r, char *err, size_t errlen)
 					  .act_dtype = pm == CFG_PREC_BF16   ? BE_BF16
 						       : pm == CFG_PREC_FP16 ? BE_F16
 									     : BE_F32};
-		if (!(r->be = be_cuda_create(r->env->gpu, &co, e2, sizeof(e2))))
-			return failf(err, errlen, "%s", e2);
+		if (!(r->be = be_cuda_create(r->env->gpu, &co, err)))
+			return -1;
 		return 0;
 	}
-	r->be =
-	    be_cpu_create(c->train.threads ? c->train.threads : r->env->threads, e2, sizeof(e2));
+	r->be = be_cpu_create(c->train.threads ? c->train.threads : r->env->threads, err);
 	if (!r->be)
-		return failf(err, errlen, "cpu backend: %s", e2);
+		return errprefix(err, "cpu backend");
 	/* half precision is a GPU mode: device.kind auto on a machine without a GPU (with
 	 * device.kind cpu the config check has already warned) */
 	if (r->rank0 && c->device.kind != CFG_DEVICE_CPU &&
@@ -468,10 +461,9 @@ static int run_backend(struct run *r, char *err, size_t errlen)
 }
 
 /* The model, with its first weights (model.init's, or drawn from the seed). */
-static int run_model(struct run *r, char *err, size_t errlen)
+static int run_model(struct run *r, struct dp_error *err)
 {
 	const struct cfg *c = r->c;
-	char e2[4096];
 	struct nn_spec spec = {
 	    .name = cfg_model_string(c->model.name),
 	    .c = c->model.input_shape[0],
@@ -482,20 +474,20 @@ static int run_model(struct run *r, char *err, size_t errlen)
 	    .hidden = c->model.hidden.n ? c->model.hidden.v : (const int[]){0}, /* [] */
 	    .nhidden = c->model.hidden.n,
 	};
-	if (nn_build(&r->m, r->be, &spec, err, errlen) < 0)
+	if (nn_build(&r->m, r->be, &spec, err) < 0)
 		return -1;
 	r->have_model = 1;
 	r->per_sample = (size_t)spec.c * (size_t)spec.h * (size_t)spec.w;
 	if (c->model.init) {
-		if (nn_load_weights(&r->m, c->model.init, e2, sizeof(e2)) < 0)
-			return failf(err, errlen, "model.init: %s", e2);
+		if (nn_load_weights(&r->m, c->model.init, err) < 0)
+			return errprefix(err, "model.init");
 		return 0;
 	}
-	return nn_init_weights(&r->m, (uint64_t)c->seed, err, errlen);
+	return nn_init_weights(&r->m, (uint64_t)c->seed, err);
 }
 
 /* DDP over env->comm: the gradient buckets, and rank 0's weights to everyone. */
-static int run_ddp(struct run *r, char *err, size_t errlen)
+static int run_ddp(struct run *r, struct dp_error *err)
 {
 	const struct cfg_parallel *p = &r->c->parallel;
 	size_t cap = (size_t)(p->bucket_cap_mb * 1024 * 1024);
@@ -517,35 +509,34 @@ static int run_ddp(struct run *r, char *err, size_t errlen)
 	    .fusion_split = p->all_reduce_fusion_config.v,
 	    .nfusion_split = p->all_reduce_fusion_config.n,
 	};
-	if (ddp_create(&r->ddp, &r->m, r->env->comm, &dop, err, errlen) < 0)
+	if (ddp_create(&r->ddp, &r->m, r->env->comm, &dop, err) < 0)
 		return -1;
-	if (p->parameter_broadcast && ddp_broadcast_params(r->ddp, err, errlen) < 0)
+	if (p->parameter_broadcast && ddp_broadcast_params(r->ddp, err) < 0)
 		return -1;
 	return 0;
 }
 
 /* The data (train and eval splits, the input's stage) and the run's length in steps. */
-static int run_data(struct run *r, char *err, size_t errlen)
+static int run_data(struct run *r, struct dp_error *err)
 {
 	const struct cfg *c = r->c;
-	char le[4096];
-	if (split_open(&r->tr, c, r->env, r->be, 1, err, errlen) < 0)
+	if (split_open(&r->tr, c, r->env, r->be, 1, err) < 0)
 		return -1;
-	if (c->data.eval.present && split_open(&r->ev, c, r->env, r->be, 0, err, errlen) < 0)
+	if (c->data.eval.present && split_open(&r->ev, c, r->env, r->be, 0, err) < 0)
 		return -1;
 	int max_batch = c->data.batch_size > c->data.eval_batch_size ? c->data.batch_size
 								     : c->data.eval_batch_size;
-	if (stage_open(&r->st, r->be, (size_t)max_batch * r->per_sample, err, errlen) < 0)
+	if (stage_open(&r->st, r->be, (size_t)max_batch * r->per_sample, err) < 0)
 		return -1;
 	r->accum = c->parallel.grad_accumulation_step;
 	r->per_step = (size_t)c->data.batch_size * (size_t)r->accum;
-	if (loader_start_epoch(r->tr.l, 0, 0, le) < 0)
-		return failf(err, errlen, "data.train: %s", le);
+	if (loader_start_epoch(r->tr.l, 0, 0, err) < 0)
+		return errprefix(err, "data.train");
 	long batches = (long)loader_batches(r->tr.l);
 	r->spe = batches / r->accum;
 	if (r->spe < 1)
-		return failf(
-		    err, errlen,
+		return errprintf(
+		    err,
 		    "parallel.grad_accumulation_step %d needs at least %d batches per epoch, rank "
 		    "%d has %ld; lower it or data.batch_size",
 		    r->accum, r->accum, r->env->rank, batches);
@@ -558,34 +549,34 @@ static int run_data(struct run *r, char *err, size_t errlen)
 
 /* The optimizer and the schedule, then the checkpoint to resume from, if any: weights,
  * optimizer state, position and loss scale. */
-static int run_optimizer(struct run *r, char *err, size_t errlen)
+static int run_optimizer(struct run *r, struct dp_error *err)
 {
 	const struct cfg *c = r->c;
 	const struct train_env *env = r->env;
-	char from[1024], e2[4096];
+	char from[1024];
 	/* ZeRO-1: a rank keeps optimizer state for and updates only its comm_share */
 	r->zero = env->comm && c->parallel.enable_parallel_optimizer;
 	r->zlo = 0;
 	r->zhi = r->m.param_total;
 	if (r->zero)
 		comm_share(r->m.param_total, env->rank, env->world_size, &r->zlo, &r->zhi);
-	if (make_optimizer(&r->o, c, &r->m, r->zlo, r->zhi, err, errlen) < 0)
+	if (make_optimizer(&r->o, c, &r->m, r->zlo, r->zhi, err) < 0)
 		return -1;
 	r->have_optim = 1;
 	optim_exec_host(&r->ox, &r->o);
-	if (make_schedule(&r->sched, c, r->spe, r->total, err, errlen) < 0)
+	if (make_schedule(&r->sched, c, r->spe, r->total, err) < 0)
 		return -1;
 	train_ckpt_init(&r->ck, c, env->output_dir, &r->m, &r->o, env->comm, env->rank,
 			env->world_size, r->tr.ds.count);
-	int resumed = train_ckpt_resume(&r->ck, &r->pos, from, sizeof(from), err, errlen);
+	int resumed = train_ckpt_resume(&r->ck, &r->pos, from, sizeof(from), err);
 	if (resumed < 0)
 		return -1;
 	/* on a GPU the optimizer state lives there, from what the checkpoint had (or zeros) */
-	if (env->gpu >= 0 && (optim_exec_gpu(&r->ox, &r->o, r->be, e2, sizeof(e2)) < 0 ||
-			      r->ox.ops->state_from_host(&r->ox, e2, sizeof(e2)) < 0))
-		return failf(err, errlen, "optimizer on GPU %d: %s", env->gpu, e2);
+	if (env->gpu >= 0 && (optim_exec_gpu(&r->ox, &r->o, r->be, err) < 0 ||
+			      r->ox.ops->state_from_host(&r->ox, err) < 0))
+		return errprefix(err, "optimizer on GPU %d", env->gpu);
 	/* rank 0 read the weights: everyone takes them, whatever parameter_broadcast says */
-	if (resumed && r->ddp && ddp_broadcast_params(r->ddp, err, errlen) < 0)
+	if (resumed && r->ddp && ddp_broadcast_params(r->ddp, err) < 0)
 		return -1;
 	loss_scale_init(&r->sc, &c->precision);
 	if (resumed && r->sc.dynamic && r->pos.loss_scale > 0) { /* where it had got to */
@@ -603,15 +594,14 @@ static int run_optimizer(struct run *r, char *err, size_t errlen)
 }
 
 /* Rank 0's metrics file and first lines; the profiler armed for DPTRAIN_PROFILE_STEP. */
-static int run_announce(struct run *r, char *err, size_t errlen)
+static int run_announce(struct run *r, struct dp_error *err)
 {
 	const struct cfg *c = r->c;
 	const struct train_env *env = r->env;
 	struct nn_model *m = &r->m;
 	FILE *out = r->out;
-	char pe[256];
 	if (r->rank0 && c->output.metrics && env->output_dir &&
-	    metrics_open(&r->mt, env->output_dir, err, errlen) < 0)
+	    metrics_open(&r->mt, env->output_dir, err) < 0)
 		return -1;
 	if (r->rank0) {
 		char cpu[96], bdesc[128] = ""; /* the CPU's: oneDNN's version and ISA */
@@ -645,53 +635,53 @@ static int run_announce(struct run *r, char *err, size_t errlen)
 		     m->name, nn_param_count(m), env->world_size, r->spe, r->total);
 
 	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
-	if (rt_env_int("DPTRAIN_PROFILE_STEP", 1, INT_MAX, &r->prof, pe, sizeof(pe)) < 0)
-		return failf(err, errlen, "%s: the step to profile, from 1", pe);
+	if (rt_env_int("DPTRAIN_PROFILE_STEP", 1, INT_MAX, &r->prof, err) < 0)
+		return errprintf(err, "%s: the step to profile, from 1", err->text);
 	if (r->prof && r->be->ops->profile && r->prof == r->pos.step + 1 &&
 	    r->be->ops->profile(r->be, 1) < 0)
-		return failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", r->be->err);
+		return errprintf(err, "DPTRAIN_PROFILE_STEP: %s", r->be->err.text);
 	return 0;
 }
 
 /* One micro-batch of step `s` (of epoch `epoch`): forward, loss, backward; the last one of
  * the step carries this rank's stop vote and waits for DDP's reduction. */
-static int run_micro(struct run *r, int epoch, long s, int micro, double *step_loss, char *err,
-		     size_t errlen)
+static int run_micro(struct run *r, int epoch, long s, int micro, double *step_loss,
+		     struct dp_error *err)
 {
 	const struct train_env *env = r->env;
 	struct ddp *ddp = r->ddp;
 	struct loader_batch *b;
-	char le[4096];
 	int last = micro == r->accum - 1, rv = -1;
 	double tw = now_s();
-	int got = loader_next(r->tr.l, &b, le);
+	int got = loader_next(r->tr.l, &b, err);
 	r->log.data_wait += now_s() - tw; /* the input pipeline fell behind */
-	if (got <= 0)
-		return failf(err, errlen, "data.train: %s", got < 0 ? le : "epoch ended early");
+	if (got < 0)
+		return errprefix(err, "data.train");
+	if (got == 0)
+		return errprintf(err, "data.train: epoch ended early");
 	float *logits, loss;
 	const float *x;
 	int ok;
-	if (ddp && ddp_broadcast_buffers(ddp, err, errlen) < 0)
+	if (ddp && ddp_broadcast_buffers(ddp, err) < 0)
 		goto out;
-	if (stage_put(&r->st, b, r->per_sample, &x, err, errlen) < 0 ||
-	    nn_forward(&r->m, x, b->n, &logits, err, errlen) < 0 ||
+	if (stage_put(&r->st, b, r->per_sample, &x, err) < 0 ||
+	    nn_forward(&r->m, x, b->n, &logits, err) < 0 ||
 	    nn_loss(&r->m, b->y, b->n, (float)r->c->train.label_smoothing,
-		    (float)(1.0f / (float)r->accum) * (float)r->sc.scale, &loss, &ok, err,
-		    errlen) < 0)
+		    (float)(1.0f / (float)r->accum) * (float)r->sc.scale, &loss, &ok, err) < 0)
 		goto out;
 	if (!isfinite(loss)) {
-		failf(err, errlen,
-		      "loss is %s at epoch %d step %ld (global step %ld): training stopped; lower "
-		      "optimizer.lr, check the data, or start from other weights",
-		      isnan(loss) ? "nan" : "inf", epoch + 1, s + 1, r->step + 1);
+		errprintf(
+		    err,
+		    "loss is %s at epoch %d step %ld (global step %ld): training stopped; lower "
+		    "optimizer.lr, check the data, or start from other weights",
+		    isnan(loss) ? "nan" : "inf", epoch + 1, s + 1, r->step + 1);
 		goto out;
 	}
 	if (ddp && last) /* asked to stop: vote with the gradients */
 		ddp_set_vote(ddp, env->stop && *env->stop ? 1.0f : 0.0f);
-	if ((ddp && ddp_begin_backward(ddp, last, err, errlen) < 0) ||
-	    nn_backward(&r->m, b->n, micro ? 1.0f : 0.0f, err, errlen) < 0 ||
-	    stage_done(&r->st, err, errlen) < 0 ||
-	    (ddp && last && ddp_finish(ddp, err, errlen) < 0))
+	if ((ddp && ddp_begin_backward(ddp, last, err) < 0) ||
+	    nn_backward(&r->m, b->n, micro ? 1.0f : 0.0f, err) < 0 || stage_done(&r->st, err) < 0 ||
+	    (ddp && last && ddp_finish(ddp, err) < 0))
 		goto out;
 	*step_loss += loss;
 	r->log.imgs += b->n;
@@ -703,30 +693,28 @@ out:
 
 /* The update after a step's gradients: unscaled (or the step skipped on an overflow), then
  * the optimizer, sharded (ZeRO-1) or whole. */
-static int run_update(struct run *r, double lr, char *err, size_t errlen)
+static int run_update(struct run *r, double lr, struct dp_error *err)
 {
 	struct nn_model *m = &r->m;
-	char e2[4096];
 	if (loss_scale_test_overflow(r->step + 1) &&
 	    r->be->ops->fill(r->be, m->grads, INFINITY, 1) < 0)
-		return failf(err, errlen, "%s", r->be->err);
-	int go = loss_scale_check(&r->sc, m, r->step + 1, r->out, r->rank0, err, errlen);
+		return errprintf(err, "%s", r->be->err.text);
+	int go = loss_scale_check(&r->sc, m, r->step + 1, r->out, r->rank0, err);
 	if (go <= 0) /* skipped: the weights and the optimizer stay as they were */
 		return go;
 	if (r->zero)
-		return zero_step(&r->ox, m, r->env->comm, lr, err, errlen);
-	if (r->ox.ops->step(&r->ox, m->weights, m->grads, lr, e2, sizeof(e2)) < 0)
-		return failf(err, errlen, "optimizer step %ld: %s", r->step + 1, e2);
+		return zero_step(&r->ox, m, r->env->comm, lr, err);
+	if (r->ox.ops->step(&r->ox, m->weights, m->grads, lr, err) < 0)
+		return errprefix(err, "optimizer step %ld", r->step + 1);
 	return 0;
 }
 
 /* Every train.log_every steps, and at the last: this rank's loss line (rank 0's with the
  * global batch's loss, the mean over the ranks) and a metrics line. */
 static int run_log(struct run *r, int epoch, long s, double step_loss, double lr, double step_scale,
-		   char *err, size_t errlen)
+		   struct dp_error *err)
 {
 	const struct train_env *env = r->env;
-	char e2[4096];
 	r->log.loss += step_loss;
 	r->log.n++;
 	if (r->c->train.log_every <= 0 ||
@@ -736,9 +724,8 @@ static int run_log(struct run *r, int epoch, long s, double step_loss, double lr
 	/* this rank's loss on its line; rank 0 also reports the mean over the ranks, the loss
 	 * of the global batch */
 	double gl[2] = {step_loss, r->log.loss / r->log.n};
-	if (env->comm &&
-	    env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64, COMM_AVG, e2, sizeof(e2)) < 0)
-		return failf(err, errlen, "reducing the loss at step %ld: %s", r->step, e2);
+	if (env->comm && env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64, COMM_AVG, err) < 0)
+		return errprefix(err, "reducing the loss at step %ld", r->step);
 	if (env->comm && r->rank0)
 		fprintf(r->out,
 			"epoch: %d step: %ld, loss is %.6f, global loss %.6f, lr %.6g, %.1f "
@@ -767,47 +754,44 @@ static int run_log(struct run *r, int epoch, long s, double step_loss, double lr
 }
 
 /* A checkpoint at position at (the optimizer's state first fetched to the host). */
-static int run_save(struct run *r, struct train_pos at, char *err, size_t errlen)
+static int run_save(struct run *r, struct train_pos at, struct dp_error *err)
 {
-	char e2[2048];
 	at.loss_scale = r->sc.scale;
 	at.scale_good = r->sc.good;
-	if (r->ox.ops->state_to_host(&r->ox, e2, sizeof(e2)) < 0)
-		return failf(err, errlen, "checkpoint at step %ld: optimizer state: %s", at.step,
-			     e2);
-	return train_ckpt_save(&r->ck, &at, err, errlen);
+	if (r->ox.ops->state_to_host(&r->ox, err) < 0)
+		return errprefix(err, "checkpoint at step %ld: optimizer state", at.step);
+	return train_ckpt_save(&r->ck, &at, err);
 }
 
 /* One step (accum micro-batches and the update) at step s of an epoch that runs steps
  * [s0, s0 + nsteps); then the stop vote and a checkpoint when one is due. 1: stopped on
  * request (after its checkpoint), 0: go on, -1: err. */
-static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, char *err,
-		    size_t errlen)
+static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, struct dp_error *err)
 {
 	const struct cfg_checkpoint *cc = &r->c->checkpoint;
 	const struct train_env *env = r->env;
 	double step_loss = 0;
 	for (int micro = 0; micro < r->accum; micro++)
-		if (run_micro(r, epoch, s, micro, &step_loss, err, errlen) < 0)
+		if (run_micro(r, epoch, s, micro, &step_loss, err) < 0)
 			return -1;
 	if (r->ddp)
 		r->log.comm_wait += ddp_last_wait(r->ddp);
 	double lr = lr_at(&r->sched, r->step);
 	double step_scale = r->sc.scale;
-	if (run_update(r, lr, err, errlen) < 0)
+	if (run_update(r, lr, err) < 0)
 		return -1;
 	r->step++;
 	if (r->prof && r->be->ops->profile && (r->step == r->prof - 1 || r->step == r->prof) &&
 	    r->be->ops->profile(r->be, r->step == r->prof - 1) < 0)
-		return failf(err, errlen, "DPTRAIN_PROFILE_STEP: %s", r->be->err);
+		return errprintf(err, "DPTRAIN_PROFILE_STEP: %s", r->be->err.text);
 	step_loss /= r->accum;
 	r->res->last_loss = step_loss;
-	if (run_log(r, epoch, s, step_loss, lr, step_scale, err, errlen) < 0)
+	if (run_log(r, epoch, s, step_loss, lr, step_scale, err) < 0)
 		return -1;
 	/* a stop request (SIGTERM, SIGUSR1) on any rank stops every rank after this same step:
 	 * the ranks' votes travelled with the gradients */
 	float votes = env->stop && *env->stop ? 1.0f : 0.0f;
-	if (r->ddp && ddp_votes(r->ddp, &votes, err, errlen) < 0)
+	if (r->ddp && ddp_votes(r->ddp, &votes, err) < 0)
 		return -1;
 	int stop = votes > 0;
 	int epoch_end = s + 1 == s0 + nsteps || r->step == r->total;
@@ -816,7 +800,7 @@ static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, char
 	if (run_save(
 		r,
 		position(&r->tr.s, r->step, epoch, s + 1 - s0, r->per_step, s + 1 == s0 + nsteps),
-		err, errlen) < 0)
+		err) < 0)
 		return -1;
 	if (!stop)
 		return 0;
@@ -829,8 +813,8 @@ static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, char
 
 /* After an epoch's steps (s: where they ended): the evaluation when due, and the checkpoint
  * of the epoch's end or of the run's. */
-static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps, char *err,
-			 size_t errlen)
+static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
+			 struct dp_error *err)
 {
 	const struct cfg *c = r->c;
 	const struct cfg_checkpoint *cc = &c->checkpoint;
@@ -843,10 +827,9 @@ static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
 		long corr, cnt;
 		/* every rank evaluates its shard with rank 0's BatchNorm statistics, the ones
 		 * saved with the weights */
-		if (r->ddp && ddp_broadcast_buffers(r->ddp, err, errlen) < 0)
+		if (r->ddp && ddp_broadcast_buffers(r->ddp, err) < 0)
 			return -1;
-		if (evaluate(&r->m, &r->ev, &r->st, r->env->comm, &lsum, &corr, &cnt, err, errlen) <
-		    0)
+		if (evaluate(&r->m, &r->ev, &r->st, r->env->comm, &lsum, &corr, &cnt, err) < 0)
 			return -1;
 		res->eval_accuracy = cnt ? (double)corr / (double)cnt : 0;
 		res->eval_loss = cnt ? lsum / (double)cnt : 0;
@@ -865,37 +848,36 @@ static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
 		   (cc->every_steps > 0 && r->step % cc->every_steps == 0) || last;
 	if (save && r->ck.last_saved != r->step &&
 	    run_save(r, position(&r->tr.s, r->step, epoch, s - s0, r->per_step, s == s0 + nsteps),
-		     err, errlen) < 0)
+		     err) < 0)
 		return -1;
 	return 0;
 }
 
 /* The epochs, from the starting position to the last step. 1: stopped on request, 0: done,
  * -1: err. */
-static int run_epochs(struct run *r, char *err, size_t errlen)
+static int run_epochs(struct run *r, struct dp_error *err)
 {
 	for (int epoch = r->pos.epoch; epoch < r->epochs && r->step < r->total; epoch++) {
-		char le[4096];
 		size_t start = epoch == r->pos.epoch ? r->pos.offset : 0;
-		if (loader_start_epoch(r->tr.l, epoch, start, le) < 0)
-			return failf(err, errlen, "data.train: %s", le);
+		if (loader_start_epoch(r->tr.l, epoch, start, err) < 0)
+			return errprefix(err, "data.train");
 		/* steps left in this epoch, and where it started (for the epoch's step numbers) */
 		long nsteps = (long)loader_batches(r->tr.l) / r->accum;
 		long s0 = (long)(start / (r->per_step * (size_t)r->env->world_size));
 		long s;
 		for (s = s0; s < s0 + nsteps && r->step < r->total; s++) {
-			int stopped = run_step(r, epoch, s, s0, nsteps, err, errlen);
+			int stopped = run_step(r, epoch, s, s0, nsteps, err);
 			if (stopped != 0)
 				return stopped;
 		}
-		if (run_epoch_end(r, epoch, s, s0, nsteps, err, errlen) < 0)
+		if (run_epoch_end(r, epoch, s, s0, nsteps, err) < 0)
 			return -1;
 	}
 	return 0;
 }
 
 /* The end of a run that was not stopped: rank 0's final weights and the metrics' last line. */
-static int run_finish(struct run *r, char *err, size_t errlen)
+static int run_finish(struct run *r, struct dp_error *err)
 {
 	struct train_result *res = r->res;
 	if (r->env->gpu >= 0) {
@@ -910,7 +892,7 @@ static int run_finish(struct run *r, char *err, size_t errlen)
 			 "{\"format\":\"pt\",\"model\":\"%s\",\"step\":\"%ld\",\"producer\":"
 			 "\"dptrain %s\"}",
 			 r->m.name, r->step, DPTRAIN_VERSION);
-		if (nn_save_weights(&r->m, path, meta, err, errlen) < 0)
+		if (nn_save_weights(&r->m, path, meta, err) < 0)
 			return -1;
 	}
 	metrics_line(&r->mt,
@@ -923,12 +905,12 @@ static int run_finish(struct run *r, char *err, size_t errlen)
 }
 
 /* Teardown; after a failure the other ranks stop too, told why. */
-static void run_free(struct run *r, int failed, const char *err)
+static void run_free(struct run *r, int failed, const struct dp_error *err)
 {
 	if (failed && r->env->comm) {
-		char why[4200];
-		snprintf(why, sizeof(why), "rank %d stopped: %s", r->env->rank, err);
-		r->env->comm->ops->abort(r->env->comm, why);
+		struct dp_error why;
+		errprintf(&why, "rank %d stopped: %s", r->env->rank, err->text);
+		r->env->comm->ops->abort(r->env->comm, why.text);
 	}
 	ddp_destroy(r->ddp);
 	metrics_close(&r->mt);
@@ -944,8 +926,8 @@ static void run_free(struct run *r, int failed, const char *err)
 		r->be->ops->destroy(r->be);
 }
 
-int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res, char *err,
-	      size_t errlen)
+int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res,
+	      struct dp_error *err)
 {
 	struct run r = {.c = c, .env = env, .res = res, .out = env->out ? env->out : stdout};
 	int rv = -1, stopped;
@@ -953,19 +935,18 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	memset(res, 0, sizeof(*res));
 	res->eval_accuracy = -1;
 	res->resumed_at = -1;
-	if (run_backend(&r, err, errlen) < 0 || run_model(&r, err, errlen) < 0 ||
-	    run_ddp(&r, err, errlen) < 0 || run_data(&r, err, errlen) < 0 ||
-	    run_optimizer(&r, err, errlen) < 0 || run_announce(&r, err, errlen) < 0)
+	if (run_backend(&r, err) < 0 || run_model(&r, err) < 0 || run_ddp(&r, err) < 0 ||
+	    run_data(&r, err) < 0 || run_optimizer(&r, err) < 0 || run_announce(&r, err) < 0)
 		goto out;
 	r.t0 = now_s();
 	r.log.t = r.t0;
 	r.step = r.pos.step;
-	if ((stopped = run_epochs(&r, err, errlen)) < 0)
+	if ((stopped = run_epochs(&r, err)) < 0)
 		goto out;
 	res->steps = r.step;
 	res->seconds = now_s() - r.t0;
 	res->stopped = stopped;
-	if (!stopped && run_finish(&r, err, errlen) < 0)
+	if (!stopped && run_finish(&r, err) < 0)
 		goto out;
 	rv = 0;
 out:

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "common/error.h"
 #include "trainer/config/config.h"
 
 struct comm;
@@ -38,7 +39,7 @@ struct train_result {
 };
 
 /* 0 on success; -1 with err naming what failed (a file, a key, a step) and what to do. */
-int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res, char *err,
-	      size_t errlen);
+int train_run(const struct cfg *c, const struct train_env *env, struct train_result *res,
+	      struct dp_error *err);
 
 #endif

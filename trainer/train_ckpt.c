@@ -13,10 +13,8 @@
 #include <zlib.h>
 
 #include "trainer/ckpt/ckpt.h"
-#include "common/failf.h"
+#include "common/error.h"
 #include "trainer/ckpt/safetensors.h"
-
-#define MSG_MAX 2048
 
 void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,
 		     struct nn_model *m, struct optim *o, struct comm *comm, int rank,
@@ -67,17 +65,17 @@ struct optim_full {
 	const char *kind;
 };
 
-static int write_model(void *ctx, const char *path, char *err, size_t errlen)
+static int write_model(void *ctx, const char *path, struct dp_error *err)
 {
 	struct train_ckpt *k = ctx;
 	char meta[256];
 	snprintf(meta, sizeof(meta),
 		 "{\"format\":\"pt\",\"model\":\"%s\",\"producer\":\"dptrain %s\"}", k->m->name,
 		 DPTRAIN_VERSION);
-	return nn_save_weights(k->m, path, meta, err, errlen);
+	return nn_save_weights(k->m, path, meta, err);
 }
 
-static int write_optim(void *ctx, const char *path, char *err, size_t errlen)
+static int write_optim(void *ctx, const char *path, struct dp_error *err)
 {
 	const struct optim_full *f = ctx;
 	struct st_entry e[OPTIM_MAX_STATE];
@@ -91,11 +89,11 @@ static int write_optim(void *ctx, const char *path, char *err, size_t errlen)
 					 .data = f->data[i],
 					 .nbytes = f->total * sizeof(float)};
 	snprintf(meta, sizeof(meta), "{\"optimizer\":\"%s\",\"step\":\"%ld\"}", f->kind, f->step);
-	return st_write_atomic(path, e, f->n, meta, err, errlen);
+	return st_write_atomic(path, e, f->n, meta, err);
 }
 
 /* The whole of every optimizer state buffer on every rank (ZeRO-1 shards are gathered). */
-static int gather_optim(struct train_ckpt *k, struct optim_full *f, char *err, size_t errlen)
+static int gather_optim(struct train_ckpt *k, struct optim_full *f, struct dp_error *err)
 {
 	int n;
 	struct optim_state_buf *sb = optim_state(k->o, &n);
@@ -107,13 +105,13 @@ static int gather_optim(struct train_ckpt *k, struct optim_full *f, char *err, s
 	for (int i = 0; i < n; i++) {
 		f->name[i] = sb[i].name;
 		if (!(f->data[i] = calloc(f->total ? f->total : 1, sizeof(float))))
-			return failf(err, errlen, "out of memory for the optimizer state");
+			return errprintf(err, "out of memory for the optimizer state");
 		memcpy(f->data[i] + sb[i].offset, sb[i].data, sb[i].count * sizeof(float));
 		if (!k->comm || (sb[i].offset == 0 && sb[i].count == f->total))
 			continue;
-		char e2[MSG_MAX]; /* the shards are train.c's comm_share split */
-		if (comm_gather_shares(k->comm, f->data[i], f->total, e2, sizeof(e2)) < 0)
-			return failf(err, errlen, "gathering the optimizer state: %s", e2);
+		/* the shards are train.c's comm_share split */
+		if (comm_gather_shares(k->comm, f->data[i], f->total, err) < 0)
+			return errprefix(err, "gathering the optimizer state");
 	}
 	return 0;
 }
@@ -124,29 +122,31 @@ static void free_optim(struct optim_full *f)
 		free(f->data[i]);
 }
 
-/* Rank 0's status (0 or -1 with its message) to every rank. */
-static int share_status(struct train_ckpt *k, int rv, char *msg, size_t msglen, char *err,
-			size_t errlen)
+/* Rank 0's status (rv: 0, or -1 with its message in err) to every rank: -1 on every rank
+ * (the others' err says "rank 0: ..."), or 0. */
+static int share_status(struct train_ckpt *k, int rv, struct dp_error *err)
 {
 	if (!k->comm)
 		return rv;
-	char e2[MSG_MAX], buf[MSG_MAX + 8];
-	memset(buf, 0, sizeof(buf));
-	buf[0] = rv < 0;
+	struct {
+		char failed;
+		struct dp_error msg;
+	} s;
+	memset(&s, 0, sizeof(s));
+	s.failed = rv < 0;
 	if (k->rank == 0 && rv < 0)
-		snprintf(buf + 1, sizeof(buf) - 1, "%s", msg);
-	if (k->comm->ops->broadcast(k->comm, buf, sizeof(buf), 0, e2, sizeof(e2)) < 0)
-		return failf(err, errlen, "checkpoint: %s", e2);
-	if (buf[0] && k->rank != 0)
-		snprintf(msg, msglen, "rank 0: %.1900s", buf + 1);
-	return buf[0] ? -1 : 0;
+		s.msg = *err;
+	if (k->comm->ops->broadcast(k->comm, &s, sizeof(s), 0, err) < 0)
+		return errprefix(err, "checkpoint");
+	if (s.failed && k->rank != 0)
+		errprintf(err, "rank 0: %s", s.msg.text);
+	return s.failed ? -1 : 0;
 }
 
-int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err, size_t errlen)
+int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, struct dp_error *err)
 {
 	struct optim_full f;
-	char msg[MSG_MAX] = "";
-	int rv = gather_optim(k, &f, msg, sizeof(msg));
+	int rv = gather_optim(k, &f, err);
 	if (rv == 0 && k->rank == 0) {
 		char state[2048];
 		snprintf(state, sizeof(state),
@@ -162,13 +162,11 @@ int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err
 		struct ckpt_file files[2] = {{"model.safetensors", write_model, k},
 					     {"optim.safetensors", write_optim, &f}};
 		rv = ckpt_write(k->root, pos->step, files, f.n > 0 ? 2 : 1, state,
-				k->c->checkpoint.keep, msg, sizeof(msg));
+				k->c->checkpoint.keep, err);
 	}
 	free_optim(&f);
-	rv = share_status(k, rv, msg, sizeof(msg), err, errlen);
-	if (rv < 0)
-		return failf(err, errlen, "writing checkpoint step-%ld in %s: %s", pos->step,
-			     k->root, msg);
+	if (share_status(k, rv, err) < 0)
+		return errprefix(err, "writing checkpoint step-%ld in %s", pos->step, k->root);
 	k->last_saved = pos->step;
 	return 0;
 }
@@ -182,7 +180,7 @@ struct resume_head {
 	uint64_t offset;
 	double loss_scale;
 	char from[1024];
-	char msg[MSG_MAX];
+	struct dp_error msg; /* why it failed */
 };
 
 static int json_long(json_t *o, const char *key, long *v)
@@ -197,7 +195,7 @@ static int json_long(json_t *o, const char *key, long *v)
 /* A position this job can resume from: the numbers in trainer_state.json are checked like its
  * bytes, against what any run of this job can reach (a checkpoint from another world size or
  * batch size is fine: the sampler reshards). */
-static int state_check(void *ctx, const char *state_json, char *why, size_t whylen)
+static int state_check(void *ctx, const char *state_json, struct dp_error *why)
 {
 	const struct train_ckpt *k = ctx;
 	json_error_t je;
@@ -209,8 +207,8 @@ static int state_check(void *ctx, const char *state_json, char *why, size_t whyl
 	    json_long(st, "world_size", &world) < 0 || json_long(st, "batch_size", &batch) < 0 ||
 	    !json_is_string(json_object_get(st, "config")) ||
 	    !json_is_string(json_object_get(st, "layout_crc32"))) {
-		snprintf(
-		    why, whylen,
+		errprintf(
+		    why,
 		    "lacks one of step, epoch, offset, optimizer_step, world_size, batch_size, "
 		    "config, layout_crc32");
 		goto out;
@@ -224,28 +222,25 @@ static int state_check(void *ctx, const char *state_json, char *why, size_t whyl
 	json_t *ls = json_object_get(st, "loss_scale");
 	if (world < 1 || world > (1L << 24) || batch < 1 || batch > (1L << 30) || accum < 1 ||
 	    accum > (1L << 20))
-		snprintf(why, whylen,
-			 "world_size %ld, batch_size %ld, grad_accumulation_step %ld: "
-			 "not a job's",
-			 world, batch, accum);
+		errprintf(why,
+			  "world_size %ld, batch_size %ld, grad_accumulation_step %ld: "
+			  "not a job's",
+			  world, batch, accum);
 	else if (offset < 0 || offset > seq)
-		snprintf(why, whylen,
-			 "offset %ld is not within an epoch of %ld samples (+%ld of padding)",
-			 offset, n, world);
+		errprintf(why, "offset %ld is not within an epoch of %ld samples (+%ld of padding)",
+			  offset, n, world);
 	else if (epoch < 0 || epoch > step || epoch > INT32_MAX)
-		snprintf(why, whylen, "epoch %ld with step %ld: every finished epoch takes a step",
-			 epoch, step);
+		errprintf(why, "epoch %ld with step %ld: every finished epoch takes a step", epoch,
+			  step);
 	else if (step < 0 || step > (epoch + 1) * seq)
-		snprintf(why, whylen, "step %ld cannot be reached in %ld epochs of %ld samples",
-			 step, epoch + 1, n);
+		errprintf(why, "step %ld cannot be reached in %ld epochs of %ld samples", step,
+			  epoch + 1, n);
 	else if (ostep < 0 || ostep > step)
-		snprintf(why, whylen, "optimizer_step %ld is not within 0..step (%ld)", ostep,
-			 step);
+		errprintf(why, "optimizer_step %ld is not within 0..step (%ld)", ostep, step);
 	else if (ls && !json_is_number(ls))
-		snprintf(why, whylen, "loss_scale is not a number");
+		errprintf(why, "loss_scale is not a number");
 	else if (ls && (!isfinite(json_number_value(ls)) || json_number_value(ls) <= 0))
-		snprintf(why, whylen, "loss_scale %g is not a positive number",
-			 json_number_value(ls));
+		errprintf(why, "loss_scale %g is not a positive number", json_number_value(ls));
 	else
 		rv = 0;
 out:
@@ -259,31 +254,28 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 {
 	const struct cfg_checkpoint *cc = &k->c->checkpoint;
 	struct ckpt ck = {0};
-	char warn[4096] = "", e2[MSG_MAX];
+	char warn[4096] = "";
+	struct dp_error *why = &h->msg;
 	int rv = -1;
 	json_t *st = NULL;
 	if (cc->resume == CFG_RESUME_PATH) {
-		if (ckpt_open(&ck, cc->resume_path, e2, sizeof(e2)) < 0 ||
-		    state_check(k, ck.state_json, e2, sizeof(e2)) < 0) {
-			snprintf(h->msg, sizeof(h->msg),
-				 "checkpoint.resume %.600s: %.1200s; give a valid checkpoint or "
-				 "\"auto\"",
-				 cc->resume_path, e2);
+		if (ckpt_open(&ck, cc->resume_path, why) < 0 ||
+		    state_check(k, ck.state_json, why) < 0) {
+			errprintf(why,
+				  "checkpoint.resume %s: %s; give a valid checkpoint or \"auto\"",
+				  cc->resume_path, why->text);
 			ckpt_close(&ck);
 			return -1;
 		}
 	} else {
-		int found = ckpt_find_latest(k->root, state_check, k, &ck, warn, sizeof(warn), e2,
-					     sizeof(e2));
+		int found = ckpt_find_latest(k->root, state_check, k, &ck, warn, sizeof(warn), why);
 		for (char *l = warn, *nl; *l; l = nl ? nl + 1 : l + strlen(l)) {
 			nl = strchr(l, '\n');
 			fprintf(stderr, "dptrain: warning: %.*s\n",
 				nl ? (int)(nl - l) : (int)strlen(l), l);
 		}
-		if (found < 0) {
-			snprintf(h->msg, sizeof(h->msg), "%s", e2);
+		if (found < 0)
 			return -1;
-		}
 		if (found == 0)
 			return 0;
 	}
@@ -297,32 +289,27 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 	if (!st || json_long(st, "step", &step) < 0 || json_long(st, "epoch", &epoch) < 0 ||
 	    json_long(st, "offset", &offset) < 0 || json_long(st, "optimizer_step", &ostep) < 0 ||
 	    !conf || !lay || step < 0 || epoch < 0 || offset < 0) {
-		snprintf(h->msg, sizeof(h->msg),
-			 "%.1500s: state.json lacks step/epoch/offset/config", ck.path);
+		errprintf(why, "%s: state.json lacks step/epoch/offset/config", ck.path);
 		goto out;
 	}
 	if (strcmp(conf, k->fingerprint) != 0 || strcmp(lay, ours) != 0) {
-		snprintf(h->msg, sizeof(h->msg),
-			 "%.800s was written for %.400s; this job trains %.400s: point "
-			 "checkpoint.dir elsewhere "
-			 "or set checkpoint.resume to \"never\"",
-			 ck.path, conf, k->fingerprint);
+		errprintf(
+		    why,
+		    "%s was written for %s; this job trains %s: point checkpoint.dir elsewhere "
+		    "or set checkpoint.resume to \"never\"",
+		    ck.path, conf, k->fingerprint);
 		goto out;
 	}
 	char p[CKPT_PATH_MAX + 32];
 	snprintf(p, sizeof(p), "%s/model.safetensors", ck.path);
-	if (nn_load_weights(k->m, p, e2, sizeof(e2)) < 0) {
-		snprintf(h->msg, sizeof(h->msg), "%s", e2);
+	if (nn_load_weights(k->m, p, why) < 0)
 		goto out;
-	}
 	int n;
 	optim_state(k->o, &n);
 	if (n > 0) {
 		snprintf(p, sizeof(p), "%s/optim.safetensors", ck.path);
-		if (st_open(of, p, e2, sizeof(e2)) < 0) {
-			snprintf(h->msg, sizeof(h->msg), "%.2000s", e2);
+		if (st_open(of, p, why) < 0)
 			goto out;
-		}
 		*have_of = 1;
 	}
 	h->found = 1;
@@ -344,28 +331,27 @@ out:
 }
 
 int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, size_t fromlen,
-		      char *err, size_t errlen)
+		      struct dp_error *err)
 {
 	struct resume_head *h = calloc(1, sizeof(*h));
 	struct st_file of;
 	int have_of = 0, rv = -1;
-	char e2[MSG_MAX];
 	float *full = NULL;
 	memset(&of, 0, sizeof(of));
 	if (!h)
-		return failf(err, errlen, "out of memory");
+		return errprintf(err, "out of memory");
 	if (k->c->checkpoint.resume == CFG_RESUME_NEVER) {
 		free(h);
 		return 0;
 	}
 	if (k->rank == 0)
 		h->failed = resume_read(k, h, &of, &have_of) < 0;
-	if (k->comm && k->comm->ops->broadcast(k->comm, h, sizeof(*h), 0, e2, sizeof(e2)) < 0) {
-		failf(err, errlen, "resuming: %s", e2);
+	if (k->comm && k->comm->ops->broadcast(k->comm, h, sizeof(*h), 0, err) < 0) {
+		errprefix(err, "resuming");
 		goto out;
 	}
 	if (h->failed) {
-		failf(err, errlen, "%s%s", k->rank ? "rank 0: " : "", h->msg);
+		errprintf(err, "%s%s", k->rank ? "rank 0: " : "", h->msg.text);
 		goto out;
 	}
 	if (!h->found) {
@@ -377,7 +363,7 @@ int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, s
 	struct optim_state_buf *sb = optim_state(k->o, &n);
 	size_t total = k->m->param_total;
 	if (n > 0 && !(full = calloc(total ? total : 1, sizeof(float)))) {
-		failf(err, errlen, "out of memory");
+		errprintf(err, "out of memory");
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
@@ -390,17 +376,16 @@ int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, s
 				memcpy(full, st_data(&of, t), total * sizeof(float));
 		}
 		if (k->comm &&
-		    (k->comm->ops->broadcast(k->comm, &bad, sizeof(bad), 0, e2, sizeof(e2)) < 0 ||
-		     k->comm->ops->broadcast(k->comm, full, total * sizeof(float), 0, e2,
-					     sizeof(e2)) < 0)) {
-			failf(err, errlen, "resuming: %s", e2);
+		    (k->comm->ops->broadcast(k->comm, &bad, sizeof(bad), 0, err) < 0 ||
+		     k->comm->ops->broadcast(k->comm, full, total * sizeof(float), 0, err) < 0)) {
+			errprefix(err, "resuming");
 			goto out;
 		}
 		if (bad) {
-			failf(err, errlen,
-			      "%s/optim.safetensors: no F32 tensor \"%s\" of %zu floats; the "
-			      "checkpoint does not fit this optimizer",
-			      h->from, sb[i].name, total);
+			errprintf(err,
+				  "%s/optim.safetensors: no F32 tensor \"%s\" of %zu floats; the "
+				  "checkpoint does not fit this optimizer",
+				  h->from, sb[i].name, total);
 			goto out;
 		}
 		memcpy(sb[i].data, full + sb[i].offset, sb[i].count * sizeof(float));

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 
+#include "common/error.h"
 #include "trainer/dist/comm.h"
 #include "trainer/config/config.h"
 #include "trainer/nn/nn.h"
@@ -43,9 +44,9 @@ void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *outp
  * on every rank (1, *pos and *from set). auto skips invalid checkpoints with a warning on
  * stderr; a checkpoint of another model is an error. */
 int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, size_t fromlen,
-		      char *err, size_t errlen);
+		      struct dp_error *err);
 
 /* Writes a checkpoint of the current weights and optimizer state at pos. */
-int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, char *err, size_t errlen);
+int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, struct dp_error *err);
 
 #endif

@@ -60,10 +60,9 @@ static int rank_main(int rank, int world, int port, int iters, size_t chunk, int
 	struct comm_cpu_opts co = {.timeout_s = 60, .chunk_bytes = chunk};
 	struct store *st;
 	struct comm *c;
-	char err[1024];
-	if (store_open(&st, &so, err, sizeof(err)) < 0 ||
-	    comm_cpu_create(&c, st, &co, err, sizeof(err)) < 0) {
-		fprintf(stderr, "allreduce-bench: rank %d: %s\n", rank, err);
+	struct dp_error err;
+	if (store_open(&st, &so, &err) < 0 || comm_cpu_create(&c, st, &co, &err) < 0) {
+		fprintf(stderr, "allreduce-bench: rank %d: %s\n", rank, err.text);
 		return 1;
 	}
 	double *t = calloc((size_t)iters, sizeof(*t));
@@ -73,11 +72,10 @@ static int rank_main(int rank, int world, int port, int iters, size_t chunk, int
 		for (size_t i = 0; i < count; i++)
 			buf[i] = (float)((i * 2654435761u + (unsigned)rank) % 1000) * 1e-3f;
 		for (int it = -2; it < iters; it++) { /* two warm-up rounds */
-			if (c->ops->barrier(c, err, sizeof(err)) < 0)
+			if (c->ops->barrier(c, &err) < 0)
 				goto fail;
 			double t0 = now_s();
-			if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_AVG, err, sizeof(err)) <
-			    0)
+			if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_AVG, &err) < 0)
 				goto fail;
 			if (it >= 0)
 				t[it] = now_s() - t0;
@@ -91,7 +89,7 @@ static int rank_main(int rank, int world, int port, int iters, size_t chunk, int
 		}
 		continue;
 	fail:
-		fprintf(stderr, "allreduce-bench: rank %d: %s\n", rank, err);
+		fprintf(stderr, "allreduce-bench: rank %d: %s\n", rank, err.text);
 		return 1;
 	}
 	free(t);

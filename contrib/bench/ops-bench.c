@@ -27,7 +27,7 @@ static float *buf(struct backend *be, size_t n)
 	float *p = be->ops->alloc(be, n * sizeof(float));
 
 	if (!p) {
-		fprintf(stderr, "ops-bench: %s\n", be->err);
+		fprintf(stderr, "ops-bench: %s\n", be->err.text);
 		exit(1);
 	}
 	for (size_t i = 0; i < n; i++)
@@ -38,7 +38,7 @@ static float *buf(struct backend *be, size_t n)
 static void die(struct backend *be, int rc)
 {
 	if (rc) {
-		fprintf(stderr, "ops-bench: %s\n", be->err);
+		fprintf(stderr, "ops-bench: %s\n", be->err.text);
 		exit(1);
 	}
 }
@@ -186,7 +186,7 @@ static void linear(struct backend *be, int iters, const char *name, int n, int i
 int main(int argc, char **argv)
 {
 	int threads = 0, n = 64, iters = 5, opt;
-	char err[512];
+	struct dp_error err;
 
 	while ((opt = getopt(argc, argv, "t:n:i:o:")) != -1) {
 		switch (opt) {
@@ -208,9 +208,9 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	struct backend *be = be_cpu_create(threads, err, sizeof(err));
+	struct backend *be = be_cpu_create(threads, &err);
 	if (!be) {
-		fprintf(stderr, "ops-bench: %s\n", err);
+		fprintf(stderr, "ops-bench: %s\n", err.text);
 		return 1;
 	}
 	const char *layouts = getenv("DPTRAIN_CPU_CONV");

@@ -7,6 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/error.h"
 #include "ranktable/ranktable.h"
 
 #define ROUNDS 21
@@ -28,7 +29,7 @@ int main(int argc, char **argv)
 {
 	int world = argc > 1 ? atoi(argv[1]) : 4096, per_node = 8;
 	const char *path = argc > 2 ? argv[2] : "/tmp/dptrain-ranktable-bench.json";
-	char err[RT_ERR_MAX];
+	struct dp_error err;
 	struct rt_alloc_rank *r = calloc((size_t)world, sizeof(*r));
 	char(*hosts)[32] = calloc((size_t)world, 32), (*addrs)[32] = calloc((size_t)world, 32);
 	double t[4][ROUNDS];
@@ -50,13 +51,13 @@ int main(int argc, char **argv)
 	for (int k = 0; k < ROUNDS; k++) {
 		struct ranktable rt, back;
 		double t0 = now();
-		if (rt_build(&rt, &a, err) < 0)
+		if (rt_build(&rt, &a, &err) < 0)
 			goto fail;
 		double t1 = now();
-		if (rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, err) < 0)
+		if (rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, &err) < 0)
 			goto fail;
 		double t2 = now();
-		if (rt_read(&back, path, err) < 0) /* parses and validates */
+		if (rt_read(&back, path, &err) < 0) /* parses and validates */
 			goto fail;
 		double t3 = now();
 		t[0][k] = t1 - t0;
@@ -76,6 +77,6 @@ int main(int argc, char **argv)
 	}
 	return 0;
 fail:
-	fprintf(stderr, "ranktable-bench: %s\n", err);
+	fprintf(stderr, "ranktable-bench: %s\n", err.text);
 	return 1;
 }

@@ -13,19 +13,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct cfg c, again;
-	char err[512];
+	struct dp_error err;
 	char *json;
 
-	if (cfg_parse(&c, (const char *)data, size, "fuzz.json", 0, NULL, err, sizeof(err)) < 0) {
+	if (cfg_parse(&c, (const char *)data, size, "fuzz.json", 0, NULL, &err) < 0) {
 		/* An error is one line naming the config. */
-		if (strncmp(err, "fuzz.json: ", 11) != 0 || strchr(err, '\n'))
+		if (strncmp(err.text, "fuzz.json: ", 11) != 0 || strchr(err.text, '\n'))
 			abort();
 		return 0;
 	}
 	if (!(json = cfg_to_json(&c)))
 		abort();
-	if (cfg_parse(&again, json, strlen(json), "fuzz.json", 0, NULL, err, sizeof(err)) < 0) {
-		fprintf(stderr, "the printed config does not parse: %s\n%s", err, json);
+	if (cfg_parse(&again, json, strlen(json), "fuzz.json", 0, NULL, &err) < 0) {
+		fprintf(stderr, "the printed config does not parse: %s\n%s", err.text, json);
 		abort();
 	}
 	/* Ignored keys are left out of the print; other warnings hold for it too. */

@@ -131,3 +131,9 @@ void ranks_run(struct ranks_job *j, ranks_fn fn, int nowait, double deadline_s,
 	}
 	close(held);
 }
+
+int ranks_msg(char *msg, size_t len, const struct dp_error *err)
+{
+	snprintf(msg, len, "%s", err->text);
+	return -1;
+}

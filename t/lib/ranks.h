@@ -6,6 +6,8 @@
 
 #include <stddef.h>
 
+#include "common/error.h"
+
 #define RANKS_MAX 8    /* the most ranks ranks_run forks */
 #define RANKS_MSG 4096 /* the longest message a rank returns, with its NUL */
 
@@ -22,6 +24,8 @@ struct ranks_out {
 
 /* Runs in a forked rank; what it leaves in msg reaches the parent. < 0 makes the exit status 1. */
 typedef int (*ranks_fn)(const struct ranks_job *j, int rank, char *msg, size_t len);
+/* A rank's message from a library's error: copies it into (msg, len); returns -1. */
+int ranks_msg(char *msg, size_t len, const struct dp_error *err);
 
 double ranks_now(void); /* CLOCK_MONOTONIC in seconds */
 void ranks_sleep(double s);

@@ -1,6 +1,7 @@
 /* alloc_env.c — unit tests of allocation discovery without PMIx: the torchrun-style env source,
  * the SLURM_* source and its layouts, master endpoint overrides and derivation, and the
  * messages bad variables give. Changes only its own process environment. */
+#include "common/error.h"
 #include "pmix/alloc.h"
 #include "pmix/alloc_source.h"
 #include "t/lib/tap.h"
@@ -40,12 +41,12 @@ static void refused(enum alloc_source src, const char *const *vars, const char *
 {
 	struct alloc_opts o;
 	struct alloc a;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 
 	env_only(vars);
 	opts_init(&o, src);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == -1, "refused: %s", what);
-	like(err, needle, "... saying '%s'", needle);
+	ok(alloc_discover(&a, &o, &err) == -1, "refused: %s", what);
+	like(err.text, needle, "... saying '%s'", needle);
 	alloc_free(&a);
 }
 
@@ -59,13 +60,12 @@ static void test_env_single_node(void)
 			      NULL};
 	struct alloc_opts o;
 	struct alloc a;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 	int r, layout_ok = 1;
 
 	env_only(vars);
 	opts_init(&o, ALLOC_SRC_ENV);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "env source: RANK/WORLD_SIZE/MASTER_* %s",
-	   err);
+	ok(alloc_discover(&a, &o, &err) == 0, "env source: RANK/WORLD_SIZE/MASTER_* %s", err.text);
 	is_int(a.source, ALLOC_SRC_ENV, "source is env");
 	is_int(a.rank, 2, "rank 2");
 	is_int(a.world_size, 4, "world size 4");
@@ -87,12 +87,12 @@ static void test_env_single_node(void)
 
 	/* Same variables with GPUs for half the ranks: two ranks per GPU. */
 	setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == -1, "4 ranks on 2 GPUs are refused");
-	like(err, "ranks 0 and 2 on", "... naming two ranks that would share");
-	like(err, "share GPU '0'", "... and the GPU");
+	ok(alloc_discover(&a, &o, &err) == -1, "4 ranks on 2 GPUs are refused");
+	like(err.text, "ranks 0 and 2 on", "... naming two ranks that would share");
+	like(err.text, "share GPU '0'", "... and the GPU");
 	alloc_free(&a);
 	o.allow_shared_gpu = 1;
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0 && a.ranks[2].gpu.index == 0,
+	ok(alloc_discover(&a, &o, &err) == 0 && a.ranks[2].gpu.index == 0,
 	   "... accepted with allow_shared_gpu; rank 2 on GPU 0");
 	alloc_free(&a);
 }
@@ -104,11 +104,11 @@ static void test_env_two_nodes(void)
 	    "GROUP_RANK=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=29502", NULL};
 	struct alloc_opts o;
 	struct alloc a;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 
 	env_only(vars);
 	opts_init(&o, ALLOC_SRC_ENV);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "env source on two nodes %s", err);
+	ok(alloc_discover(&a, &o, &err) == 0, "env source on two nodes %s", err.text);
 	is_int(a.node_rank, 1, "node 1 from GROUP_RANK");
 	is_int(a.node_count, 2, "two nodes");
 	is_int(a.local_rank, 1, "local rank 1");
@@ -122,11 +122,11 @@ static void test_env_two_nodes(void)
 	/* NODE_RANK is the other spelling. */
 	unsetenv("GROUP_RANK");
 	setenv("NODE_RANK", "1", 1);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0 && a.node_rank == 1,
+	ok(alloc_discover(&a, &o, &err) == 0 && a.node_rank == 1,
 	   "NODE_RANK works like GROUP_RANK");
 	alloc_free(&a);
 	unsetenv("NODE_RANK");
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0 && a.node_rank == 1,
+	ok(alloc_discover(&a, &o, &err) == 0 && a.node_rank == 1,
 	   "without either, node = RANK / LOCAL_WORLD_SIZE");
 	alloc_free(&a);
 }
@@ -195,12 +195,12 @@ static void test_slurm(void)
 			       "CUDA_VISIBLE_DEVICES=1",	NULL};
 	struct alloc_opts o;
 	struct alloc a;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 	int port1, port2;
 
 	env_only(block);
 	opts_init(&o, ALLOC_SRC_AUTO);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "SLURM_* without PMIx %s", err);
+	ok(alloc_discover(&a, &o, &err) == 0, "SLURM_* without PMIx %s", err.text);
 	is_int(a.source, ALLOC_SRC_SLURM, "auto picks slurm (no PMIX_RANK)");
 	is_int(a.rank, 3, "rank from SLURM_PROCID");
 	is_int(a.world_size, 4, "world from SLURM_STEP_NUM_TASKS");
@@ -222,18 +222,18 @@ static void test_slurm(void)
 	   "derived master port %d is above Linux's ephemeral range (32768-60999)", port1);
 	alloc_free(&a);
 
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0 && a.master_port == port1,
+	ok(alloc_discover(&a, &o, &err) == 0 && a.master_port == port1,
 	   "the derived port is the same every time (every rank computes it alone)");
 	alloc_free(&a);
 	setenv("SLURM_STEP_ID", "4", 1);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "next step");
+	ok(alloc_discover(&a, &o, &err) == 0, "next step");
 	port2 = a.master_port;
 	ok(port2 != port1 && port2 > 60999 && port2 <= 65535,
 	   "the next step of the job gets another port (%d, %d)", port1, port2);
 	alloc_free(&a);
 
 	setenv("MASTER_PORT", "29400", 1);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0 && a.master_port == 29400,
+	ok(alloc_discover(&a, &o, &err) == 0 && a.master_port == 29400,
 	   "MASTER_PORT wins over the derived port");
 	alloc_free(&a);
 
@@ -241,13 +241,13 @@ static void test_slurm(void)
 	env_only(block);
 	unsetenv("MASTER_ADDR");
 	setenv("SLURM_STEP_NODELIST", "localhost,n2", 1);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "first node 'localhost' %s", err);
+	ok(alloc_discover(&a, &o, &err) == 0, "first node 'localhost' %s", err.text);
 	is(a.master_addr, "127.0.0.1", "master = first node of SLURM_STEP_NODELIST, resolved");
 	alloc_free(&a);
 	setenv("SLURM_STEP_NODELIST", "no-such-node-dptrain.invalid,n2", 1);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == -1, "unresolvable first node: refused");
-	like(err, "no-such-node-dptrain.invalid", "... naming the node");
-	like(err, "set MASTER_ADDR", "... and what to do");
+	ok(alloc_discover(&a, &o, &err) == -1, "unresolvable first node: refused");
+	like(err.text, "no-such-node-dptrain.invalid", "... naming the node");
+	like(err.text, "set MASTER_ADDR", "... and what to do");
 	alloc_free(&a);
 }
 
@@ -299,12 +299,12 @@ static void test_slurm_layouts(void)
 				  NULL};
 	struct alloc_opts o;
 	struct alloc a;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 	int node_of[8], local_of[8], counts[2] = {3, 2}, i, same;
 
 	env_only(cyclic);
 	opts_init(&o, ALLOC_SRC_SLURM);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "cyclic distribution %s", err);
+	ok(alloc_discover(&a, &o, &err) == 0, "cyclic distribution %s", err.text);
 	ok(a.world_size == 4 && strcmp(a.ranks[0].host, "n1") == 0 &&
 	       strcmp(a.ranks[1].host, "n2") == 0 && strcmp(a.ranks[2].host, "n1") == 0 &&
 	       a.ranks[2].local_rank == 1 && a.ranks[3].local_rank == 1,
@@ -312,7 +312,7 @@ static void test_slurm_layouts(void)
 	alloc_free(&a);
 
 	env_only(plane);
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "plane=2 distribution %s", err);
+	ok(alloc_discover(&a, &o, &err) == 0, "plane=2 distribution %s", err.text);
 	ok(strcmp(a.ranks[1].host, "n1") == 0 && strcmp(a.ranks[2].host, "n2") == 0 &&
 	       strcmp(a.ranks[4].host, "n1") == 0 && a.ranks[4].local_rank == 2 &&
 	       a.ranks[7].local_rank == 3,
@@ -330,21 +330,20 @@ static void test_slurm_layouts(void)
 		"MASTER_PORT=70000");
 
 	/* The layout function itself. */
-	ok(rt_slurm_layout(NULL, 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0,
+	ok(rt_slurm_layout(NULL, 2, counts, 5, node_of, local_of, &err) == 0,
 	   "block layout of 3,2");
 	same = node_of[0] == 0 && node_of[2] == 0 && node_of[3] == 1 && local_of[4] == 1;
 	ok(same, "block: 0-2 on node 0, 3-4 on node 1");
-	ok(rt_slurm_layout("cyclic:block", 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0,
+	ok(rt_slurm_layout("cyclic:block", 2, counts, 5, node_of, local_of, &err) == 0,
 	   "cyclic:block (only the node level counts)");
 	ok(node_of[0] == 0 && node_of[1] == 1 && node_of[4] == 0 && local_of[4] == 2,
 	   "cyclic over 3,2: 0,2,4 on node 0");
-	ok(rt_slurm_layout("block", 2, counts, 6, node_of, local_of, err, sizeof(err)) == -1,
+	ok(rt_slurm_layout("block", 2, counts, 6, node_of, local_of, &err) == -1,
 	   "more ranks than tasks per node hold is refused");
-	like(err, "hold 5 ranks, not 6", "... with both numbers");
+	like(err.text, "hold 5 ranks, not 6", "... with both numbers");
 	for (i = 0; i < 5; i++)
 		node_of[i] = -1;
-	ok(rt_slurm_layout("*", 2, counts, 5, node_of, local_of, err, sizeof(err)) == 0 &&
-	       node_of[2] == 0,
+	ok(rt_slurm_layout("*", 2, counts, 5, node_of, local_of, &err) == 0 && node_of[2] == 0,
 	   "'*' is the default (block)");
 }
 
@@ -363,60 +362,57 @@ static void test_master_overrides(void)
 	    {"-5", "MASTER_PORT='-5'"},
 	    {" 80", "MASTER_PORT=' 80'"},
 	};
-	char addr[RT_HOST_MAX], err[ALLOC_ERR_MAX] = "";
+	char addr[RT_HOST_MAX];
+	struct dp_error err = {""};
 	size_t i;
 	int port;
 
 	for (i = 0; i < sizeof(bad_ports) / sizeof(bad_ports[0]); i++) {
 		env_only(base);
 		setenv("MASTER_PORT", bad_ports[i].port, 1);
-		ok(alloc_user_master_port(&port, err, sizeof(err)) == -1,
-		   "MASTER_PORT='%s' refused", bad_ports[i].port);
-		like(err, bad_ports[i].needle, "... saying so");
+		ok(alloc_user_master_port(&port, &err) == -1, "MASTER_PORT='%s' refused",
+		   bad_ports[i].port);
+		like(err.text, bad_ports[i].needle, "... saying so");
 	}
 	setenv("MASTER_PORT", "65535", 1);
-	ok(alloc_user_master_port(&port, err, sizeof(err)) == 1 && port == 65535,
-	   "MASTER_PORT=65535 accepted");
+	ok(alloc_user_master_port(&port, &err) == 1 && port == 65535, "MASTER_PORT=65535 accepted");
 	unsetenv("MASTER_PORT");
-	is_int(alloc_user_master_port(&port, err, sizeof(err)), 0, "unset MASTER_PORT: 0");
+	is_int(alloc_user_master_port(&port, &err), 0, "unset MASTER_PORT: 0");
 
 	setenv("MASTER_ADDR", "", 1);
-	ok(alloc_user_master_addr(addr, err, sizeof(err)) == -1, "MASTER_ADDR='' refused");
-	like(err, "is empty", "... as empty");
+	ok(alloc_user_master_addr(addr, &err) == -1, "MASTER_ADDR='' refused");
+	like(err.text, "is empty", "... as empty");
 	setenv("MASTER_ADDR", "a b", 1);
-	ok(alloc_user_master_addr(addr, err, sizeof(err)) == -1, "MASTER_ADDR='a b' refused");
-	like(err, "blank", "... for the blank");
+	ok(alloc_user_master_addr(addr, &err) == -1, "MASTER_ADDR='a b' refused");
+	like(err.text, "blank", "... for the blank");
 	setenv("MASTER_ADDR", "head-node.example", 1);
-	ok(alloc_user_master_addr(addr, err, sizeof(err)) == 1 &&
-	       strcmp(addr, "head-node.example") == 0,
+	ok(alloc_user_master_addr(addr, &err) == 1 && strcmp(addr, "head-node.example") == 0,
 	   "a host name is a valid MASTER_ADDR");
 	unsetenv("MASTER_ADDR");
-	is_int(alloc_user_master_addr(addr, err, sizeof(err)), 0, "unset MASTER_ADDR: 0");
+	is_int(alloc_user_master_addr(addr, &err), 0, "unset MASTER_ADDR: 0");
 }
 
 static void test_ports(void)
 {
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 	int port = 0, port2 = 0;
 
-	ok(alloc_port_parse("29500", "X", &port, err, sizeof(err)) == 0 && port == 29500,
-	   "port 29500 parses");
-	ok(alloc_port_parse("1", "X", &port, err, sizeof(err)) == 0 && port == 1, "port 1 parses");
-	ok(alloc_port_parse("65536", "X", &port, err, sizeof(err)) == -1, "65536 is refused");
-	like(err, "X='65536'", "... naming the variable");
-	ok(alloc_port_pick("127.0.0.1", &port, err, sizeof(err)) == 0 && port > 0 && port < 65536,
+	ok(alloc_port_parse("29500", "X", &port, &err) == 0 && port == 29500, "port 29500 parses");
+	ok(alloc_port_parse("1", "X", &port, &err) == 0 && port == 1, "port 1 parses");
+	ok(alloc_port_parse("65536", "X", &port, &err) == -1, "65536 is refused");
+	like(err.text, "X='65536'", "... naming the variable");
+	ok(alloc_port_pick("127.0.0.1", &port, &err) == 0 && port > 0 && port < 65536,
 	   "a free port on 127.0.0.1: %d", port);
-	ok(alloc_port_pick("127.0.0.1", &port2, err, sizeof(err)) == 0 && port2 > 0, "another: %d",
-	   port2);
-	ok(alloc_port_pick("not-an-address", &port, err, sizeof(err)) == -1,
-	   "picking on a non-address fails");
-	like(err, "'not-an-address' is not an IP address", "... saying why");
+	ok(alloc_port_pick("127.0.0.1", &port2, &err) == 0 && port2 > 0, "another: %d", port2);
+	ok(alloc_port_pick("not-an-address", &port, &err) == -1, "picking on a non-address fails");
+	like(err.text, "'not-an-address' is not an IP address", "... saying why");
 }
 
 static void test_misc(void)
 {
 	enum alloc_source s;
-	char job[RT_ID_MAX], step[RT_ID_MAX], buf[256], err[ALLOC_ERR_MAX] = "", addr[RT_ADDR_MAX];
+	char job[RT_ID_MAX], step[RT_ID_MAX], buf[256], addr[RT_ADDR_MAX];
+	struct dp_error err = {""};
 	int ranks[] = {2, 5, 6, 7, 9};
 
 	ok(alloc_source_from_name("pmix", &s) == 0 && s == ALLOC_SRC_PMIX, "'pmix' names PMIx");
@@ -442,13 +438,13 @@ static void test_misc(void)
 	alloc_format_ranks(ranks, 1, buf, sizeof(buf));
 	is(buf, "2", "one rank");
 
-	ok(alloc_iface_addr("lo", addr, err, sizeof(err)) == 0 && strcmp(addr, "127.0.0.1") == 0,
+	ok(alloc_iface_addr("lo", addr, &err) == 0 && strcmp(addr, "127.0.0.1") == 0,
 	   "interface lo has 127.0.0.1");
-	ok(alloc_iface_addr(NULL, addr, err, sizeof(err)) == 0 && strcmp(addr, "") != 0,
+	ok(alloc_iface_addr(NULL, addr, &err) == 0 && strcmp(addr, "") != 0,
 	   "a default address exists (%s)", addr);
-	ok(alloc_iface_addr("nosuch9", addr, err, sizeof(err)) == -1, "a missing interface fails");
-	like(err, "no interface 'nosuch9'", "... naming it");
-	like(err, "lo", "... and listing the ones there are");
+	ok(alloc_iface_addr("nosuch9", addr, &err) == -1, "a missing interface fails");
+	like(err.text, "no interface 'nosuch9'", "... naming it");
+	like(err.text, "lo", "... and listing the ones there are");
 }
 
 int main(void)

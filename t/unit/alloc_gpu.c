@@ -1,5 +1,6 @@
 /* alloc_gpu.c — unit tests of the launcher's GPU choice: CUDA_VISIBLE_DEVICES patterns against
  * local ranks, device counting, and the shared-GPU check. Owns nothing but its temp dir. */
+#include "common/error.h"
 #include "pmix/alloc.h"
 #include "pmix/alloc_source.h"
 #include "t/lib/tap.h"
@@ -14,11 +15,11 @@
 static void pick(const char *cvd, int lr, int want_index, const char *want_id, int want_count)
 {
 	struct alloc_gpu g;
-	char err[ALLOC_ERR_MAX] = "";
-	int rc = alloc_gpu_select(cvd, lr, &g, err, sizeof(err));
+	struct dp_error err = {""};
+	int rc = alloc_gpu_select(cvd, lr, &g, &err);
 
 	ok(rc == 0, "CUDA_VISIBLE_DEVICES='%s' local rank %d accepted%s%s", cvd, lr, rc ? ": " : "",
-	   rc ? err : "");
+	   rc ? err.text : "");
 	is_int(g.index, want_index, "'%s' local rank %d -> device index %d", cvd, lr, want_index);
 	is(g.id, want_id, "'%s' local rank %d -> physical id '%s'", cvd, lr, want_id);
 	is_int(g.count, want_count, "'%s' -> %d visible", cvd, want_count);
@@ -27,11 +28,10 @@ static void pick(const char *cvd, int lr, int want_index, const char *want_id, i
 static void refuse(const char *cvd, const char *needle)
 {
 	struct alloc_gpu g;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 
-	ok(alloc_gpu_select(cvd, 0, &g, err, sizeof(err)) == -1,
-	   "CUDA_VISIBLE_DEVICES='%s' is refused", cvd);
-	like(err, needle, "... with a message naming '%s'", needle);
+	ok(alloc_gpu_select(cvd, 0, &g, &err) == -1, "CUDA_VISIBLE_DEVICES='%s' is refused", cvd);
+	like(err.text, needle, "... with a message naming '%s'", needle);
 	is_int(g.index, -1, "... and no GPU chosen");
 }
 
@@ -82,10 +82,10 @@ static void test_patterns(void)
 static void test_negative_local_rank(void)
 {
 	struct alloc_gpu g;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 
-	ok(alloc_gpu_select("0,1", -1, &g, err, sizeof(err)) == -1, "local rank -1 is refused");
-	like(err, "local rank -1", "... naming it");
+	ok(alloc_gpu_select("0,1", -1, &g, &err) == -1, "local rank -1 is refused");
+	like(err.text, "local rank -1", "... naming it");
 }
 
 static void touch(const char *dir, const char *name)
@@ -104,7 +104,7 @@ static void test_count_devices(void)
 	char dir[] = "/tmp/dptrain-gpu-XXXXXX", path[512];
 	struct alloc_opts o;
 	struct alloc_gpu g;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 	const char *names[] = {"nvidia0",    "nvidia1", "nvidia12", "nvidiactl",
 			       "nvidia-uvm", "nvidia",	"nvidia3x", "nvme0"};
 	size_t i;
@@ -125,19 +125,16 @@ static void test_count_devices(void)
 	memset(&o, 0, sizeof(o));
 	o.dev_dir = dir;
 	unsetenv("CUDA_VISIBLE_DEVICES");
-	ok(alloc_self_gpu(&o, ALLOC_SRC_ENV, 4, &g, err, sizeof(err)) == 0,
-	   "env source, unset: accepted");
+	ok(alloc_self_gpu(&o, ALLOC_SRC_ENV, 4, &g, &err) == 0, "env source, unset: accepted");
 	is_int(g.index, 1, "env source, unset, 3 device nodes: local rank 4 -> GPU 1");
-	ok(alloc_self_gpu(&o, ALLOC_SRC_SLURM, 4, &g, err, sizeof(err)) == 0,
-	   "slurm source, unset: accepted");
+	ok(alloc_self_gpu(&o, ALLOC_SRC_SLURM, 4, &g, &err) == 0, "slurm source, unset: accepted");
 	is_int(g.index, -1, "slurm source, unset: no GPU (the step did not ask for one)");
 	setenv("CUDA_VISIBLE_DEVICES", "6,7", 1);
-	ok(alloc_self_gpu(&o, ALLOC_SRC_ENV, 3, &g, err, sizeof(err)) == 0 && g.index == 1 &&
+	ok(alloc_self_gpu(&o, ALLOC_SRC_ENV, 3, &g, &err) == 0 && g.index == 1 &&
 	       strcmp(g.id, "7") == 0,
 	   "set: CUDA_VISIBLE_DEVICES wins over the device nodes");
 	unsetenv("CUDA_VISIBLE_DEVICES");
-	is_int(alloc_self_gpu(&o, ALLOC_SRC_PMIX, 0, &g, err, sizeof(err)), 0,
-	       "pmix source, unset: accepted");
+	is_int(alloc_self_gpu(&o, ALLOC_SRC_PMIX, 0, &g, &err), 0, "pmix source, unset: accepted");
 
 	for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
@@ -162,7 +159,7 @@ static void test_shared_gpu(void)
 {
 	struct alloc_rank ranks[4];
 	struct alloc a;
-	char err[ALLOC_ERR_MAX] = "";
+	struct dp_error err = {""};
 
 	memset(&a, 0, sizeof(a));
 	a.world_size = 4;
@@ -172,21 +169,19 @@ static void test_shared_gpu(void)
 	set_rank(&ranks[1], "n1", 0, 1, 0, "1");
 	set_rank(&ranks[2], "n2", 1, 0, 0, "0");
 	set_rank(&ranks[3], "n2", 1, 1, 0, "1");
-	is_int(alloc_check_shared_gpu(&a, 0, err, sizeof(err)), 0,
+	is_int(alloc_check_shared_gpu(&a, 0, &err), 0,
 	       "one GPU per rank (same ids on different nodes) is fine");
 
 	set_rank(&ranks[3], "n2", 1, 1, 1, "0");
-	is_int(alloc_check_shared_gpu(&a, 0, err, sizeof(err)), -1,
-	       "ranks 2 and 3 on n2 on GPU 0 is an error");
-	like(err, "ranks 2 and 3 on n2 would share GPU '0'", "... naming the ranks, node and GPU");
-	like(err, "device.allow_shared_gpu", "... and how to allow it");
-	is_int(alloc_check_shared_gpu(&a, 1, err, sizeof(err)), 0,
-	       "... unless device.allow_shared_gpu");
+	is_int(alloc_check_shared_gpu(&a, 0, &err), -1, "ranks 2 and 3 on n2 on GPU 0 is an error");
+	like(err.text, "ranks 2 and 3 on n2 would share GPU '0'",
+	     "... naming the ranks, node and GPU");
+	like(err.text, "device.allow_shared_gpu", "... and how to allow it");
+	is_int(alloc_check_shared_gpu(&a, 1, &err), 0, "... unless device.allow_shared_gpu");
 
 	set_rank(&ranks[3], "n2", 1, 1, -1, "");
 	set_rank(&ranks[2], "n2", 1, 0, -1, "");
-	is_int(alloc_check_shared_gpu(&a, 0, err, sizeof(err)), 0,
-	       "CPU ranks (no GPU) never share");
+	is_int(alloc_check_shared_gpu(&a, 0, &err), 0, "CPU ranks (no GPU) never share");
 }
 
 int main(void)

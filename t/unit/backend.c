@@ -35,7 +35,7 @@ static int created(struct pair *p, const char *what)
 		return 1;
 	for (int i = 0; i < 2; i++)
 		if (!p->op[i])
-			diag("%s: %s", p->be[i]->ops->name, p->be[i]->err);
+			diag("%s: %s", p->be[i]->ops->name, p->be[i]->err.text);
 	return 0;
 }
 
@@ -43,7 +43,7 @@ static int ran(struct pair *p, int i, int rc, const char *what)
 {
 	if (rc == 0)
 		return 1;
-	fail("%s %s: %s failed: %s", p->name, what, p->be[i]->ops->name, p->be[i]->err);
+	fail("%s %s: %s failed: %s", p->name, what, p->be[i]->ops->name, p->be[i]->err.text);
 	return 0;
 }
 
@@ -218,7 +218,7 @@ static void test_bn_fused(struct pair *p, struct be_bn_desc d, const float *x, c
 			ok(memcmp(dz2, dz[i], nx * sizeof(float)) == 0,
 			   "%s %s: same dz, bit for bit", be->ops->name, w);
 		} else {
-			diag("%s", be->err);
+			diag("%s", be->err.text);
 		}
 		if (op)
 			be->ops->op_destroy(be, op);
@@ -571,7 +571,7 @@ static void test_xent_known(struct backend *be)
 	int correct = -1;
 
 	if (be->ops->xent(be, l, lab, N, C, 0.1f, 2.0f, &loss, &correct, d) != 0) {
-		fail("%s xent equal logits: %s", be->ops->name, be->err);
+		fail("%s xent equal logits: %s", be->ops->name, be->err.text);
 		return;
 	}
 	is_double(loss, log(4.0), 1e-6, "%s xent equal logits: loss log(4)", be->ops->name);
@@ -595,8 +595,8 @@ static void test_errors(struct backend *be)
 	    .n = 8, .c = 3, .h = 2, .w = 2, .k = 4, .kh = 7, .kw = 7, .stride = 1};
 	struct be_op *op = be->ops->conv_create(be, &cd);
 	ok(op == NULL, "%s conv_create rejects a kernel larger than the input", bn);
-	like(be->err, "conv_create(n=8 c=3 h=2 w=2 k=4 7x7/1 pad 0)", "%s: message names the shape",
-	     bn);
+	like(be->err.text, "conv_create(n=8 c=3 h=2 w=2 k=4 7x7/1 pad 0)",
+	     "%s: message names the shape", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 
@@ -607,7 +607,8 @@ static void test_errors(struct backend *be)
 	if (ok(op != NULL, "%s conv_create with bias", bn)) {
 		ok(be->ops->conv_fwd(be, op, cx, cw, NULL, cy) == -1,
 		   "%s conv_fwd refuses a NULL bias when the op has one", bn);
-		like(be->err, "conv_fwd(n=1 c=1 h=3 w=3 k=1 1x1/1 pad 0 bias): the op has a bias",
+		like(be->err.text,
+		     "conv_fwd(n=1 c=1 h=3 w=3 k=1 1x1/1 pad 0 bias): the op has a bias",
 		     "%s: message names the op and what is missing", bn);
 		be->ops->op_destroy(be, op);
 	}
@@ -623,8 +624,8 @@ static void test_errors(struct backend *be)
 				  .pad = 2};
 	op = be->ops->pool_create(be, &pd);
 	ok(op == NULL, "%s pool_create rejects pad > kernel/2", bn);
-	like(be->err, "pool_create(max n=1 c=1 h=8 w=8 2x2/2 pad 2)", "%s: message names the shape",
-	     bn);
+	like(be->err.text, "pool_create(max n=1 c=1 h=8 w=8 2x2/2 pad 2)",
+	     "%s: message names the shape", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 
@@ -634,25 +635,25 @@ static void test_errors(struct backend *be)
 	if (ok(op != NULL, "%s bn_create n=1 h=w=1 (inference is fine)", bn)) {
 		ok(be->ops->bn_fwd_train(be, op, x, NULL, g, b, y, sm, si, rm, rv, 0.1f) == -1,
 		   "%s bn_fwd_train with one value per channel fails", bn);
-		like(be->err, "more than one value per channel", "%s: message says why", bn);
+		like(be->err.text, "more than one value per channel", "%s: message says why", bn);
 		ok(be->ops->bn_fwd_infer(be, op, x, x, g, b, rm, rv, y) == -1,
 		   "%s bn_fwd_infer refuses a residual the op does not add", bn);
-		like(be->err, "without fuse_add", "%s: message says why", bn);
+		like(be->err.text, "without fuse_add", "%s: message says why", bn);
 		be->ops->op_destroy(be, op);
 	} else {
-		diag("%s", be->err);
+		diag("%s", be->err.text);
 	}
 	bd.fuse_add = 1;
 	op = be->ops->bn_create(be, &bd);
 	if (ok(op != NULL, "%s bn_create with fuse_add", bn)) {
 		ok(be->ops->bn_fwd_infer(be, op, x, NULL, g, b, rm, rv, y) == -1,
 		   "%s bn_fwd_infer with fuse_add and no residual fails", bn);
-		like(be->err,
+		like(be->err.text,
 		     "bn_fwd_infer(n=1 c=2 h=1 w=1 eps=1e-05 +add): the op adds a residual",
 		     "%s: message names the op, shape and what is missing", bn);
 		be->ops->op_destroy(be, op);
 	} else {
-		diag("%s", be->err);
+		diag("%s", be->err.text);
 	}
 
 	float l[6] = {0}, loss;
@@ -660,18 +661,18 @@ static void test_errors(struct backend *be)
 	int correct;
 	ok(be->ops->xent(be, l, lab, 2, 3, 0.0f, 1.0f, &loss, &correct, NULL) == -1,
 	   "%s xent rejects a label out of range", bn);
-	like(be->err, "label 3 of sample 1", "%s: message names the sample", bn);
+	like(be->err.text, "label 3 of sample 1", "%s: message names the sample", bn);
 
 	struct be_linear_desc ld = {.n = 0, .in = 4, .out = 2};
 	op = be->ops->linear_create(be, &ld);
 	ok(op == NULL, "%s linear_create rejects n=0", bn);
-	like(be->err, "linear_create(n=0 in=4 out=2)", "%s: message names the shape", bn);
+	like(be->err.text, "linear_create(n=0 in=4 out=2)", "%s: message names the shape", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 	ld = (struct be_linear_desc){.n = 2, .in = 30, .out = 2, .c = 2, .h = 4, .w = 4};
 	op = be->ops->linear_create(be, &ld);
 	ok(op == NULL, "%s linear_create rejects an input shape that is not `in` features", bn);
-	like(be->err, "input shape 2x4x4 is not 30 features", "%s: message says why", bn);
+	like(be->err.text, "input shape 2x4x4 is not 30 features", "%s: message says why", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 }
@@ -759,19 +760,19 @@ static void run_suite(struct pair *p, int convs_only)
 
 int main(void)
 {
-	char err[512];
+	struct dp_error err;
 	struct chk_rng rng = {chk_seed()};
-	struct backend *ref = be_ref_create(err, sizeof(err));
+	struct backend *ref = be_ref_create(&err);
 	struct backend *cpu = NULL, *par = NULL;
 
 	if (!ref)
-		bail_out("be_ref_create: %s", err);
+		bail_out("be_ref_create: %s", err.text);
 	ok(strcmp(ref->ops->name, "ref") == 0, "reference backend is called ref");
 	test_xent_known(ref);
 	test_errors(ref);
 
-	cpu = be_cpu_create(0, err, sizeof(err));
-	if (!ok(cpu != NULL, "be_cpu_create(0): %s", cpu ? cpu->ops->name : err))
+	cpu = be_cpu_create(0, &err);
+	if (!ok(cpu != NULL, "be_cpu_create(0): %s", cpu ? cpu->ops->name : err.text))
 		goto out;
 	diag("cpu backend: %s, %d threads", cpu->ops->name, cpu->threads);
 	struct pair p = {{ref, cpu}, {NULL, NULL}, &rng, cpu->ops->name};
@@ -782,10 +783,10 @@ int main(void)
 	static const char *names[] = {"cpu (conv=plain)", "cpu (conv=blocked)"};
 	for (int i = 0; i < 2; i++) {
 		setenv("DPTRAIN_CPU_CONV", layouts[i], 1);
-		struct backend *forced = be_cpu_create(0, err, sizeof(err));
+		struct backend *forced = be_cpu_create(0, &err);
 		unsetenv("DPTRAIN_CPU_CONV");
 		if (!ok(forced != NULL, "be_cpu_create with DPTRAIN_CPU_CONV=%s: %s", layouts[i],
-			forced ? forced->ops->name : err))
+			forced ? forced->ops->name : err.text))
 			continue;
 		struct pair f = {{ref, forced}, {NULL, NULL}, &rng, names[i]};
 		run_suite(&f, 1);
@@ -793,19 +794,19 @@ int main(void)
 	}
 
 	/* The fallback without oneDNN: the reference kernels on OpenMP threads. */
-	par = be_ref_create_parallel(0, err, sizeof(err));
-	if (!ok(par != NULL, "be_ref_create_parallel: %s", par ? par->ops->name : err))
+	par = be_ref_create_parallel(0, &err);
+	if (!ok(par != NULL, "be_ref_create_parallel: %s", par ? par->ops->name : err.text))
 		goto out;
 	struct pair q = {{ref, par}, {NULL, NULL}, &rng, par->ops->name};
 	run_suite(&q, 0);
 
-	struct backend *bad = be_cpu_create(-1, err, sizeof(err));
+	struct backend *bad = be_cpu_create(-1, &err);
 	ok(bad == NULL, "be_cpu_create(-1) fails");
-	like(err, "threads must be 0 (the default) or more", "and says why");
+	like(err.text, "threads must be 0 (the default) or more", "and says why");
 	if (bad)
 		bad->ops->destroy(bad);
 	/* Last: OpenMP keeps the thread count for the rest of the process. */
-	struct backend *one = be_cpu_create(1, err, sizeof(err));
+	struct backend *one = be_cpu_create(1, &err);
 	if (ok(one != NULL, "be_cpu_create(1)"))
 		is_int(one->threads, 1, "runs on 1 thread");
 	if (one)

@@ -72,7 +72,7 @@ static float *dalloc(struct t *t, size_t n)
 	float *p = t->gpu->ops->alloc(t->gpu, sizeof(float) * (n ? n : 1));
 
 	if (!p)
-		bail_out("%s alloc(%zu floats): %s", t->name, n, t->gpu->err);
+		bail_out("%s alloc(%zu floats): %s", t->name, n, t->gpu->err.text);
 	return p;
 }
 
@@ -81,7 +81,7 @@ static float *up(struct t *t, const float *h, size_t n)
 	float *p = dalloc(t, n);
 
 	if (t->gpu->ops->from_host(t->gpu, p, h, sizeof(float) * n) < 0)
-		bail_out("%s from_host(%zu floats): %s", t->name, n, t->gpu->err);
+		bail_out("%s from_host(%zu floats): %s", t->name, n, t->gpu->err.text);
 	return p;
 }
 
@@ -90,7 +90,7 @@ static float *dpoison(struct t *t, size_t n)
 	float *p = dalloc(t, n);
 
 	if (t->gpu->ops->fill(t->gpu, p, NAN, n) < 0)
-		bail_out("%s fill: %s", t->name, t->gpu->err);
+		bail_out("%s fill: %s", t->name, t->gpu->err.text);
 	return p;
 }
 
@@ -99,7 +99,7 @@ static float *down(struct t *t, const float *d, size_t n)
 	float *h = chk_alloc(n);
 
 	if (t->gpu->ops->to_host(t->gpu, h, d, sizeof(float) * n) < 0)
-		bail_out("%s to_host(%zu floats): %s", t->name, n, t->gpu->err);
+		bail_out("%s to_host(%zu floats): %s", t->name, n, t->gpu->err.text);
 	return h;
 }
 
@@ -174,10 +174,10 @@ static void *apoison(struct t *t, size_t n)
 
 	if (!h || !p)
 		bail_out("%s alloc(%zu acts): %s", t->name, n,
-			 p ? "out of host memory" : t->gpu->err);
+			 p ? "out of host memory" : t->gpu->err.text);
 	memset(h, 0xff, bytes);
 	if (t->gpu->ops->from_host(t->gpu, p, h, bytes) < 0)
-		bail_out("%s from_host(%zu bytes): %s", t->name, bytes, t->gpu->err);
+		bail_out("%s from_host(%zu bytes): %s", t->name, bytes, t->gpu->err.text);
 	free(h);
 	return p;
 }
@@ -195,7 +195,7 @@ static void *aup(struct t *t, const float *x, int n, int c, int h, int w)
 	f = up(t, x, cnt);
 	a = apoison(t, cnt);
 	if (t->gpu->ops->act_import(t->gpu, f, a, n, c, h, w) < 0)
-		bail_out("%s act_import(%zu values): %s", t->name, cnt, t->gpu->err);
+		bail_out("%s act_import(%zu values): %s", t->name, cnt, t->gpu->err.text);
 	dfree(t, f);
 	return a;
 }
@@ -210,7 +210,7 @@ static float *adown(struct t *t, const void *a, int n, int c, int h, int w)
 		return down(t, a, cnt);
 	f = dalloc(t, cnt);
 	if (t->gpu->ops->act_export(t->gpu, a, f, n, c, h, w) < 0)
-		bail_out("%s act_export(%zu values): %s", t->name, cnt, t->gpu->err);
+		bail_out("%s act_export(%zu values): %s", t->name, cnt, t->gpu->err.text);
 	hst = down(t, f, cnt);
 	dfree(t, f);
 	return hst;
@@ -225,7 +225,7 @@ static void same_bytes(struct t *t, const char *what, const void *a, const void 
 		bail_out("out of memory");
 	if (t->gpu->ops->to_host(t->gpu, ha, a, bytes) < 0 ||
 	    t->gpu->ops->to_host(t->gpu, hb, b, bytes) < 0)
-		bail_out("%s to_host(%zu bytes): %s", t->name, bytes, t->gpu->err);
+		bail_out("%s to_host(%zu bytes): %s", t->name, bytes, t->gpu->err.text);
 	ok(memcmp(ha, hb, bytes) == 0, "%s %s: bit for bit", t->name, what);
 	free(ha), free(hb);
 }
@@ -317,7 +317,7 @@ static int ran(struct t *t, struct backend *be, int rc, const char *what)
 {
 	if (rc == 0)
 		return 1;
-	fail("%s %s: %s failed: %s", t->name, what, be->ops->name, be->err);
+	fail("%s %s: %s failed: %s", t->name, what, be->ops->name, be->err.text);
 	return 0;
 }
 
@@ -350,7 +350,7 @@ static void test_conv(struct t *t, struct be_conv_desc d)
 
 	snprintf(w, sizeof(w), "conv(%s)", be_conv_str(&d, s, sizeof(s)));
 	if (!ok(oc && og, "%s %s: created", t->name, w)) {
-		diag("cpu: %s; gpu: %s", oc ? "" : c->err, og ? "" : g->err);
+		diag("cpu: %s; gpu: %s", oc ? "" : c->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	if (!ok(dg.oh == dc.oh && dg.ow == dc.ow, "%s %s: output %dx%d", t->name, w, dg.oh, dg.ow))
@@ -468,7 +468,7 @@ static void fused_vs_separate(struct t *t, const char *w, const struct be_bn_des
 		    g->ops->bn_bwd(g, op, gx, bn, gm, ggm, sm, si, dx, NULL, 0.0f, dg, db, 0.0f) ==
 			0,
 		"%s %s vs separate ops: ran", t->name, w)) {
-		diag("%s", g->err);
+		diag("%s", g->err.text);
 		goto out;
 	}
 	if (t->dt == BE_BF16 || (t->nhwc && t->dt == BE_F16)) {
@@ -511,7 +511,7 @@ static void test_bn(struct t *t, struct be_bn_desc d)
 
 	snprintf(w, sizeof(w), "bn(%s)", be_bn_str(&d, s, sizeof(s)));
 	if (!ok(oc && og, "%s %s: created", t->name, w)) {
-		diag("cpu: %s; gpu: %s", oc ? "" : c->err, og ? "" : g->err);
+		diag("cpu: %s; gpu: %s", oc ? "" : c->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	/* Offset and scale per channel, so normalisation has something to undo. */
@@ -646,7 +646,7 @@ static void test_pool(struct t *t, struct be_pool_desc d, int levels)
 		 levels ? " with ties" : "");
 	if (!ok(oc && og && dc.oh == dg.oh && dc.ow == dg.ow, "%s %s: created, output %dx%d",
 		t->name, w, dg.oh, dg.ow)) {
-		diag("cpu: %s; gpu: %s", oc ? "" : c->err, og ? "" : g->err);
+		diag("cpu: %s; gpu: %s", oc ? "" : c->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * dc.oh * dc.ow;
@@ -699,7 +699,7 @@ static void test_linear(struct t *t, struct be_linear_desc d)
 
 	snprintf(w, sizeof(w), "linear(%s)", be_linear_str(&d, s, sizeof(s)));
 	if (!ok(oc && og, "%s %s: created", t->name, w)) {
-		diag("cpu: %s; gpu: %s", oc ? "" : c->err, og ? "" : g->err);
+		diag("cpu: %s; gpu: %s", oc ? "" : c->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	float *x = rnd(t, nx, -1, 1), *wt = rnd(t, nw, -0.5f, 0.5f), *b = rnd(t, nb, -1, 1);
@@ -857,7 +857,7 @@ static void test_xent(struct t *t, int n, int classes, float smoothing, float sc
 	float *gl = up(t, l, nl), *gd = dpoison(t, nl);
 	int32_t *glab = g->ops->alloc(g, sizeof(*lab) * n);
 	if (!glab || g->ops->from_host(g, glab, lab, sizeof(*lab) * n) < 0)
-		bail_out("%s: labels to the GPU: %s", t->name, g->err);
+		bail_out("%s: labels to the GPU: %s", t->name, g->err.text);
 	if (ran(t, c,
 		c->ops->xent(c, l, lab, n, classes, smoothing, scale, &loss[0], &correct[0], d),
 		w) &&
@@ -891,7 +891,7 @@ static void test_xent_known(struct t *t)
 	float *gl = up(t, l, N * C), *gd = dpoison(t, N * C);
 
 	if (g->ops->xent(g, gl, lab, N, C, 0.1f, 2.0f, &loss, &correct, gd) != 0) {
-		fail("%s xent equal logits: %s", t->name, g->err);
+		fail("%s xent equal logits: %s", t->name, g->err.text);
 		goto out;
 	}
 	g->ops->to_host(g, d, gd, sizeof(d));
@@ -925,8 +925,8 @@ static void test_errors(struct t *t)
 	    .n = 8, .c = 3, .h = 2, .w = 2, .k = 4, .kh = 7, .kw = 7, .stride = 1};
 	struct be_op *op = be->ops->conv_create(be, &cd);
 	ok(op == NULL, "%s conv_create rejects a kernel larger than the input", bn);
-	like(be->err, "conv_create(n=8 c=3 h=2 w=2 k=4 7x7/1 pad 0)", "%s: message names the shape",
-	     bn);
+	like(be->err.text, "conv_create(n=8 c=3 h=2 w=2 k=4 7x7/1 pad 0)",
+	     "%s: message names the shape", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 
@@ -940,15 +940,15 @@ static void test_errors(struct t *t)
 		snprintf(want, sizeof(want),
 			 "conv_fwd(n=1 c=1 h=3 w=3 k=1 1x1/1 pad 0 bias%s): the op has a bias",
 			 dt_suffix(t));
-		like(be->err, want,
+		like(be->err.text, want,
 		     "%s: message names the op, its shape and type, and what is missing", bn);
 		ok(be->ops->bn_fwd_infer(be, op, cx, NULL, cw, cw, cw, cw, cy) == -1,
 		   "%s an op of another kind is refused", bn);
-		like(be->err, "bn_fwd_infer: the op was not created by the matching", "%s: says so",
-		     bn);
+		like(be->err.text, "bn_fwd_infer: the op was not created by the matching",
+		     "%s: says so", bn);
 		be->ops->op_destroy(be, op);
 	} else {
-		diag("%s", be->err);
+		diag("%s", be->err.text);
 	}
 	dfree(t, cx), dfree(t, cw), dfree(t, cy);
 
@@ -963,8 +963,8 @@ static void test_errors(struct t *t)
 				  .pad = 2};
 	op = be->ops->pool_create(be, &pd);
 	ok(op == NULL, "%s pool_create rejects pad > kernel/2", bn);
-	like(be->err, "pool_create(max n=1 c=1 h=8 w=8 2x2/2 pad 2)", "%s: message names the shape",
-	     bn);
+	like(be->err.text, "pool_create(max n=1 c=1 h=8 w=8 2x2/2 pad 2)",
+	     "%s: message names the shape", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 
@@ -974,34 +974,35 @@ static void test_errors(struct t *t)
 	if (ok(op != NULL, "%s bn_create n=1 h=w=1 (inference is fine)", bn)) {
 		ok(be->ops->bn_fwd_train(be, op, b2, NULL, b2, b2, b2, b2, b2, b2, b2, 0.1f) == -1,
 		   "%s bn_fwd_train with one value per channel fails", bn);
-		like(be->err, "more than one value per channel", "%s: message says why", bn);
+		like(be->err.text, "more than one value per channel", "%s: message says why", bn);
 		ok(be->ops->bn_fwd_infer(be, op, b2, z2, b2, b2, b2, b2, y2) == -1,
 		   "%s bn_fwd_infer refuses a residual the op does not add", bn);
-		like(be->err, "without fuse_add", "%s: message says why: %s", bn, be->err);
+		like(be->err.text, "without fuse_add", "%s: message says why: %s", bn,
+		     be->err.text);
 		be->ops->op_destroy(be, op);
 	} else {
-		diag("%s", be->err);
+		diag("%s", be->err.text);
 	}
 	bd.fuse_add = 1;
 	op = be->ops->bn_create(be, &bd);
 	if (ok(op != NULL, "%s bn_create with fuse_add", bn)) {
 		ok(be->ops->bn_fwd_infer(be, op, b2, NULL, b2, b2, b2, b2, y2) == -1,
 		   "%s bn_fwd_infer with fuse_add and no residual fails", bn);
-		like(be->err,
+		like(be->err.text,
 		     "bn_fwd_infer(n=1 c=2 h=1 w=1 eps=1e-05 +add): the op adds a residual",
-		     "%s: message names the op, shape and what is missing: %s", bn, be->err);
+		     "%s: message names the op, shape and what is missing: %s", bn, be->err.text);
 		ok(be->ops->bn_bwd(be, op, b2, y2, z2, b2, b2, b2, NULL, NULL, 0.0f, b2, b2,
 				   0.0f) == -1,
 		   "%s bn_bwd with fuse_add and no dz fails", bn);
-		like(be->err, "bn_bwd(n=1 c=2 h=1 w=1 eps=1e-05 +add): the op adds a residual",
-		     "%s: message names the op and shape: %s", bn, be->err);
+		like(be->err.text, "bn_bwd(n=1 c=2 h=1 w=1 eps=1e-05 +add): the op adds a residual",
+		     "%s: message names the op and shape: %s", bn, be->err.text);
 		ok(be->ops->bn_fwd_infer(be, op, b2, y2, b2, b2, b2, b2, y2) == -1,
 		   "%s bn_fwd_infer refuses z == y (cuDNN writes y before adding z)", bn);
-		like(be->err, "z must not be the output y", "%s: message says why: %s", bn,
-		     be->err);
+		like(be->err.text, "z must not be the output y", "%s: message says why: %s", bn,
+		     be->err.text);
 		be->ops->op_destroy(be, op);
 	} else {
-		diag("%s", be->err);
+		diag("%s", be->err.text);
 	}
 	dfree(t, b2), dfree(t, z2), dfree(t, y2);
 	if (be->ops->act_import) {
@@ -1010,7 +1011,8 @@ static void test_errors(struct t *t)
 		ok(be->ops->act_import(be, f, a, -1, 1, 2, 2) == -1,
 		   "%s act_import refuses a negative size", bn);
 		snprintf(want, sizeof(want), "act_import(n=-1 c=1 h=2 w=2%s): sizes", dt_suffix(t));
-		like(be->err, want, "%s: message names the op, shape and type: %s", bn, be->err);
+		like(be->err.text, want, "%s: message names the op, shape and type: %s", bn,
+		     be->err.text);
 		ok(be->ops->act_import(be, f, a, 0, 3, 2, 2) == 0 &&
 		       be->ops->act_export(be, a, f, 0, 3, 2, 2) == 0,
 		   "%s act_import and act_export of no values do nothing", bn);
@@ -1023,17 +1025,17 @@ static void test_errors(struct t *t)
 	int correct;
 	ok(be->ops->xent(be, l, lab, 2, 3, 0.0f, 1.0f, &loss, &correct, NULL) == -1,
 	   "%s xent rejects a label out of range", bn);
-	like(be->err, "label 3 of sample 1", "%s: message names the sample", bn);
+	like(be->err.text, "label 3 of sample 1", "%s: message names the sample", bn);
 	dfree(t, l);
 
 	struct be_linear_desc ld = {.n = 0, .in = 4, .out = 2};
 	op = be->ops->linear_create(be, &ld);
 	ok(op == NULL, "%s linear_create rejects n=0", bn);
-	like(be->err, "linear_create(n=0 in=4 out=2)", "%s: message names the shape", bn);
+	like(be->err.text, "linear_create(n=0 in=4 out=2)", "%s: message names the shape", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
 
-	ok(be->ops->sync(be) == 0, "%s sync after all that: %s", bn, be->err);
+	ok(be->ops->sync(be) == 0, "%s sync after all that: %s", bn, be->err.text);
 }
 
 /* The arena hands a freed block back to the next request of its size class. */
@@ -1052,7 +1054,7 @@ static void test_arena(struct t *t)
 	g->ops->free(g, NULL);
 	void *big = g->ops->alloc(g, (size_t)1 << 50);
 	ok(big == NULL, "%s alloc of 1 PiB fails", t->name);
-	like(g->err, "cudaMalloc", "%s: and names cudaMalloc: %s", t->name, g->err);
+	like(g->err.text, "cudaMalloc", "%s: and names cudaMalloc: %s", t->name, g->err.text);
 	float h = 0;
 	ok(g->ops->to_host(g, &h, (float *)a, 0) == 0, "%s to_host of 0 bytes", t->name);
 }
@@ -1069,7 +1071,7 @@ static void test_async(struct t *t)
 	int bad = 0;
 
 	if (!ok(h != NULL, "%s host_alloc(%zu bytes): %s", t->name, n * sizeof(float),
-		h ? "" : g->err))
+		h ? "" : g->err.text))
 		return;
 	ok(g->ops->mark_wait(g, NULL) == 0, "%s mark_wait(NULL) returns at once", t->name);
 	for (int round = 0; round < 6; round++) {
@@ -1084,7 +1086,7 @@ static void test_async(struct t *t)
 		    g->ops->mark_wait(g, done[i]) < 0 ||
 		    g->ops->to_host(g, back, sum, n * sizeof(float)) < 0) {
 			bad++;
-			diag("%s round %d: %s", t->name, round, g->err);
+			diag("%s round %d: %s", t->name, round, g->err.text);
 			break;
 		}
 		for (size_t k = 0; k < n; k++)
@@ -1125,7 +1127,8 @@ static void test_model(struct t *t, const char *name, int c, int h, int w, int n
 {
 	struct nn_spec spec = {.name = name, .c = c, .h = h, .w = w, .classes = 10};
 	struct nn_model mc, mg;
-	char err[512], what[96];
+	char what[96];
+	struct dp_error err;
 	size_t nx = (size_t)n * c * h * w, nl = (size_t)n * 10;
 	float *x = t->dt == BE_F32 ? rnd(t, nx, -1, 1) : hrnd(t, nx, -1, 1), *lc, *lg, *hl, loss[2];
 	int32_t *lab = malloc(sizeof(*lab) * n), *glab;
@@ -1137,12 +1140,10 @@ static void test_model(struct t *t, const char *name, int c, int h, int w, int n
 		bail_out("out of memory");
 	for (int i = 0; i < n; i++)
 		lab[i] = (int32_t)(chk_next(t->rng) % 10);
-	if (nn_build(&mc, t->cpu, &spec, err, sizeof(err)) < 0 ||
-	    nn_init_weights(&mc, seed, err, sizeof(err)) < 0)
-		bail_out("%s on cpu: %s", what, err);
-	if (nn_build(&mg, t->gpu, &spec, err, sizeof(err)) < 0 ||
-	    nn_init_weights(&mg, seed, err, sizeof(err)) < 0) {
-		fail("%s on %s: %s", what, t->name, err);
+	if (nn_build(&mc, t->cpu, &spec, &err) < 0 || nn_init_weights(&mc, seed, &err) < 0)
+		bail_out("%s on cpu: %s", what, err.text);
+	if (nn_build(&mg, t->gpu, &spec, &err) < 0 || nn_init_weights(&mg, seed, &err) < 0) {
+		fail("%s on %s: %s", what, t->name, err.text);
 		nn_free(&mg); /* safe twice: nn_build frees on failure and clears the model */
 		nn_free(&mc);
 		free(x), free(lab);
@@ -1151,17 +1152,17 @@ static void test_model(struct t *t, const char *name, int c, int h, int w, int n
 	float *gx = up(t, x, nx);
 	glab = t->gpu->ops->alloc(t->gpu, sizeof(*lab) * n);
 	if (!glab || t->gpu->ops->from_host(t->gpu, glab, lab, sizeof(*lab) * n) < 0)
-		bail_out("%s: labels to the GPU: %s", what, t->gpu->err);
+		bail_out("%s: labels to the GPU: %s", what, t->gpu->err.text);
 	nn_set_training(&mc, 1);
 	nn_set_training(&mg, 1);
-	if (nn_forward(&mc, x, n, &lc, err, sizeof(err)) < 0 ||
-	    nn_loss(&mc, lab, n, 0.1f, scale, &loss[0], &correct[0], err, sizeof(err)) < 0 ||
-	    nn_backward(&mc, n, 0.0f, err, sizeof(err)) < 0)
-		bail_out("%s on cpu: %s", what, err);
-	if (nn_forward(&mg, gx, n, &lg, err, sizeof(err)) < 0 ||
-	    nn_loss(&mg, glab, n, 0.1f, scale, &loss[1], &correct[1], err, sizeof(err)) < 0 ||
-	    nn_backward(&mg, n, 0.0f, err, sizeof(err)) < 0) {
-		fail("%s on %s: %s", what, t->name, err);
+	if (nn_forward(&mc, x, n, &lc, &err) < 0 ||
+	    nn_loss(&mc, lab, n, 0.1f, scale, &loss[0], &correct[0], &err) < 0 ||
+	    nn_backward(&mc, n, 0.0f, &err) < 0)
+		bail_out("%s on cpu: %s", what, err.text);
+	if (nn_forward(&mg, gx, n, &lg, &err) < 0 ||
+	    nn_loss(&mg, glab, n, 0.1f, scale, &loss[1], &correct[1], &err) < 0 ||
+	    nn_backward(&mg, n, 0.0f, &err) < 0) {
+		fail("%s on %s: %s", what, t->name, err.text);
 		goto out;
 	}
 	hl = adown(t, lg, n, 10, 1, 1);
@@ -1186,10 +1187,10 @@ static void test_model(struct t *t, const char *name, int c, int h, int w, int n
 		cmp_dev(t, what, "BN running stats", mg.state, mc.state, mc.state_total, tol);
 	nn_set_training(&mc, 0);
 	nn_set_training(&mg, 0);
-	if (nn_forward(&mc, x, n, &lc, err, sizeof(err)) < 0)
-		bail_out("%s eval on cpu: %s", what, err);
-	if (nn_forward(&mg, gx, n, &lg, err, sizeof(err)) < 0) {
-		fail("%s eval on %s: %s", what, t->name, err);
+	if (nn_forward(&mc, x, n, &lc, &err) < 0)
+		bail_out("%s eval on cpu: %s", what, err.text);
+	if (nn_forward(&mg, gx, n, &lg, &err) < 0) {
+		fail("%s eval on %s: %s", what, t->name, err.text);
 		goto out;
 	}
 	hl = adown(t, lg, n, 10, 1, 1);
@@ -1403,7 +1404,7 @@ static void test_conv_h(struct t *t, struct be_conv_desc d)
 
 	snprintf(w, sizeof(w), "conv(%s)", be_conv_str(&d, s, sizeof(s)));
 	if (!ok(orf && og && dg.oh == dr.oh && dg.ow == dr.ow, "%s %s: created", t->name, w)) {
-		diag("ref: %s; gpu: %s", orf ? "" : r->err, og ? "" : g->err);
+		diag("ref: %s; gpu: %s", orf ? "" : r->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	int oh = dr.oh, ow = dr.ow;
@@ -1479,7 +1480,7 @@ static void test_bn_h(struct t *t, struct be_bn_desc d)
 
 	snprintf(w, sizeof(w), "bn(%s)", be_bn_str(&d, s, sizeof(s)));
 	if (!ok(orf && og, "%s %s: created", t->name, w)) {
-		diag("ref: %s; gpu: %s", orf ? "" : r->err, og ? "" : g->err);
+		diag("ref: %s; gpu: %s", orf ? "" : r->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	float *x = rnd(t, nx, -1, 1), *dy = hrnd(t, nx, -1, 1), *gm = rnd(t, nc, 0.5f, 1.5f);
@@ -1655,7 +1656,7 @@ static void test_bn_h_own(struct t *t, struct be_bn_desc d, int big)
 	snprintf(w, sizeof(w), "bn(%s)%s", be_bn_str(&d, s, sizeof(s)),
 		 big >= 0 ? " with a large-mean channel" : "");
 	if (!ok(orf && og, "%s %s: created", t->name, w)) {
-		diag("ref: %s; gpu: %s", orf ? "" : r->err, og ? "" : g->err);
+		diag("ref: %s; gpu: %s", orf ? "" : r->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	float *x = rnd(t, nx, -1, 1), *dy = hrnd(t, nx, -1, 1), *gm = rnd(t, nc, 0.5f, 1.5f);
@@ -1759,7 +1760,7 @@ static void test_pool_h(struct t *t, struct be_pool_desc d, int levels)
 	snprintf(w, sizeof(w), "pool(%s)%s", be_pool_str(&d, s, sizeof(s)),
 		 levels ? " with ties" : "");
 	if (!ok(orf && og && dr.oh == dg.oh && dr.ow == dg.ow, "%s %s: created", t->name, w)) {
-		diag("ref: %s; gpu: %s", orf ? "" : r->err, og ? "" : g->err);
+		diag("ref: %s; gpu: %s", orf ? "" : r->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * dr.oh * dr.ow;
@@ -1807,7 +1808,7 @@ static void test_linear_h(struct t *t, struct be_linear_desc d)
 
 	snprintf(w, sizeof(w), "linear(%s)", be_linear_str(&d, s, sizeof(s)));
 	if (!ok(orf && og, "%s %s: created", t->name, w)) {
-		diag("ref: %s; gpu: %s", orf ? "" : r->err, og ? "" : g->err);
+		diag("ref: %s; gpu: %s", orf ? "" : r->err.text, og ? "" : g->err.text);
 		goto out_ops;
 	}
 	float *x = hrnd(t, nx, -1, 1), *wt = hrnd(t, nw, -0.5f, 0.5f), *b = rnd(t, nb, -1, 1);
@@ -1968,7 +1969,7 @@ static void test_xent_h(struct t *t, int n, int classes, float smoothing, float 
 	void *gl = aup(t, l, n, classes, 1, 1), *gd = apoison(t, nl);
 	int32_t *glab = g->ops->alloc(g, sizeof(*lab) * n);
 	if (!glab || g->ops->from_host(g, glab, lab, sizeof(*lab) * n) < 0)
-		bail_out("%s: labels to the GPU: %s", t->name, g->err);
+		bail_out("%s: labels to the GPU: %s", t->name, g->err.text);
 	if (ran(t, r,
 		r->ops->xent(r, l, lab, n, classes, smoothing, scale, &loss[0], &correct[0], d),
 		w) &&
@@ -2075,7 +2076,7 @@ static void test_layout_memory(struct t *t, struct t *tn)
 	for (int k = 0; k < 2; k++) {
 		void *a = aup(tt[k], x, N, C, H, W);
 		if (tt[k]->gpu->ops->to_host(tt[k]->gpu, raw[k], a, sizeof(raw[k])) < 0)
-			bail_out("%s to_host: %s", tt[k]->name, tt[k]->gpu->err);
+			bail_out("%s to_host: %s", tt[k]->name, tt[k]->gpu->err.text);
 		dfree(tt[k], a);
 	}
 	for (int n = 0; n < N; n++)
@@ -2115,7 +2116,7 @@ static void test_conv_layouts(struct t *t, struct t *tn, struct be_conv_desc d)
 	for (k = 0; k < 2; k++)
 		op[k] = tt[k]->gpu->ops->conv_create(tt[k]->gpu, &dd[k]);
 	if (!ok(op[0] && op[1], "%s: created", w)) {
-		diag("%s / %s", op[0] ? "" : t->gpu->err, op[1] ? "" : tn->gpu->err);
+		diag("%s / %s", op[0] ? "" : t->gpu->err.text, op[1] ? "" : tn->gpu->err.text);
 		goto out_ops;
 	}
 	int oh = dd[0].oh, ow = dd[0].ow;
@@ -2183,7 +2184,8 @@ static void test_model_layouts(struct t *t, struct t *tn, const char *name, int 
 	int32_t *lab = malloc(sizeof(*lab) * n);
 	int correct[2], built = 0, k;
 	uint64_t seed = chk_next(t->rng);
-	char err[512], what[128];
+	char what[128];
+	struct dp_error err;
 
 	snprintf(what, sizeof(what), "model %s %dx%dx%d batch %d, NHWC vs NCHW", name, c, h, w, n);
 	if (!lab)
@@ -2195,22 +2197,20 @@ static void test_model_layouts(struct t *t, struct t *tn, const char *name, int 
 		struct backend *g = q->gpu;
 		float *gx;
 		int32_t *glab;
-		if (nn_build(&m[k], g, &spec, err, sizeof(err)) < 0 ||
-		    nn_init_weights(&m[k], seed, err, sizeof(err)) < 0) {
+		if (nn_build(&m[k], g, &spec, &err) < 0 || nn_init_weights(&m[k], seed, &err) < 0) {
 			nn_free(&m[k]);
-			fail("%s on %s: %s", what, q->name, err);
+			fail("%s on %s: %s", what, q->name, err.text);
 			goto out;
 		}
 		gx = up(q, x, nx);
 		glab = g->ops->alloc(g, sizeof(*lab) * n);
 		if (!glab || g->ops->from_host(g, glab, lab, sizeof(*lab) * n) < 0)
-			bail_out("%s: labels to the GPU: %s", what, g->err);
+			bail_out("%s: labels to the GPU: %s", what, g->err.text);
 		nn_set_training(&m[k], 1);
-		if (nn_forward(&m[k], gx, n, &lg, err, sizeof(err)) < 0 ||
-		    nn_loss(&m[k], glab, n, 0.1f, scale, &loss[k], &correct[k], err, sizeof(err)) <
-			0 ||
-		    nn_backward(&m[k], n, 0.0f, err, sizeof(err)) < 0) {
-			fail("%s on %s: %s", what, q->name, err);
+		if (nn_forward(&m[k], gx, n, &lg, &err) < 0 ||
+		    nn_loss(&m[k], glab, n, 0.1f, scale, &loss[k], &correct[k], &err) < 0 ||
+		    nn_backward(&m[k], n, 0.0f, &err) < 0) {
+			fail("%s on %s: %s", what, q->name, err.text);
 			dfree(q, gx), dfree(q, glab);
 			built++;
 			goto out;
@@ -2265,24 +2265,24 @@ static void run_layout_suite(struct t *t, struct t *tn)
 
 int main(void)
 {
-	char err[512] = "";
-	int count = be_cuda_device_count(err, sizeof(err));
+	struct dp_error err = {""};
+	int count = be_cuda_device_count(&err);
 
 	if (count <= 0)
-		plan_skip_all("no CUDA GPU visible: %s", err);
+		plan_skip_all("no CUDA GPU visible: %s", err.text);
 
 	struct chk_rng rng = {chk_seed()};
-	struct backend *cpu = be_cpu_create(1, err, sizeof(err));
+	struct backend *cpu = be_cpu_create(1, &err);
 	if (!cpu)
-		bail_out("be_cpu_create(1): %s", err);
+		bail_out("be_cpu_create(1): %s", err.text);
 
 	/* Deterministic first: the full suite, with bit-for-bit repeats. */
 	setenv("DPTRAIN_CUDA_DETERMINISTIC", "1", 1);
-	struct backend *det = be_cuda_create(0, NULL, err, sizeof(err));
+	struct backend *det = be_cuda_create(0, NULL, &err);
 	unsetenv("DPTRAIN_CUDA_DETERMINISTIC");
 	if (!ok(det != NULL, "be_cuda_create(0) with DPTRAIN_CUDA_DETERMINISTIC=1: %s",
-		det ? det->ops->name : err))
-		bail_out("%s", err);
+		det ? det->ops->name : err.text))
+		bail_out("%s", err.text);
 	ok(strcmp(det->ops->name, "cuda") == 0, "the backend is called cuda");
 	ok(det->act_dtype == BE_F32 && det->act_size == sizeof(float) && !det->ops->act_import &&
 	       !det->ops->act_export && !det->ops->act_accum,
@@ -2293,8 +2293,8 @@ int main(void)
 	det->ops->destroy(det);
 
 	/* cuDNN's fastest algorithms, deterministic or not: the same results within tolerance. */
-	struct backend *fast = be_cuda_create(0, NULL, err, sizeof(err));
-	if (ok(fast != NULL, "be_cuda_create(0): %s", fast ? fast->ops->name : err)) {
+	struct backend *fast = be_cuda_create(0, NULL, &err);
+	if (ok(fast != NULL, "be_cuda_create(0): %s", fast ? fast->ops->name : err.text)) {
 		struct t tf = {cpu, fast, &rng, "cuda", 0, 0, BE_F32, 0};
 		run_suite(&tf, 1);
 		fast->ops->destroy(fast);
@@ -2302,8 +2302,8 @@ int main(void)
 
 	/* TF32 tensor cores: the same suite within TF32's tolerances */
 	struct be_cuda_opts to = {.tf32 = 1};
-	struct backend *tf = be_cuda_create(0, &to, err, sizeof(err));
-	if (ok(tf != NULL, "be_cuda_create(0, tf32): %s", tf ? tf->ops->name : err)) {
+	struct backend *tf = be_cuda_create(0, &to, &err);
+	if (ok(tf != NULL, "be_cuda_create(0, tf32): %s", tf ? tf->ops->name : err.text)) {
 		struct t tt = {cpu, tf, &rng, "cuda (tf32)", 0, 1, BE_F32, 0};
 		run_suite(&tt, 0);
 		tf->ops->destroy(tf);
@@ -2312,9 +2312,9 @@ int main(void)
 	/* bf16 and fp16 activations against the reference backend, in NHWC (the default) and
 	 * NCHW (DPTRAIN_CUDA_LAYOUT=nchw): the full suite with deterministic algorithms, then the
 	 * convolutions with cuDNN's fastest. */
-	struct backend *ref = be_ref_create(err, sizeof(err));
+	struct backend *ref = be_ref_create(&err);
 	if (!ref)
-		bail_out("be_ref_create: %s", err);
+		bail_out("be_ref_create: %s", err.text);
 	for (int i = 0; i < 8; i++) {
 		enum be_dtype dt = i < 4 ? BE_BF16 : BE_F16;
 		int nchw = (i >> 1) & 1, determ = !(i & 1);
@@ -2324,9 +2324,10 @@ int main(void)
 			 nchw ? " nchw" : "", determ ? " (deterministic)" : "");
 		if (nchw)
 			setenv("DPTRAIN_CUDA_LAYOUT", "nchw", 1);
-		struct backend *hb = be_cuda_create(0, &ho, err, sizeof(err));
+		struct backend *hb = be_cuda_create(0, &ho, &err);
 		unsetenv("DPTRAIN_CUDA_LAYOUT");
-		if (!ok(hb != NULL, "be_cuda_create(0, %s): %s", name, hb ? hb->ops->name : err))
+		if (!ok(hb != NULL, "be_cuda_create(0, %s): %s", name,
+			hb ? hb->ops->name : err.text))
 			continue;
 		struct t th = {ref, hb, &rng, name, determ, 0, dt, !nchw};
 		run_half_suite(&th, cpu, !determ);
@@ -2336,16 +2337,17 @@ int main(void)
 	for (int i = 0; i < 2; i++) {
 		enum be_dtype dt = i ? BE_F16 : BE_BF16;
 		struct be_cuda_opts ho = {.deterministic = 1, .act_dtype = dt};
-		char nn[64], nc[64], err2[512] = "";
+		char nn[64], nc[64];
+		struct dp_error err2 = {""};
 		snprintf(nn, sizeof(nn), "cuda %s nhwc", i ? "fp16" : "bf16");
 		snprintf(nc, sizeof(nc), "cuda %s nchw", i ? "fp16" : "bf16");
 		setenv("DPTRAIN_CUDA_LAYOUT", "nhwc", 1);
-		struct backend *hn = be_cuda_create(0, &ho, err, sizeof(err));
+		struct backend *hn = be_cuda_create(0, &ho, &err);
 		setenv("DPTRAIN_CUDA_LAYOUT", "nchw", 1);
-		struct backend *hc = be_cuda_create(0, &ho, err2, sizeof(err2));
+		struct backend *hc = be_cuda_create(0, &ho, &err2);
 		unsetenv("DPTRAIN_CUDA_LAYOUT");
-		if (ok(hn && hc, "be_cuda_create(0, %s) and (0, %s): %s%s", nn, nc, hn ? "" : err,
-		       hc ? "" : err2)) {
+		if (ok(hn && hc, "be_cuda_create(0, %s) and (0, %s): %s%s", nn, nc,
+		       hn ? "" : err.text, hc ? "" : err2.text)) {
 			struct t tn = {ref, hn, &rng, nn, 1, 0, dt, 1};
 			struct t tc = {ref, hc, &rng, nc, 1, 0, dt, 0};
 			run_layout_suite(&tn, &tc);
@@ -2357,33 +2359,33 @@ int main(void)
 	}
 	struct be_cuda_opts lo = {.act_dtype = BE_BF16};
 	setenv("DPTRAIN_CUDA_LAYOUT", "chw", 1);
-	struct backend *bad_lay = be_cuda_create(0, &lo, err, sizeof(err));
+	struct backend *bad_lay = be_cuda_create(0, &lo, &err);
 	unsetenv("DPTRAIN_CUDA_LAYOUT");
 	ok(bad_lay == NULL, "be_cuda_create refuses DPTRAIN_CUDA_LAYOUT=chw");
-	like(err, "DPTRAIN_CUDA_LAYOUT=chw: expected nchw or nhwc",
-	     "and names the variable and its values: %s", err);
+	like(err.text, "DPTRAIN_CUDA_LAYOUT=chw: expected nchw or nhwc",
+	     "and names the variable and its values: %s", err.text);
 	if (bad_lay)
 		bad_lay->ops->destroy(bad_lay);
 	/* float32 stays NCHW: acts are float arrays whatever the variable says */
 	setenv("DPTRAIN_CUDA_LAYOUT", "nhwc", 1);
-	struct backend *f32n = be_cuda_create(0, NULL, err, sizeof(err));
+	struct backend *f32n = be_cuda_create(0, NULL, &err);
 	unsetenv("DPTRAIN_CUDA_LAYOUT");
 	ok(f32n && !f32n->ops->act_import && f32n->act_size == sizeof(float),
 	   "float32 mode with DPTRAIN_CUDA_LAYOUT=nhwc: float arrays, no act_import: %s",
-	   f32n ? "" : err);
+	   f32n ? "" : err.text);
 	if (f32n)
 		f32n->ops->destroy(f32n);
 	struct be_cuda_opts bo = {.act_dtype = (enum be_dtype)7};
-	struct backend *bad_dt = be_cuda_create(0, &bo, err, sizeof(err));
+	struct backend *bad_dt = be_cuda_create(0, &bo, &err);
 	ok(bad_dt == NULL, "be_cuda_create refuses an unknown act_dtype");
-	like(err, "act_dtype 7", "and names it: %s", err);
+	like(err.text, "act_dtype 7", "and names it: %s", err.text);
 	if (bad_dt)
 		bad_dt->ops->destroy(bad_dt);
 	ref->ops->destroy(ref);
 
-	struct backend *bad = be_cuda_create(count, NULL, err, sizeof(err));
+	struct backend *bad = be_cuda_create(count, NULL, &err);
 	ok(bad == NULL, "be_cuda_create(%d) fails: one past the last GPU", count);
-	like(err, "does not exist", "and says why: %s", err);
+	like(err.text, "does not exist", "and says why: %s", err.text);
 	if (bad)
 		bad->ops->destroy(bad);
 	cpu->ops->destroy(cpu);

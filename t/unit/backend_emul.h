@@ -102,7 +102,7 @@ static inline float *emul_round(struct backend *be, const float *x, size_t n)
 static inline int emul_rc(struct backend *be, int rc)
 {
 	if (rc < 0)
-		snprintf(be->err, sizeof(be->err), "%s", emul_of(be)->in->err);
+		errprintf(&be->err, "%s", emul_of(be)->in->err.text);
 	return rc;
 }
 

@@ -103,7 +103,7 @@ static int check_rc(struct backend *be, int rc, const char *c)
 {
 	if (rc == 0)
 		return 1;
-	fail("%s %s: %s", be->ops->name, c, be->err);
+	fail("%s %s: %s", be->ops->name, c, be->err.text);
 	return 0;
 }
 
@@ -136,7 +136,7 @@ static void conv_case(struct backend *be, const struct golden *g, const char *c)
 	struct be_op *op = be->ops->conv_create(be, &d);
 	float *y = NULL, *dx = NULL, *dw = NULL, *db = NULL;
 	if (!op) {
-		fail("%s %s: %s", be->ops->name, c, be->err);
+		fail("%s %s: %s", be->ops->name, c, be->err.text);
 		return;
 	}
 	size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.k * d.c * d.kh * d.kw;
@@ -186,7 +186,7 @@ static void bn_case(struct backend *be, const struct golden *g, const char *c)
 		return;
 	struct be_op *op = be->ops->bn_create(be, &d);
 	if (!op) {
-		fail("%s %s: %s", be->ops->name, c, be->err);
+		fail("%s %s: %s", be->ops->name, c, be->err.text);
 		return;
 	}
 	float *y = chk_alloc(nx), *ye = chk_alloc(nx), *dx = chk_alloc(nx), *sm = chk_alloc(nc);
@@ -234,7 +234,7 @@ static void pool_case(struct backend *be, const struct golden *g, const char *c)
 				 .pad = cfg[8]};
 	struct be_op *op = be->ops->pool_create(be, &d);
 	if (!op) {
-		fail("%s %s: %s", be->ops->name, c, be->err);
+		fail("%s %s: %s", be->ops->name, c, be->err.text);
 		return;
 	}
 	size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * d.oh * d.ow;
@@ -260,7 +260,7 @@ static void linear_case(struct backend *be, const struct golden *g, const char *
 	struct be_linear_desc d = {.n = cfg[0], .in = cfg[1], .out = cfg[2], .has_bias = cfg[3]};
 	struct be_op *op = be->ops->linear_create(be, &d);
 	if (!op) {
-		fail("%s %s: %s", be->ops->name, c, be->err);
+		fail("%s %s: %s", be->ops->name, c, be->err.text);
 		return;
 	}
 	size_t nx = (size_t)d.n * d.in, nw = (size_t)d.out * d.in, ny = (size_t)d.n * d.out;
@@ -378,7 +378,8 @@ static void run_all(struct backend *be, const struct golden *g)
 int main(void)
 {
 	const char *src = getenv("DPTRAIN_SRC_DIR");
-	char path[4096], err[512];
+	char path[4096];
+	struct dp_error err;
 	struct golden g;
 	struct backend *be[3] = {NULL, NULL, NULL};
 
@@ -390,12 +391,12 @@ int main(void)
 	       get(&g, "gap0", "cfg", 0) && get(&g, "xent1", "cfg", 0),
 	   "%s: %d arrays, every op present", path, g.n);
 
-	be[0] = be_ref_create(err, sizeof(err));
-	be[1] = be_cpu_create(0, err, sizeof(err));
-	be[2] = be_ref_create_parallel(0, err, sizeof(err));
+	be[0] = be_ref_create(&err);
+	be[1] = be_cpu_create(0, &err);
+	be[2] = be_ref_create_parallel(0, &err);
 	for (int i = 0; i < 3; i++) {
 		if (!ok(be[i] != NULL, "backend %d created", i)) {
-			diag("%s", err);
+			diag("%s", err.text);
 			continue;
 		}
 		run_all(be[i], &g);

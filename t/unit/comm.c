@@ -60,12 +60,13 @@ static int open_all(const struct ranks_job *j, int rank, struct store **st, stru
 	struct store_opts so = store_opts_of(j, rank);
 	struct comm_cpu_opts co = {.timeout_s = s->slow && rank == s->slow ? LONG_S : s->timeout,
 				   .chunk_bytes = chunk};
+	struct dp_error err;
 	*c = NULL;
-	if (store_open(st, &so, msg, len) < 0)
-		return -1;
-	if (comm_cpu_create(c, *st, &co, msg, len) < 0) {
+	if (store_open(st, &so, &err) < 0)
+		return ranks_msg(msg, len, &err);
+	if (comm_cpu_create(c, *st, &co, &err) < 0) {
 		store_close(*st, 1);
-		return -1;
+		return ranks_msg(msg, len, &err);
 	}
 	return 0;
 }
@@ -164,10 +165,10 @@ static void digest(struct check *k, const void *p, size_t n)
 		k->digest = (k->digest ^ b[i]) * 0x100000001b3ull;
 }
 
-static int comm_fail(struct check *k, const char *what, const char *err)
+static int comm_fail(struct check *k, const char *what, const struct dp_error *err)
 {
 	if (!k->failed++)
-		snprintf(k->msg, k->len, "%s: %s", what, err);
+		snprintf(k->msg, k->len, "%s: %s", what, err->text);
 	return -1;
 }
 
@@ -177,16 +178,17 @@ static int check_allreduce(struct comm *c, struct check *k, size_t count, enum c
 {
 	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 10 + 2 * t + avg;
 	size_t es = comm_dtype_size(t);
-	char what[64], err[1024];
+	char what[64];
+	struct dp_error err;
 	snprintf(what, sizeof(what), "allreduce %s %s", avg ? "avg" : "sum",
 		 t == COMM_F64 ? "f64" : "f32");
 	unsigned char *buf = malloc(count * es + 1), *again = malloc(count * es + 1);
 	int rv = -1;
 	fill(buf, count, t, r, salt);
 	memcpy(again, buf, count * es);
-	if (c->ops->allreduce(c, buf, count, t, op, err, sizeof(err)) < 0 ||
-	    c->ops->allreduce(c, again, count, t, op, err, sizeof(err)) < 0) {
-		comm_fail(k, what, err);
+	if (c->ops->allreduce(c, buf, count, t, op, &err) < 0 ||
+	    c->ops->allreduce(c, again, count, t, op, &err) < 0) {
+		comm_fail(k, what, &err);
 		goto out;
 	}
 	for (size_t i = 0; i < count; i++) {
@@ -222,15 +224,16 @@ static int check_reduce_scatter(struct comm *c, struct check *k, size_t count, e
 {
 	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 20 + 2 * t + avg;
 	size_t es = comm_dtype_size(t), n = count * (size_t)w;
-	char what[64], err[1024];
+	char what[64];
+	struct dp_error err;
 	snprintf(what, sizeof(what), "reduce_scatter %s %s%s", avg ? "avg" : "sum",
 		 t == COMM_F64 ? "f64" : "f32", in_place ? " in place" : "");
 	unsigned char *in = malloc(n * es + 1), *out = malloc(count * es + 1);
 	int rv = -1;
 	fill(in, n, t, r, salt);
 	unsigned char *dst = in_place ? in + (size_t)r * count * es : out;
-	if (c->ops->reduce_scatter(c, in, dst, count, t, op, err, sizeof(err)) < 0) {
-		comm_fail(k, what, err);
+	if (c->ops->reduce_scatter(c, in, dst, count, t, op, &err) < 0) {
+		comm_fail(k, what, &err);
 		goto out;
 	}
 	for (size_t j = 0; j < count; j++) {
@@ -262,15 +265,16 @@ static int check_allgather(struct comm *c, struct check *k, size_t count, enum c
 {
 	int r = c->rank, w = c->world_size, salt = 30 + t;
 	size_t es = comm_dtype_size(t);
-	char what[64], err[1024];
+	char what[64];
+	struct dp_error err;
 	snprintf(what, sizeof(what), "allgather %s%s", t == COMM_F64 ? "f64" : "f32",
 		 in_place ? " in place" : "");
 	unsigned char *in = malloc(count * es + 1), *out = malloc(count * es * (size_t)w + 1);
 	int rv = -1;
 	unsigned char *src = in_place ? out + (size_t)r * count * es : in;
 	fill(src, count, t, r, salt);
-	if (c->ops->allgather(c, src, out, count, t, err, sizeof(err)) < 0) {
-		comm_fail(k, what, err);
+	if (c->ops->allgather(c, src, out, count, t, &err) < 0) {
+		comm_fail(k, what, &err);
 		goto out;
 	}
 	for (int q = 0; q < w; q++)
@@ -294,14 +298,15 @@ out:
 
 static int check_broadcast(struct comm *c, struct check *k, size_t bytes, int root)
 {
-	char what[64], err[1024];
+	char what[64];
+	struct dp_error err;
 	snprintf(what, sizeof(what), "broadcast from %d", root);
 	unsigned char *buf = malloc(bytes + 1);
 	int rv = -1;
 	for (size_t i = 0; i < bytes; i++)
 		buf[i] = c->rank == root ? (unsigned char)(gen(root, i, 40) * 100) : 0xee;
-	if (c->ops->broadcast(c, buf, bytes, root, err, sizeof(err)) < 0) {
-		comm_fail(k, what, err);
+	if (c->ops->broadcast(c, buf, bytes, root, &err) < 0) {
+		comm_fail(k, what, &err);
 		goto out;
 	}
 	for (size_t i = 0; i < bytes; i++)
@@ -321,7 +326,7 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 	struct store *st;
 	struct comm *c;
 	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
-	char err[1024];
+	struct dp_error err;
 	/* 12345 elements: every rank's block is more than one 4096-byte chunk */
 	static const size_t counts[] = {0, 1, 7, 12345};
 	if (open_all(j, rank, &st, &c, 4096, msg, len) < 0)
@@ -338,8 +343,8 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 		}
 		for (int root = 0; root < j->world; root++)
 			check_broadcast(c, &k, n * 4 + (n ? 3 : 0), root);
-		if (c->ops->barrier(c, err, sizeof(err)) < 0)
-			comm_fail(&k, "barrier", err);
+		if (c->ops->barrier(c, &err) < 0)
+			comm_fail(&k, "barrier", &err);
 		k.n++;
 	}
 	close_all(st, c, 10);
@@ -366,15 +371,16 @@ static int stranger(const struct ranks_job *j, int kind, struct store *st, int *
 {
 	struct wire_hello h;
 	struct sockaddr_in sa;
-	char host[64], err[1024];
+	char host[64];
+	struct dp_error err;
 	void *v = NULL;
 	size_t n;
 	int port;
 
 	/* the first comm of a rank is generation 1 (comm_cpu.c's "created" counter) */
-	if (store_get(st, "dptrain.comm.cpu.1.addr.1", &v, &n, LONG_S, err, sizeof(err)) < 0 ||
+	if (store_get(st, "dptrain.comm.cpu.1.addr.1", &v, &n, LONG_S, &err) < 0 ||
 	    sscanf(v, "%63[^:]:%d", host, &port) != 2) {
-		snprintf(msg, len, "stranger: no ring address of rank 1: %s", err);
+		snprintf(msg, len, "stranger: no ring address of rank 1: %s", err.text);
 		free(v);
 		return -1;
 	}
@@ -413,13 +419,16 @@ static int rank_stranger(const struct ranks_job *j, int rank, char *msg, size_t 
 	struct comm *c = NULL;
 	char got;
 	int fd = -1, rv = -1;
+	struct dp_error err;
 
-	if (store_open(&st, &so, msg, len) < 0)
-		return -1;
+	if (store_open(&st, &so, &err) < 0)
+		return ranks_msg(msg, len, &err);
 	if (rank == 0 && stranger(j, s->special, st, &fd, msg, len) < 0)
 		goto out;
-	if (comm_cpu_create(&c, st, &co, msg, len) < 0)
+	if (comm_cpu_create(&c, st, &co, &err) < 0) {
+		ranks_msg(msg, len, &err);
 		goto out;
+	}
 	check_allreduce(c, &k, 12345, COMM_F32, COMM_SUM);
 	if (k.failed)
 		goto out;
@@ -444,14 +453,15 @@ out:
 static int survive(struct comm *c, size_t count, int iters, char *msg, size_t len)
 {
 	float *buf = calloc(count, sizeof(float));
-	char err[1024], again[1024];
+	struct dp_error err;
 	int rv = -1;
 	for (int it = 0; it < iters; it++) {
 		double t0 = ranks_now();
-		if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, err, sizeof(err)) < 0) {
+		if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, &err) < 0) {
 			double t = ranks_now() - t0;
-			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, again, sizeof(again));
-			snprintf(msg, len, "%.2f|%s|%s", t, err, again);
+			struct dp_error again;
+			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, &again);
+			snprintf(msg, len, "%.2f|%s|%s", t, err.text, again.text);
 			rv = 0;
 			break;
 		}
@@ -470,10 +480,9 @@ static void *loop_thread(void *p)
 {
 	struct loop_arg *a = p;
 	float *buf = calloc(1 << 18, sizeof(float));
-	char err[1024];
+	struct dp_error err;
 	for (;;)
-		if (a->c->ops->allreduce(a->c, buf, 1 << 18, COMM_F32, COMM_SUM, err, sizeof(err)) <
-		    0)
+		if (a->c->ops->allreduce(a->c, buf, 1 << 18, COMM_F32, COMM_SUM, &err) < 0)
 			break;
 	free(buf);
 	return NULL;
@@ -483,9 +492,9 @@ static void *loop_thread(void *p)
 static void allreduces(struct comm *c, int n)
 {
 	float x[16] = {0};
-	char err[1024];
+	struct dp_error err;
 	for (int i = 0; i < n; i++)
-		c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, err, sizeof(err));
+		c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, &err);
 }
 
 /* The special rank does the job's fault; everyone else survive()s it. One that dies _exit()s

@@ -6,6 +6,7 @@
  * without NCCL or without a GPU.
  * CUDA runs only in forked ranks: a process that initialized CUDA cannot fork ranks that use it. */
 #define _GNU_SOURCE
+#include "common/error.h"
 #include "trainer/dist/comm.h"
 #include "t/lib/ranks.h"
 #include "trainer/store/store.h"
@@ -53,12 +54,13 @@ static int open_all(const struct ranks_job *j, int rank, struct store **st, stru
 				.job = "comm-nccl-test",
 				.timeout_s = 20};
 	struct comm_nccl_opts co = {.device = s->shared ? 0 : rank, .timeout_s = s->timeout};
+	struct dp_error err;
 	*c = NULL;
-	if (store_open(st, &so, msg, len) < 0)
-		return -1;
-	if (comm_nccl_create(c, *st, &co, msg, len) < 0) {
+	if (store_open(st, &so, &err) < 0)
+		return ranks_msg(msg, len, &err);
+	if (comm_nccl_create(c, *st, &co, &err) < 0) {
 		store_close(*st, 2);
-		return -1;
+		return ranks_msg(msg, len, &err);
 	}
 	return 0;
 }
@@ -195,7 +197,7 @@ static void check_allreduce(struct comm *c, struct report *rp, size_t count, enu
 	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 10 + 2 * t + avg;
 	size_t es = comm_dtype_size(t), bad = 0, first = 0;
 	double got0 = 0, want0 = 0;
-	char err[1024] = "a copy between host and device failed";
+	struct dp_error err = {"a copy between host and device failed"};
 	struct bufs b = {0};
 	const char *name = avg ? "avg" : "sum";
 	if (bufs_get(&b, count * es) < 0) {
@@ -203,10 +205,9 @@ static void check_allreduce(struct comm *c, struct report *rp, size_t count, enu
 		goto out;
 	}
 	fill(b.h, count, t, r, salt);
-	if (to_dev(b.d, b.h, count * es) < 0 ||
-	    c->ops->allreduce(c, b.d, count, t, op, err, sizeof(err)) < 0 ||
+	if (to_dev(b.d, b.h, count * es) < 0 || c->ops->allreduce(c, b.d, count, t, op, &err) < 0 ||
 	    to_host(b.h2, b.d, count * es) < 0) {
-		rep(rp, 0, "allreduce %s %s: %s", name, tname(t), err);
+		rep(rp, 0, "allreduce %s %s: %s", name, tname(t), err.text);
 		goto out;
 	}
 	for (size_t i = 0; i < count; i++) {
@@ -223,10 +224,9 @@ static void check_allreduce(struct comm *c, struct report *rp, size_t count, enu
 	    name, tname(t), count, avg ? " / world" : "", bad, first, got0, want0);
 	digest(rp, b.h2, count * es);
 	/* the same inputs again: the same bits */
-	if (to_dev(b.d, b.h, count * es) < 0 ||
-	    c->ops->allreduce(c, b.d, count, t, op, err, sizeof(err)) < 0 ||
+	if (to_dev(b.d, b.h, count * es) < 0 || c->ops->allreduce(c, b.d, count, t, op, &err) < 0 ||
 	    to_host(b.h, b.d, count * es) < 0) {
-		rep(rp, 0, "allreduce %s %s again: %s", name, tname(t), err);
+		rep(rp, 0, "allreduce %s %s again: %s", name, tname(t), err.text);
 		goto out;
 	}
 	rep(rp, memcmp(b.h, b.h2, count * es) == 0, "allreduce %s %s run twice: the same bits",
@@ -240,7 +240,7 @@ static void check_reduce_scatter(struct comm *c, struct report *rp, size_t count
 {
 	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 20 + 2 * t + avg;
 	size_t es = comm_dtype_size(t), all = count * (size_t)w, bad = 0;
-	char err[1024] = "a copy between host and device failed";
+	struct dp_error err = {"a copy between host and device failed"};
 	struct bufs b = {0};
 	void *out = NULL;
 	const char *how = in_place ? "in place" : "out of place";
@@ -253,9 +253,10 @@ static void check_reduce_scatter(struct comm *c, struct report *rp, size_t count
 		out = (unsigned char *)b.d + (size_t)r * count * es;
 	fill(b.h, all, t, r, salt);
 	if (to_dev(b.d, b.h, all * es) < 0 ||
-	    c->ops->reduce_scatter(c, b.d, out, count, t, op, err, sizeof(err)) < 0 ||
+	    c->ops->reduce_scatter(c, b.d, out, count, t, op, &err) < 0 ||
 	    to_host(b.h2, out, count * es) < 0) {
-		rep(rp, 0, "reduce_scatter %s %s %s: %s", avg ? "avg" : "sum", tname(t), how, err);
+		rep(rp, 0, "reduce_scatter %s %s %s: %s", avg ? "avg" : "sum", tname(t), how,
+		    err.text);
 		goto out;
 	}
 	for (size_t i = 0; i < count; i++) {
@@ -276,7 +277,7 @@ static void check_allgather(struct comm *c, struct report *rp, size_t count, enu
 {
 	int r = c->rank, w = c->world_size, salt = 30 + t;
 	size_t es = comm_dtype_size(t), all = count * (size_t)w, bad = 0;
-	char err[1024] = "a copy between host and device failed";
+	struct dp_error err = {"a copy between host and device failed"};
 	struct bufs b = {0};
 	void *in = NULL;
 	const char *how = in_place ? "in place" : "out of place";
@@ -295,8 +296,7 @@ static void check_allgather(struct comm *c, struct report *rp, size_t count, enu
 		   to_dev(in, b.h + (size_t)r * count * es, count * es) < 0) {
 		goto fail;
 	}
-	if (c->ops->allgather(c, in, b.d, count, t, err, sizeof(err)) < 0 ||
-	    to_host(b.h2, b.d, all * es) < 0)
+	if (c->ops->allgather(c, in, b.d, count, t, &err) < 0 || to_host(b.h2, b.d, all * es) < 0)
 		goto fail;
 	for (int q = 0; q < w; q++)
 		for (size_t i = 0; i < count; i++)
@@ -307,7 +307,7 @@ static void check_allgather(struct comm *c, struct report *rp, size_t count, enu
 	digest(rp, b.h2, all * es);
 	goto out;
 fail:
-	rep(rp, 0, "allgather %s %s: %s", tname(t), how, err);
+	rep(rp, 0, "allgather %s %s: %s", tname(t), how, err.text);
 out:
 	if (!in_place)
 		cudaFree(in);
@@ -318,7 +318,7 @@ static void check_broadcast(struct comm *c, struct report *rp, size_t bytes, int
 {
 	int r = c->rank;
 	size_t bad = 0;
-	char err[1024] = "a copy between host and device failed";
+	struct dp_error err = {"a copy between host and device failed"};
 	struct bufs b = {0};
 	if (bufs_get(&b, bytes) < 0) {
 		rep(rp, 0, "broadcast: out of (device) memory");
@@ -326,10 +326,9 @@ static void check_broadcast(struct comm *c, struct report *rp, size_t bytes, int
 	}
 	for (size_t i = 0; i < bytes; i++)
 		b.h[i] = (unsigned char)(i * 7 + (size_t)r * 13 + 1);
-	if (to_dev(b.d, b.h, bytes) < 0 ||
-	    c->ops->broadcast(c, b.d, bytes, root, err, sizeof(err)) < 0 ||
+	if (to_dev(b.d, b.h, bytes) < 0 || c->ops->broadcast(c, b.d, bytes, root, &err) < 0 ||
 	    to_host(b.h2, b.d, bytes) < 0) {
-		rep(rp, 0, "broadcast from rank %d: %s", root, err);
+		rep(rp, 0, "broadcast from rank %d: %s", root, err.text);
 		goto out;
 	}
 	for (size_t i = 0; i < bytes; i++)
@@ -348,7 +347,7 @@ static void check_after(struct comm *c, struct report *rp)
 {
 	enum { N = 16 << 20 }; /* 64 MiB of floats: milliseconds of copying */
 	int r = c->rank, w = c->world_size, salt = 40;
-	char err[1024] = "setting up the copy failed";
+	struct dp_error err = {"setting up the copy failed"};
 	float *h = NULL, *back = NULL, *d = NULL;
 	cudaStream_t side = NULL;
 	cudaEvent_t ev = NULL;
@@ -359,7 +358,7 @@ static void check_after(struct comm *c, struct report *rp)
 		rep(rp, 0, "the nccl engine has after()");
 		return;
 	}
-	rep(rp, c->ops->after(c, NULL, err, sizeof(err)) == 0, "after(NULL) does nothing");
+	rep(rp, c->ops->after(c, NULL, &err) == 0, "after(NULL) does nothing");
 	ok = cudaHostAlloc((void **)&h, N * sizeof(float), cudaHostAllocDefault) == cudaSuccess &&
 	     (back = malloc(N * sizeof(float))) != NULL &&
 	     cudaMalloc((void **)&d, N * sizeof(float)) == cudaSuccess &&
@@ -371,9 +370,8 @@ static void check_after(struct comm *c, struct report *rp)
 		fill(h, N, COMM_F32, r, salt);
 		ok = cudaMemcpyAsync(d, h, N * sizeof(float), cudaMemcpyHostToDevice, side) ==
 			 cudaSuccess &&
-		     cudaEventRecord(ev, side) == cudaSuccess &&
-		     c->ops->after(c, ev, err, sizeof(err)) == 0 &&
-		     c->ops->allreduce(c, d, N, COMM_F32, COMM_SUM, err, sizeof(err)) == 0 &&
+		     cudaEventRecord(ev, side) == cudaSuccess && c->ops->after(c, ev, &err) == 0 &&
+		     c->ops->allreduce(c, d, N, COMM_F32, COMM_SUM, &err) == 0 &&
 		     to_host(back, d, N * sizeof(float)) == 0;
 	}
 	for (size_t i = 0; ok && i < N; i += 997) {
@@ -381,7 +379,7 @@ static void check_after(struct comm *c, struct report *rp)
 		bad += !near_sum(back[i], COMM_F32, w, i, salt, 0, &want);
 	}
 	rep(rp, ok && bad == 0, "allreduce behind after(copy event) sums the copied data%s%s",
-	    ok ? "" : ": ", ok ? "" : err);
+	    ok ? "" : ": ", ok ? "" : err.text);
 	if (ev)
 		cudaEventDestroy(ev);
 	if (side)
@@ -395,7 +393,7 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
 	struct comm *c;
-	char err[1024];
+	struct dp_error err;
 	struct report rp = {msg, len, 0xcbf29ce484222325ull};
 	int w = j->world;
 	if (open_all(j, rank, &st, &c, msg, len) < 0)
@@ -417,21 +415,21 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 	check_after(c, &rp);
 	int ok3 = 1;
 	for (int i = 0; i < 3; i++)
-		if (c->ops->barrier(c, err, sizeof(err)) < 0) {
+		if (c->ops->barrier(c, &err) < 0) {
 			ok3 = 0;
 			break;
 		}
-	rep(&rp, ok3, "3 barriers%s%s", ok3 ? "" : ": ", ok3 ? "" : err);
+	rep(&rp, ok3, "3 barriers%s%s", ok3 ? "" : ": ", ok3 ? "" : err.text);
 	float dummy;
-	rep(&rp, c->ops->allreduce(c, &dummy, 0, COMM_F32, COMM_SUM, err, sizeof(err)) == 0,
+	rep(&rp, c->ops->allreduce(c, &dummy, 0, COMM_F32, COMM_SUM, &err) == 0,
 	    "an allreduce of 0 elements does nothing");
 	/* last: a failure poisons the comm */
-	int bad_root = c->ops->broadcast(c, NULL, 16, w, err, sizeof(err)) < 0;
-	rep(&rp, bad_root && strstr(err, "is not a rank"), "broadcast from rank %d fails: %s", w,
-	    err);
-	char again[1024];
-	rep(&rp, c->ops->barrier(c, again, sizeof(again)) < 0 && strcmp(err, again) == 0,
-	    "... and the comm stays failed: %s", again);
+	int bad_root = c->ops->broadcast(c, NULL, 16, w, &err) < 0;
+	rep(&rp, bad_root && strstr(err.text, "is not a rank"), "broadcast from rank %d fails: %s",
+	    w, err.text);
+	struct dp_error again;
+	rep(&rp, c->ops->barrier(c, &again) < 0 && strcmp(err.text, again.text) == 0,
+	    "... and the comm stays failed: %s", again.text);
 	size_t at = strlen(msg);
 	snprintf(msg + at, len - at, "digest %016llx", (unsigned long long)rp.digest);
 	close_all(st, c, 5);
@@ -514,13 +512,13 @@ static void tally(struct tally *y, int good, const char *fmt, ...)
 
 /* A reduction's count elements of got against the direct computation; "" or what is wrong. */
 static void reduced(const void *got, size_t count, enum comm_dtype t, int w, size_t base, int salt,
-		    int avg, char *why, size_t whylen)
+		    int avg, struct dp_error *why)
 {
-	why[0] = 0;
+	why->text[0] = 0;
 	for (size_t i = 0; i < count; i++) {
 		double want, g = get(got, i, t);
 		if (!near_sum(g, t, w, base + i, salt, avg, &want)) {
-			snprintf(why, whylen, "element %zu is %.17g, want %.17g", i, g, want);
+			errprintf(why, "element %zu is %.17g, want %.17g", i, g, want);
 			return;
 		}
 	}
@@ -537,7 +535,8 @@ static void host_allreduce(struct comm *c, struct report *rp, struct tally *y, e
 {
 	int w = c->world_size, avg = op == COMM_AVG, salt = 40 + 2 * t + avg;
 	size_t n = count * comm_dtype_size(t);
-	char err[1024] = "a copy between host and device failed", why[200];
+	struct dp_error err = {"a copy between host and device failed"};
+	struct dp_error why;
 	unsigned char *h = scratch(n), *got = scratch(n);
 	void *p = mem_get(m, n);
 	const char *name = avg ? "avg" : "sum";
@@ -546,14 +545,13 @@ static void host_allreduce(struct comm *c, struct report *rp, struct tally *y, e
 		goto out;
 	}
 	fill(h, count, t, c->rank, salt);
-	if (mem_write(m, p, h, n) < 0 ||
-	    c->ops->allreduce(c, p, count, t, op, err, sizeof(err)) < 0 ||
+	if (mem_write(m, p, h, n) < 0 || c->ops->allreduce(c, p, count, t, op, &err) < 0 ||
 	    mem_read(m, got, p, n) < 0) {
-		tally(y, 0, "allreduce %s of %zu: %s", name, count, err);
+		tally(y, 0, "allreduce %s of %zu: %s", name, count, err.text);
 		goto out;
 	}
-	reduced(got, count, t, w, 0, salt, avg, why, sizeof(why));
-	tally(y, !why[0], "allreduce %s of %zu: %s", name, count, why);
+	reduced(got, count, t, w, 0, salt, avg, &why);
+	tally(y, !why.text[0], "allreduce %s of %zu: %s", name, count, why.text);
 	digest(rp, got, n);
 out:
 	mem_put(m, p);
@@ -567,7 +565,8 @@ static void host_reduce_scatter(struct comm *c, struct tally *y, enum mem min, e
 {
 	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 50 + 2 * t + avg;
 	size_t blk = count * comm_dtype_size(t), all = blk * (size_t)w;
-	char err[1024] = "a copy between host and device failed", why[200];
+	struct dp_error err = {"a copy between host and device failed"};
+	struct dp_error why;
 	unsigned char *h = scratch(all), *got = scratch(all);
 	void *in = mem_get(min, all), *out = in_place ? NULL : mem_get(mout, blk);
 	const char *how = in_place ? "in place" : "out of place";
@@ -579,15 +578,15 @@ static void host_reduce_scatter(struct comm *c, struct tally *y, enum mem min, e
 		out = (unsigned char *)in + (size_t)r * blk;
 	fill(h, count * (size_t)w, t, r, salt);
 	if (mem_write(min, in, h, all) < 0 ||
-	    c->ops->reduce_scatter(c, in, out, count, t, op, err, sizeof(err)) < 0 ||
+	    c->ops->reduce_scatter(c, in, out, count, t, op, &err) < 0 ||
 	    mem_read(mout, got, out, blk) < 0) {
 		tally(y, 0, "reduce_scatter %s to %s of %zu %s: %s", mname(min), mname(mout), count,
-		      how, err);
+		      how, err.text);
 		goto out;
 	}
-	reduced(got, count, t, w, (size_t)r * count, salt, avg, why, sizeof(why));
-	tally(y, !why[0], "reduce_scatter %s to %s of %zu %s: %s", mname(min), mname(mout), count,
-	      how, why);
+	reduced(got, count, t, w, (size_t)r * count, salt, avg, &why);
+	tally(y, !why.text[0], "reduce_scatter %s to %s of %zu %s: %s", mname(min), mname(mout),
+	      count, how, why.text);
 	/* out of place, in is only read: staging must not have written it back */
 	if (!in_place && mem_read(min, got, in, all) == 0)
 		tally(y, memcmp(got, h, all) == 0,
@@ -606,7 +605,7 @@ static void host_allgather(struct comm *c, struct report *rp, struct tally *y, e
 {
 	int r = c->rank, w = c->world_size, salt = 60 + t;
 	size_t blk = count * comm_dtype_size(t), all = blk * (size_t)w, bad = 0, first = 0;
-	char err[1024] = "a copy between host and device failed";
+	struct dp_error err = {"a copy between host and device failed"};
 	unsigned char *h = scratch(all), *got = scratch(all);
 	void *out = mem_get(mout, all), *in = in_place ? NULL : mem_get(min, blk);
 	const char *how = in_place ? "in place" : "out of place";
@@ -620,10 +619,10 @@ static void host_allgather(struct comm *c, struct report *rp, struct tally *y, e
 		in = (unsigned char *)out + (size_t)r * blk;
 	if (mem_write(mout, out, h, all) < 0 ||
 	    (!in_place && mem_write(min, in, h + (size_t)r * blk, blk) < 0) ||
-	    c->ops->allgather(c, in, out, count, t, err, sizeof(err)) < 0 ||
+	    c->ops->allgather(c, in, out, count, t, &err) < 0 ||
 	    mem_read(mout, got, out, all) < 0) {
 		tally(y, 0, "allgather %s to %s of %zu %s: %s", mname(min), mname(mout), count, how,
-		      err);
+		      err.text);
 		goto out;
 	}
 	for (int q = 0; q < w; q++)
@@ -645,7 +644,7 @@ static void host_broadcast(struct comm *c, struct report *rp, struct tally *y, e
 			   size_t bytes, int root)
 {
 	size_t bad = 0;
-	char err[1024] = "a copy between host and device failed";
+	struct dp_error err = {"a copy between host and device failed"};
 	unsigned char *h = scratch(bytes), *got = scratch(bytes);
 	void *p = mem_get(m, bytes);
 	if (!h || !got || !p) {
@@ -654,10 +653,9 @@ static void host_broadcast(struct comm *c, struct report *rp, struct tally *y, e
 	}
 	for (size_t i = 0; i < bytes; i++)
 		h[i] = (unsigned char)(i * 7 + (size_t)c->rank * 13 + 1);
-	if (mem_write(m, p, h, bytes) < 0 ||
-	    c->ops->broadcast(c, p, bytes, root, err, sizeof(err)) < 0 ||
+	if (mem_write(m, p, h, bytes) < 0 || c->ops->broadcast(c, p, bytes, root, &err) < 0 ||
 	    mem_read(m, got, p, bytes) < 0) {
-		tally(y, 0, "broadcast of %zu bytes from rank %d: %s", bytes, root, err);
+		tally(y, 0, "broadcast of %zu bytes from rank %d: %s", bytes, root, err.text);
 		goto out;
 	}
 	for (size_t i = 0; i < bytes; i++)
@@ -682,7 +680,8 @@ static int rank_host(const struct ranks_job *j, int rank, char *msg, size_t len)
 	static const size_t counts[] = {0, 1, 7, HOST_LARGE};
 	struct store *st;
 	struct comm *c;
-	char err[1024], what[200];
+	char what[200];
+	struct dp_error err;
 	struct report rp = {msg, len, 0xcbf29ce484222325ull};
 	int w = j->world;
 	if (open_all(j, rank, &st, &c, msg, len) < 0)
@@ -729,14 +728,14 @@ static int rank_host(const struct ranks_job *j, int rank, char *msg, size_t len)
 	/* what the trainer does: a loss average in two doubles on the stack, a counter broadcast */
 	double loss[2] = {1.5 + rank, 2};
 	long long tracked = rank == 0 ? 123456789012345ll : -1;
-	int okl = c->ops->allreduce(c, loss, 2, COMM_F64, COMM_SUM, err, sizeof(err)) == 0;
+	int okl = c->ops->allreduce(c, loss, 2, COMM_F64, COMM_SUM, &err) == 0;
 	rep(&rp, okl && loss[0] == 1.5 * w + w * (w - 1) / 2.0 && loss[1] == 2.0 * w,
 	    "allreduce of 2 doubles on the stack: %.17g %.17g%s%s", loss[0], loss[1],
-	    okl ? "" : "; ", okl ? "" : err);
-	int okt = c->ops->broadcast(c, &tracked, sizeof(tracked), 0, err, sizeof(err)) == 0;
+	    okl ? "" : "; ", okl ? "" : err.text);
+	int okt = c->ops->broadcast(c, &tracked, sizeof(tracked), 0, &err) == 0;
 	rep(&rp, okt && tracked == 123456789012345ll,
 	    "broadcast of an int64 on the stack: %lld%s%s", tracked, okt ? "" : "; ",
-	    okt ? "" : err);
+	    okt ? "" : err.text);
 	/* and device buffers still go straight to NCCL after all the staging */
 	struct tally yd = {0};
 	host_allreduce(c, &rp, &yd, MEM_DEVICE, 1001, COMM_F32, COMM_SUM);
@@ -754,7 +753,7 @@ static int rank_host(const struct ranks_job *j, int rank, char *msg, size_t len)
 static int survive(struct comm *c, size_t count, int iters, char *msg, size_t len)
 {
 	void *buf = NULL;
-	char err[1024], again[1024];
+	struct dp_error err;
 	int rv = -1;
 	if (cudaMalloc(&buf, count * sizeof(float)) != cudaSuccess ||
 	    cudaMemset(buf, 0, count * sizeof(float)) != cudaSuccess ||
@@ -764,10 +763,11 @@ static int survive(struct comm *c, size_t count, int iters, char *msg, size_t le
 	}
 	for (int it = 0; it < iters; it++) {
 		double t0 = ranks_now();
-		if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, err, sizeof(err)) < 0) {
+		if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, &err) < 0) {
 			double t = ranks_now() - t0;
-			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, again, sizeof(again));
-			snprintf(msg, len, "%.2f|%s|%s", t, err, again);
+			struct dp_error again;
+			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, &again);
+			snprintf(msg, len, "%.2f|%s|%s", t, err.text, again.text);
 			rv = 0;
 			goto out;
 		}
@@ -782,12 +782,12 @@ out:
 static void survive_n(struct comm *c, size_t count, int n)
 {
 	void *buf = NULL;
-	char err[1024];
+	struct dp_error err;
 	if (cudaMalloc(&buf, count * sizeof(float)) == cudaSuccess &&
 	    cudaMemset(buf, 0, count * sizeof(float)) == cudaSuccess &&
 	    cudaDeviceSynchronize() == cudaSuccess)
 		for (int i = 0; i < n; i++)
-			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, err, sizeof(err));
+			c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, &err);
 	cudaFree(buf);
 }
 
@@ -818,7 +818,7 @@ static int rank_fault(const struct ranks_job *j, int rank, char *msg, size_t len
 	const struct job *s = j->arg;
 	struct store *st;
 	struct comm *c;
-	char err[1024];
+	struct dp_error err;
 	pthread_t th;
 	if (open_all(j, rank, &st, &c, msg, len) < 0)
 		return -1;
@@ -840,7 +840,7 @@ static int rank_fault(const struct ranks_job *j, int rank, char *msg, size_t len
 		}
 		case SC_STALLS:
 			/* in the program, not in the comm: the others must time out */
-			store_poll_abort(st, 30, err, sizeof(err));
+			store_poll_abort(st, 30, &err);
 			_exit(0);
 		case SC_ABORTS:
 			/* the survivors' allreduces, with the same counts, then the abort */

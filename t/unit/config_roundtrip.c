@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char err[1024];
+static struct dp_error err;
 
 /* A config with a non-default value for every key (and the kinds of every choice that
  * switches keys on: mlp hidden, cifar10 files, adamw betas, multistep milestones, fusion
@@ -81,8 +81,8 @@ static void round_trip(const char *what, struct cfg *c1)
 	ok(j1 != NULL, "%s: cfg_to_json", what);
 	if (!j1)
 		return;
-	int rv = cfg_parse(&c2, j1, strlen(j1), "job.json", 0, NULL, err, sizeof(err));
-	ok(rv == 0, "%s: the printed config parses: %s", what, err);
+	int rv = cfg_parse(&c2, j1, strlen(j1), "job.json", 0, NULL, &err);
+	ok(rv == 0, "%s: the printed config parses: %s", what, err.text);
 	if (rv == 0) {
 		ok(cfg_equal(c1, &c2), "%s: into an equal struct", what);
 		is_int(c2.nwarnings, 0, "%s: without warnings", what);
@@ -102,9 +102,8 @@ static void test_full(void)
 		struct cfg c;
 		char what[32];
 		snprintf(what, sizeof(what), "config %zu", i);
-		int rv =
-		    cfg_parse(&c, full[i], strlen(full[i]), "job.json", 0, NULL, err, sizeof(err));
-		ok(rv == 0, "%s parses: %s", what, err);
+		int rv = cfg_parse(&c, full[i], strlen(full[i]), "job.json", 0, NULL, &err);
+		ok(rv == 0, "%s parses: %s", what, err.text);
 		if (rv == 0)
 			round_trip(what, &c);
 		if (i == 3)
@@ -119,8 +118,8 @@ static void test_printed(void)
 	struct cfg c;
 	json_error_t jerr;
 
-	ok(cfg_parse(&c, full[1], strlen(full[1]), "/j/job.json", 0, NULL, err, sizeof(err)) == 0,
-	   "config 1: %s", err);
+	ok(cfg_parse(&c, full[1], strlen(full[1]), "/j/job.json", 0, NULL, &err) == 0,
+	   "config 1: %s", err.text);
 	char *s = cfg_to_json(&c);
 	json_t *j = s ? json_loads(s, JSON_REJECT_DUPLICATES, &jerr) : NULL;
 	ok(j != NULL, "cfg_to_json prints valid JSON without duplicate keys");
@@ -158,10 +157,9 @@ static void test_printed(void)
 	free(s);
 	cfg_free(&c);
 
-	if (!ok(cfg_parse(&c, full[0], strlen(full[0]), "/j/job.json", 0, NULL, err, sizeof(err)) ==
-		    0,
-		"config 0: %s", err))
-		bail_out("config 0 does not parse: %s", err);
+	if (!ok(cfg_parse(&c, full[0], strlen(full[0]), "/j/job.json", 0, NULL, &err) == 0,
+		"config 0: %s", err.text))
+		bail_out("config 0 does not parse: %s", err.text);
 	s = cfg_to_json(&c);
 	ok(s && strstr(s, "\"lr\": 0.0003,") != NULL, "shortest exact numbers (0.0003)");
 	ok(s && strstr(s, "\"rendezvous_s\": 1.5,") != NULL, "1.5");
@@ -185,8 +183,8 @@ static void test_examples(void)
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		struct cfg c;
 		snprintf(path, sizeof(path), "%s/contrib/examples/%s", src ? src : ".", names[i]);
-		int rv = cfg_load(&c, path, 0, NULL, err, sizeof(err));
-		ok(rv == 0, "example %s loads: %s", names[i], err);
+		int rv = cfg_load(&c, path, 0, NULL, &err);
+		ok(rv == 0, "example %s loads: %s", names[i], err.text);
 		if (rv == 0) {
 			is_int(c.nwarnings, 0, "%s: no warnings", names[i]);
 			round_trip(names[i], &c);
@@ -200,11 +198,9 @@ static void test_equal(void)
 {
 	struct cfg a, b;
 
-	if (!ok(cfg_parse(&a, full[0], strlen(full[0]), "job.json", 0, NULL, err, sizeof(err)) == 0,
-		"a") ||
-	    !ok(cfg_parse(&b, full[0], strlen(full[0]), "job.json", 0, NULL, err, sizeof(err)) == 0,
-		"b"))
-		bail_out("config 0 does not parse: %s", err);
+	if (!ok(cfg_parse(&a, full[0], strlen(full[0]), "job.json", 0, NULL, &err) == 0, "a") ||
+	    !ok(cfg_parse(&b, full[0], strlen(full[0]), "job.json", 0, NULL, &err) == 0, "b"))
+		bail_out("config 0 does not parse: %s", err.text);
 	ok(cfg_equal(&a, &b), "the same text gives equal structs");
 	b.model.hidden.v[2]++;
 	ok(!cfg_equal(&a, &b), "an int list element");

@@ -2,6 +2,7 @@
  * bad-file error by its exact text, CIFAR-10 records, the synthetic set, and the real
  * Fashion-MNIST when installed. With arguments it is a helper for t/t0500-data.t:
  *   data.t --dump IMAGES LABELS INDEX...   prints "INDEX LABEL SUM FNV1A64" per sample. */
+#include "common/error.h"
 #include "trainer/data/data.h"
 #include "t/lib/tap.h"
 
@@ -85,14 +86,14 @@ static void bad_idx(const char *images, const char *labels, const char *want, co
 		    const char *what)
 {
 	struct data_set ds;
-	char err[DATA_ERR_MAX] = "";
-	int rc = data_load_idx(&ds, images, labels, err);
+	struct dp_error err = {""};
+	int rc = data_load_idx(&ds, images, labels, &err);
 
 	ok(rc == -1 && ds.count == 0 && ds.pixels == NULL, "%s: refused", what);
 	if (want)
-		is(err, want, "%s: message", what);
+		is(err.text, want, "%s: message", what);
 	else
-		like(err, part, "%s: message", what);
+		like(err.text, part, "%s: message", what);
 }
 
 static void test_idx_good(void)
@@ -101,7 +102,7 @@ static void test_idx_good(void)
 	uint8_t *img = idx3(0x803, 5, 3, 4, 60, &ilen), *lab = idx1(0x801, 5, 5, &llen);
 	const char *names[2][2] = {{"good-images", "good-labels"},
 				   {"good-images.gz", "good-labels.gz"}};
-	char err[DATA_ERR_MAX];
+	struct dp_error err;
 
 	write_raw(path(names[0][0]), img, ilen);
 	write_raw(path(names[0][1]), lab, llen);
@@ -112,9 +113,9 @@ static void test_idx_good(void)
 		int same = 1, label = -1;
 		const uint8_t *px = NULL;
 
-		err[0] = 0;
-		if (!ok(data_load_idx(&ds, path(names[gz][0]), path(names[gz][1]), err) == 0,
-			"idx %s: loads (%s)", gz ? "gzip" : "raw", err))
+		err.text[0] = 0;
+		if (!ok(data_load_idx(&ds, path(names[gz][0]), path(names[gz][1]), &err) == 0,
+			"idx %s: loads (%s)", gz ? "gzip" : "raw", err.text))
 			continue;
 		is_int(ds.count, 5, "count");
 		ok(ds.channels == 1 && ds.height == 3 && ds.width == 4 && ds.image_bytes == 12,
@@ -123,12 +124,12 @@ static void test_idx_good(void)
 		is(ds.kind, "idx", "kind");
 		is(ds.name, path(names[gz][0]), "named after the image file");
 		for (size_t i = 0; i < 5; i++) {
-			if (data_get(&ds, i, NULL, &px, &label, err) != 0 ||
+			if (data_get(&ds, i, NULL, &px, &label, &err) != 0 ||
 			    memcmp(px, img + 16 + i * 12, 12) != 0 || label != (int)i)
 				same = 0;
 		}
 		ok(same, "every image and label as written");
-		ok(data_get(&ds, 5, NULL, &px, &label, err) == -1, "index past the end refused");
+		ok(data_get(&ds, 5, NULL, &px, &label, &err) == -1, "index past the end refused");
 		data_free(&ds);
 		ok(ds.count == 0 && ds.ops == NULL, "data_free zeroes the set");
 	}
@@ -282,10 +283,10 @@ static void test_idx_gzip_damage(void)
 	write_gz(path("rand-labels.gz"), lab, lablen);
 	{
 		struct data_set ds;
-		char err[DATA_ERR_MAX] = "";
-		int rc = data_load_idx(&ds, path("rand.gz"), path("rand-labels.gz"), err);
+		struct dp_error err = {""};
+		int rc = data_load_idx(&ds, path("rand.gz"), path("rand-labels.gz"), &err);
 		ok(rc == 0 && ds.count == n && memcmp(ds.pixels, b + 16, n * 784) == 0,
-		   "2000 random images round-trip through gzip (%s)", err);
+		   "2000 random images round-trip through gzip (%s)", err.text);
 		if (rc == 0)
 			data_free(&ds);
 	}
@@ -301,7 +302,7 @@ static void test_idx_gzip_damage(void)
 	 * anything else after the data is refused. */
 	{
 		struct data_set ds;
-		char err[DATA_ERR_MAX] = "";
+		struct dp_error err = {""};
 		FILE *cat;
 		int rc;
 
@@ -316,9 +317,9 @@ static void test_idx_gzip_damage(void)
 			fclose(in);
 		}
 		fclose(cat);
-		rc = data_load_idx(&ds, path("two-members.gz"), path("rand-labels.gz"), err);
+		rc = data_load_idx(&ds, path("two-members.gz"), path("rand-labels.gz"), &err);
 		ok(rc == 0 && ds.count == n && memcmp(ds.pixels, b + 16, n * 784) == 0,
-		   "concatenated gzip members read as one file (%s)", err);
+		   "concatenated gzip members read as one file (%s)", err.text);
 		if (rc == 0)
 			data_free(&ds);
 		cat = fopen(path("two-members.gz"), "ab");
@@ -373,7 +374,8 @@ static void test_cifar(void)
 	size_t rec = 3073, n1 = 3, n2 = 2;
 	uint8_t *f1 = malloc(n1 * rec), *f2 = malloc(n2 * rec);
 	struct data_set ds;
-	char err[DATA_ERR_MAX] = "", want[2048];
+	struct dp_error err;
+	char want[2048];
 	const char *paths[2] = {path("data_batch_1.bin"), path("data_batch_2.bin.gz")};
 	int same = 1;
 
@@ -383,7 +385,8 @@ static void test_cifar(void)
 		f2[i] = (uint8_t)(i % rec == 0 ? 9 - (i / rec) : i * 17);
 	write_raw(paths[0], f1, n1 * rec);
 	write_gz(paths[1], f2, n2 * rec);
-	if (ok(data_load_cifar10(&ds, 2, paths, err) == 0, "CIFAR-10: two files load (%s)", err)) {
+	if (ok(data_load_cifar10(&ds, 2, paths, &err) == 0, "CIFAR-10: two files load (%s)",
+	       err.text)) {
 		is_int(ds.count, 5, "5 records");
 		ok(ds.channels == 3 && ds.height == 32 && ds.width == 32 && ds.num_classes == 10,
 		   "3x32x32, 10 classes");
@@ -392,7 +395,7 @@ static void test_cifar(void)
 			const uint8_t *px;
 			int label;
 
-			if (data_get(&ds, i, NULL, &px, &label, err) != 0 || label != rec_p[0] ||
+			if (data_get(&ds, i, NULL, &px, &label, &err) != 0 || label != rec_p[0] ||
 			    memcmp(px, rec_p + 1, 3072) != 0)
 				same = 0;
 		}
@@ -407,8 +410,8 @@ static void test_cifar(void)
 		 "of 3073-byte records (1 label + 3072 pixels; the last has 2973)",
 		 path("cifar-short"));
 	paths[0] = path("cifar-short");
-	ok(data_load_cifar10(&ds, 1, paths, err) == -1, "CIFAR-10: partial record refused");
-	is(err, want, "... message");
+	ok(data_load_cifar10(&ds, 1, paths, &err) == -1, "CIFAR-10: partial record refused");
+	is(err.text, want, "... message");
 
 	f1[rec] = 10;
 	write_raw(path("cifar100"), f1, n1 * rec);
@@ -417,19 +420,19 @@ static void test_cifar(void)
 		 "%s: record 1 has label 10; CIFAR-10 labels are 0..9 (a CIFAR-100 file has two "
 		 "label bytes and is not supported)",
 		 path("cifar100"));
-	ok(data_load_cifar10(&ds, 1, paths, err) == -1, "CIFAR-10: label 10 refused");
-	is(err, want, "... message");
+	ok(data_load_cifar10(&ds, 1, paths, &err) == -1, "CIFAR-10: label 10 refused");
+	is(err.text, want, "... message");
 
 	paths[0] = path("data_batch_1.bin");
 	paths[1] = path("nonexistent.bin");
 	snprintf(want, sizeof(want), "%s: No such file or directory", path("nonexistent.bin"));
-	ok(data_load_cifar10(&ds, 2, paths, err) == -1, "CIFAR-10: missing second file refused");
-	is(err, want, "... message");
+	ok(data_load_cifar10(&ds, 2, paths, &err) == -1, "CIFAR-10: missing second file refused");
+	is(err.text, want, "... message");
 	paths[0] = path("empty");
 	snprintf(want, sizeof(want), "%s: empty file; expected CIFAR-10 records", path("empty"));
-	ok(data_load_cifar10(&ds, 1, paths, err) == -1, "CIFAR-10: empty file refused");
-	is(err, want, "... message");
-	ok(data_load_cifar10(&ds, 0, paths, err) == -1, "CIFAR-10: no files refused");
+	ok(data_load_cifar10(&ds, 1, paths, &err) == -1, "CIFAR-10: empty file refused");
+	is(err.text, want, "... message");
+	ok(data_load_cifar10(&ds, 0, paths, &err) == -1, "CIFAR-10: no files refused");
 	free(f1);
 	free(f2);
 }
@@ -437,15 +440,15 @@ static void test_cifar(void)
 static void test_synthetic(void)
 {
 	struct data_set a, b, c;
-	char err[DATA_ERR_MAX] = "";
+	struct dp_error err = {""};
 	uint8_t *s1 = malloc(3 * 8 * 5), *s2 = malloc(3 * 8 * 5);
 	int same = 1, differ = 0, in_range = 1, counts[10] = {0};
 	double bright[10] = {0};
 
-	ok(data_synthetic(&a, 1000, 3, 8, 5, 10, 42, err) == 0 &&
-	       data_synthetic(&b, 1000, 3, 8, 5, 10, 42, err) == 0 &&
-	       data_synthetic(&c, 1000, 3, 8, 5, 10, 43, err) == 0,
-	   "synthetic sets created (%s)", err);
+	ok(data_synthetic(&a, 1000, 3, 8, 5, 10, 42, &err) == 0 &&
+	       data_synthetic(&b, 1000, 3, 8, 5, 10, 42, &err) == 0 &&
+	       data_synthetic(&c, 1000, 3, 8, 5, 10, 43, &err) == 0,
+	   "synthetic sets created (%s)", err.text);
 	ok(a.count == 1000 && a.channels == 3 && a.height == 8 && a.width == 5 &&
 	       a.num_classes == 10 && a.image_bytes == 120,
 	   "synthetic geometry as asked");
@@ -454,9 +457,9 @@ static void test_synthetic(void)
 		int l1, l2, l3;
 		uint8_t s3[120];
 
-		data_get(&a, i, s1, &p1, &l1, err);
-		data_get(&b, i, s2, &p2, &l2, err);
-		data_get(&c, i, s3, &p3, &l3, err);
+		data_get(&a, i, s1, &p1, &l1, &err);
+		data_get(&b, i, s2, &p2, &l2, &err);
+		data_get(&c, i, s3, &p3, &l3, &err);
 		if (l1 != l2 || memcmp(p1, p2, 120) != 0)
 			same = 0;
 		if (l1 != l3 || memcmp(p1, p3, 120) != 0)
@@ -491,8 +494,8 @@ static void test_synthetic(void)
 		unsigned sum0 = 0, sum999 = 0;
 		uint8_t s3[120];
 
-		data_get(&a, 0, s1, &p0, &l0, err);
-		data_get(&a, 999, s3, &p999, &l999, err);
+		data_get(&a, 0, s1, &p0, &l0, &err);
+		data_get(&a, 999, s3, &p999, &l999, &err);
 		for (int k = 0; k < 120; k++) {
 			sum0 += p0[k];
 			sum999 += p999[k];
@@ -501,9 +504,9 @@ static void test_synthetic(void)
 		       l999 == 4 && sum999 == 14484 && p999[0] == 153,
 		   "pinned synthetic samples 0 and 999 of seed 42");
 	}
-	ok(data_synthetic(&c, 0, 3, 8, 5, 10, 1, err) == -1, "synthetic: count 0 refused");
-	like(err, "must all be positive", "... message");
-	ok(data_synthetic(&c, 10, 3, 100000, 5, 10, 1, err) == -1,
+	ok(data_synthetic(&c, 0, 3, 8, 5, 10, 1, &err) == -1, "synthetic: count 0 refused");
+	like(err.text, "must all be positive", "... message");
+	ok(data_synthetic(&c, 10, 3, 100000, 5, 10, 1, &err) == -1,
 	   "synthetic: 100000 rows refused");
 	data_free(&a);
 	data_free(&b);
@@ -523,7 +526,7 @@ static uint64_t fnv1a(const uint8_t *p, size_t n)
 static void test_fmnist(void)
 {
 	struct data_set tr, te;
-	char err[DATA_ERR_MAX] = "";
+	struct dp_error err = {""};
 	int labels_ok = 1, hist[10] = {0};
 
 	if (access(FMNIST "/train-images-idx3-ubyte.gz", R_OK) != 0) {
@@ -532,11 +535,11 @@ static void test_fmnist(void)
 		return;
 	}
 	ok(data_load_idx(&tr, FMNIST "/train-images-idx3-ubyte.gz",
-			 FMNIST "/train-labels-idx1-ubyte.gz", err) == 0,
-	   "Fashion-MNIST train loads (%s)", err);
+			 FMNIST "/train-labels-idx1-ubyte.gz", &err) == 0,
+	   "Fashion-MNIST train loads (%s)", err.text);
 	ok(data_load_idx(&te, FMNIST "/t10k-images-idx3-ubyte.gz",
-			 FMNIST "/t10k-labels-idx1-ubyte.gz", err) == 0,
-	   "Fashion-MNIST test loads (%s)", err);
+			 FMNIST "/t10k-labels-idx1-ubyte.gz", &err) == 0,
+	   "Fashion-MNIST test loads (%s)", err.text);
 	ok(tr.count == 60000 && te.count == 10000, "60000 train, 10000 test");
 	ok(tr.height == 28 && tr.width == 28 && tr.channels == 1 && te.height == 28,
 	   "28x28, one channel");
@@ -560,10 +563,10 @@ static void test_fmnist(void)
 static int dump(int argc, char **argv)
 {
 	struct data_set ds;
-	char err[DATA_ERR_MAX];
+	struct dp_error err;
 
-	if (data_load_idx(&ds, argv[2], argv[3], err) != 0) {
-		fprintf(stderr, "data.t: %s\n", err);
+	if (data_load_idx(&ds, argv[2], argv[3], &err) != 0) {
+		fprintf(stderr, "data.t: %s\n", err.text);
 		return 1;
 	}
 	for (int a = 4; a < argc; a++) {
@@ -572,8 +575,8 @@ static int dump(int argc, char **argv)
 		int label;
 		unsigned long sum = 0;
 
-		if (data_get(&ds, i, NULL, &px, &label, err) != 0) {
-			fprintf(stderr, "data.t: %s\n", err);
+		if (data_get(&ds, i, NULL, &px, &label, &err) != 0) {
+			fprintf(stderr, "data.t: %s\n", err.text);
 			data_free(&ds);
 			return 1;
 		}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 #include "trainer/dist/comm.h"
 #include "trainer/dist/ddp.h"
@@ -31,11 +32,11 @@ struct rec_comm {
 };
 
 static int rec_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtype t,
-			 enum comm_redop op, char *err, size_t errlen)
+			 enum comm_redop op, struct dp_error *err)
 {
 	struct rec_comm *r = (struct rec_comm *)c;
 	(void)err;
-	(void)errlen;
+
 	if (t == COMM_F32 && r->ncalls < MAXCALLS) {
 		r->call[r->ncalls].offset = (size_t)((float *)buf - r->base);
 		r->call[r->ncalls].count = count;
@@ -48,10 +49,9 @@ static int rec_allreduce(struct comm *c, void *buf, size_t count, enum comm_dtyp
 	return 0;
 }
 
-static int rec_broadcast(struct comm *c, void *buf, size_t bytes, int root, char *err,
-			 size_t errlen)
+static int rec_broadcast(struct comm *c, void *buf, size_t bytes, int root, struct dp_error *err)
 {
-	(void)c, (void)buf, (void)bytes, (void)root, (void)err, (void)errlen;
+	(void)c, (void)buf, (void)bytes, (void)root, (void)err;
 	return 0;
 }
 
@@ -80,12 +80,11 @@ static float urand(void)
 
 static int build(struct nn_model *m, const char *name)
 {
-	char err[512];
+	struct dp_error err;
 	struct nn_spec s = {.name = name, .c = 1, .h = 28, .w = 28, .classes = 10};
-	if (nn_build(m, be, &s, err, sizeof(err)) < 0 ||
-	    nn_init_weights(m, 1, err, sizeof(err)) < 0 ||
-	    nn_reserve(m, 32, err, sizeof(err)) < 0) {
-		diag("%s", err);
+	if (nn_build(m, be, &s, &err) < 0 || nn_init_weights(m, 1, &err) < 0 ||
+	    nn_reserve(m, 32, &err) < 0) {
+		diag("%s", err.text);
 		return -1;
 	}
 	return 0;
@@ -123,14 +122,14 @@ static void plans(void)
 	struct nn_model m;
 	struct rec_comm rc = {.c = {.ops = &rec_ops, .rank = 0, .world_size = 2}, .fake_world = 2};
 	struct ddp *d;
-	char err[1024];
+	struct dp_error err;
 	if (build(&m, "mlp") < 0)
 		return;
 	rc.base = m.grads;
 	struct ddp_opts o = {.gradients_mean = 1,
 			     .bucket_bytes = 25u << 20,
 			     .first_bucket_bytes = DDP_FIRST_BUCKET_BYTES};
-	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create: %s", err);
+	ok(ddp_create(&d, &m, &rc.c, &o, &err) == 0, "create: %s", err.text);
 	/* mlp: fc3 (20 KB) fits the 1 MiB first bucket, fc2 (1 MiB) does not; fc2 + fc1 (1.6 MB)
 	 * fit the 25 MB one */
 	is_int(ddp_bucket_count(d), 2, "mlp at 25 MB with a 1 MiB first bucket: 2 buckets");
@@ -139,7 +138,7 @@ static void plans(void)
 
 	o.bucket_bytes = 64 << 10;
 	o.first_bucket_bytes = 16 << 10;
-	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create small buckets");
+	ok(ddp_create(&d, &m, &rc.c, &o, &err) == 0, "create small buckets");
 	check_plan(d, &m, 16 << 10, 64 << 10, "mlp 64 KB");
 	ok(ddp_bucket(d, 0)->first == 0 && ddp_bucket(d, 0)->last == 0,
 	   "the first bucket holds only fc3.bias (fc3.weight would pass 16 KB)");
@@ -148,7 +147,7 @@ static void plans(void)
 	static const int split[] = {2, 5};
 	o.fusion_split = split;
 	o.nfusion_split = 2;
-	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create with fusion config");
+	ok(ddp_create(&d, &m, &rc.c, &o, &err) == 0, "create with fusion config");
 	ok(ddp_bucket_count(d) == 3 && ddp_bucket(d, 0)->last == 1 &&
 	       ddp_bucket(d, 1)->first == 2 && ddp_bucket(d, 1)->last == 4 &&
 	       ddp_bucket(d, 2)->first == 5 && ddp_bucket(d, 2)->last == m.nparams - 1,
@@ -157,8 +156,8 @@ static void plans(void)
 
 	static const int bad[] = {3, 6};
 	o.fusion_split = bad;
-	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) < 0, "split index past the end refused");
-	like(err, "all_reduce_fusion_config: split index 6, but mlp has 6 parameters",
+	ok(ddp_create(&d, &m, &rc.c, &o, &err) < 0, "split index past the end refused");
+	like(err.text, "all_reduce_fusion_config: split index 6, but mlp has 6 parameters",
 	     "the error names the key, the index and the model's count");
 	nn_free(&m);
 }
@@ -169,7 +168,7 @@ static int fail_copy(struct backend *b, void *dst, const void *src, size_t bytes
 	(void)dst;
 	(void)src;
 	(void)bytes;
-	snprintf(b->err, sizeof(b->err), "injected copy failure");
+	errprintf(&b->err, "injected copy failure");
 	return -1;
 }
 
@@ -177,23 +176,23 @@ static int fail_copy(struct backend *b, void *dst, const void *src, size_t bytes
 static int step(struct nn_model *m, struct ddp *d, struct rec_comm *rc, int sync, float beta,
 		const float *x, const int32_t *y, int n)
 {
-	char err[1024];
+	struct dp_error err;
 	float *logits, loss;
 	int okc, before = rc->ncalls;
-	if (nn_forward(m, x, n, &logits, err, sizeof(err)) < 0 ||
-	    nn_loss(m, y, n, 0, 1, &loss, &okc, err, sizeof(err)) < 0) {
-		diag("%s", err);
+	if (nn_forward(m, x, n, &logits, &err) < 0 ||
+	    nn_loss(m, y, n, 0, 1, &loss, &okc, &err) < 0) {
+		diag("%s", err.text);
 		return -1;
 	}
-	if (ddp_begin_backward(d, sync, err, sizeof(err)) < 0) {
-		diag("%s", err);
+	if (ddp_begin_backward(d, sync, &err) < 0) {
+		diag("%s", err.text);
 		return -1;
 	}
 	atomic_store(&rc->in_backward, 1);
-	int rv = nn_backward(m, n, beta, err, sizeof(err));
+	int rv = nn_backward(m, n, beta, &err);
 	atomic_store(&rc->in_backward, 0);
-	if (rv < 0 || (sync && ddp_finish(d, err, sizeof(err)) < 0)) {
-		diag("%s", err);
+	if (rv < 0 || (sync && ddp_finish(d, &err) < 0)) {
+		diag("%s", err.text);
 		return -1;
 	}
 	return rc->ncalls - before;
@@ -204,7 +203,7 @@ static void reduction(void)
 	struct nn_model m;
 	struct rec_comm rc = {.c = {.ops = &rec_ops, .rank = 0, .world_size = 2}, .fake_world = 2};
 	struct ddp *d;
-	char err[1024];
+	struct dp_error err;
 	enum { N = 32 };
 	float *x = malloc(sizeof(float) * N * 784);
 	int32_t y[N];
@@ -219,14 +218,14 @@ static void reduction(void)
 	/* gradients without DDP */
 	float *logits, loss;
 	int okc;
-	nn_forward(&m, x, N, &logits, err, sizeof(err));
-	nn_loss(&m, y, N, 0, 1, &loss, &okc, err, sizeof(err));
-	nn_backward(&m, N, 0, err, sizeof(err));
+	nn_forward(&m, x, N, &logits, &err);
+	nn_loss(&m, y, N, 0, 1, &loss, &okc, &err);
+	nn_backward(&m, N, 0, &err);
 	memcpy(plain, m.grads, sizeof(float) * m.param_total);
 
 	struct ddp_opts o = {
 	    .gradients_mean = 0, .bucket_bytes = 16 << 10, .first_bucket_bytes = 4 << 10};
-	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create");
+	ok(ddp_create(&d, &m, &rc.c, &o, &err) == 0, "create");
 	int nb = ddp_bucket_count(d);
 	int calls = step(&m, d, &rc, 1, 0, x, y, N);
 	is_int(calls, nb, "one allreduce per bucket (%d)", nb);
@@ -242,11 +241,11 @@ static void reduction(void)
 	float votes = -1;
 	ddp_set_vote(d, 1.0f);
 	step(&m, d, &rc, 1, 0, x, y, N);
-	ok(ddp_votes(d, &votes, err, sizeof(err)) == 0, "the votes are read back");
+	ok(ddp_votes(d, &votes, &err) == 0, "the votes are read back");
 	is_double(votes, 2.0, 0, "a vote travels with the last bucket (summed: 2 ranks)");
 	ddp_set_vote(d, 0.0f);
 	step(&m, d, &rc, 1, 0, x, y, N);
-	ok(ddp_votes(d, &votes, err, sizeof(err)) == 0, "the votes are read back");
+	ok(ddp_votes(d, &votes, &err) == 0, "the votes are read back");
 	is_double(votes, 0.0, 0, "... and no vote is 0");
 
 	/* A device that fails to take the vote, or to give the votes back: an error naming
@@ -256,8 +255,8 @@ static void reduction(void)
 	failing.from_host = fail_copy;
 	be->ops = &failing;
 	ddp_set_vote(d, 1.0f);
-	ok(ddp_begin_backward(d, 1, err, sizeof(err)) < 0, "a vote the device does not take fails");
-	like(err, "ddp: cannot put this rank's stop vote on cpu: injected copy failure",
+	ok(ddp_begin_backward(d, 1, &err) < 0, "a vote the device does not take fails");
+	like(err.text, "ddp: cannot put this rank's stop vote on cpu: injected copy failure",
 	     "... naming the vote, the backend and its error");
 	be->ops = real;
 	step(&m, d, &rc, 1, 0, x, y, N);
@@ -265,9 +264,9 @@ static void reduction(void)
 	failing.to_host = fail_copy;
 	be->ops = &failing;
 	votes = -1;
-	ok(ddp_votes(d, &votes, err, sizeof(err)) < 0 && votes == 0,
+	ok(ddp_votes(d, &votes, &err) < 0 && votes == 0,
 	   "votes the device does not give back fail (not 'no vote')");
-	like(err, "ddp: cannot read the ranks' stop votes from cpu: injected copy failure",
+	like(err.text, "ddp: cannot read the ranks' stop votes from cpu: injected copy failure",
 	     "... naming the votes, the backend and its error");
 	be->ops = real;
 
@@ -300,7 +299,7 @@ static void reduction(void)
 	ddp_destroy(d);
 
 	o.gradients_mean = 1;
-	ok(ddp_create(&d, &m, &rc.c, &o, err, sizeof(err)) == 0, "create (mean)");
+	ok(ddp_create(&d, &m, &rc.c, &o, &err) == 0, "create (mean)");
 	step(&m, d, &rc, 1, 0, x, y, N);
 	same = 1;
 	for (size_t i = 0; i < m.param_total; i++)
@@ -315,10 +314,10 @@ static void reduction(void)
 
 int main(void)
 {
-	char err[512];
-	be = be_cpu_create(1, err, sizeof(err));
+	struct dp_error err;
+	be = be_cpu_create(1, &err);
 	if (!be)
-		bail_out("cpu backend: %s", err);
+		bail_out("cpu backend: %s", err.text);
 	plans();
 	reduction();
 	be->ops->destroy(be);

@@ -1,6 +1,7 @@
 /* hostlist.c (test) — Slurm hostlist and tasks-per-node expansion: zero padding, several
  * bracket groups, separators, the size limit, and an exact message for each kind of bad
  * input. Tests ranktable/hostlist.c only. */
+#include "common/error.h"
 #include "ranktable/hostlist.h"
 #include "t/lib/tap.h"
 
@@ -11,11 +12,12 @@
 /* Expand list and compare with the space-separated names in want. */
 static void expands(const char *list, const char *want)
 {
-	char **hosts = NULL, err[RT_ERR_MAX], got[4096] = "";
+	char **hosts = NULL, got[4096] = "";
+	struct dp_error err;
 	int n = -1;
 
-	if (!ok(rt_hostlist_expand(list, &hosts, &n, err) == 0, "\"%s\" expands", list)) {
-		diag("%s", err);
+	if (!ok(rt_hostlist_expand(list, &hosts, &n, &err) == 0, "\"%s\" expands", list)) {
+		diag("%s", err.text);
 		return;
 	}
 	for (int i = 0; i < n; i++) {
@@ -29,12 +31,13 @@ static void expands(const char *list, const char *want)
 
 static void rejects(const char *list, const char *want)
 {
-	char **hosts = (char **)1, err[RT_ERR_MAX] = "";
+	char **hosts = (char **)1;
+	struct dp_error err = {""};
 	int n = -1;
 
-	ok(rt_hostlist_expand(list, &hosts, &n, err) == -1, "\"%.60s\" is rejected", list);
+	ok(rt_hostlist_expand(list, &hosts, &n, &err) == -1, "\"%.60s\" is rejected", list);
 	ok(hosts == NULL && n == 0, "\"%.60s\": nothing returned", list);
-	is(err, want, "\"%.60s\": message", list);
+	is(err.text, want, "\"%.60s\": message", list);
 }
 
 static void test_hostlists(void)
@@ -81,23 +84,26 @@ static void test_hostlists(void)
 		"bad hostlist \"n\001\": character 0x01 at offset 1 cannot be part of a host name");
 
 	/* Names up to 255 characters: 253 + "10" fits, 254 + "10" does not. */
-	char long_name[300], want[RT_ERR_MAX], **names;
+	char long_name[300], want[300], **names;
+	struct dp_error lerr;
 	int count;
 	memset(long_name, 'h', 253);
 	strcpy(long_name + 253, "[1-10]");
-	ok(rt_hostlist_expand(long_name, &names, &count, want) == 0 && strlen(names[9]) == 255,
+	ok(rt_hostlist_expand(long_name, &names, &count, &lerr) == 0 && strlen(names[9]) == 255,
 	   "a 255-character host name expands");
 	rt_hostlist_free(names, count);
 	memset(long_name, 'h', 254);
 	strcpy(long_name + 254, "[1-10]");
+	/* the list is quoted cut at 200 bytes, the reason whole */
 	snprintf(want, sizeof(want),
 		 "bad hostlist \"%.200s...\": host names longer than 255 characters", long_name);
 	rejects(long_name, want);
 
 	/* The limit itself is allowed: a million names, all distinct and padded. */
-	char **hosts, err[RT_ERR_MAX];
+	char **hosts;
+	struct dp_error err;
 	int n;
-	if (ok(rt_hostlist_expand("n[000-999][000-999]", &hosts, &n, err) == 0,
+	if (ok(rt_hostlist_expand("n[000-999][000-999]", &hosts, &n, &err) == 0,
 	       "a million hosts (the limit) expand")) {
 		is_int(n, 1000000, "a million hosts: count");
 		is(hosts[0], "n000000", "a million hosts: first");
@@ -105,17 +111,18 @@ static void test_hostlists(void)
 		is(hosts[n - 1], "n999999", "a million hosts: last");
 		rt_hostlist_free(hosts, n);
 	} else {
-		diag("%s", err);
+		diag("%s", err.text);
 	}
 }
 
 static void tpn_expands(const char *spec, const char *want)
 {
 	int *counts = NULL, n = -1;
-	char err[RT_ERR_MAX], got[1024] = "";
+	struct dp_error err;
+	char got[1024] = "";
 
-	if (!ok(rt_tasks_per_node_expand(spec, &counts, &n, err) == 0, "\"%s\" expands", spec)) {
-		diag("%s", err);
+	if (!ok(rt_tasks_per_node_expand(spec, &counts, &n, &err) == 0, "\"%s\" expands", spec)) {
+		diag("%s", err.text);
 		return;
 	}
 	for (int i = 0; i < n; i++)
@@ -128,11 +135,11 @@ static void tpn_expands(const char *spec, const char *want)
 static void tpn_rejects(const char *spec, const char *want)
 {
 	int *counts = (int *)1, n = -1;
-	char err[RT_ERR_MAX] = "";
+	struct dp_error err = {""};
 
-	ok(rt_tasks_per_node_expand(spec, &counts, &n, err) == -1, "\"%s\" is rejected", spec);
+	ok(rt_tasks_per_node_expand(spec, &counts, &n, &err) == -1, "\"%s\" is rejected", spec);
 	ok(counts == NULL && n == 0, "\"%s\": nothing returned", spec);
-	is(err, want, "\"%s\": message", spec);
+	is(err.text, want, "\"%s\": message", spec);
 }
 
 static void test_tasks_per_node(void)
@@ -143,8 +150,8 @@ static void test_tasks_per_node(void)
 	tpn_expands("8(x1)", "8");
 
 	int *counts, n;
-	char err[RT_ERR_MAX];
-	ok(rt_tasks_per_node_expand("1(x1000000)", &counts, &n, err) == 0 && n == 1000000,
+	struct dp_error err;
+	ok(rt_tasks_per_node_expand("1(x1000000)", &counts, &n, &err) == 0 && n == 1000000,
 	   "a million nodes (the limit)");
 	free(counts);
 

@@ -1,6 +1,7 @@
 /* launch_files.c — unit tests of what dptrain-launch writes: output directory patterns,
  * mkdir -p, atomic files, env.log, the exported variables and the fallback's wait for the
  * rank table. Works in its own temporary directory. */
+#include "common/error.h"
 #include "pmix/alloc.h"
 #include "pmix/launch.h"
 #include "t/lib/tap.h"
@@ -36,74 +37,74 @@ static char *slurp(const char *path)
 
 static void test_expand(void)
 {
-	char out[LAUNCH_PATH_MAX], want[LAUNCH_PATH_MAX], err[ALLOC_ERR_MAX] = "", cwd[1024],
-							  longp[LAUNCH_PATH_MAX + 8];
+	char out[LAUNCH_PATH_MAX], want[LAUNCH_PATH_MAX], cwd[1024], longp[LAUNCH_PATH_MAX + 8];
+	struct dp_error err = {""};
 
 	if (!getcwd(cwd, sizeof(cwd)))
 		bail_out("getcwd: %s", strerror(errno));
-	ok(launch_outdir_expand("dptrain.%j.%s", "123", "4", out, err, sizeof(err)) == 0,
+	ok(launch_outdir_expand("dptrain.%j.%s", "123", "4", out, &err) == 0,
 	   "default pattern expands");
 	snprintf(want, sizeof(want), "%s/dptrain.123.4", cwd);
 	is(out, want, "relative to the working directory, %%j and %%s replaced");
-	ok(launch_outdir_expand("/abs/%j/x%%y%s", "local", "0", out, err, sizeof(err)) == 0,
+	ok(launch_outdir_expand("/abs/%j/x%%y%s", "local", "0", out, &err) == 0,
 	   "absolute pattern with %%%%");
 	is(out, "/abs/local/x%y0", "%%%% is a percent sign; absolute stays absolute");
-	ok(launch_outdir_expand("runs/%j%j", "7", "0", out, err, sizeof(err)) == 0, "%%j twice");
+	ok(launch_outdir_expand("runs/%j%j", "7", "0", out, &err) == 0, "%%j twice");
 	snprintf(want, sizeof(want), "%s/runs/77", cwd);
 	is(out, want, "... both replaced");
 
-	ok(launch_outdir_expand("out.%x", "1", "0", out, err, sizeof(err)) == -1, "%%x is refused");
-	like(err, "unknown pattern '%x'", "... naming it");
-	like(err, "%j job id", "... and listing what is known");
-	ok(launch_outdir_expand("out%", "1", "0", out, err, sizeof(err)) == -1,
-	   "a trailing %% is refused");
-	ok(launch_outdir_expand("", "1", "0", out, err, sizeof(err)) == -1, "empty is refused");
-	like(err, "empty", "... as empty");
+	ok(launch_outdir_expand("out.%x", "1", "0", out, &err) == -1, "%%x is refused");
+	like(err.text, "unknown pattern '%x'", "... naming it");
+	like(err.text, "%j job id", "... and listing what is known");
+	ok(launch_outdir_expand("out%", "1", "0", out, &err) == -1, "a trailing %% is refused");
+	ok(launch_outdir_expand("", "1", "0", out, &err) == -1, "empty is refused");
+	like(err.text, "empty", "... as empty");
 	memset(longp, 'a', sizeof(longp) - 1);
 	longp[sizeof(longp) - 1] = '\0';
-	ok(launch_outdir_expand(longp, "1", "0", out, err, sizeof(err)) == -1,
+	ok(launch_outdir_expand(longp, "1", "0", out, &err) == -1,
 	   "an over-long pattern is refused");
-	like(err, "too long", "... as too long");
+	like(err.text, "too long", "... as too long");
 }
 
 static void test_mkdir(void)
 {
-	char path[512], file[512], err[ALLOC_ERR_MAX] = "";
+	char path[512], file[512];
+	struct dp_error err = {""};
 	struct stat st;
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/a/b/c/", tmp);
-	ok(launch_mkdir_p(path, err, sizeof(err)) == 0, "mkdir -p a/b/c/ %s", err);
+	ok(launch_mkdir_p(path, &err) == 0, "mkdir -p a/b/c/ %s", err.text);
 	ok(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "... exists");
-	ok(launch_mkdir_p(path, err, sizeof(err)) == 0, "again: fine (another rank made it)");
+	ok(launch_mkdir_p(path, &err) == 0, "again: fine (another rank made it)");
 	snprintf(file, sizeof(file), "%s/afile", tmp);
 	fd = open(file, O_WRONLY | O_CREAT, 0644);
 	close(fd);
-	ok(launch_mkdir_p(file, err, sizeof(err)) == -1, "a file in the way is refused");
-	like(err, "not a directory", "... saying so");
+	ok(launch_mkdir_p(file, &err) == -1, "a file in the way is refused");
+	like(err.text, "not a directory", "... saying so");
 	snprintf(path, sizeof(path), "%s/afile/sub", tmp);
-	ok(launch_mkdir_p(path, err, sizeof(err)) == -1, "a file as a parent is refused");
-	like(err, "cannot create directory", "... naming the directory");
-	ok(launch_mkdir_p("/", err, sizeof(err)) == 0, "/ exists");
+	ok(launch_mkdir_p(path, &err) == -1, "a file as a parent is refused");
+	like(err.text, "cannot create directory", "... naming the directory");
+	ok(launch_mkdir_p("/", &err) == 0, "/ exists");
 
 	/* Whose directory the job's files may go into (issue: a shared output_dir) */
 	snprintf(path, sizeof(path), "%s/a/b", tmp);
-	ok(launch_dir_owned(path, err, sizeof(err)) == 0, "our own 0755 directory: fine %s", err);
+	ok(launch_dir_owned(path, &err) == 0, "our own 0755 directory: fine %s", err.text);
 	chmod(path, 0775);
-	ok(launch_dir_owned(path, err, sizeof(err)) == -1, "group-writable: refused");
-	like(err, "writable by its group (mode 0775)", "... saying so");
+	ok(launch_dir_owned(path, &err) == -1, "group-writable: refused");
+	like(err.text, "writable by its group (mode 0775)", "... saying so");
 	chmod(path, 01777);
-	ok(launch_dir_owned(path, err, sizeof(err)) == -1, "world-writable, even sticky: refused");
-	like(err, "writable by everyone", "... saying so");
+	ok(launch_dir_owned(path, &err) == -1, "world-writable, even sticky: refused");
+	like(err.text, "writable by everyone", "... saying so");
 	chmod(path, 0755);
 	snprintf(file, sizeof(file), "%s/link", tmp);
-	ok(symlink(path, file) == 0 && launch_dir_owned(file, err, sizeof(err)) == -1,
+	ok(symlink(path, file) == 0 && launch_dir_owned(file, &err) == -1,
 	   "a symlink to our own directory: refused");
-	like(err, "is not a directory (a symbolic link", "... saying so");
+	like(err.text, "is not a directory (a symbolic link", "... saying so");
 	if (geteuid() == 0) {
 		ok(chown(path, 65534, 65534) == 0, "give it to nobody");
-		ok(launch_dir_owned(path, err, sizeof(err)) == -1, "another user's: refused");
-		like(err, "belongs to another user (uid 65534)", "... naming the owner");
+		ok(launch_dir_owned(path, &err) == -1, "another user's: refused");
+		like(err.text, "belongs to another user (uid 65534)", "... naming the owner");
 		ok(chown(path, 0, 0) == 0, "back to root");
 	} else {
 		skip(3, "not root: cannot give a directory to another user");
@@ -116,50 +117,49 @@ static void test_mkdir(void)
  * closing the holder frees it. */
 static void test_lock(void)
 {
-	char dir[512], file[600], env[32], err[ALLOC_ERR_MAX] = "";
+	char dir[512], file[600], env[32];
+	struct dp_error err = {""};
 	int fd = -1, fd2 = -1;
 
 	snprintf(dir, sizeof(dir), "%s/locked", tmp);
-	ok(launch_mkdir_p(dir, err, sizeof(err)) == 0, "a directory to lock %s", err);
-	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 on n3", &fd, err, sizeof(err)) == 0 &&
-	       fd >= 0,
-	   "the first taker holds it %s", err);
+	ok(launch_mkdir_p(dir, &err) == 0, "a directory to lock %s", err.text);
+	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 on n3", &fd, &err) == 0 && fd >= 0,
+	   "the first taker holds it %s", err.text);
 	ok((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0, "... close-on-exec until passed on");
 	snprintf(file, sizeof(file), "%s/.dptrain.lock", dir);
 	like(slurp(file), "job 7 step 1, rank 0 on n3\n", "... and says who it is");
-	ok(launch_outdir_lock(dir, "job 8 step 0, rank 0 on n1", &fd2, err, sizeof(err)) == -1 &&
-	       fd2 == -1,
+	ok(launch_outdir_lock(dir, "job 8 step 0, rank 0 on n1", &fd2, &err) == -1 && fd2 == -1,
 	   "a second taker is refused");
-	like(err, "is in use by another job (job 7 step 1, rank 0 on n3): two jobs writing one",
+	like(err.text,
+	     "is in use by another job (job 7 step 1, rank 0 on n3): two jobs writing one",
 	     "... naming the holder");
 	like(slurp(file), "job 7 step 1", "... and leaves the holder's note alone");
 	snprintf(env, sizeof(env), "%d", fd);
 	setenv("DPTRAIN_LOCK_FD", env, 1);
-	err[0] = '\0';
-	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 (launcher)", &fd2, err, sizeof(err)) ==
-		   0 &&
+	err.text[0] = '\0';
+	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 (launcher)", &fd2, &err) == 0 &&
 	       fd2 >= 0 && fd2 != fd,
-	   "the holder's own lock, passed down: taken as one's own %s", err);
+	   "the holder's own lock, passed down: taken as one's own %s", err.text);
 	unsetenv("DPTRAIN_LOCK_FD");
 	close(fd2);
 	close(fd);
 	fd2 = -1;
-	err[0] = '\0';
-	ok(launch_outdir_lock(dir, "job 8 step 0, rank 0 on n1", &fd2, err, sizeof(err)) == 0,
-	   "once the holder has closed it, the next job gets it %s", err);
+	err.text[0] = '\0';
+	ok(launch_outdir_lock(dir, "job 8 step 0, rank 0 on n1", &fd2, &err) == 0,
+	   "once the holder has closed it, the next job gets it %s", err.text);
 	like(slurp(file), "job 8 step 0, rank 0 on n1\n", "... with its own note");
 	close(fd2);
 	unlink(file);
 	ok(symlink("/etc/passwd", file) == 0, "a symlink as the lock file");
-	ok(launch_outdir_lock(dir, "x", &fd2, err, sizeof(err)) == -1, "... is refused");
-	like(err, "a symbolic link is refused", "... saying so");
+	ok(launch_outdir_lock(dir, "x", &fd2, &err) == -1, "... is refused");
+	like(err.text, "a symbolic link is refused", "... saying so");
 	unlink(file);
 	if (geteuid() == 0) {
 		int f = open(file, O_WRONLY | O_CREAT, 0600);
 		ok(f >= 0 && fchown(f, 65534, 65534) == 0, "a lock file of another user");
 		close(f);
-		ok(launch_outdir_lock(dir, "x", &fd2, err, sizeof(err)) == -1, "... is refused");
-		like(err, "is not a regular file of this user's", "... saying so");
+		ok(launch_outdir_lock(dir, "x", &fd2, &err) == -1, "... is refused");
+		like(err.text, "is not a regular file of this user's", "... saying so");
 		unlink(file);
 	} else {
 		skip(3, "not root: cannot give a file to another user");
@@ -225,22 +225,22 @@ static int count_entries(const char *dir)
 
 static void test_atomic(void)
 {
-	char dir[512], path[600], err[ALLOC_ERR_MAX] = "";
+	char dir[512], path[600];
+	struct dp_error err = {""};
 	struct stat st;
 
 	snprintf(dir, sizeof(dir), "%s/atomic", tmp);
 	mkdir(dir, 0755);
 	snprintf(path, sizeof(path), "%s/f.json", dir);
-	ok(launch_write_atomic(path, "first\n", 6, 0644, err, sizeof(err)) == 0, "write %s", err);
+	ok(launch_write_atomic(path, "first\n", 6, 0644, &err) == 0, "write %s", err.text);
 	is(slurp(path), "first\n", "content");
-	ok(launch_write_atomic(path, "second\n", 7, 0644, err, sizeof(err)) == 0, "overwrite");
+	ok(launch_write_atomic(path, "second\n", 7, 0644, &err) == 0, "overwrite");
 	is(slurp(path), "second\n", "new content");
 	is_int(count_entries(dir), 1, "no temporary file left behind");
 	ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "mode 0644");
 	snprintf(path, sizeof(path), "%s/missing/f", dir);
-	ok(launch_write_atomic(path, "x", 1, 0644, err, sizeof(err)) == -1,
-	   "missing directory fails");
-	like(err, "cannot create a temporary file next to", "... saying where");
+	ok(launch_write_atomic(path, "x", 1, 0644, &err) == -1, "missing directory fails");
+	like(err.text, "cannot create a temporary file next to", "... saying where");
 }
 
 static void test_env(void)
@@ -255,7 +255,8 @@ static void test_env(void)
 	struct alloc a;
 	struct ranktable rt;
 	struct launch_paths p;
-	char err[ALLOC_ERR_MAX] = "", path[600], *log;
+	struct dp_error err;
+	char path[600], *log;
 	const char *s;
 	size_t i;
 
@@ -268,15 +269,15 @@ static void test_env(void)
 	o.iface = "lo";
 	o.stall_rank = -1;
 	o.dev_dir = "/nonexistent-dptrain";
-	ok(alloc_discover(&a, &o, err, sizeof(err)) == 0, "2-rank env allocation %s", err);
+	ok(alloc_discover(&a, &o, &err) == 0, "2-rank env allocation %s", err.text);
 	memset(&rt, 0, sizeof(rt));
-	ok(alloc_rank_table(&a, &rt, err, sizeof(err)) == 0, "its rank table %s", err);
-	ok(launch_paths_init(&p, tmp, 1, err, sizeof(err)) == 0, "paths");
+	ok(alloc_rank_table(&a, &rt, &err) == 0, "its rank table %s", err.text);
+	ok(launch_paths_init(&p, tmp, 1, &err) == 0, "paths");
 	snprintf(path, sizeof(path), "%s/rank_table.json", tmp);
 	is(p.rank_table, path, "rank table path is OUTPUT/rank_table.json");
 	snprintf(path, sizeof(path), "%s/device1", tmp);
 	is(p.devdir, path, "device directory is OUTPUT/device<RANK>");
-	ok(launch_env_export(&a, &rt, &p, err, sizeof(err)) == 0, "export %s", err);
+	ok(launch_env_export(&a, &rt, &p, &err) == 0, "export %s", err.text);
 	s = getenv("LOCAL_RANK");
 	is(s, "1", "LOCAL_RANK=1");
 	is(getenv("LOCAL_WORLD_SIZE"), "2", "LOCAL_WORLD_SIZE=2");
@@ -294,7 +295,7 @@ static void test_env(void)
 	is(getenv("MASTER_PORT"), "29511", "MASTER_PORT kept");
 
 	snprintf(path, sizeof(path), "%s/env.log", tmp);
-	ok(launch_env_log(path, err, sizeof(err)) == 0, "env.log written %s", err);
+	ok(launch_env_log(path, &err) == 0, "env.log written %s", err.text);
 	{
 		struct stat st;
 		ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0600,
@@ -308,13 +309,13 @@ static void test_env(void)
 	   "ZZZ_LAST last");
 
 	/* Without PMIx, local rank 1 waits for local rank 0's table; here nobody writes it. */
-	ok(alloc_sync(&a, p.rank_table, &rt, 1, err, sizeof(err)) == -1,
+	ok(alloc_sync(&a, p.rank_table, &rt, 1, &err) == -1,
 	   "local rank 1 times out without a rank table");
-	like(err, "rank 0 (local rank 0 on", "... naming the rank that should write it");
-	like(err, "within 1 s", "... and the timeout");
-	ok(rt_write_atomic(&rt, p.rank_table, RT_SCHEMA_DPTRAIN, err) == 0, "rank table written");
-	ok(alloc_sync(&a, p.rank_table, &rt, 1, err, sizeof(err)) == 0,
-	   "then local rank 1 goes on %s", err);
+	like(err.text, "rank 0 (local rank 0 on", "... naming the rank that should write it");
+	like(err.text, "within 1 s", "... and the timeout");
+	ok(rt_write_atomic(&rt, p.rank_table, RT_SCHEMA_DPTRAIN, &err) == 0, "rank table written");
+	ok(alloc_sync(&a, p.rank_table, &rt, 1, &err) == 0, "then local rank 1 goes on %s",
+	   err.text);
 	rt_free(&rt);
 	alloc_free(&a);
 }

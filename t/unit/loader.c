@@ -2,6 +2,7 @@
  * content from sampler + dataset + transform, drop_remainder, resume mid-epoch, N ranks ==
  * 1 rank, shutdown at any point, errors from workers, held buffers, the caller's allocator,
  * and one epoch of the real Fashion-MNIST. `loader.t --bench` times Fashion-MNIST loading. */
+#include "common/error.h"
 #include "trainer/data/loader.h"
 #include "t/lib/tap.h"
 
@@ -20,7 +21,7 @@ struct run {
 	float *x[256];
 	int32_t *y[256];
 	size_t elems; /* floats per sample */
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 	int rc; /* loader_next's last return */
 };
 
@@ -38,7 +39,7 @@ static void drain(struct loader *l, struct run *r)
 {
 	struct loader_batch *b;
 
-	while ((r->rc = loader_next(l, &b, r->err)) == 1) {
+	while ((r->rc = loader_next(l, &b, &r->err)) == 1) {
 		int k = r->nbatches++;
 		if (k >= 256)
 			bail_out("too many batches");
@@ -87,17 +88,17 @@ static void run_epochs(struct run *r, const struct data_set *ds, int world, int 
 	struct loader *l;
 	struct loader_opts o = {
 	    .batch_size = batch, .drop_remainder = drop, .workers = workers, .prefetch = prefetch};
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 
 	memset(r, 0, sizeof(*r));
-	if (sampler_init(&s, ds->count, world, rank, true, 77, drop, err) != 0 ||
-	    tf_init(&t, &aug, ds->channels, ds->height, ds->width, err) != 0 ||
-	    loader_create(&l, ds, &s, &t, &o, err) != 0)
-		bail_out("setup: %s", err);
+	if (sampler_init(&s, ds->count, world, rank, true, 77, drop, &err) != 0 ||
+	    tf_init(&t, &aug, ds->channels, ds->height, ds->width, &err) != 0 ||
+	    loader_create(&l, ds, &s, &t, &o, &err) != 0)
+		bail_out("setup: %s", err.text);
 	r->elems = tf_out_elems(&t);
 	for (int e = 0; e < epochs; e++) {
-		if (loader_start_epoch(l, e0 + e, 0, err) != 0)
-			bail_out("start_epoch: %s", err);
+		if (loader_start_epoch(l, e0 + e, 0, &err) != 0)
+			bail_out("start_epoch: %s", err.text);
 		drain(l, r);
 	}
 	loader_destroy(l);
@@ -129,20 +130,20 @@ static void test_workers(const struct data_set *ds)
 	{
 		struct sampler s;
 		struct tf t;
-		char err[LOADER_ERR_MAX];
+		struct dp_error err;
 		uint8_t scratch[192];
 		float want[192];
 		int same = 1;
 
-		sampler_init(&s, ds->count, 2, 1, true, 77, false, err);
-		tf_init(&t, &aug, 3, 8, 8, err);
+		sampler_init(&s, ds->count, 2, 1, true, 77, false, &err);
+		tf_init(&t, &aug, 3, 8, 8, &err);
 		for (int bi = 6; bi < 12; bi++) {
 			sampler_set_epoch(&s, 1);
 			for (int i = 0; i < a.meta[bi].n; i++) {
 				size_t idx = sampler_index(&s, (size_t)(bi - 6) * 10 + (size_t)i);
 				const uint8_t *px;
 				int label;
-				data_get(ds, idx, scratch, &px, &label, err);
+				data_get(ds, idx, scratch, &px, &label, &err);
 				tf_apply(&t, 1, idx, px, want);
 				same &=
 				    memcmp(want, a.x[bi] + (size_t)i * 192, sizeof(want)) == 0 &&
@@ -171,19 +172,19 @@ static void test_resume(const struct data_set *ds)
 	struct tf t;
 	struct loader *l;
 	struct loader_opts o = {.batch_size = 7, .workers = 2};
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 	int tails_ok = 1;
 
 	run_epochs(&full, ds, 3, 2, 0, 7, 2, 0, 4, 1);
-	sampler_init(&s, ds->count, 3, 2, true, 77, false, err);
-	tf_init(&t, &aug, 3, 8, 8, err);
-	loader_create(&l, ds, &s, &t, &o, err);
+	sampler_init(&s, ds->count, 3, 2, true, 77, false, &err);
+	tf_init(&t, &aug, 3, 8, 8, &err);
+	loader_create(&l, ds, &s, &t, &o, &err);
 	for (int k = 0; k <= full.nbatches; k++) {
 		size_t start = k ? full.meta[k - 1].next_offset : 0;
 
 		memset(&part, 0, sizeof(part));
 		part.elems = full.elems;
-		loader_start_epoch(l, 4, start, err);
+		loader_start_epoch(l, 4, start, &err);
 		drain(l, &part);
 		if (part.nbatches != full.nbatches - k)
 			tails_ok = 0;
@@ -200,14 +201,14 @@ static void test_resume(const struct data_set *ds)
 		struct loader_batch *b;
 		struct run again;
 
-		loader_start_epoch(l, 4, 0, err);
-		loader_next(l, &b, err);
+		loader_start_epoch(l, 4, 0, &err);
+		loader_next(l, &b, &err);
 		loader_release(l, b);
-		loader_next(l, &b, err);
+		loader_next(l, &b, &err);
 		loader_release(l, b);
 		memset(&again, 0, sizeof(again));
 		again.elems = full.elems;
-		ok(loader_start_epoch(l, 4, 0, err) == 0, "start_epoch mid-epoch (%s)", err);
+		ok(loader_start_epoch(l, 4, 0, &err) == 0, "start_epoch mid-epoch (%s)", err.text);
 		drain(l, &again);
 		ok(runs_equal(&again, &full), "an abandoned epoch leaves no trace in the next");
 		run_free(&again);
@@ -251,25 +252,25 @@ static void test_shutdown(const struct data_set *ds)
 {
 	struct sampler s;
 	struct tf t;
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 	struct loader_opts o = {.batch_size = 5, .workers = 3, .prefetch = 4};
 	int ok_all = 1;
 
-	sampler_init(&s, ds->count, 1, 0, true, 1, false, err);
-	tf_init(&t, &aug, 3, 8, 8, err);
+	sampler_init(&s, ds->count, 1, 0, true, 1, false, &err);
+	tf_init(&t, &aug, 3, 8, 8, &err);
 	for (int it = 0; it < 60; it++) {
 		struct loader *l;
 		struct loader_batch *b;
 
-		if (loader_create(&l, ds, &s, &t, &o, err) != 0) {
+		if (loader_create(&l, ds, &s, &t, &o, &err) != 0) {
 			ok_all = 0;
 			break;
 		}
 		if (it % 3 > 0)
-			loader_start_epoch(l, it, 0, err);
+			loader_start_epoch(l, it, 0, &err);
 		/* take up to 4 batches, keep every other: never more held than buffers */
 		for (int k = 0; k < (it % 3 == 2 ? it % 5 : 0); k++) {
-			if (loader_next(l, &b, err) != 1) {
+			if (loader_next(l, &b, &err) != 1) {
 				ok_all = 0;
 				break;
 			}
@@ -287,10 +288,10 @@ static void test_shutdown(const struct data_set *ds)
 }
 
 static int failing_get(const struct data_set *ds, size_t i, uint8_t *scratch,
-		       const uint8_t **pixels, int *label, char err[DATA_ERR_MAX])
+		       const uint8_t **pixels, int *label, struct dp_error *err)
 {
 	if (i == 17) {
-		snprintf(err, DATA_ERR_MAX, "%s: sample 17 cannot be read", ds->name);
+		errprintf(err, "%s: sample 17 cannot be read", ds->name);
 		return -1;
 	}
 	memset(scratch, (int)i, ds->image_bytes);
@@ -314,28 +315,28 @@ static void test_errors(const struct data_set *ds)
 	struct sampler s;
 	struct tf t;
 	struct loader *l;
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 	struct tf_spec plain = {0};
 
-	sampler_init(&s, 40, 1, 0, false, 0, false, err);
-	tf_init(&t, &plain, 1, 2, 2, err);
+	sampler_init(&s, 40, 1, 0, false, 0, false, &err);
+	tf_init(&t, &plain, 1, 2, 2, &err);
 	for (int workers = 0; workers <= 2; workers += 2) {
 		struct loader_opts o = {.batch_size = 5, .workers = workers};
 		struct run r;
 
 		memset(&r, 0, sizeof(r));
 		r.elems = 4;
-		loader_create(&l, &bad, &s, &t, &o, err);
-		loader_start_epoch(l, 0, 0, err);
+		loader_create(&l, &bad, &s, &t, &o, &err);
+		loader_start_epoch(l, 0, 0, &err);
 		drain(l, &r);
 		ok(r.rc == -1 && r.nbatches == 3, "workers %d: batches 0-2 arrive, batch 3 fails",
 		   workers);
-		is(r.err, "flaky: sample 17 cannot be read", "... with the worker's message");
+		is(r.err.text, "flaky: sample 17 cannot be read", "... with the worker's message");
 		{
 			struct loader_batch *b;
-			ok(loader_next(l, &b, err) == -1 && b == NULL, "... and keeps failing");
+			ok(loader_next(l, &b, &err) == -1 && b == NULL, "... and keeps failing");
 		}
-		ok(loader_start_epoch(l, 1, 20, err) == 0,
+		ok(loader_start_epoch(l, 1, 20, &err) == 0,
 		   "a new epoch past the bad sample starts");
 		drain(l, &r);
 		ok(r.rc == 0 && r.nbatches == 7, "... and delivers its 4 batches");
@@ -349,18 +350,18 @@ static void test_errors(const struct data_set *ds)
 		struct data_set syn;
 		struct loader_opts o = {.batch_size = 512, .drop_remainder = true};
 
-		data_synthetic(&syn, 1000, 1, 2, 2, 10, 1, err);
-		sampler_init(&s, 1000, 4, 3, true, 0, true, err);
-		ok(loader_create(&l, &syn, &s, &t, &o, err) == -1 && l == NULL,
+		data_synthetic(&syn, 1000, 1, 2, 2, 10, 1, &err);
+		sampler_init(&s, 1000, 4, 3, true, 0, true, &err);
+		ok(loader_create(&l, &syn, &s, &t, &o, &err) == -1 && l == NULL,
 		   "batch 512 > 250 samples per rank with drop_remainder refused");
-		is(err,
+		is(err.text,
 		   "data.batch_size 512 is larger than the 250 samples rank 3 gets per epoch with "
 		   "drop_remainder; lower the batch size or set drop_remainder false",
 		   "... message");
 		o.drop_remainder = false;
-		ok(loader_create(&l, &syn, &s, &t, &o, err) == 0,
+		ok(loader_create(&l, &syn, &s, &t, &o, &err) == 0,
 		   "... fine without drop_remainder");
-		loader_start_epoch(l, 0, 0, err);
+		loader_start_epoch(l, 0, 0, &err);
 		ok(loader_batches(l) == 1, "... one short batch");
 		loader_destroy(l);
 		sampler_free(&s);
@@ -368,20 +369,20 @@ static void test_errors(const struct data_set *ds)
 	}
 
 	/* options, mismatches, misuse */
-	sampler_init(&s, ds->count, 1, 0, true, 0, false, err);
-	tf_init(&t, &aug, 3, 8, 8, err);
+	sampler_init(&s, ds->count, 1, 0, true, 0, false, &err);
+	tf_init(&t, &aug, 3, 8, 8, &err);
 	{
 		struct loader_opts o = {.batch_size = 0};
-		ok(loader_create(&l, ds, &s, &t, &o, err) == -1, "batch size 0 refused");
-		like(err, "need batch size >= 1", "... message");
+		ok(loader_create(&l, ds, &s, &t, &o, &err) == -1, "batch size 0 refused");
+		like(err.text, "need batch size >= 1", "... message");
 	}
 	{
 		struct tf t2;
 		struct loader_opts o = {.batch_size = 4};
-		tf_init(&t2, &plain, 1, 8, 8, err);
-		ok(loader_create(&l, ds, &s, &t2, &o, err) == -1,
+		tf_init(&t2, &plain, 1, 8, 8, &err);
+		ok(loader_create(&l, ds, &s, &t2, &o, &err) == -1,
 		   "transform for other images refused");
-		like(err, "loader: the transform is set up for 1x8x8 images but synthetic",
+		like(err.text, "loader: the transform is set up for 1x8x8 images but synthetic",
 		     "... "
 		     "message");
 	}
@@ -389,24 +390,25 @@ static void test_errors(const struct data_set *ds)
 		struct loader_opts o = {.batch_size = 4, .workers = 1, .prefetch = 2};
 		struct loader_batch *b1, *b2, *b3;
 
-		loader_create(&l, ds, &s, &t, &o, err);
-		ok(loader_next(l, &b1, err) == -1, "loader_next before start_epoch refused");
-		is(err, "loader: no epoch started (loader_start_epoch)", "... message");
-		loader_start_epoch(l, 0, 0, err);
-		loader_next(l, &b1, err);
-		loader_next(l, &b2, err);
-		ok(loader_next(l, &b3, err) == -1,
+		loader_create(&l, ds, &s, &t, &o, &err);
+		ok(loader_next(l, &b1, &err) == -1, "loader_next before start_epoch refused");
+		is(err.text, "loader: no epoch started (loader_start_epoch)", "... message");
+		loader_start_epoch(l, 0, 0, &err);
+		loader_next(l, &b1, &err);
+		loader_next(l, &b2, &err);
+		ok(loader_next(l, &b3, &err) == -1,
 		   "a third batch while both buffers are held: error");
-		is(err,
+		is(err.text,
 		   "loader: all 2 prefetch buffers are held; release a batch before asking for the "
 		   "next",
 		   "... message (not a hang)");
-		ok(loader_start_epoch(l, 1, 0, err) == -1, "start_epoch with batches held refused");
-		like(err, "is still held; release every batch before starting an epoch",
+		ok(loader_start_epoch(l, 1, 0, &err) == -1,
+		   "start_epoch with batches held refused");
+		like(err.text, "is still held; release every batch before starting an epoch",
 		     "... message");
 		loader_release(l, b2);
 		loader_release(l, b1);
-		ok(loader_next(l, &b3, err) == 1 && b3->step == 2,
+		ok(loader_next(l, &b3, &err) == 1 && b3->step == 2,
 		   "after release, batch 2 arrives");
 		loader_release(l, b3);
 		loader_destroy(l);
@@ -440,19 +442,19 @@ static void test_allocator(const struct data_set *ds)
 	struct tf t;
 	struct loader *l;
 	struct loader_batch *b;
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 	struct loader_opts o = {.batch_size = 6,
 				.workers = 2,
 				.prefetch = 3,
 				.alloc = {.alloc = count_alloc, .free = count_free, .ctx = &c}};
 
-	sampler_init(&s, ds->count, 1, 0, true, 0, false, err);
-	tf_init(&t, &aug, 3, 8, 8, err);
-	loader_create(&l, ds, &s, &t, &o, err);
+	sampler_init(&s, ds->count, 1, 0, true, 0, false, &err);
+	tf_init(&t, &aug, 3, 8, 8, &err);
+	loader_create(&l, ds, &s, &t, &o, &err);
 	ok(c.allocs == 6 && c.bytes == 3 * (6 * 192 * sizeof(float) + 6 * sizeof(int32_t)),
 	   "the caller's allocator gives the 3 x (x, y) batch buffers (%d allocations)", c.allocs);
-	loader_start_epoch(l, 0, 0, err);
-	loader_next(l, &b, err);
+	loader_start_epoch(l, 0, 0, &err);
+	loader_next(l, &b, &err);
 	ok(b->x != NULL && b->n == 6, "batches live in them");
 	loader_release(l, b);
 	loader_destroy(l);
@@ -478,21 +480,21 @@ static double fmnist_epoch(const struct data_set *ds, int workers, size_t *nb, u
 	struct loader *l;
 	struct loader_batch *b;
 	struct loader_opts o = {.batch_size = 64, .workers = workers};
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 	double t0;
 	int rc;
 
 	*nb = 0;
 	*sum = 0;
-	if (sampler_init(&s, ds->count, 1, 0, true, 0, false, err) != 0 ||
-	    tf_init(&t, &spec, 1, 28, 28, err) != 0 ||
-	    loader_create(&l, ds, &s, &t, &o, err) != 0) {
-		diag("%s", err);
+	if (sampler_init(&s, ds->count, 1, 0, true, 0, false, &err) != 0 ||
+	    tf_init(&t, &spec, 1, 28, 28, &err) != 0 ||
+	    loader_create(&l, ds, &s, &t, &o, &err) != 0) {
+		diag("%s", err.text);
 		return -1;
 	}
 	t0 = now();
-	loader_start_epoch(l, 0, 0, err);
-	while ((rc = loader_next(l, &b, err)) == 1) {
+	loader_start_epoch(l, 0, 0, &err);
+	while ((rc = loader_next(l, &b, &err)) == 1) {
 		/* a cheap fingerprint of what arrived, so runs can be compared */
 		for (int i = 0; i < b->n; i++)
 			*sum =
@@ -509,7 +511,7 @@ static double fmnist_epoch(const struct data_set *ds, int workers, size_t *nb, u
 static void test_fmnist(int bench)
 {
 	struct data_set ds;
-	char err[DATA_ERR_MAX];
+	struct dp_error err;
 	double t0 = now(), load;
 	size_t nb0, nb2;
 	uint64_t s0, s2;
@@ -520,8 +522,8 @@ static void test_fmnist(int bench)
 		return;
 	}
 	if (data_load_idx(&ds, FMNIST "/train-images-idx3-ubyte.gz",
-			  FMNIST "/train-labels-idx1-ubyte.gz", err) != 0)
-		bail_out("%s", err);
+			  FMNIST "/train-labels-idx1-ubyte.gz", &err) != 0)
+		bail_out("%s", err.text);
 	load = now() - t0;
 	double e0 = fmnist_epoch(&ds, 0, &nb0, &s0), e2 = fmnist_epoch(&ds, 2, &nb2, &s2);
 	ok(e0 >= 0 && nb0 == 938, "Fashion-MNIST: one epoch at batch 64 is 938 batches");
@@ -546,23 +548,23 @@ static void bench_synthetic(void)
 	struct data_set ds;
 	struct sampler s;
 	struct tf t;
-	char err[LOADER_ERR_MAX];
+	struct dp_error err;
 
-	if (data_synthetic(&ds, 256 * 20, 3, 224, 224, 1000, 1, err) != 0 ||
-	    sampler_init(&s, ds.count, 1, 0, true, 0, false, err) != 0 ||
-	    tf_init(&t, &spec, 3, 224, 224, err) != 0)
-		bail_out("%s", err);
+	if (data_synthetic(&ds, 256 * 20, 3, 224, 224, 1000, 1, &err) != 0 ||
+	    sampler_init(&s, ds.count, 1, 0, true, 0, false, &err) != 0 ||
+	    tf_init(&t, &spec, 3, 224, 224, &err) != 0)
+		bail_out("%s", err.text);
 	for (int w = 0; w <= 8; w = w ? w * 2 : 1) {
 		struct loader_opts o = {.batch_size = 256, .workers = w};
 		struct loader *l;
 		struct loader_batch *b;
 		double t0;
 
-		if (loader_create(&l, &ds, &s, &t, &o, err) != 0)
-			bail_out("%s", err);
+		if (loader_create(&l, &ds, &s, &t, &o, &err) != 0)
+			bail_out("%s", err.text);
 		t0 = now();
-		loader_start_epoch(l, 0, 0, err);
-		while (loader_next(l, &b, err) == 1)
+		loader_start_epoch(l, 0, 0, &err);
+		while (loader_next(l, &b, &err) == 1)
 			loader_release(l, b);
 		t0 = now() - t0;
 		printf("# synthetic 3x224x224, batch 256, workers %d: %.0f images/s\n", w,
@@ -576,10 +578,10 @@ static void bench_synthetic(void)
 int main(int argc, char **argv)
 {
 	struct data_set ds;
-	char err[DATA_ERR_MAX];
+	struct dp_error err;
 
-	if (data_synthetic(&ds, 103, 3, 8, 8, 10, 9, err) != 0)
-		bail_out("%s", err);
+	if (data_synthetic(&ds, 103, 3, 8, 8, 10, 9, &err) != 0)
+		bail_out("%s", err.text);
 	test_workers(&ds);
 	test_resume(&ds);
 	test_ranks_vs_one(&ds);

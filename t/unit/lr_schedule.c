@@ -65,7 +65,8 @@ static void params_of(json_t *c, struct lr_schedule_params *p)
 
 static void golden(const char *name)
 {
-	char file[256], err[512];
+	char file[256];
+	struct dp_error err;
 	struct lr_schedule_params p;
 	struct lr_schedule s;
 	json_t *c, *lrs;
@@ -78,8 +79,8 @@ static void golden(const char *name)
 		return;
 	}
 	params_of(c, &p);
-	if (!ok(lr_schedule_init(&s, &p, err, sizeof(err)) == 0, "%s: init", name))
-		diag("%s", err);
+	if (!ok(lr_schedule_init(&s, &p, &err) == 0, "%s: init", name))
+		diag("%s", err.text);
 	lrs = json_object_get(c, "lr");
 	for (size_t i = 0; i < json_array_size(lrs); i++) {
 		double want = json_number_value(json_array_get(lrs, i));
@@ -98,9 +99,9 @@ static void golden(const char *name)
 static struct lr_schedule make(const struct lr_schedule_params *p)
 {
 	struct lr_schedule s;
-	char err[512];
-	if (lr_schedule_init(&s, p, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	struct dp_error err;
+	if (lr_schedule_init(&s, p, &err) < 0)
+		bail_out("%s", err.text);
 	return s;
 }
 
@@ -174,10 +175,10 @@ static void edges(void)
 static void refuse(const struct lr_schedule_params *p, const char *needle, const char *what)
 {
 	struct lr_schedule s;
-	char err[512] = "";
-	ok(lr_schedule_init(&s, p, err, sizeof(err)) == -1, "%s: refused", what);
-	like(err, needle, "%s: message names it", what);
-	ok(!strncmp(err, "dptrain: ", 9), "%s: message starts with the program name", what);
+	struct dp_error err = {""};
+	ok(lr_schedule_init(&s, p, &err) == -1, "%s: refused", what);
+	like(err.text, needle, "%s: message names it", what);
+	ok(!strncmp(err.text, "dptrain: ", 9), "%s: message starts with the program name", what);
 }
 
 static void validation(void)

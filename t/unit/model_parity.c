@@ -131,7 +131,8 @@ static void check_update(struct nn_model *m, const struct st_file *f, const char
 {
 	struct optim o;
 	struct optim_params p;
-	char err[512], key[200], what[200];
+	char key[200], what[200];
+	struct dp_error err;
 	optim_params_default(&p, kind);
 	if (kind == OPTIM_SGD) {
 		p.momentum = 0.9;
@@ -149,8 +150,8 @@ static void check_update(struct nn_model *m, const struct st_file *f, const char
 		memcpy(g + q->offset, st_data(f, need(f, "grad.%s", q->name)),
 		       q->count * sizeof(float));
 	}
-	if (optim_init(&o, &p, segs, m->nparams, m->param_total, err, sizeof(err)) < 0)
-		bail_out("optim_init: %s", err);
+	if (optim_init(&o, &p, segs, m->nparams, m->param_total, &err) < 0)
+		bail_out("optim_init: %s", err.text);
 	float *w = malloc(m->param_total * sizeof(float));
 	memcpy(w, w0, m->param_total * sizeof(float));
 	optim_step(&o, w, g, lr);
@@ -288,7 +289,8 @@ static void generator(const char *outdir, const char *model, const char *flips)
 static void open_flipped(struct st_file *g, const char *dir, const char *file,
 			 const struct flip *fl, int nflips)
 {
-	char path[4096], err[512] = "";
+	char path[4096];
+	struct dp_error err = {""};
 	snprintf(path, sizeof(path), "%s/%s.flips", dir, file);
 	FILE *fp = fopen(path, "w");
 	if (!fp)
@@ -299,8 +301,8 @@ static void open_flipped(struct st_file *g, const char *dir, const char *file,
 		bail_out("%s: cannot write", path);
 	generator(dir, file, path);
 	snprintf(path, sizeof(path), "%s/%s.flipped.safetensors", dir, file);
-	if (st_open(g, path, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (st_open(g, path, &err) < 0)
+		bail_out("%s", err.text);
 }
 
 /* updates: also check the optimizer steps (host code: the same whatever the backend). */
@@ -309,23 +311,24 @@ static void check_model(struct backend *be, const char *dir, const char *file, i
 {
 	char name[64];
 	snprintf(name, sizeof(name), "%.*s", (int)strcspn(file, "-"), file);
-	char path[4096], err[512] = "", key[200], what[256];
+	char path[4096], key[200], what[256];
+	struct dp_error err = {""};
 	struct st_file f, flipped, *ex = &f; /* ex: the exact results to compare with */
 	struct nn_model m;
 	snprintf(path, sizeof(path), "%s/%s.safetensors", dir, file);
-	if (st_open(&f, path, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (st_open(&f, path, &err) < 0)
+		bail_out("%s", err.text);
 	struct nn_spec spec = {.name = name, .c = c, .h = h, .w = w, .classes = 10, .stem = stem};
-	if (nn_build(&m, be, &spec, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (nn_build(&m, be, &spec, &err) < 0)
+		bail_out("%s", err.text);
 	load_init(&m, &f);
 	const struct st_tensor *tx = need(&f, "%s", "x"), *ty = need(&f, "%s", "y");
 	int n = (int)numel(ty);
 	const float *smooth = st_data(&f, need(&f, "%s", "label_smoothing"));
 	float *logits, loss;
 	int correct, nflips;
-	if (nn_forward(&m, st_data(&f, tx), n, &logits, err, sizeof(err)) < 0)
-		bail_out("%s forward: %s", name, err);
+	if (nn_forward(&m, st_data(&f, tx), n, &logits, &err) < 0)
+		bail_out("%s forward: %s", name, err.text);
 	const char *bn = be->ops->name;
 	struct flip *fl = check_relus(&m, &f, n, file, bn, &nflips);
 	if (nflips) {
@@ -333,9 +336,9 @@ static void check_model(struct backend *be, const char *dir, const char *file, i
 		ex = &flipped;
 	}
 	free(fl);
-	if (nn_loss(&m, st_data(&f, ty), n, *smooth, 1.0f, &loss, &correct, err, sizeof(err)) < 0 ||
-	    nn_backward(&m, n, 0.0f, err, sizeof(err)) < 0)
-		bail_out("%s step: %s", name, err);
+	if (nn_loss(&m, st_data(&f, ty), n, *smooth, 1.0f, &loss, &correct, &err) < 0 ||
+	    nn_backward(&m, n, 0.0f, &err) < 0)
+		bail_out("%s step: %s", name, err.text);
 	/* Each comparison below reads the exact value from ex and PyTorch's float32 error on it
 	 * (the yardstick) from f: the two differ only where a kink flipped. */
 	struct worst wl = {0};
@@ -398,7 +401,8 @@ static void check_model(struct backend *be, const char *dir, const char *file, i
 
 int main(int argc, char **argv)
 {
-	char dir[] = "/tmp/dptrain-parity-XXXXXX", err[512] = "", cmd[8192];
+	char dir[] = "/tmp/dptrain-parity-XXXXXX", cmd[8192];
+	struct dp_error err = {""};
 	const char *refdir = argc > 1 ? argv[1] : NULL;
 	if (!refdir) {
 		if (system("/usr/bin/python3 -c 'import torch, torchvision' 2>/dev/null") != 0)
@@ -409,10 +413,10 @@ int main(int argc, char **argv)
 		generator(dir, NULL, NULL);
 		refdir = dir;
 	}
-	struct backend *ref = be_ref_create(err, sizeof(err));
-	struct backend *cpu = be_cpu_create(2, err, sizeof(err));
+	struct backend *ref = be_ref_create(&err);
+	struct backend *cpu = be_cpu_create(2, &err);
 	if (!ref || !cpu)
-		bail_out("backend: %s", err);
+		bail_out("backend: %s", err.text);
 	check_model(ref, refdir, "mlp", 1, 28, 28, NULL, 0);
 	check_model(cpu, refdir, "mlp", 1, 28, 28, NULL, 1);
 	check_model(ref, refdir, "lenet", 1, 28, 28, NULL, 0);

@@ -27,7 +27,7 @@ static double urand(void)
 
 static void param_counts(void)
 {
-	char err[512] = "";
+	struct dp_error err = {""};
 	static const struct {
 		const char *name;
 		size_t count;
@@ -44,8 +44,7 @@ static void param_counts(void)
 				    .w = 224,
 				    .classes = 1000,
 				    .stem = "imagenet"};
-		if (!ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build %s: %s", tv[i].name,
-			err))
+		if (!ok(nn_build(&m, be, &s, &err) == 0, "build %s: %s", tv[i].name, err.text))
 			continue;
 		is_int((long long)nn_param_count(&m), (long long)tv[i].count,
 		       "%s (imagenet stem) has torchvision's parameter count", tv[i].name);
@@ -53,7 +52,7 @@ static void param_counts(void)
 	}
 	struct nn_model m;
 	struct nn_spec s = {.name = "mlp", .c = 1, .h = 28, .w = 28, .classes = 10};
-	ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build mlp");
+	ok(nn_build(&m, be, &s, &err) == 0, "build mlp");
 	is_int((long long)nn_param_count(&m), 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10,
 	       "mlp 784-512-512-10 parameter count");
 	ok(m.params[m.nparams - 1].offset == 0 &&
@@ -64,43 +63,43 @@ static void param_counts(void)
 	static const int none[1] = {0};
 	s.hidden = none;
 	s.nhidden = 0;
-	ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build mlp with hidden []");
+	ok(nn_build(&m, be, &s, &err) == 0, "build mlp with hidden []");
 	is_int((long long)nn_param_count(&m), 784 * 10 + 10, "mlp with hidden [] is linear");
 	nn_free(&m);
 	s.hidden = NULL;
 	s.name = "lenet";
-	ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build lenet");
+	ok(nn_build(&m, be, &s, &err) == 0, "build lenet");
 	is_int((long long)nn_param_count(&m), 156 + 2416 + 48120 + 10164 + 850,
 	       "lenet parameter count (28x28 input, padded first conv)");
 	nn_free(&m);
 	s = (struct nn_spec){
 	    .name = "resnet50", .c = 3, .h = 32, .w = 32, .classes = 10, .stem = "small"};
-	ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build resnet50 small");
+	ok(nn_build(&m, be, &s, &err) == 0, "build resnet50 small");
 	ok(nn_find_param(&m, "layer1.0.downsample.0.weight") &&
 	       nn_find_param(&m, "layer4.2.bn3.bias") &&
 	       nn_find_param(&m, "conv1.weight")->shape[2] == 3,
 	   "resnet50 small: torchvision names, 3x3 stem");
 	nn_free(&m);
 	s.name = "resnet7";
-	ok(nn_build(&m, be, &s, err, sizeof(err)) < 0 &&
-	       strstr(err, "unknown model \"resnet7\" (mlp, lenet, resnet18, resnet34"),
-	   "a depth not in the list of models is refused, naming them: %s", err);
+	ok(nn_build(&m, be, &s, &err) < 0 &&
+	       strstr(err.text, "unknown model \"resnet7\" (mlp, lenet, resnet18, resnet34"),
+	   "a depth not in the list of models is refused, naming them: %s", err.text);
 	s.name = "vgg";
-	ok(nn_build(&m, be, &s, err, sizeof(err)) < 0 && strstr(err, "unknown model \"vgg\""),
-	   "unknown model is refused: %s", err);
+	ok(nn_build(&m, be, &s, &err) < 0 && strstr(err.text, "unknown model \"vgg\""),
+	   "unknown model is refused: %s", err.text);
 	s = (struct nn_spec){.name = "lenet", .c = 1, .h = 20, .w = 20, .classes = 10};
-	ok(nn_build(&m, be, &s, err, sizeof(err)) < 0 && strstr(err, "28 to 32"),
-	   "lenet refuses 20x20: %s", err);
+	ok(nn_build(&m, be, &s, &err) < 0 && strstr(err.text, "28 to 32"),
+	   "lenet refuses 20x20: %s", err.text);
 }
 
 static double loss_of(struct nn_model *m, const float *x, const int32_t *y, int n)
 {
 	float *logits, loss;
 	int correct;
-	char err[512];
-	if (nn_forward(m, x, n, &logits, err, sizeof(err)) < 0 ||
-	    nn_loss(m, y, n, 0.1f, 1.0f, &loss, &correct, err, sizeof(err)) < 0)
-		bail_out("forward: %s", err);
+	struct dp_error err;
+	if (nn_forward(m, x, n, &logits, &err) < 0 ||
+	    nn_loss(m, y, n, 0.1f, 1.0f, &loss, &correct, &err) < 0)
+		bail_out("forward: %s", err.text);
 	return loss;
 }
 
@@ -108,7 +107,7 @@ static double loss_of(struct nn_model *m, const float *x, const int32_t *y, int 
 static void gradcheck(const char *name, int c, int h, int w, int classes, int n, const char *stem,
 		      const int *hidden, int nhidden)
 {
-	char err[512] = "";
+	struct dp_error err = {""};
 	struct nn_model m;
 	struct nn_spec s = {.name = name,
 			    .c = c,
@@ -118,9 +117,9 @@ static void gradcheck(const char *name, int c, int h, int w, int classes, int n,
 			    .stem = stem,
 			    .hidden = hidden,
 			    .nhidden = nhidden};
-	if (!ok(nn_build(&m, be, &s, err, sizeof(err)) == 0, "build %s: %s", name, err))
+	if (!ok(nn_build(&m, be, &s, &err) == 0, "build %s: %s", name, err.text))
 		return;
-	nn_init_weights(&m, 7, err, sizeof(err));
+	nn_init_weights(&m, 7, &err);
 	size_t xn = (size_t)n * c * h * w;
 	float *x = malloc(xn * sizeof(float));
 	int32_t *y = malloc((size_t)n * sizeof(int32_t));
@@ -130,12 +129,12 @@ static void gradcheck(const char *name, int c, int h, int w, int classes, int n,
 		y[i] = (int32_t)(urand() * classes);
 
 	loss_of(&m, x, y, n);
-	ok(nn_backward(&m, n, 0.0f, err, sizeof(err)) == 0, "%s backward: %s", name, err);
+	ok(nn_backward(&m, n, 0.0f, &err) == 0, "%s backward: %s", name, err.text);
 	float *g = malloc(m.param_total * sizeof(float));
 	memcpy(g, m.grads, m.param_total * sizeof(float));
 	/* accumulation: a second backward with beta 1 doubles every gradient */
 	loss_of(&m, x, y, n);
-	nn_backward(&m, n, 1.0f, err, sizeof(err));
+	nn_backward(&m, n, 1.0f, &err);
 	double worst_acc = 0;
 	for (int i = 0; i < m.nparams; i++)
 		for (size_t j = 0; j < m.params[i].count; j++) {
@@ -185,22 +184,23 @@ static void gradcheck(const char *name, int c, int h, int w, int classes, int n,
 
 static void save_load(void)
 {
-	char err[512] = "", path[] = "/tmp/dptrain-nn-XXXXXX";
+	char path[] = "/tmp/dptrain-nn-XXXXXX";
+	struct dp_error err = {""};
 	int fd = mkstemp(path);
 	close(fd);
 	struct nn_model a, b;
 	struct nn_spec s = {
 	    .name = "resnet18", .c = 3, .h = 16, .w = 16, .classes = 5, .stem = "small"};
-	nn_build(&a, be, &s, err, sizeof(err));
-	nn_build(&b, be, &s, err, sizeof(err));
-	nn_init_weights(&a, 1, err, sizeof(err));
-	nn_init_weights(&b, 2, err, sizeof(err));
+	nn_build(&a, be, &s, &err);
+	nn_build(&b, be, &s, &err);
+	nn_init_weights(&a, 1, &err);
+	nn_init_weights(&b, 2, &err);
 	for (size_t i = 0; i < a.state_total; i++)
 		a.state[i] = (float)urand();
 	a.batches_tracked = 42;
-	ok(nn_save_weights(&a, path, "{\"model\":\"resnet18\"}", err, sizeof(err)) == 0,
-	   "save weights: %s", err);
-	ok(nn_load_weights(&b, path, err, sizeof(err)) == 0, "load weights: %s", err);
+	ok(nn_save_weights(&a, path, "{\"model\":\"resnet18\"}", &err) == 0, "save weights: %s",
+	   err.text);
+	ok(nn_load_weights(&b, path, &err) == 0, "load weights: %s", err.text);
 	ok(memcmp(a.weights, b.weights, a.param_total * sizeof(float)) == 0 &&
 	       memcmp(a.state, b.state, a.state_total * sizeof(float)) == 0 &&
 	       b.batches_tracked == 42,
@@ -209,17 +209,18 @@ static void save_load(void)
 	struct nn_model c;
 	struct nn_spec s2 = s;
 	s2.classes = 7;
-	nn_build(&c, be, &s2, err, sizeof(err));
-	ok(nn_load_weights(&c, path, err, sizeof(err)) < 0 &&
-	       strstr(err,
+	nn_build(&c, be, &s2, &err);
+	ok(nn_load_weights(&c, path, &err) < 0 &&
+	       strstr(err.text,
 		      "tensor \"fc.weight\" has shape [5, 512], model resnet18 expects [7, 512]"),
-	   "a shape mismatch names the tensor and both shapes: %s", err);
+	   "a shape mismatch names the tensor and both shapes: %s", err.text);
 	nn_free(&c);
 	s2 = (struct nn_spec){.name = "lenet", .c = 1, .h = 28, .w = 28, .classes = 10};
-	nn_build(&c, be, &s2, err, sizeof(err));
-	ok(nn_load_weights(&c, path, err, sizeof(err)) < 0 &&
-	       strstr(err, "tensor \"conv1.weight\" has shape [64, 3, 3, 3], model lenet expects"),
-	   "another model's file: %s", err);
+	nn_build(&c, be, &s2, &err);
+	ok(nn_load_weights(&c, path, &err) < 0 &&
+	       strstr(err.text,
+		      "tensor \"conv1.weight\" has shape [64, 3, 3, 3], model lenet expects"),
+	   "another model's file: %s", err.text);
 	nn_free(&c);
 
 	FILE *f = fopen(path, "r+");
@@ -227,14 +228,14 @@ static void save_load(void)
 	long size = ftell(f);
 	fclose(f);
 	ok(truncate(path, size - 100) == 0, "truncate the file");
-	ok(nn_load_weights(&b, path, err, sizeof(err)) < 0 && strstr(err, "outside the"),
-	   "a truncated file is refused: %s", err);
-	ok(truncate(path, 4) == 0 && nn_load_weights(&b, path, err, sizeof(err)) < 0 &&
-	       strstr(err, "truncated"),
-	   "a 4-byte file is refused: %s", err);
+	ok(nn_load_weights(&b, path, &err) < 0 && strstr(err.text, "outside the"),
+	   "a truncated file is refused: %s", err.text);
+	ok(truncate(path, 4) == 0 && nn_load_weights(&b, path, &err) < 0 &&
+	       strstr(err.text, "truncated"),
+	   "a 4-byte file is refused: %s", err.text);
 	unlink(path);
-	ok(nn_load_weights(&b, path, err, sizeof(err)) < 0 && strstr(err, "No such file"),
-	   "a missing file is refused: %s", err);
+	ok(nn_load_weights(&b, path, &err) < 0 && strstr(err.text, "No such file"),
+	   "a missing file is refused: %s", err.text);
 	nn_free(&a);
 	nn_free(&b);
 }
@@ -245,7 +246,8 @@ static void save_load(void)
  * safetensors file (state_dict order, names, values). */
 static void fused_same_bits(const char *name, int batch, int hw)
 {
-	char err[512] = "", pa[] = "/tmp/dptrain-nn-XXXXXX", pb[] = "/tmp/dptrain-nn-XXXXXX";
+	char pa[] = "/tmp/dptrain-nn-XXXXXX", pb[] = "/tmp/dptrain-nn-XXXXXX";
+	struct dp_error err = {""};
 	struct nn_model m[2];
 	struct nn_spec s = {.name = name, .c = 3, .h = hw, .w = hw, .classes = 5, .stem = "small"};
 	size_t nx = (size_t)batch * 3 * hw * hw;
@@ -259,21 +261,20 @@ static void fused_same_bits(const char *name, int batch, int hw)
 		labels[i] = (int32_t)(urand() * 5) % 5;
 	for (int k = 0; k < 2; k++) {
 		s.unfused = k;
-		if (nn_build(&m[k], be, &s, err, sizeof(err)) < 0 ||
-		    nn_init_weights(&m[k], 7, err, sizeof(err)) < 0)
-			bail_out("%s: %s", name, err);
+		if (nn_build(&m[k], be, &s, &err) < 0 || nn_init_weights(&m[k], 7, &err) < 0)
+			bail_out("%s: %s", name, err.text);
 		nodes[k] = m[k].nnodes;
-		nn_reserve(&m[k], batch, err, sizeof(err));
+		nn_reserve(&m[k], batch, &err);
 		acts[k] = 0;
 		for (int i = 1; i < m[k].nacts; i++)
 			acts[k] += m[k].acts[i].alias < 0 && m[k].acts[i].data != NULL;
 		for (int step = 0; step < 2; step++) {
 			float *logits;
-			if (nn_forward(&m[k], x, batch, &logits, err, sizeof(err)) < 0 ||
-			    nn_loss(&m[k], labels, batch, 0.1f, 1.0f, &loss[k][step], &correct, err,
-				    sizeof(err)) < 0 ||
-			    nn_backward(&m[k], batch, step ? 1.0f : 0.0f, err, sizeof(err)) < 0)
-				bail_out("%s: %s", name, err);
+			if (nn_forward(&m[k], x, batch, &logits, &err) < 0 ||
+			    nn_loss(&m[k], labels, batch, 0.1f, 1.0f, &loss[k][step], &correct,
+				    &err) < 0 ||
+			    nn_backward(&m[k], batch, step ? 1.0f : 0.0f, &err) < 0)
+				bail_out("%s: %s", name, err.text);
 		}
 	}
 	int blocks = !strcmp(name, "resnet18") ? 8 : 16;
@@ -292,8 +293,8 @@ static void fused_same_bits(const char *name, int batch, int hw)
 	   "%s [%s]: same running statistics", name, bn);
 	close(mkstemp(pa));
 	close(mkstemp(pb));
-	int saved = nn_save_weights(&m[0], pa, NULL, err, sizeof(err)) == 0 &&
-		    nn_save_weights(&m[1], pb, NULL, err, sizeof(err)) == 0;
+	int saved = nn_save_weights(&m[0], pa, NULL, &err) == 0 &&
+		    nn_save_weights(&m[1], pb, NULL, &err) == 0;
 	FILE *fa = fopen(pa, "rb"), *fb = fopen(pb, "rb");
 	int same = saved && fa && fb;
 	for (int ca = 0, cb = 0; same && (ca != EOF || cb != EOF);) {
@@ -315,14 +316,14 @@ static void fused_same_bits(const char *name, int batch, int hw)
 
 int main(int argc, char **argv)
 {
-	char err[512] = "";
+	struct dp_error err = {""};
 	int cpu_only = argc > 1 && strcmp(argv[1], "--cpu") == 0;
 	if (argc > 1 && !cpu_only)
 		bail_out("usage: nn.t [--cpu]");
 	if (!cpu_only) {
-		be = be_ref_create(err, sizeof(err));
+		be = be_ref_create(&err);
 		if (!be)
-			bail_out("reference backend: %s", err);
+			bail_out("reference backend: %s", err.text);
 		param_counts();
 		static const int hidden[2] = {12, 9};
 		gradcheck("mlp", 1, 5, 5, 4, 3, NULL, hidden, 2);
@@ -337,9 +338,9 @@ int main(int argc, char **argv)
 		save_load();
 		be->ops->destroy(be);
 	}
-	be = be_cpu_create(0, err, sizeof(err));
+	be = be_cpu_create(0, &err);
 	if (!be)
-		bail_out("cpu backend: %s", err);
+		bail_out("cpu backend: %s", err.text);
 	fused_same_bits("resnet18", 4, 8);
 	fused_same_bits("resnet50", 2, 8);
 	be->ops->destroy(be);

@@ -27,19 +27,18 @@ struct run {
 static int run_model(struct backend *be, const struct nn_spec *s, const float *x, const int32_t *y,
 		     int n, struct run *r)
 {
-	char err[512];
+	struct dp_error err;
 	struct nn_model m;
 	float *logits, loss, first;
 	int correct;
 
-	if (nn_build(&m, be, s, err, sizeof(err)) < 0 ||
-	    nn_init_weights(&m, 7, err, sizeof(err)) < 0)
-		return diag("%s on %s: %s", s->name, be->ops->name, err), -1;
+	if (nn_build(&m, be, s, &err) < 0 || nn_init_weights(&m, 7, &err) < 0)
+		return diag("%s on %s: %s", s->name, be->ops->name, err.text), -1;
 	for (int step = 0; step < 2; step++) {
-		if (nn_forward(&m, x, n, &logits, err, sizeof(err)) < 0 ||
-		    nn_loss(&m, y, n, 0.0f, 1.0f, &loss, &correct, err, sizeof(err)) < 0 ||
-		    nn_backward(&m, n, step ? 1.0f : 0.0f, err, sizeof(err)) < 0) {
-			diag("%s on %s: %s", s->name, be->ops->name, err);
+		if (nn_forward(&m, x, n, &logits, &err) < 0 ||
+		    nn_loss(&m, y, n, 0.0f, 1.0f, &loss, &correct, &err) < 0 ||
+		    nn_backward(&m, n, step ? 1.0f : 0.0f, &err) < 0) {
+			diag("%s on %s: %s", s->name, be->ops->name, err.text);
 			nn_free(&m);
 			return -1;
 		}
@@ -61,15 +60,15 @@ static int run_model(struct backend *be, const struct nn_spec *s, const float *x
 static void compare(const char *name, const struct nn_spec *s, enum be_dtype t, double rtol,
 		    double min_cos)
 {
-	char err[512];
+	struct dp_error err;
 	const char *tn = t == BE_BF16 ? "bf16" : "fp16";
 	int n = 8;
 	size_t nx = (size_t)n * s->c * s->h * s->w, np;
 	float *x = chk_alloc(nx);
 	int32_t y[8];
 	struct run a = {0}, b = {0};
-	struct backend *ref = be_ref_create(err, sizeof(err));
-	struct backend *h = emul_create(be_ref_create(err, sizeof(err)), t);
+	struct backend *ref = be_ref_create(&err);
+	struct backend *h = emul_create(be_ref_create(&err), t);
 	struct nn_model probe;
 
 	chk_random(&rng, x, nx, -1, 1);
@@ -79,7 +78,7 @@ static void compare(const char *name, const struct nn_spec *s, enum be_dtype t, 
 		    run_model(h, s, x, y, n, &b) == 0,
 		"%s %s: two steps on float32 and on %s activations", name, tn, tn))
 		goto out;
-	nn_build(&probe, ref, s, err, sizeof(err));
+	nn_build(&probe, ref, s, &err);
 	np = probe.param_total;
 	nn_free(&probe);
 	double dot = 0, na = 0, nb = 0;
@@ -109,8 +108,8 @@ out:
 /* lenet learns 4 well-separated classes in bf16: plain SGD through the op table. */
 static void learns(void)
 {
-	char err[512];
-	struct backend *h = emul_create(be_ref_create(err, sizeof(err)), BE_BF16);
+	struct dp_error err;
+	struct backend *h = emul_create(be_ref_create(&err), BE_BF16);
 	struct nn_spec s = {.name = "lenet", .c = 1, .h = 28, .w = 28, .classes = 4};
 	struct nn_model m;
 	int n = 8, correct = 0;
@@ -118,9 +117,8 @@ static void learns(void)
 	float *x = chk_alloc(n * px), *logits, loss = 0, first = 0;
 	int32_t y[8];
 
-	if (!ok(nn_build(&m, h, &s, err, sizeof(err)) == 0 &&
-		    nn_init_weights(&m, 3, err, sizeof(err)) == 0,
-		"lenet on bf16 builds%s%s", *err ? ": " : "", err))
+	if (!ok(nn_build(&m, h, &s, &err) == 0 && nn_init_weights(&m, 3, &err) == 0,
+		"lenet on bf16 builds%s%s", *err.text ? ": " : "", err.text))
 		goto out;
 	for (int step = 0; step < 60; step++) {
 		/* class k: a bright quadrant k over noise */
@@ -132,11 +130,11 @@ static void learns(void)
 					x[i * px + (r + 14 * (y[i] / 2)) * 28 + c +
 					  14 * (y[i] % 2)] += 1;
 		}
-		if (nn_forward(&m, x, n, &logits, err, sizeof(err)) < 0 ||
-		    nn_loss(&m, y, n, 0.0f, 1.0f, &loss, &correct, err, sizeof(err)) < 0 ||
-		    nn_backward(&m, n, 0.0f, err, sizeof(err)) < 0 ||
+		if (nn_forward(&m, x, n, &logits, &err) < 0 ||
+		    nn_loss(&m, y, n, 0.0f, 1.0f, &loss, &correct, &err) < 0 ||
+		    nn_backward(&m, n, 0.0f, &err) < 0 ||
 		    h->ops->axpby(h, -0.1f, m.grads, 1.0f, m.weights, m.param_total) < 0) {
-			fail("lenet on bf16, step %d: %s", step, err);
+			fail("lenet on bf16, step %d: %s", step, err.text);
 			goto done;
 		}
 		if (step == 0)

@@ -151,7 +151,8 @@ static double compare(const float *got, const float *want, size_t n, size_t *ndi
 
 static void run_case(const struct inputs *in, const char *name, double tol)
 {
-	char file[256], err[512];
+	char file[256];
+	struct dp_error err;
 	struct optim o;
 	struct optim_params p;
 	float *params = NULL, *want = NULL;
@@ -163,9 +164,8 @@ static void run_case(const struct inputs *in, const char *name, double tol)
 		return;
 	}
 	case_params(c, &p);
-	if (!ok(optim_init(&o, &p, in->segs, in->nsegs, in->total, err, sizeof(err)) == 0,
-		"%s: init", name)) {
-		diag("%s", err);
+	if (!ok(optim_init(&o, &p, in->segs, in->nsegs, in->total, &err) == 0, "%s: init", name)) {
+		diag("%s", err.text);
 		goto out;
 	}
 	params = malloc(in->total * sizeof(float));

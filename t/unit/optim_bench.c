@@ -23,10 +23,10 @@ static double now(void)
 static void bench(const char *name, const struct optim_params *p, const struct optim_segment *segs,
 		  float *params, const float *grads, double lr, int touches)
 {
-	char err[512];
+	struct dp_error err;
 	struct optim o;
-	if (optim_init(&o, p, segs, NSEGS, TOTAL, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (optim_init(&o, p, segs, NSEGS, TOTAL, &err) < 0)
+		bail_out("%s", err.text);
 	optim_step(&o, params, grads, lr); /* first touch of the state pages */
 	/* best of the steps: the machine is shared, the best is what the code can do */
 	double best = INFINITY, sum = 0;

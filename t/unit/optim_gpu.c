@@ -87,9 +87,9 @@ static float *up(struct t *t, const float *h, size_t n)
 	float *p = t->be->ops->alloc(t->be, sizeof(float) * n);
 
 	if (!p)
-		bail_out("cuda alloc(%zu floats): %s", n, t->be->err);
+		bail_out("cuda alloc(%zu floats): %s", n, t->be->err.text);
 	if (t->be->ops->from_host(t->be, p, h, sizeof(float) * n) < 0)
-		bail_out("cuda from_host(%zu floats): %s", n, t->be->err);
+		bail_out("cuda from_host(%zu floats): %s", n, t->be->err.text);
 	return p;
 }
 
@@ -98,7 +98,7 @@ static float *down(struct t *t, const float *d, size_t n)
 	float *h = chk_alloc(n);
 
 	if (t->be->ops->to_host(t->be, h, d, sizeof(float) * n) < 0)
-		bail_out("cuda to_host(%zu floats): %s", n, t->be->err);
+		bail_out("cuda to_host(%zu floats): %s", n, t->be->err.text);
 	return h;
 }
 
@@ -129,19 +129,19 @@ static void result_free(struct result *r)
 
 static void init(const struct config *c, struct optim *o, size_t lo, size_t hi)
 {
-	char err[512];
+	struct dp_error err;
 
-	if (optim_init_shard(o, &c->p, segs, NSEGS, TOTAL, lo, hi, err, sizeof(err)) < 0)
-		bail_out("%s: optim_init_shard [%zu, %zu): %s", c->name, lo, hi, err);
+	if (optim_init_shard(o, &c->p, segs, NSEGS, TOTAL, lo, hi, &err) < 0)
+		bail_out("%s: optim_init_shard [%zu, %zu): %s", c->name, lo, hi, err.text);
 }
 
 static struct optim_gpu *gpu_create(struct t *t, const struct config *c, struct optim *o)
 {
-	char err[512];
+	struct dp_error err;
 	struct optim_gpu *g;
 
-	if (optim_gpu_create(&g, t->be, o, err, sizeof(err)) < 0)
-		bail_out("%s: %s", c->name, err);
+	if (optim_gpu_create(&g, t->be, o, &err) < 0)
+		bail_out("%s: %s", c->name, err.text);
 	return g;
 }
 
@@ -149,19 +149,19 @@ static struct optim_gpu *gpu_create(struct t *t, const struct config *c, struct 
 static void gpu_steps(struct t *t, const struct config *c, struct optim_gpu *g, struct optim *o,
 		      float *dp, int from, int to)
 {
-	char err[512];
+	struct dp_error err;
 
 	for (int s = from; s < to; s++)
-		if (optim_gpu_step(g, o, dp, t->dgrads[s], lr_of(c, s), err, sizeof(err)) < 0)
-			bail_out("%s step %d: %s", c->name, s, err);
+		if (optim_gpu_step(g, o, dp, t->dgrads[s], lr_of(c, s), &err) < 0)
+			bail_out("%s step %d: %s", c->name, s, err.text);
 }
 
 static void gpu_state_to_host(const struct config *c, struct optim_gpu *g, struct optim *o)
 {
-	char err[512];
+	struct dp_error err;
 
-	if (optim_gpu_state_to_host(g, o, err, sizeof(err)) < 0)
-		bail_out("%s: %s", c->name, err);
+	if (optim_gpu_state_to_host(g, o, &err) < 0)
+		bail_out("%s: %s", c->name, err.text);
 }
 
 static void cpu_run(struct t *t, const struct config *c, size_t lo, size_t hi, struct result *r)
@@ -195,7 +195,7 @@ static void gpu_run(struct t *t, const struct config *c, size_t lo, size_t hi, s
  * a fresh optim with the saved data and step) does the rest. */
 static void gpu_run_resumed(struct t *t, const struct config *c, struct result *r)
 {
-	char err[512];
+	struct dp_error err;
 	struct optim a, b;
 	int na, nb;
 	float *dp = up(t, t->p0, TOTAL);
@@ -213,8 +213,8 @@ static void gpu_run_resumed(struct t *t, const struct config *c, struct result *
 		memcpy(sb[k].data, sa[k].data, sa[k].count * sizeof(float));
 	b.step = a.step;
 	g = gpu_create(t, c, &b);
-	if (optim_gpu_state_from_host(g, &b, err, sizeof(err)) < 0)
-		bail_out("%s: %s", c->name, err);
+	if (optim_gpu_state_from_host(g, &b, &err) < 0)
+		bail_out("%s: %s", c->name, err.text);
 	/* the host copy is the checkpoint's: changing it now must not reach the device */
 	for (int k = 0; k < nb; k++)
 		for (size_t i = 0; i < sb[k].count; i++)
@@ -233,7 +233,7 @@ static void gpu_run_resumed(struct t *t, const struct config *c, struct result *
 static void gpu_run_protocol(struct t *t, const struct config *c, struct result *r)
 {
 	static const size_t bounds[] = {0, CUT, TOTAL};
-	char err[512];
+	struct dp_error err;
 	struct optim sh[2];
 	struct optim_gpu *g[2];
 	float *dp = up(t, t->p0, TOTAL);
@@ -247,23 +247,22 @@ static void gpu_run_protocol(struct t *t, const struct config *c, struct result 
 		if (optim_needs_grad_norm(&sh[0])) {
 			double gsq = 0.0, x;
 			for (int k = 0; k < 2; k++) {
-				if (optim_gpu_grad_sumsq(g[k], &sh[k], t->dgrads[s], &x, err,
-							 sizeof(err)) < 0)
-					bail_out("%s shard %d: %s", c->name, k, err);
+				if (optim_gpu_grad_sumsq(g[k], &sh[k], t->dgrads[s], &x, &err) < 0)
+					bail_out("%s shard %d: %s", c->name, k, err.text);
 				gsq += x;
 			}
 			gn = sqrt(gsq);
 		}
 		for (int k = 0; k < 2; k++)
-			if (optim_gpu_prepare(g[k], &sh[k], dp, t->dgrads[s], gn, partial[k], err,
-					      sizeof(err)) < 0)
-				bail_out("%s shard %d: %s", c->name, k, err);
+			if (optim_gpu_prepare(g[k], &sh[k], dp, t->dgrads[s], gn, partial[k],
+					      &err) < 0)
+				bail_out("%s shard %d: %s", c->name, k, err.text);
 		for (int i = 0; i < optim_nsums(&sh[0]); i++)
 			sums[i] = partial[0][i] + partial[1][i];
 		for (int k = 0; k < 2; k++)
-			if (optim_gpu_apply(g[k], &sh[k], dp, t->dgrads[s], lr_of(c, s), sums, err,
-					    sizeof(err)) < 0)
-				bail_out("%s shard %d: %s", c->name, k, err);
+			if (optim_gpu_apply(g[k], &sh[k], dp, t->dgrads[s], lr_of(c, s), sums,
+					    &err) < 0)
+				bail_out("%s shard %d: %s", c->name, k, err.text);
 	}
 	memset(r, 0, sizeof(*r));
 	r->params = down(t, dp, TOTAL);
@@ -425,7 +424,7 @@ static void check_config(struct t *t, const struct config *c)
 /* optim_gpu_grad_sumsq against optim_grad_sumsq, on the whole buffer and on the shard. */
 static void check_grad_sumsq(struct t *t, const struct config *c)
 {
-	char err[512];
+	struct dp_error err;
 
 	for (int k = 0; k < 2; k++) {
 		size_t lo = k ? SHARD_LO : 0, hi = k ? SHARD_HI : TOTAL;
@@ -434,8 +433,8 @@ static void check_grad_sumsq(struct t *t, const struct config *c)
 		init(c, &o, lo, hi);
 		struct optim_gpu *g = gpu_create(t, c, &o);
 		want = optim_grad_sumsq(&o, t->grads[0]);
-		if (optim_gpu_grad_sumsq(g, &o, t->dgrads[0], &got, err, sizeof(err)) < 0)
-			bail_out("%s", err);
+		if (optim_gpu_grad_sumsq(g, &o, t->dgrads[0], &got, &err) < 0)
+			bail_out("%s", err.text);
 		ok(fabs(got - want) <= 1e-12 * want,
 		   "grad_sumsq of [%zu, %zu): %.17g, optim.c %.17g (rel diff %.2g)", lo, hi, got,
 		   want, fabs(got - want) / want);
@@ -446,25 +445,25 @@ static void check_grad_sumsq(struct t *t, const struct config *c)
 
 static void check_errors(struct t *t, const struct config *c)
 {
-	char err[512] = "";
+	struct dp_error err = {""};
 	struct optim whole, shard;
 	struct optim_gpu *g = NULL;
-	struct backend *ref = be_ref_create(err, sizeof(err));
+	struct backend *ref = be_ref_create(&err);
 
 	if (!ref)
-		bail_out("be_ref_create: %s", err);
+		bail_out("be_ref_create: %s", err.text);
 	init(c, &whole, 0, TOTAL);
 	init(c, &shard, SHARD_LO, SHARD_HI);
-	ok(optim_gpu_create(&g, ref, &whole, err, sizeof(err)) < 0 && g == NULL,
+	ok(optim_gpu_create(&g, ref, &whole, &err) < 0 && g == NULL,
 	   "optim_gpu_create on the ref backend fails");
-	like(err, "not cuda", "and says why: %s", err);
+	like(err.text, "not cuda", "and says why: %s", err.text);
 	ref->ops->destroy(ref);
 
 	g = gpu_create(t, c, &whole);
 	float *dp = up(t, t->p0, TOTAL);
-	ok(optim_gpu_step(g, &shard, dp, t->dgrads[0], 0.1, err, sizeof(err)) < 0,
+	ok(optim_gpu_step(g, &shard, dp, t->dgrads[0], 0.1, &err) < 0,
 	   "optim_gpu_step with another optimizer than the one it was created for fails");
-	like(err, "other than the one it was created for", "and says why: %s", err);
+	like(err.text, "other than the one it was created for", "and says why: %s", err.text);
 	is_int(shard.step, 0, "and counts no step");
 	optim_gpu_destroy(g);
 	t->be->ops->free(t->be, dp);
@@ -484,8 +483,8 @@ static struct config config(const char *name, enum optim_kind kind, double lr)
 
 int main(void)
 {
-	char err[512] = "";
-	int count = be_cuda_device_count(err, sizeof(err));
+	struct dp_error err = {""};
+	int count = be_cuda_device_count(&err);
 	static struct t t; /* covered[] is big for the stack */
 	struct config cfg[12];
 	int n = 0;
@@ -493,12 +492,12 @@ int main(void)
 	uint32_t bits = POISON_BITS;
 
 	if (count <= 0)
-		plan_skip_all("no CUDA GPU visible: %s", err);
-	t.be = be_cuda_create(0, NULL, err, sizeof(err));
+		plan_skip_all("no CUDA GPU visible: %s", err.text);
+	t.be = be_cuda_create(0, NULL, &err);
 	if (!t.be) {
-		if (strstr(err, "this build has no CUDA"))
-			plan_skip_all("%s", err);
-		bail_out("be_cuda_create(0): %s", err);
+		if (strstr(err.text, "this build has no CUDA"))
+			plan_skip_all("%s", err.text);
+		bail_out("be_cuda_create(0): %s", err.text);
 	}
 	diag("%d GPU(s) visible; comparing with optim.c on the host", count);
 

@@ -86,7 +86,7 @@ static double max_rel(const float *a, const float *b, size_t n)
 static void check_shards(const struct config *c, float *p0, float *grads[NSTEPS],
 			 const size_t *bounds, int n, const char *what)
 {
-	char err[512];
+	struct dp_error err;
 	struct optim full, sh[MAXSHARD];
 	float *pf = malloc(TOTAL * sizeof(float)), *ps = malloc(TOTAL * sizeof(float));
 	float *stitched = calloc(TOTAL, sizeof(float));
@@ -94,12 +94,12 @@ static void check_shards(const struct config *c, float *p0, float *grads[NSTEPS]
 
 	memcpy(pf, p0, TOTAL * sizeof(float));
 	memcpy(ps, p0, TOTAL * sizeof(float));
-	if (optim_init(&full, &c->p, segs, NSEGS, TOTAL, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (optim_init(&full, &c->p, segs, NSEGS, TOTAL, &err) < 0)
+		bail_out("%s", err.text);
 	for (; inited < n; inited++)
 		if (optim_init_shard(&sh[inited], &c->p, segs, NSEGS, TOTAL, bounds[inited],
-				     bounds[inited + 1], err, sizeof(err)) < 0)
-			bail_out("%s", err);
+				     bounds[inited + 1], &err) < 0)
+			bail_out("%s", err.text);
 	for (int s = 0; s < NSTEPS; s++) {
 		optim_step(&full, pf, grads[s], lr_of(c, s));
 		sharded_step(sh, n, ps, grads[s], lr_of(c, s));
@@ -142,18 +142,18 @@ static void check_shards(const struct config *c, float *p0, float *grads[NSTEPS]
 static void check_aligned_lamb(const struct config *c, float *p0, float *grads[NSTEPS])
 {
 	static const size_t bounds[] = {0, 1936, 2880, TOTAL};
-	char err[512];
+	struct dp_error err;
 	struct optim full, sh[3];
 	float *pf = malloc(TOTAL * sizeof(float)), *ps = malloc(TOTAL * sizeof(float));
 
 	memcpy(pf, p0, TOTAL * sizeof(float));
 	memcpy(ps, p0, TOTAL * sizeof(float));
-	if (optim_init(&full, &c->p, segs, NSEGS, TOTAL, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (optim_init(&full, &c->p, segs, NSEGS, TOTAL, &err) < 0)
+		bail_out("%s", err.text);
 	for (int r = 0; r < 3; r++)
 		if (optim_init_shard(&sh[r], &c->p, segs, NSEGS, TOTAL, bounds[r], bounds[r + 1],
-				     err, sizeof(err)) < 0)
-			bail_out("%s", err);
+				     &err) < 0)
+			bail_out("%s", err.text);
 	for (int s = 0; s < NSTEPS; s++) {
 		optim_step(&full, pf, grads[s], lr_of(c, s));
 		for (int r = 0; r < 3; r++)
@@ -177,7 +177,7 @@ static void check_aligned_lamb(const struct config *c, float *p0, float *grads[N
 /* Train 2 steps, save, train 3 more; restore into a new optimizer, train the same 3: equal. */
 static void check_resume(const struct config *c, float *p0, float *grads[NSTEPS])
 {
-	char err[512];
+	struct dp_error err;
 	struct optim a, b;
 	float *pa = malloc(TOTAL * sizeof(float)), *pb = malloc(TOTAL * sizeof(float));
 	float *saved[OPTIM_MAX_STATE] = {0};
@@ -185,9 +185,9 @@ static void check_resume(const struct config *c, float *p0, float *grads[NSTEPS]
 	int na, nb, same = 1;
 
 	memcpy(pa, p0, TOTAL * sizeof(float));
-	if (optim_init(&a, &c->p, segs, NSEGS, TOTAL, err, sizeof(err)) < 0 ||
-	    optim_init(&b, &c->p, segs, NSEGS, TOTAL, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (optim_init(&a, &c->p, segs, NSEGS, TOTAL, &err) < 0 ||
+	    optim_init(&b, &c->p, segs, NSEGS, TOTAL, &err) < 0)
+		bail_out("%s", err.text);
 	for (int s = 0; s < 2; s++)
 		optim_step(&a, pa, grads[s], lr_of(c, s));
 
@@ -226,7 +226,7 @@ static void check_resume(const struct config *c, float *p0, float *grads[NSTEPS]
 /* Padding between segments is neither read nor written. */
 static void check_gaps(const struct config *c, float *p0, float *grads[NSTEPS])
 {
-	char err[512];
+	struct dp_error err;
 	struct optim o;
 	float *p = malloc(TOTAL * sizeof(float));
 	char *covered = calloc(TOTAL, 1);
@@ -235,8 +235,8 @@ static void check_gaps(const struct config *c, float *p0, float *grads[NSTEPS])
 	memcpy(p, p0, TOTAL * sizeof(float));
 	for (int k = 0; k < NSEGS; k++)
 		memset(covered + segs[k].offset, 1, segs[k].count);
-	if (optim_init(&o, &c->p, segs, NSEGS, TOTAL, err, sizeof(err)) < 0)
-		bail_out("%s", err);
+	if (optim_init(&o, &c->p, segs, NSEGS, TOTAL, &err) < 0)
+		bail_out("%s", err.text);
 	for (int s = 0; s < NSTEPS; s++)
 		optim_step(&o, p, grads[s], lr_of(c, s));
 	for (size_t i = 0; i < TOTAL; i++) {

@@ -12,12 +12,12 @@ static const struct optim_segment good[] = {{"b", 10, 6, 0}, {"a", 0, 10, 1}, {"
 static void refuse(const struct optim_params *p, const struct optim_segment *segs, int nsegs,
 		   size_t total, size_t lo, size_t hi, const char *needle, const char *what)
 {
-	char err[512] = "";
+	struct dp_error err = {""};
 	struct optim o;
-	int rv = optim_init_shard(&o, p, segs, nsegs, total, lo, hi, err, sizeof(err));
+	int rv = optim_init_shard(&o, p, segs, nsegs, total, lo, hi, &err);
 	ok(rv == -1, "%s: refused", what);
-	like(err, needle, "%s: message names it", what);
-	ok(!strncmp(err, "dptrain: ", 9), "%s: message starts with the program name", what);
+	like(err.text, needle, "%s: message names it", what);
+	ok(!strncmp(err.text, "dptrain: ", 9), "%s: message starts with the program name", what);
 	if (rv == 0)
 		optim_free(&o);
 }
@@ -31,7 +31,7 @@ int main(void)
 {
 	struct optim_params p;
 	struct optim o;
-	char err[512];
+	struct dp_error err;
 	int n;
 
 	/* defaults: torch.optim.SGD / AdamW, apex FusedLAMB */
@@ -97,7 +97,7 @@ int main(void)
 	refuse(&p, good, 3, 16, 0, 17, "shard [0, 17)", "shard past the end");
 
 	/* accepted edge cases, and the state each kind keeps */
-	ok(optim_init(&o, &p, good, 3, 16, err, sizeof(err)) == 0,
+	ok(optim_init(&o, &p, good, 3, 16, &err) == 0,
 	   "unsorted, adjacent and empty segments accepted");
 	struct optim_state_buf *sb = optim_state(&o, &n);
 	ok(n == 2 && !strcmp(sb[0].name, "exp_avg") && !strcmp(sb[1].name, "exp_avg_sq") &&
@@ -107,13 +107,13 @@ int main(void)
 	optim_free(&o); /* cleared by the first: harmless */
 
 	optim_params_default(&p, OPTIM_SGD);
-	ok(optim_init(&o, &p, good, 3, 16, err, sizeof(err)) == 0 && optim_state(&o, &n) && n == 0,
+	ok(optim_init(&o, &p, good, 3, 16, &err) == 0 && optim_state(&o, &n) && n == 0,
 	   "sgd without momentum keeps no state");
 	optim_free(&o);
 	p.momentum = 0.9;
-	ok(optim_init_shard(&o, &p, good, 3, 16, 4, 12, err, sizeof(err)) == 0 &&
-	       (sb = optim_state(&o, &n)) && n == 1 && !strcmp(sb[0].name, "momentum_buffer") &&
-	       sb[0].offset == 4 && sb[0].count == 8,
+	ok(optim_init_shard(&o, &p, good, 3, 16, 4, 12, &err) == 0 && (sb = optim_state(&o, &n)) &&
+	       n == 1 && !strcmp(sb[0].name, "momentum_buffer") && sb[0].offset == 4 &&
+	       sb[0].count == 8,
 	   "sgd momentum keeps momentum_buffer over its shard only");
 	optim_free(&o);
 
@@ -121,7 +121,7 @@ int main(void)
 		float params[16] = {1}, grads[16] = {1};
 		optim_params_default(&p, OPTIM_LAMB);
 		p.max_grad_norm = 1;
-		ok(optim_init_shard(&o, &p, good, 3, 16, 16, 16, err, sizeof(err)) == 0,
+		ok(optim_init_shard(&o, &p, good, 3, 16, 16, 16, &err) == 0,
 		   "an empty shard is accepted");
 		optim_step(&o, params, grads, 0.1);
 		ok(params[0] == 1 && o.step == 1,
@@ -135,9 +135,10 @@ int main(void)
 		/* state larger than the address space: a message, not a crash */
 		const struct optim_segment big[] = {{"huge", 0, (size_t)1 << 62, 1}};
 		optim_params_default(&p, OPTIM_ADAMW);
-		ok(optim_init(&o, &p, big, 1, (size_t)1 << 62, err, sizeof(err)) == -1,
+		ok(optim_init(&o, &p, big, 1, (size_t)1 << 62, &err) == -1,
 		   "state too large for memory: refused");
-		like(err, "out of memory for its state (2 buffers of 4611686018427387904 floats)",
+		like(err.text,
+		     "out of memory for its state (2 buffers of 4611686018427387904 floats)",
 		     "out of memory: message says how much");
 	}
 #endif

@@ -2,6 +2,7 @@
  * 4096 ranks in all three schemas, rt_build's checks with their exact messages, atomic writes
  * under a concurrent reader, and tables from Slurm/torchrun-style environments.
  * Hand-made input files and parse errors are t/unit/ranktable_read.c's. */
+#include "common/error.h"
 #include "ranktable/ranktable.h"
 #include "t/lib/tap.h"
 
@@ -63,13 +64,15 @@ static void test_round_trip(int world, int nodes, int gpus, int v6)
 {
 	struct fixture f;
 	struct ranktable built, got;
-	char err[RT_ERR_MAX], diff[RT_ERR_MAX], path[512], what[96];
+	struct dp_error err;
+	char path[512], what[96];
+	struct dp_error diff;
 
 	snprintf(what, sizeof(what), "%d ranks on %d nodes, %s%s", world, nodes,
 		 gpus ? "GPUs" : "no GPUs", v6 ? ", IPv6 on odd nodes" : "");
 	fixture_make(&f, world, nodes, gpus, v6);
-	if (!ok(rt_build(&built, &f.a, err) == 0, "%s: built", what)) {
-		diag("%s", err);
+	if (!ok(rt_build(&built, &f.a, &err) == 0, "%s: built", what)) {
+		diag("%s", err.text);
 		fixture_free(&f);
 		return;
 	}
@@ -79,20 +82,20 @@ static void test_round_trip(int world, int nodes, int gpus, int v6)
 	       what, gpus ? "GPU" : "local rank");
 	for (enum rt_schema s = RT_SCHEMA_DPTRAIN; s <= RT_SCHEMA_LEGACY; s++) {
 		snprintf(path, sizeof(path), "%s/rt-%s.json", tmpdir, rt_schema_name(s));
-		if (!ok(rt_write_atomic(&built, path, s, err) == 0, "%s: write %s", what,
+		if (!ok(rt_write_atomic(&built, path, s, &err) == 0, "%s: write %s", what,
 			rt_schema_name(s))) {
-			diag("%s", err);
+			diag("%s", err.text);
 			continue;
 		}
-		if (!ok(rt_read(&got, path, err) == 0, "%s: read %s back", what,
+		if (!ok(rt_read(&got, path, &err) == 0, "%s: read %s back", what,
 			rt_schema_name(s))) {
-			diag("%s", err);
+			diag("%s", err.text);
 			continue;
 		}
 		is_int(got.schema, s, "%s: %s detected", what, rt_schema_name(s));
-		if (!ok(rt_compare(&built, &got, s, diff) == 0, "%s: %s round trip is equal", what,
+		if (!ok(rt_compare(&built, &got, s, &diff) == 0, "%s: %s round trip is equal", what,
 			rt_schema_name(s)))
-			diag("%s", diff);
+			diag("%s", diff.text);
 		if (s != RT_SCHEMA_DPTRAIN) {
 			/* What the reader derives where the schema is silent. */
 			int wrong = 0;
@@ -110,13 +113,13 @@ static void test_round_trip(int world, int nodes, int gpus, int v6)
 	}
 	/* rt_compare must be able to fail: change one field the dptrain schema carries. */
 	built.ranks[world - 1].gpu = 99;
-	ok(rt_compare(&built, &built, RT_SCHEMA_DPTRAIN, diff) == 0, "%s: a table equals itself",
+	ok(rt_compare(&built, &built, RT_SCHEMA_DPTRAIN, &diff) == 0, "%s: a table equals itself",
 	   what);
 	snprintf(path, sizeof(path), "%s/rt-dptrain.json", tmpdir);
-	if (rt_read(&got, path, err) == 0) {
-		ok(rt_compare(&built, &got, RT_SCHEMA_DPTRAIN, diff) == 1,
+	if (rt_read(&got, path, &err) == 0) {
+		ok(rt_compare(&built, &got, RT_SCHEMA_DPTRAIN, &diff) == 1,
 		   "%s: a changed GPU is a difference", what);
-		ok(rt_compare(&built, &got, RT_SCHEMA_HCCL, diff) == 0,
+		ok(rt_compare(&built, &got, RT_SCHEMA_HCCL, &diff) == 0,
 		   "%s: ... which the hccl schema does not carry", what);
 		rt_free(&got);
 	}
@@ -128,9 +131,9 @@ static void test_round_trip(int world, int nodes, int gpus, int v6)
 static void build_fails(const struct rt_alloc *a, const char *want, const char *what)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX] = "";
-	ok(rt_build(&rt, a, err) == -1, "%s: rejected", what);
-	is(err, want, "%s: message", what);
+	struct dp_error err = {""};
+	ok(rt_build(&rt, a, &err) == -1, "%s: rejected", what);
+	is(err.text, want, "%s: message", what);
 	ok(rt.ranks == NULL, "%s: nothing left allocated", what);
 }
 
@@ -139,19 +142,19 @@ static void test_build(void)
 	struct rt_alloc_rank r2[2] = {{"a", "10.0.0.1", 0, 0, -1}, {"a", "10.0.0.1", 0, 1, -1}};
 	struct rt_alloc a = {2, "10.0.0.1", 29500, "1", "0", r2};
 	struct ranktable rt;
-	char err[RT_ERR_MAX];
+	struct dp_error err;
 
 	/* device_id: the GPU when each rank of the node has its own, else the local rank. */
 	struct rt_alloc_rank g[3] = {
 	    {"a", "10.0.0.1", 0, 0, 3}, {"a", "10.0.0.1", 0, 1, 1}, {"b", "10.0.0.2", 1, 0, 0}};
 	struct rt_alloc ga = {3, "10.0.0.1", 29500, NULL, NULL, g};
-	ok(rt_build(&rt, &ga, err) == 0, "GPUs 3 and 1 on node a: built");
+	ok(rt_build(&rt, &ga, &err) == 0, "GPUs 3 and 1 on node a: built");
 	is_int(rt.ranks[0].device_id, 3, "device_id = GPU 3");
 	is_int(rt.ranks[1].device_id, 1, "device_id = GPU 1");
 	is(rt.job_id, "", "no job id given: empty");
 	rt_free(&rt);
 	g[1].gpu = 3;
-	ok(rt_build(&rt, &ga, err) == 0, "two ranks sharing GPU 3: built");
+	ok(rt_build(&rt, &ga, &err) == 0, "two ranks sharing GPU 3: built");
 	is_int(rt.ranks[0].device_id, 0, "shared GPU: device_id = local rank 0");
 	is_int(rt.ranks[1].device_id, 1, "shared GPU: device_id = local rank 1");
 	is_int(rt.ranks[1].gpu, 3, "shared GPU: gpu kept");
@@ -160,7 +163,7 @@ static void test_build(void)
 	/* A node's server_id is its local rank 0's address, even when that is not rank 0. */
 	struct rt_alloc_rank sw[2] = {{"a", "10.0.0.7", 0, 1, -1}, {"a", "10.0.0.8", 0, 0, -1}};
 	struct rt_alloc swa = {2, "10.0.0.8", 1, NULL, NULL, sw};
-	ok(rt_build(&rt, &swa, err) == 0, "local ranks in reverse: built");
+	ok(rt_build(&rt, &swa, &err) == 0, "local ranks in reverse: built");
 	is(rt.ranks[0].server_id, "10.0.0.8", "server_id from local rank 0");
 	is(rt.ranks[0].addr, "10.0.0.7", "each rank keeps its own address");
 	rt_free(&rt);
@@ -222,26 +225,26 @@ static void test_build(void)
 	a.world_size = 0;
 	build_fails(&a, "dptrain.world_size: 0 is out of range (1..1048576)", "world size 0");
 	a.world_size = 2;
-	ok(rt_build(&rt, &a, err) == 0, "the allocation, repaired, builds");
+	ok(rt_build(&rt, &a, &err) == 0, "the allocation, repaired, builds");
 
 	/* rt_validate on a table changed after building. */
 	rt.ranks[1].device_id = 0;
-	ok(rt_validate(&rt, err) == -1, "two ranks on device 0 of one node: invalid");
-	is(err,
+	ok(rt_validate(&rt, &err) == -1, "two ranks on device 0 of one node: invalid");
+	is(err.text,
 	   "server_list[0].device[1].device_id: device 0 appears twice on node a (also at "
 	   "server_list[0].device[0].device_id)",
 	   "duplicate device: message names both JSON paths");
-	char *text = rt_to_json(&rt, RT_SCHEMA_HCCL, err);
+	char *text = rt_to_json(&rt, RT_SCHEMA_HCCL, &err);
 	ok(text == NULL, "an invalid table is not serialised");
-	is(err,
+	is(err.text,
 	   "server_list[0].device[1].device_id: device 0 appears twice on node a (also at "
 	   "server_list[0].device[0].device_id)",
 	   "... with the same message");
 	free(text);
 	rt.ranks[1].device_id = 1;
-	ok(rt_validate(&rt, err) == 0, "repaired: valid");
-	ok(rt_to_json(&rt, (enum rt_schema)7, err) == NULL, "an unknown schema is refused");
-	is(err, "unknown schema 7", "unknown schema: message");
+	ok(rt_validate(&rt, &err) == 0, "repaired: valid");
+	ok(rt_to_json(&rt, (enum rt_schema)7, &err) == NULL, "an unknown schema is refused");
+	is(err.text, "unknown schema 7", "unknown schema: message");
 	rt_free(&rt);
 	ok(rt.ranks == NULL && rt.world_size == 0, "rt_free zeroes the table");
 	rt_free(&rt);
@@ -266,32 +269,33 @@ static void test_write_errors(void)
 	struct rt_alloc_rank r2[2] = {{"n1", "127.0.0.1", 0, 0, -1}, {"n2", "127.0.0.1", 1, 0, -1}};
 	struct rt_alloc a = {2, "127.0.0.1", 29500, "1", "0", r2};
 	struct ranktable rt;
-	char err[RT_ERR_MAX], path[512], want[1024], dir[300];
+	struct dp_error err;
+	char path[512], want[1024], dir[300];
 	struct stat st;
 
 	snprintf(dir, sizeof(dir), "%s/w", tmpdir);
 	if (mkdir(dir, 0755) < 0)
 		bail_out("mkdir %s: %s", dir, strerror(errno));
 	/* Two emulated nodes on one host share an address: fine for HCCL's server_list. */
-	ok(rt_build(&rt, &a, err) == 0, "two nodes with one address: built");
+	ok(rt_build(&rt, &a, &err) == 0, "two nodes with one address: built");
 	snprintf(path, sizeof(path), "%s/t.json", dir);
-	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, err) == 0, "... and written as dptrain");
+	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, &err) == 0, "... and written as dptrain");
 	ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "written with mode 0644");
 	snprintf(path, sizeof(path), "%s/legacy.json", dir);
-	ok(rt_write_atomic(&rt, path, RT_SCHEMA_LEGACY, err) == -1,
+	ok(rt_write_atomic(&rt, path, RT_SCHEMA_LEGACY, &err) == -1,
 	   "... but not as legacy, which tells nodes apart by server_id");
 	snprintf(want, sizeof(want),
 		 "%s: not written: two nodes share the address 127.0.0.1, and the legacy schema "
 		 "tells nodes apart by server_id alone: use the hccl or dptrain schema",
 		 path);
-	is(err, want, "legacy with shared addresses: message");
+	is(err.text, want, "legacy with shared addresses: message");
 	ok(access(path, F_OK) < 0, "legacy with shared addresses: no file");
 	snprintf(path, sizeof(path), "%s/nodir/t.json", dir);
-	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, err) == -1, "a missing directory: fails");
+	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, &err) == -1, "a missing directory: fails");
 	snprintf(want, sizeof(want),
 		 "%s: cannot create a temporary file in %s/nodir: No such file or directory", path,
 		 dir);
-	is(err, want, "a missing directory: message names the directory");
+	is(err.text, want, "a missing directory: message names the directory");
 	is_int(count_dir_entries(dir), 1, "no temporary files left behind");
 	rt_free(&rt);
 	snprintf(path, sizeof(path), "%s/t.json", dir);
@@ -309,7 +313,8 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 {
 	struct fixture f8, f16;
 	struct ranktable t8, t16, got;
-	char err[RT_ERR_MAX], path[512], c = 0;
+	struct dp_error err;
+	char path[512], c = 0;
 	int point[2], ack[2];
 	pid_t pid;
 	int status;
@@ -317,11 +322,11 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 	*reads = *bad = *seen8 = *seen16 = 0;
 	fixture_make(&f8, 8, 2, 1, 0);
 	fixture_make(&f16, 16, 4, 0, 1);
-	if (rt_build(&t8, &f8.a, err) < 0 || rt_build(&t16, &f16.a, err) < 0)
-		bail_out("%s", err);
+	if (rt_build(&t8, &f8.a, &err) < 0 || rt_build(&t16, &f16.a, &err) < 0)
+		bail_out("%s", err.text);
 	snprintf(path, sizeof(path), "%s/concurrent-%d.json", tmpdir, atomic);
-	if (rt_write_atomic(&t8, path, RT_SCHEMA_DPTRAIN, err) < 0)
-		bail_out("%s", err);
+	if (rt_write_atomic(&t8, path, RT_SCHEMA_DPTRAIN, &err) < 0)
+		bail_out("%s", err.text);
 	if (pipe(point) < 0 || pipe(ack) < 0)
 		bail_out("pipe: %s", strerror(errno));
 	fflush(stdout);
@@ -333,14 +338,14 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 		for (int i = 0; i < writes; i++) {
 			const struct ranktable *t = i % 2 ? &t8 : &t16;
 			if (atomic) {
-				if (rt_write_atomic(t, path, RT_SCHEMA_DPTRAIN, err) < 0)
+				if (rt_write_atomic(t, path, RT_SCHEMA_DPTRAIN, &err) < 0)
 					_exit(1);
 				if (i < 2 &&
 				    (write(point[1], "w", 1) != 1 || read(ack[0], &c, 1) != 1))
 					_exit(1);
 				continue;
 			}
-			char *text = rt_to_json(t, RT_SCHEMA_DPTRAIN, err);
+			char *text = rt_to_json(t, RT_SCHEMA_DPTRAIN, &err);
 			FILE *out = fopen(path, "w");
 			size_t half = strlen(text) / 2;
 			if (!text || !out || fwrite(text, 1, half, out) != half || fflush(out))
@@ -360,9 +365,9 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 	for (;;) {
 		int done = waitpid(pid, &status, WNOHANG) == pid;
 		int at_point = read(point[0], &c, 1) == 1; /* nonblocking */
-		if (rt_read(&got, path, err) < 0) {
+		if (rt_read(&got, path, &err) < 0) {
 			if (atomic && *bad < 3)
-				diag("read %d: %s", *reads, err);
+				diag("read %d: %s", *reads, err.text);
 			(*bad)++;
 		} else {
 			*seen8 += got.world_size == 8;
@@ -422,11 +427,12 @@ static void clear_env(void)
 static void test_from_env(void)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX], used[RT_ERR_MAX], host[RT_HOST_MAX];
+	struct dp_error err;
+	char host[RT_HOST_MAX], used[RT_USED_MAX];
 
 	clear_env();
-	ok(rt_from_env(&rt, RT_ENV_AUTO, used, err) == -1, "no variables: fails");
-	is(err,
+	ok(rt_from_env(&rt, RT_ENV_AUTO, used, &err) == -1, "no variables: fails");
+	is(err.text,
 	   "neither Slurm (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST) nor torchrun-style "
 	   "variables (WORLD_SIZE) are set",
 	   "no variables: message");
@@ -436,8 +442,8 @@ static void test_from_env(void)
 	setenv("SLURM_TASKS_PER_NODE", "3,1", 1);
 	setenv("SLURM_NTASKS", "4", 1);
 	setenv("SLURM_JOB_ID", "77", 1);
-	if (!ok(rt_from_env(&rt, RT_ENV_AUTO, used, err) == 0, "job variables: built"))
-		diag("%s", err);
+	if (!ok(rt_from_env(&rt, RT_ENV_AUTO, used, &err) == 0, "job variables: built"))
+		diag("%s", err.text);
 	is(used,
 	   "Slurm variables (SLURM_JOB_NODELIST=127.0.0.[1-2], SLURM_TASKS_PER_NODE=3,1, "
 	   "SLURM_JOB_ID=77)",
@@ -459,8 +465,8 @@ static void test_from_env(void)
 	 * whatever srun -m said). Node-level: what comes before ':' or ','. */
 	setenv("SLURM_TASKS_PER_NODE", "2(x2)", 1);
 	setenv("SLURM_DISTRIBUTION", "cyclic", 1);
-	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == 0, "cyclic: built"))
-		diag("%s", err);
+	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == 0, "cyclic: built"))
+		diag("%s", err.text);
 	like(used, "SLURM_DISTRIBUTION=cyclic", "cyclic: said among the variables used");
 	ok(rt.world_size == 4 && strcmp(rt.ranks[0].host, "127.0.0.1") == 0 &&
 	       strcmp(rt.ranks[1].host, "127.0.0.2") == 0 &&
@@ -471,8 +477,8 @@ static void test_from_env(void)
 	setenv("SLURM_TASKS_PER_NODE", "4(x2)", 1);
 	setenv("SLURM_NTASKS", "8", 1);
 	setenv("SLURM_DISTRIBUTION", "plane=2:block", 1);
-	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == 0, "plane=2: built"))
-		diag("%s", err);
+	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == 0, "plane=2: built"))
+		diag("%s", err.text);
 	ok(rt.world_size == 8 && strcmp(rt.ranks[1].host, "127.0.0.1") == 0 &&
 	       strcmp(rt.ranks[2].host, "127.0.0.2") == 0 &&
 	       strcmp(rt.ranks[4].host, "127.0.0.1") == 0 && rt.ranks[4].local_rank == 2 &&
@@ -480,14 +486,14 @@ static void test_from_env(void)
 	   "plane=2: ranks 0,1,4,5 on the first node, 2,3,6,7 on the second");
 	rt_free(&rt);
 	setenv("SLURM_DISTRIBUTION", "block:cyclic", 1);
-	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == 0, "block: built"))
-		diag("%s", err);
+	if (!ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == 0, "block: built"))
+		diag("%s", err.text);
 	ok(strcmp(rt.ranks[3].host, "127.0.0.1") == 0 && strcmp(rt.ranks[4].host, "127.0.0.2") == 0,
 	   "block: ranks 0-3 on the first node, 4-7 on the second");
 	rt_free(&rt);
 	setenv("SLURM_DISTRIBUTION", "arbitrary", 1);
-	ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == -1, "arbitrary: refused");
-	like(err, "SLURM_DISTRIBUTION='arbitrary': where each rank runs cannot be derived",
+	ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == -1, "arbitrary: refused");
+	like(err.text, "SLURM_DISTRIBUTION='arbitrary': where each rank runs cannot be derived",
 	     "arbitrary: message");
 	unsetenv("SLURM_DISTRIBUTION");
 	setenv("SLURM_TASKS_PER_NODE", "3,1", 1);
@@ -499,8 +505,8 @@ static void test_from_env(void)
 	setenv("SLURM_STEP_NUM_TASKS", "2", 1);
 	setenv("SLURM_STEP_ID", "5", 1);
 	setenv("MASTER_PORT", "4321", 1);
-	if (!ok(rt_from_env(&rt, RT_ENV_AUTO, used, err) == 0, "step variables: built"))
-		diag("%s", err);
+	if (!ok(rt_from_env(&rt, RT_ENV_AUTO, used, &err) == 0, "step variables: built"))
+		diag("%s", err.text);
 	is_int(rt.world_size, 2, "step variables: 2 ranks");
 	is(rt.ranks[1].host, "localhost", "step variables: the host name as Slurm gives it");
 	is(rt.ranks[1].addr, "127.0.0.1", "step variables: its address resolved");
@@ -510,28 +516,29 @@ static void test_from_env(void)
 	unsetenv("MASTER_PORT");
 
 	setenv("SLURM_STEP_TASKS_PER_NODE", "1(x2)", 1);
-	ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == -1, "more counts than nodes: fails");
-	is(err,
+	ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == -1, "more counts than nodes: fails");
+	is(err.text,
 	   "SLURM_STEP_NODELIST names 1 node but SLURM_STEP_TASKS_PER_NODE=\"1(x2)\" counts tasks "
 	   "for 2",
 	   "more counts than nodes: message");
 	setenv("SLURM_STEP_TASKS_PER_NODE", "3", 1);
-	ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == -1, "tasks do not add up: fails");
-	is(err, "SLURM_STEP_NUM_TASKS=2 but SLURM_STEP_TASKS_PER_NODE=\"3\" adds up to 3 tasks",
+	ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == -1, "tasks do not add up: fails");
+	is(err.text,
+	   "SLURM_STEP_NUM_TASKS=2 but SLURM_STEP_TASKS_PER_NODE=\"3\" adds up to 3 tasks",
 	   "tasks do not add up: message");
 	setenv("SLURM_STEP_TASKS_PER_NODE", "2", 1);
 	setenv("SLURM_STEP_NODELIST", "n[1-", 1);
-	ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == -1, "a bad node list: fails");
-	is(err, "SLURM_STEP_NODELIST: bad hostlist \"n[1-\": '[' at offset 1 is never closed",
+	ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == -1, "a bad node list: fails");
+	is(err.text, "SLURM_STEP_NODELIST: bad hostlist \"n[1-\": '[' at offset 1 is never closed",
 	   "a bad node list: message");
 	setenv("SLURM_STEP_NODELIST", "nosuchhost.invalid", 1);
-	ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == -1, "an unresolvable host: fails");
-	like(err, "SLURM_STEP_NODELIST, node 0: cannot resolve host \"nosuchhost.invalid\": ",
+	ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == -1, "an unresolvable host: fails");
+	like(err.text, "SLURM_STEP_NODELIST, node 0: cannot resolve host \"nosuchhost.invalid\": ",
 	     "an unresolvable host: message names it");
 	unsetenv("SLURM_STEP_NODELIST");
 	unsetenv("SLURM_TASKS_PER_NODE");
-	ok(rt_from_env(&rt, RT_ENV_SLURM, used, err) == -1, "no tasks per node: fails");
-	is(err,
+	ok(rt_from_env(&rt, RT_ENV_SLURM, used, &err) == -1, "no tasks per node: fails");
+	is(err.text,
 	   "SLURM_JOB_NODELIST is set but SLURM_TASKS_PER_NODE is not: cannot tell how many tasks "
 	   "each node runs",
 	   "no tasks per node: message");
@@ -540,8 +547,8 @@ static void test_from_env(void)
 	setenv("WORLD_SIZE", "3", 1);
 	setenv("MASTER_ADDR", "127.0.0.1", 1);
 	setenv("MASTER_PORT", "1234", 1);
-	if (!ok(rt_from_env(&rt, RT_ENV_AUTO, used, err) == 0, "torchrun-style: built"))
-		diag("%s", err);
+	if (!ok(rt_from_env(&rt, RT_ENV_AUTO, used, &err) == 0, "torchrun-style: built"))
+		diag("%s", err.text);
 	is(used,
 	   "torchrun-style variables (WORLD_SIZE=3, MASTER_ADDR=127.0.0.1, MASTER_PORT=1234) on "
 	   "this host",
@@ -554,29 +561,30 @@ static void test_from_env(void)
 	is_int(rt.master_port, 1234, "torchrun-style: MASTER_PORT");
 	rt_free(&rt);
 	setenv("LOCAL_WORLD_SIZE", "2", 1);
-	ok(rt_from_env(&rt, RT_ENV_TORCHRUN, used, err) == -1, "torchrun-style on 2 hosts: fails");
-	is(err,
+	ok(rt_from_env(&rt, RT_ENV_TORCHRUN, used, &err) == -1, "torchrun-style on 2 hosts: fails");
+	is(err.text,
 	   "LOCAL_WORLD_SIZE=2 but WORLD_SIZE=3: torchrun-style variables describe only this "
 	   "host, so from-env builds single-host tables from them",
 	   "torchrun-style on 2 hosts: message");
 	setenv("WORLD_SIZE", "x", 1);
-	ok(rt_from_env(&rt, RT_ENV_TORCHRUN, used, err) == -1, "WORLD_SIZE=x: fails");
-	is(err, "WORLD_SIZE='x' is not an integer from 1 to 1048576", "WORLD_SIZE=x: message");
+	ok(rt_from_env(&rt, RT_ENV_TORCHRUN, used, &err) == -1, "WORLD_SIZE=x: fails");
+	is(err.text, "WORLD_SIZE='x' is not an integer from 1 to 1048576", "WORLD_SIZE=x: message");
 	clear_env();
 }
 
 static void test_helpers(void)
 {
-	char addr[RT_ADDR_MAX], err[RT_ERR_MAX];
+	char addr[RT_ADDR_MAX];
+	struct dp_error err;
 
-	ok(rt_resolve_host("10.1.2.3", addr, err) == 0 && strcmp(addr, "10.1.2.3") == 0,
+	ok(rt_resolve_host("10.1.2.3", addr, &err) == 0 && strcmp(addr, "10.1.2.3") == 0,
 	   "an IPv4 literal is its own address");
-	ok(rt_resolve_host("fd00::1", addr, err) == 0 && strcmp(addr, "fd00::1") == 0,
+	ok(rt_resolve_host("fd00::1", addr, &err) == 0 && strcmp(addr, "fd00::1") == 0,
 	   "an IPv6 literal is its own address");
-	ok(rt_resolve_host("localhost", addr, err) == 0 && strcmp(addr, "127.0.0.1") == 0,
+	ok(rt_resolve_host("localhost", addr, &err) == 0 && strcmp(addr, "127.0.0.1") == 0,
 	   "localhost resolves to 127.0.0.1 (IPv4 first)");
-	ok(rt_resolve_host("nosuchhost.invalid", addr, err) == -1, "an unknown host fails");
-	like(err, "cannot resolve host \"nosuchhost.invalid\": ", "an unknown host: message");
+	ok(rt_resolve_host("nosuchhost.invalid", addr, &err) == -1, "an unknown host fails");
+	like(err.text, "cannot resolve host \"nosuchhost.invalid\": ", "an unknown host: message");
 
 	int p = rt_default_port("123456", "0", NULL);
 	ok(p >= 61000 && p <= 65499, "default port %d is above the ephemeral range", p);

@@ -2,6 +2,7 @@
  * t/data/ranktable/ with the fields it derives, and for every kind of bad input its own exact
  * message (file, JSON path, what is wrong). Reads only; writing is t/unit/ranktable.c's. */
 #define _GNU_SOURCE /* vasprintf */
+#include "common/error.h"
 #include "ranktable/ranktable.h"
 #include "t/lib/tap.h"
 
@@ -79,9 +80,9 @@ static char *legacy3(const char *group_count, const char *device_num, const char
 }
 
 /* Parse text as "t.json": 0 and the table, or -1 and err. */
-static int parse(const char *text, struct ranktable *rt, char err[RT_ERR_MAX])
+static int parse(const char *text, struct ranktable *rt, struct dp_error *err)
 {
-	err[0] = '\0';
+	err->text[0] = '\0';
 	return rt_parse(rt, text, strlen(text), "t.json", err);
 }
 
@@ -89,11 +90,11 @@ static int parse(const char *text, struct ranktable *rt, char err[RT_ERR_MAX])
 static void rejects(char *text, const char *want, const char *what)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX];
-	int rv = parse(text, &rt, err);
+	struct dp_error err;
+	int rv = parse(text, &rt, &err);
 	if (!ok(rv == -1, "%s: rejected", what))
 		diag("text: %s", text);
-	is(err, want, "%s: message", what);
+	is(err.text, want, "%s: message", what);
 	ok(rt.ranks == NULL && rt.world_size == 0, "%s: table left empty", what);
 	rt_free(&rt);
 	free(text);
@@ -102,9 +103,9 @@ static void rejects(char *text, const char *want, const char *what)
 static void accepts(char *text, int world, int nodes, const char *what)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX];
-	if (!ok(parse(text, &rt, err) == 0, "%s: accepted", what))
-		diag("%s", err);
+	struct dp_error err;
+	if (!ok(parse(text, &rt, &err) == 0, "%s: accepted", what))
+		diag("%s", err.text);
 	is_int(rt.world_size, world, "%s: world size", what);
 	is_int(rt.node_count, nodes, "%s: nodes", what);
 	rt_free(&rt);
@@ -114,11 +115,12 @@ static void accepts(char *text, int world, int nodes, const char *what)
 static void test_hccl_tools_file(void)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX], path[4200];
+	struct dp_error err;
+	char path[4200];
 	snprintf(path, sizeof(path), "%s/hccl_2x8.json", data_dir);
 
-	if (!ok(rt_read(&rt, path, err) == 0, "hccl_tools.py table: read"))
-		diag("%s", err);
+	if (!ok(rt_read(&rt, path, &err) == 0, "hccl_tools.py table: read"))
+		diag("%s", err.text);
 	is_int(rt.schema, RT_SCHEMA_HCCL, "hccl_tools.py table: schema detected as hccl");
 	is_int(rt.world_size, 16, "hccl_tools.py table: 16 ranks");
 	is_int(rt.node_count, 2, "hccl_tools.py table: 2 nodes");
@@ -140,11 +142,12 @@ static void test_hccl_tools_file(void)
 static void test_legacy_files(void)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX], path[4200];
+	struct dp_error err;
+	char path[4200];
 
 	snprintf(path, sizeof(path), "%s/legacy_1x8.json", data_dir);
-	if (!ok(rt_read(&rt, path, err) == 0, "legacy table (MindSpore docs): read"))
-		diag("%s", err);
+	if (!ok(rt_read(&rt, path, &err) == 0, "legacy table (MindSpore docs): read"))
+		diag("%s", err.text);
 	is_int(rt.schema, RT_SCHEMA_LEGACY, "legacy table: schema detected as legacy");
 	is_int(rt.world_size, 8, "legacy table: 8 ranks");
 	is_int(rt.node_count, 1, "legacy table: 1 node");
@@ -156,8 +159,8 @@ static void test_legacy_files(void)
 	rt_free(&rt);
 
 	snprintf(path, sizeof(path), "%s/legacy_2x4_numbers.json", data_dir);
-	if (!ok(rt_read(&rt, path, err) == 0, "legacy table with numbers as numbers: read"))
-		diag("%s", err);
+	if (!ok(rt_read(&rt, path, &err) == 0, "legacy table with numbers as numbers: read"))
+		diag("%s", err.text);
 	is_int(rt.world_size, 8, "legacy 2x4: 8 ranks");
 	is_int(rt.node_count, 2, "legacy 2x4: 2 nodes (distinct server_ids)");
 	is_int(rt.ranks[2].node_rank, 0, "legacy 2x4: rank 2 (listed last) on node 0");
@@ -168,24 +171,25 @@ static void test_legacy_files(void)
 	rt_free(&rt);
 
 	snprintf(path, sizeof(path), "%s/legacy_trailing_comma.json", data_dir);
-	char want[RT_ERR_MAX + 4200];
+	char want[4400];
 	snprintf(
 	    want, sizeof(want),
 	    "%s: line 21 column 13: JSON parse error: unexpected token near ']' (JSON allows no "
 	    "comma before ']')",
 	    path);
-	ok(rt_read(&rt, path, err) == -1, "legacy table with the docs' trailing comma: rejected");
-	is(err, want, "trailing comma: a JSON error with line and column");
+	ok(rt_read(&rt, path, &err) == -1, "legacy table with the docs' trailing comma: rejected");
+	is(err.text, want, "trailing comma: a JSON error with line and column");
 }
 
 static void test_dptrain_file(void)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX], path[4200];
+	struct dp_error err;
+	char path[4200];
 
 	snprintf(path, sizeof(path), "%s/dptrain_2x2.json", data_dir);
-	if (!ok(rt_read(&rt, path, err) == 0, "dptrain table: read"))
-		diag("%s", err);
+	if (!ok(rt_read(&rt, path, &err) == 0, "dptrain table: read"))
+		diag("%s", err.text);
 	is_int(rt.schema, RT_SCHEMA_DPTRAIN, "dptrain table: schema detected");
 	is(rt.master_addr, "10.1.0.1", "dptrain table: master_addr");
 	is_int(rt.master_port, 29500, "dptrain table: master_port");
@@ -200,9 +204,9 @@ static void test_dptrain_file(void)
 static void test_missing_file(void)
 {
 	struct ranktable rt;
-	char err[RT_ERR_MAX];
-	ok(rt_read(&rt, "/nonexistent/rank_table.json", err) == -1, "missing file: rejected");
-	is(err, "/nonexistent/rank_table.json: cannot open: No such file or directory",
+	struct dp_error err;
+	ok(rt_read(&rt, "/nonexistent/rank_table.json", &err) == -1, "missing file: rejected");
+	is(err.text, "/nonexistent/rank_table.json: cannot open: No such file or directory",
 	   "missing file: message names the file and the reason");
 }
 
@@ -212,7 +216,7 @@ static void test_truncated(void)
 	FILE *f;
 	long len;
 	struct ranktable rt;
-	char err[RT_ERR_MAX];
+	struct dp_error err;
 
 	snprintf(path, sizeof(path), "%s/hccl_2x8.json", data_dir);
 	if (!(f = fopen(path, "rb")) || fseek(f, 0, SEEK_END) || (len = ftell(f)) < 0)
@@ -223,13 +227,15 @@ static void test_truncated(void)
 		bail_out("cannot read %s", path);
 	fclose(f);
 	/* Cut inside the seventh device's address, as a writer that died there would leave it. */
-	ok(rt_parse(&rt, text, 1200, "t.json", err) == -1, "truncated JSON: rejected");
-	is(err, "t.json: line 40 column 37: JSON parse error: premature end of input near '\"192'",
+	ok(rt_parse(&rt, text, 1200, "t.json", &err) == -1, "truncated JSON: rejected");
+	is(err.text,
+	   "t.json: line 40 column 37: JSON parse error: premature end of input near '\"192'",
 	   "truncated JSON: line and column of the end");
-	ok(rt_parse(&rt, text, 0, "t.json", err) == -1, "empty file: rejected");
-	is(err, "t.json: line 1 column 0: JSON parse error: '[' or '{' expected near end of file",
+	ok(rt_parse(&rt, text, 0, "t.json", &err) == -1, "empty file: rejected");
+	is(err.text,
+	   "t.json: line 1 column 0: JSON parse error: '[' or '{' expected near end of file",
 	   "empty file: message");
-	ok(rt_parse(&rt, text, (size_t)len, "t.json", err) == 0, "the whole file parses");
+	ok(rt_parse(&rt, text, (size_t)len, "t.json", &err) == 0, "the whole file parses");
 	rt_free(&rt);
 	free(text);
 }

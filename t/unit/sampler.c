@@ -5,6 +5,7 @@
  *   sampler.t --perm SEED N
  *   sampler.t --shard N WORLD RANK SEED EPOCH DROP SHUFFLE [START]
  *   sampler.t --eval N WORLD RANK */
+#include "common/error.h"
 #include "trainer/data/sampler.h"
 #include "t/lib/tap.h"
 
@@ -70,11 +71,11 @@ static void test_golden(void)
 		} else if (sscanf(line, "shard %llu %d %d %llu %d %d %d", &n, &w, &r, &seed, &epoch,
 				  &drop, &shuf) == 7) {
 			struct sampler s;
-			char err[SAMPLER_ERR_MAX];
+			struct dp_error err;
 			size_t len, *v;
 
 			shards++;
-			if (sampler_init(&s, n, w, r, shuf, seed, drop, err) != 0)
+			if (sampler_init(&s, n, w, r, shuf, seed, drop, &err) != 0)
 				continue;
 			sampler_set_epoch(&s, epoch);
 			v = indices(&s, &len);
@@ -118,7 +119,7 @@ static void test_randperm(void)
 static void test_train(void)
 {
 	int counts_ok = 1, cover_ok = 1, pad_ok = 1, drop_ok = 1, order_ok = 1;
-	char err[SAMPLER_ERR_MAX];
+	struct dp_error err;
 
 	for (size_t n = 1; n <= 40; n++) {
 		for (int w = 1; w <= 5; w++) {
@@ -138,7 +139,7 @@ static void test_train(void)
 						struct sampler s;
 						size_t len, *v;
 
-						sampler_init(&s, n, w, r, shuffle, 3, drop, err);
+						sampler_init(&s, n, w, r, shuffle, 3, drop, &err);
 						sampler_set_epoch(&s, 2);
 						v = indices(&s, &len);
 						if (len != (drop ? per_drop : per))
@@ -187,11 +188,11 @@ static void test_train(void)
 static void test_epochs(void)
 {
 	struct sampler a, b;
-	char err[SAMPLER_ERR_MAX];
+	struct dp_error err;
 	size_t la, lb, *va, *vb, *vc;
 
-	sampler_init(&a, 1000, 2, 1, true, 11, false, err);
-	sampler_init(&b, 1000, 2, 1, true, 11, false, err);
+	sampler_init(&a, 1000, 2, 1, true, 11, false, &err);
+	sampler_init(&b, 1000, 2, 1, true, 11, false, &err);
 	va = indices(&a, &la);
 	sampler_set_epoch(&a, 1);
 	vb = indices(&a, &lb);
@@ -201,7 +202,7 @@ static void test_epochs(void)
 	ok(memcmp(vb, vc, lb * sizeof(*vb)) == 0, "same seed and epoch: same order");
 	free(vc);
 	sampler_free(&b);
-	sampler_init(&b, 1000, 2, 1, true, 12, false, err);
+	sampler_init(&b, 1000, 2, 1, true, 12, false, &err);
 	vc = indices(&b, &lb);
 	ok(memcmp(vb, vc, lb * sizeof(*vb)) == 0, "seed 12 epoch 0 == seed 11 epoch 1 (seed + "
 						  "epoch, as torch)");
@@ -211,7 +212,7 @@ static void test_epochs(void)
 	sampler_free(&a);
 	sampler_free(&b);
 
-	sampler_init(&a, 10, 3, 0, false, 0, false, err);
+	sampler_init(&a, 10, 3, 0, false, 0, false, &err);
 	sampler_set_epoch(&a, 5);
 	va = indices(&a, &la);
 	ok(la == 4 && va[0] == 0 && va[1] == 3 && va[2] == 6 && va[3] == 9 && a.perm == NULL,
@@ -223,7 +224,7 @@ static void test_epochs(void)
 static void test_eval(void)
 {
 	int once = 1, counts = 1, order = 1;
-	char err[SAMPLER_ERR_MAX];
+	struct dp_error err;
 
 	for (size_t n = 1; n <= 40; n++) {
 		for (int w = 1; w <= 5; w++) {
@@ -234,7 +235,7 @@ static void test_eval(void)
 				struct sampler s;
 				size_t len, *v;
 
-				sampler_init_eval(&s, n, w, r, err);
+				sampler_init_eval(&s, n, w, r, &err);
 				v = indices(&s, &len);
 				if (len != sampler_eval_count(n, w, r))
 					counts = 0;
@@ -264,7 +265,7 @@ static void test_eval(void)
 static void test_resume(void)
 {
 	int tail_ok = 1, skip_ok = 1, reshard_ok = 1, equal_ok = 1;
-	char err[SAMPLER_ERR_MAX];
+	struct dp_error err;
 
 	for (size_t n = 5; n <= 37; n += 4) {
 		for (int w = 1; w <= 4; w++) {
@@ -273,7 +274,7 @@ static void test_resume(void)
 					struct sampler s;
 					size_t full, *v;
 
-					sampler_init(&s, n, w, r, true, 99, drop, err);
+					sampler_init(&s, n, w, r, true, 99, drop, &err);
 					sampler_set_epoch(&s, 4);
 					v = indices(&s, &full);
 					for (size_t k = 0; k <= full; k++) {
@@ -317,7 +318,7 @@ static void test_resume(void)
 			struct sampler s;
 			size_t len, *v;
 
-			sampler_init(&s, n, w2, r, true, 99, false, err);
+			sampler_init(&s, n, w2, r, true, 99, false, &err);
 			sampler_set_epoch(&s, 4);
 			sampler_set_start(&s, g);
 			v = indices(&s, &len);
@@ -346,20 +347,20 @@ static void test_resume(void)
 static void test_errors(void)
 {
 	struct sampler s;
-	char err[SAMPLER_ERR_MAX];
+	struct dp_error err;
 
-	ok(sampler_init(&s, 0, 1, 0, true, 0, false, err) == -1, "empty dataset refused");
-	is(err, "sampler: the dataset is empty", "... message");
-	ok(sampler_init(&s, 10, 0, 0, true, 0, false, err) == -1, "world size 0 refused");
-	is(err, "sampler: num_replicas (world size) is 0; need >= 1", "... message");
-	ok(sampler_init_eval(&s, 10, 4, 4, err) == -1, "rank 4 of 4 refused");
-	is(err, "sampler: rank 4 is outside 0..3 (world size 4)", "... message");
+	ok(sampler_init(&s, 0, 1, 0, true, 0, false, &err) == -1, "empty dataset refused");
+	is(err.text, "sampler: the dataset is empty", "... message");
+	ok(sampler_init(&s, 10, 0, 0, true, 0, false, &err) == -1, "world size 0 refused");
+	is(err.text, "sampler: num_replicas (world size) is 0; need >= 1", "... message");
+	ok(sampler_init_eval(&s, 10, 4, 4, &err) == -1, "rank 4 of 4 refused");
+	is(err.text, "sampler: rank 4 is outside 0..3 (world size 4)", "... message");
 }
 
 static int print_mode(int argc, char **argv)
 {
 	struct sampler s;
-	char err[SAMPLER_ERR_MAX];
+	struct dp_error err;
 	size_t len, *v;
 
 	if (strcmp(argv[1], "--perm") == 0 && argc == 4) {
@@ -374,8 +375,8 @@ static int print_mode(int argc, char **argv)
 	if (strcmp(argv[1], "--shard") == 0 && (argc == 9 || argc == 10)) {
 		if (sampler_init(&s, strtoull(argv[2], NULL, 10), atoi(argv[3]), atoi(argv[4]),
 				 atoi(argv[8]), strtoull(argv[5], NULL, 10), atoi(argv[7]),
-				 err) != 0) {
-			fprintf(stderr, "sampler.t: %s\n", err);
+				 &err) != 0) {
+			fprintf(stderr, "sampler.t: %s\n", err.text);
 			return 1;
 		}
 		sampler_set_epoch(&s, atoll(argv[6]));
@@ -383,8 +384,8 @@ static int print_mode(int argc, char **argv)
 			sampler_set_start(&s, strtoull(argv[9], NULL, 10));
 	} else if (strcmp(argv[1], "--eval") == 0 && argc == 5) {
 		if (sampler_init_eval(&s, strtoull(argv[2], NULL, 10), atoi(argv[3]), atoi(argv[4]),
-				      err) != 0) {
-			fprintf(stderr, "sampler.t: %s\n", err);
+				      &err) != 0) {
+			fprintf(stderr, "sampler.t: %s\n", err.text);
 			return 1;
 		}
 	} else {

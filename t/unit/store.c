@@ -42,11 +42,11 @@ static struct store_opts opts(const struct ranks_job *j, int rank, int world, co
 static int open3(const struct ranks_job *j, int rank, struct store **st, char *msg, size_t len)
 {
 	struct store_opts o = opts(j, rank, 3, "", HANG_S);
-	char err[1024];
+	struct dp_error err;
 	*st = NULL;
-	if (store_open(st, &o, err, sizeof(err)) == 0)
+	if (store_open(st, &o, &err) == 0)
 		return 0;
-	snprintf(msg, len, "open: %s", err);
+	snprintf(msg, len, "open: %s", err.text);
 	return -1;
 }
 
@@ -91,19 +91,19 @@ static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st = NULL;
 	struct store_opts o = opts(j, rank, 3, "1234.0", HANG_S);
-	char err[1024], key[64];
+	char key[64];
+	struct dp_error err;
 	void *v = NULL;
 	size_t n;
 	long sum;
 	int rv = 0;
-	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
 	EXPECT(store_rank(st) == rank && store_world_size(st) == 3, "rank/world");
 	EXPECT(strcmp(store_local_addr(st), "127.0.0.1") == 0, "local addr %s",
 	       store_local_addr(st));
 	if (rank == 0)
-		EXPECT(store_set(st, "greeting", "hello", 5, err, sizeof(err)) == 0, "set: %s",
-		       err);
-	EXPECT(store_get(st, "greeting", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s", err);
+		EXPECT(store_set(st, "greeting", "hello", 5, &err) == 0, "set: %s", err.text);
+	EXPECT(store_get(st, "greeting", &v, &n, HANG_S, &err) == 0, "get: %s", err.text);
 	EXPECT(n == 5 && strcmp(v, "hello") == 0, "get greeting: %zu bytes '%s'", n, (char *)v);
 	free(v);
 	v = NULL;
@@ -113,19 +113,18 @@ static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 	if (rank == 2) {
 		for (int r = 0; r < 2; r++) {
 			snprintf(key, sizeof(key), "getting.%d", r);
-			EXPECT(store_get(st, key, &v, &n, HANG_S, err, sizeof(err)) == 0,
-			       "get %s: %s", key, err);
+			EXPECT(store_get(st, key, &v, &n, HANG_S, &err) == 0, "get %s: %s", key,
+			       err.text);
 			free(v);
 			v = NULL;
 		}
 		ranks_sleep(0.3);
-		EXPECT(store_set(st, "late", "x\0y", 3, err, sizeof(err)) == 0, "set: %s", err);
+		EXPECT(store_set(st, "late", "x\0y", 3, &err) == 0, "set: %s", err.text);
 	} else {
 		double t0 = ranks_now();
 		snprintf(key, sizeof(key), "getting.%d", rank);
-		EXPECT(store_set(st, key, "1", 1, err, sizeof(err)) == 0, "set %s: %s", key, err);
-		EXPECT(store_get(st, "late", &v, &n, HANG_S, err, sizeof(err)) == 0, "get late: %s",
-		       err);
+		EXPECT(store_set(st, key, "1", 1, &err) == 0, "set %s: %s", key, err.text);
+		EXPECT(store_get(st, "late", &v, &n, HANG_S, &err) == 0, "get late: %s", err.text);
 		EXPECT(ranks_now() - t0 >= 0.3, "get late returned after %.2f s", ranks_now() - t0);
 		EXPECT(n == 3 && memcmp(v, "x\0y", 4) == 0, "get late: wrong value");
 		free(v);
@@ -137,42 +136,41 @@ static int rank_kv(const struct ranks_job *j, int rank, char *msg, size_t len)
 		char *big = malloc(1 << 20);
 		for (int i = 0; i < 1 << 20; i++)
 			big[i] = (char)(i * 7);
-		int ok = store_set(st, "big", big, 1 << 20, err, sizeof(err));
+		int ok = store_set(st, "big", big, 1 << 20, &err);
 		free(big);
-		EXPECT(ok == 0, "set big: %s", err);
+		EXPECT(ok == 0, "set big: %s", err.text);
 	}
-	EXPECT(store_get(st, "big", &v, &n, HANG_S, err, sizeof(err)) == 0, "get big: %s", err);
+	EXPECT(store_get(st, "big", &v, &n, HANG_S, &err) == 0, "get big: %s", err.text);
 	EXPECT(n == 1 << 20, "big is %zu bytes", n);
 	for (size_t i = 0; i < n; i++)
 		EXPECT(((char *)v)[i] == (char)(i * 7), "big: byte %zu differs", i);
 	free(v);
 	v = NULL;
 
-	EXPECT(store_add(st, "count", rank + 1, &sum, err, sizeof(err)) == 0, "add: %s", err);
+	EXPECT(store_add(st, "count", rank + 1, &sum, &err) == 0, "add: %s", err.text);
 	EXPECT(sum >= rank + 1 && sum <= 6, "add returned %ld", sum);
-	EXPECT(store_barrier(st, "added", HANG_S, err, sizeof(err)) == 0, "barrier: %s", err);
-	EXPECT(store_get(st, "count", &v, &n, HANG_S, err, sizeof(err)) == 0, "get count: %s", err);
+	EXPECT(store_barrier(st, "added", HANG_S, &err) == 0, "barrier: %s", err.text);
+	EXPECT(store_get(st, "count", &v, &n, HANG_S, &err) == 0, "get count: %s", err.text);
 	EXPECT(strcmp(v, "6") == 0, "count is '%s', want 6", (char *)v);
 	free(v);
 	v = NULL;
-	EXPECT(store_add(st, "greeting", 1, &sum, err, sizeof(err)) < 0, "add to a string worked");
+	EXPECT(store_add(st, "greeting", 1, &sum, &err) < 0, "add to a string worked");
 
 	/* a key never set: the server's timer, which cannot fire early */
 	double t0 = ranks_now();
-	EXPECT(store_get(st, "never", &v, &n, 0.3, err, sizeof(err)) < 0, "get never worked");
-	EXPECT(strstr(err, "never") && strstr(err, "not set"), "get never: %s", err);
+	EXPECT(store_get(st, "never", &v, &n, 0.3, &err) < 0, "get never worked");
+	EXPECT(strstr(err.text, "never") && strstr(err.text, "not set"), "get never: %s", err.text);
 	EXPECT(ranks_now() - t0 >= 0.3, "get never gave up after %.2f s", ranks_now() - t0);
 
 	/* a barrier rank 2 does not enter (it goes on to the next): the others' message names it */
 	if (rank != 2) {
-		EXPECT(store_barrier(st, "partial", 0.5, err, sizeof(err)) < 0, "barrier worked");
-		snprintf(msg, len, "%s", err);
+		EXPECT(store_barrier(st, "partial", 0.5, &err) < 0, "barrier worked");
+		snprintf(msg, len, "%s", err.text);
 	}
 	/* the same name again, now with everyone */
-	EXPECT(store_barrier(st, "again", HANG_S, err, sizeof(err)) == 0, "barrier again: %s", err);
+	EXPECT(store_barrier(st, "again", HANG_S, &err) == 0, "barrier again: %s", err.text);
 	for (int i = 0; i < 20; i++)
-		EXPECT(store_barrier(st, "loop", HANG_S, err, sizeof(err)) == 0, "barrier loop: %s",
-		       err);
+		EXPECT(store_barrier(st, "loop", HANG_S, &err) == 0, "barrier loop: %s", err.text);
 	char name[64];
 	EXPECT(strcmp(store_rank_name(st, 1, name, sizeof(name)), "rank 1") != 0 &&
 		   strncmp(name, "rank 1 (", 8) == 0,
@@ -191,9 +189,12 @@ static int rank_foreign(const struct ranks_job *j, int rank, char *msg, size_t l
 	struct store_opts o = opts(j, rank == 2 ? 1 : rank, 2, rank == 1 ? "B" : "A", HANG_S);
 	if (rank == 2)
 		o.world_size = 3;
-	if (store_open(&st, &o, msg, len) == 0) {
+	struct dp_error err;
+	if (store_open(&st, &o, &err) == 0) {
 		snprintf(msg, len, "opened");
 		store_close(st, 1);
+	} else {
+		ranks_msg(msg, len, &err);
 	}
 	return 0;
 }
@@ -204,18 +205,18 @@ static int rank_duplicate(const struct ranks_job *j, int rank, char *msg, size_t
 {
 	struct store *st = NULL, *dup = NULL;
 	struct store_opts o = opts(j, rank, 2, "A", HANG_S);
-	char err[1024];
+	struct dp_error err;
 	void *v = NULL;
 	size_t n;
 	int rv = 0;
-	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
+	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
 	if (rank == 0) {
 		struct store_opts d = opts(j, 1, 2, "A", HANG_S);
-		EXPECT(store_open(&dup, &d, msg, len) < 0, "a second rank 1 opened");
-		EXPECT(store_set(st, "dup.done", "1", 1, err, sizeof(err)) == 0, "set: %s", err);
+		EXPECT(store_open(&dup, &d, &err) < 0, "a second rank 1 opened");
+		snprintf(msg, len, "%s", err.text);
+		EXPECT(store_set(st, "dup.done", "1", 1, &err) == 0, "set: %s", err.text);
 	} else {
-		EXPECT(store_get(st, "dup.done", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s",
-		       err);
+		EXPECT(store_get(st, "dup.done", &v, &n, HANG_S, &err) == 0, "get: %s", err.text);
 		snprintf(msg, len, "opened");
 	}
 out:
@@ -234,7 +235,7 @@ static int rank_secret(const struct ranks_job *j, int rank, char *msg, size_t le
 {
 	struct store *st = NULL, *bad = NULL;
 	struct store_opts o = opts(j, rank, 2, "4711.3", HANG_S);
-	char err[1024];
+	struct dp_error err;
 	int rv = 0;
 	o.secret = SECRET;
 	if (rank == 0) {
@@ -247,11 +248,11 @@ static int rank_secret(const struct ranks_job *j, int rank, char *msg, size_t le
 		struct store_opts w = o;
 		w.secret = "00000000000000000000000000000000";
 		w.timeout_s = 5;
-		EXPECT(store_open(&bad, &w, err, sizeof(err)) < 0, "a wrong secret was let in");
-		size_t at = (size_t)snprintf(msg, len, "wrong|%s", err);
+		EXPECT(store_open(&bad, &w, &err) < 0, "a wrong secret was let in");
+		size_t at = (size_t)snprintf(msg, len, "wrong|%s", err.text);
 		w.secret = NULL;
-		EXPECT(store_open(&bad, &w, err, sizeof(err)) < 0, "no secret was let in");
-		at += (size_t)snprintf(msg + at, len - at, "\nnone|%s", err);
+		EXPECT(store_open(&bad, &w, &err) < 0, "no secret was let in");
+		at += (size_t)snprintf(msg + at, len - at, "\nnone|%s", err.text);
 		struct sockaddr_in a = {.sin_family = AF_INET,
 					.sin_port = htons((uint16_t)j->port),
 					.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -269,8 +270,8 @@ static int rank_secret(const struct ranks_job *j, int rank, char *msg, size_t le
 		close(fd);
 		snprintf(msg + at, len - at, "\nhttp|%zd bytes back", got);
 	}
-	EXPECT(store_open(&st, &o, err, sizeof(err)) == 0, "open: %s", err);
-	EXPECT(store_barrier(st, "met", HANG_S, err, sizeof(err)) == 0, "barrier: %s", err);
+	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
+	EXPECT(store_barrier(st, "met", HANG_S, &err) == 0, "barrier: %s", err.text);
 out:
 	store_close(st, 5);
 	return rv;
@@ -288,13 +289,13 @@ static int rank_verdict(const struct ranks_job *j, int rank, char *msg, size_t l
 	if (rank > 0 && until_listening(j, msg, len) < 0)
 		return -1;
 	double t0 = ranks_now();
-	char err[1024];
-	if (store_open(&st, &o, err, sizeof(err)) == 0) {
+	struct dp_error err;
+	if (store_open(&st, &o, &err) == 0) {
 		snprintf(msg, len, "opened");
 		store_close(st, 1);
 		return 0;
 	}
-	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
+	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err.text);
 	return 0;
 }
 
@@ -303,7 +304,7 @@ static int rank_verdict(const struct ranks_job *j, int rank, char *msg, size_t l
 static int rank_death(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
-	char err[1024];
+	struct dp_error err;
 	int rv = 0;
 	if (open3(j, rank, &st, msg, len) < 0)
 		return -1;
@@ -314,9 +315,9 @@ static int rank_death(const struct ranks_job *j, int rank, char *msg, size_t len
 	double t0 = ranks_now();
 	struct pollfd p = {.fd = store_fd(st), .events = POLLIN};
 	EXPECT(poll(&p, 1, HANG_S * 1000) == 1, "the store's descriptor did not become readable");
-	EXPECT(store_poll_abort(st, HANG_S, err, sizeof(err)) == 1, "no abort");
-	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
-	EXPECT(store_set(st, "k", "v", 1, err, sizeof(err)) < 0, "set after the abort worked");
+	EXPECT(store_poll_abort(st, HANG_S, &err) == 1, "no abort");
+	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err.text);
+	EXPECT(store_set(st, "k", "v", 1, &err) < 0, "set after the abort worked");
 out:
 	store_close(st, 1);
 	return rv;
@@ -336,24 +337,24 @@ static int rank_report(const struct ranks_job *j, int rank, char *msg, size_t le
 {
 	const struct report_job *rj = j->arg;
 	struct store *st;
-	char err[1024];
+	struct dp_error err;
 	int rv = 0;
 	if (open3(j, rank, &st, msg, len) < 0)
 		return -1;
 	double t0 = ranks_now();
 	if (rank == 0) {
-		store_report_timeout(st, 17, "allreduce", 2, 30, rj->grace, err, sizeof(err));
+		store_report_timeout(st, 17, "allreduce", 2, 30, rj->grace, &err);
 	} else if (rank == 2 || rj->all) {
 		while (!store_rollcall(st) && ranks_now() - t0 < HANG_S)
-			if (store_poll_abort(st, 0.05, err, sizeof(err)) == 1)
+			if (store_poll_abort(st, 0.05, &err) == 1)
 				break;
 		EXPECT(store_rollcall(st), "no roll call within %d s", HANG_S);
-		store_report_timeout(st, 16, "broadcast", 0, 30, rj->grace, err, sizeof(err));
+		store_report_timeout(st, 16, "broadcast", 0, 30, rj->grace, &err);
 	} else {
-		EXPECT(store_poll_abort(st, HANG_S, err, sizeof(err)) == 1, "no verdict");
+		EXPECT(store_poll_abort(st, HANG_S, &err) == 1, "no verdict");
 		EXPECT(store_rollcall(st), "the roll call did not reach rank 1");
 	}
-	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err);
+	snprintf(msg, len, "%.2f|%s", ranks_now() - t0, err.text);
 out:
 	store_close(st, 3);
 	return rv;
@@ -363,7 +364,7 @@ out:
 static int rank_abort(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
-	char err[1024];
+	struct dp_error err;
 	int rv = 0;
 	if (open3(j, rank, &st, msg, len) < 0)
 		return -1;
@@ -371,8 +372,8 @@ static int rank_abort(const struct ranks_job *j, int rank, char *msg, size_t len
 		store_abort(st, "rank 1: loss is nan");
 		snprintf(msg, len, "aborted");
 	} else {
-		EXPECT(store_poll_abort(st, HANG_S, err, sizeof(err)) == 1, "no abort");
-		snprintf(msg, len, "%s", err);
+		EXPECT(store_poll_abort(st, HANG_S, &err) == 1, "no abort");
+		snprintf(msg, len, "%s", err.text);
 	}
 out:
 	store_close(st, 3);
@@ -384,26 +385,24 @@ out:
 static int rank_close(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
 	struct store *st;
-	char err[1024];
+	struct dp_error err;
 	void *v = NULL;
 	size_t n;
 	int rv = 0;
 	if (open3(j, rank, &st, msg, len) < 0)
 		return -1;
 	if (rank == 2) {
-		EXPECT(store_get(st, "closing", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s",
-		       err);
+		EXPECT(store_get(st, "closing", &v, &n, HANG_S, &err) == 0, "get: %s", err.text);
 		ranks_sleep(0.5);
-		EXPECT(store_set(st, "late", "1", 1, err, sizeof(err)) == 0, "set: %s", err);
+		EXPECT(store_set(st, "late", "1", 1, &err) == 0, "set: %s", err.text);
 		free(v);
 		v = NULL;
-		EXPECT(store_get(st, "late", &v, &n, HANG_S, err, sizeof(err)) == 0, "get: %s",
-		       err);
-		EXPECT(store_poll_abort(st, 0, err, sizeof(err)) == 0, "an abort: %s", err);
+		EXPECT(store_get(st, "late", &v, &n, HANG_S, &err) == 0, "get: %s", err.text);
+		EXPECT(store_poll_abort(st, 0, &err) == 0, "an abort: %s", err.text);
 	}
 	double t0 = ranks_now();
 	if (rank == 0)
-		EXPECT(store_set(st, "closing", "1", 1, err, sizeof(err)) == 0, "set: %s", err);
+		EXPECT(store_set(st, "closing", "1", 1, &err) == 0, "set: %s", err.text);
 	store_close(st, HANG_S);
 	st = NULL;
 	snprintf(msg, len, "%.2f", ranks_now() - t0);
@@ -475,7 +474,7 @@ static int rank_stop(const struct ranks_job *j, int rank, char *msg, size_t len)
 	struct store *st = NULL;
 	struct store_opts o = opts(j, rank, 3, "S", HANG_S);
 	struct stopper s = {.port = j->port, .other_hello = asked == 0};
-	char err[1024];
+	struct dp_error err;
 	if (rank == 2)
 		return 0;
 	if (rank == 1 && until_listening(j, msg, len) < 0)
@@ -486,10 +485,10 @@ static int rank_stop(const struct ranks_job *j, int rank, char *msg, size_t len)
 		return -1;
 	}
 	double t0 = ranks_now();
-	int rc = store_open(&st, &o, err, sizeof(err));
+	int rc = store_open(&st, &o, &err);
 	if (rank == asked)
 		pthread_join(s.t, NULL);
-	snprintf(msg, len, "%d|%.2f|%s", rc, ranks_now() - t0, rc == 0 ? "opened" : err);
+	snprintf(msg, len, "%d|%.2f|%s", rc, ranks_now() - t0, rc == 0 ? "opened" : err.text);
 	store_close(st, 1);
 	return 0;
 }
@@ -504,7 +503,7 @@ static void run(int world, ranks_fn fn, const void *arg, int nowait, struct rank
 int main(void)
 {
 	struct ranks_out out[RANKS_MAX];
-	char err[1024];
+	struct dp_error err;
 	double t0 = ranks_now();
 
 	{
@@ -532,11 +531,11 @@ int main(void)
 		struct store *st = NULL;
 		struct store_opts o = opts(&j, 0, 2, "", 1);
 		char port[32];
-		ok(store_open(&st, &o, err, sizeof(err)) < 0, "rank 0 cannot bind a port in use");
+		ok(store_open(&st, &o, &err) < 0, "rank 0 cannot bind a port in use");
 		snprintf(port, sizeof(port), "port %d", j.port);
-		like(err, port, "the message names the port");
-		like(err, "already in use", "the message says it is in use");
-		note("%s", err);
+		like(err.text, port, "the message names the port");
+		like(err.text, "already in use", "the message says it is in use");
+		note("%s", err.text);
 		close(fd);
 	}
 	{
@@ -547,14 +546,14 @@ int main(void)
 		struct store_opts o = opts(&j, 1, 2, "", 1);
 		char where[64];
 		double t = ranks_now();
-		ok(store_open(&st, &o, err, sizeof(err)) < 0, "no rank 0: open fails");
+		ok(store_open(&st, &o, &err) < 0, "no rank 0: open fails");
 		t = ranks_now() - t;
 		ok(t >= 1 && t < HANG_S, "after the timeout (%.2f s)", t);
 		snprintf(where, sizeof(where), "127.0.0.1:%d", j.port);
-		like(err, where, "the message names the master's address");
-		like(err, "Connection refused", "and why");
-		like(err, "rank 0 may not have started", "and what it may mean");
-		note("%s", err);
+		like(err.text, where, "the message names the master's address");
+		like(err.text, "Connection refused", "and why");
+		like(err.text, "rank 0 may not have started", "and what it may mean");
+		note("%s", err.text);
 		close(held);
 	}
 	{

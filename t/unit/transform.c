@@ -3,6 +3,7 @@
  * spread over the whole range, keyed by seed, epoch and index), and spec checking.
  * With arguments it is a helper for t/t0500-data.t:
  *   transform.t --normalize MEAN STD   prints the float32 bits (hex) of v = 0..255 normalised */
+#include "common/error.h"
 #include "trainer/data/transform.h"
 #include "t/lib/tap.h"
 
@@ -18,10 +19,10 @@ static struct tf plain(int crop, int pad, int c, int h, int w)
 {
 	struct tf_spec spec = {.crop = crop, .pad = pad};
 	struct tf t;
-	char err[TF_ERR_MAX];
+	struct dp_error err;
 
-	if (tf_init(&t, &spec, c, h, w, err) != 0)
-		bail_out("tf_init: %s", err);
+	if (tf_init(&t, &spec, c, h, w, &err) != 0)
+		bail_out("tf_init: %s", err.text);
 	return t;
 }
 
@@ -108,7 +109,7 @@ static void test_geometry_brute(void)
 		struct tf_spec spec;
 		struct tf t;
 		struct tf_draw d;
-		char err[TF_ERR_MAX];
+		struct dp_error err;
 
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		h = 1 + (int)(rng >> 60) % 9;
@@ -118,7 +119,7 @@ static void test_geometry_brute(void)
 		pw = w + 2 * pad;
 		crop = 1 + (int)((rng >> 40) % (uint64_t)(ph < pw ? ph : pw));
 		spec = (struct tf_spec){.crop = crop, .pad = pad};
-		if (tf_init(&t, &spec, 2, h, w, err) != 0) {
+		if (tf_init(&t, &spec, 2, h, w, &err) != 0) {
 			same = 0;
 			break;
 		}
@@ -154,13 +155,13 @@ static void test_normalize(void)
 	struct tf_spec spec = {.mean = {0.4914f, 0.4822f, 0.4465f},
 			       .std = {0.2470f, 0.2435f, 0.2616f}};
 	struct tf t;
-	char err[TF_ERR_MAX];
+	struct dp_error err;
 	uint8_t px[3] = {0, 128, 255};
 	float out[3];
 	struct tf_draw d = {0};
 	int exact = 1;
 
-	ok(tf_init(&t, &spec, 3, 1, 1, err) == 0, "normalize spec accepted (%s)", err);
+	ok(tf_init(&t, &spec, 3, 1, 1, &err) == 0, "normalize spec accepted (%s)", err.text);
 	tf_apply_drawn(&t, &d, px, out);
 	/* torch: ToTensor divides in float32, Normalize subtracts then divides in float32. */
 	for (int c = 0; c < 3; c++) {
@@ -175,7 +176,7 @@ static void test_normalize(void)
 	/* Padding is zero before normalising, as torchvision pads the uint8/PIL image. */
 	spec.crop = 1;
 	spec.pad = 1;
-	ok(tf_init(&t, &spec, 3, 1, 1, err) == 0, "pad 1 crop 1 accepted");
+	ok(tf_init(&t, &spec, 3, 1, 1, &err) == 0, "pad 1 crop 1 accepted");
 	tf_apply_drawn(&t, &(struct tf_draw){.top = 0, .left = 0}, px, out);
 	ok(out[0] == t.lut[0][0] && out[2] == t.lut[2][0] && out[2] < 0,
 	   "padding normalises like a zero pixel (%g)", (double)out[2]);
@@ -185,12 +186,12 @@ static void test_draws(void)
 {
 	struct tf_spec spec = {.crop = 32, .pad = 4, .flip_p = 0.5, .seed = 1234};
 	struct tf t;
-	char err[TF_ERR_MAX];
+	struct dp_error err;
 	int hist_top[9] = {0}, hist_left[9] = {0}, flips = 0, same = 1, epoch_differs = 0,
 	    seed_differs = 0;
 	const int n = 9000;
 
-	tf_init(&t, &spec, 3, 32, 32, err);
+	tf_init(&t, &spec, 3, 32, 32, &err);
 	for (int i = 0; i < n; i++) {
 		struct tf_draw a, b, c;
 		tf_draw(&t, 3, (size_t)i, &a);
@@ -207,7 +208,7 @@ static void test_draws(void)
 	{
 		struct tf t2;
 		spec.seed = 1235;
-		tf_init(&t2, &spec, 3, 32, 32, err);
+		tf_init(&t2, &spec, 3, 32, 32, &err);
 		for (int i = 0; i < 1000; i++) {
 			struct tf_draw a, c;
 			tf_draw(&t, 0, (size_t)i, &a);
@@ -231,17 +232,17 @@ static void test_draws(void)
 	{
 		struct tf_draw a, b;
 		spec.seed = 0;
-		tf_init(&t, &spec, 3, 32, 32, err);
+		tf_init(&t, &spec, 3, 32, 32, &err);
 		tf_draw(&t, 0, 0, &a);
 		spec.seed = 1234;
-		tf_init(&t, &spec, 3, 32, 32, err);
+		tf_init(&t, &spec, 3, 32, 32, &err);
 		tf_draw(&t, 3, 5, &b);
 		ok(a.top == 3 && a.left == 3 && !a.flip && b.top == 0 && b.left == 6 && !b.flip,
 		   "pinned draws: (seed 0, epoch 0, index 0) -> 3, 3, no flip; (1234, 3, 5) -> 0, "
 		   "6, no flip");
 	}
 	spec.flip_p = 0;
-	tf_init(&t, &spec, 3, 32, 32, err);
+	tf_init(&t, &spec, 3, 32, 32, &err);
 	flips = 0;
 	for (int i = 0; i < 1000; i++) {
 		struct tf_draw a;
@@ -254,24 +255,24 @@ static void test_draws(void)
 static void test_spec_errors(void)
 {
 	struct tf t;
-	char err[TF_ERR_MAX];
+	struct dp_error err;
 	struct tf_spec spec = {.crop = 41, .pad = 4};
 
-	ok(tf_init(&t, &spec, 3, 32, 32, err) == -1, "crop larger than the padded image refused");
-	is(err, "transform: crop 41 is larger than the 32x32 images padded by 4 (40x40)",
+	ok(tf_init(&t, &spec, 3, 32, 32, &err) == -1, "crop larger than the padded image refused");
+	is(err.text, "transform: crop 41 is larger than the 32x32 images padded by 4 (40x40)",
 	   "... message");
 	spec = (struct tf_spec){.pad = 4};
-	ok(tf_init(&t, &spec, 1, 28, 28, err) == -1, "padding without a crop refused");
-	is(err, "transform: padding 4 needs a crop size (RandomCrop(size, padding))",
+	ok(tf_init(&t, &spec, 1, 28, 28, &err) == -1, "padding without a crop refused");
+	is(err.text, "transform: padding 4 needs a crop size (RandomCrop(size, padding))",
 	   "... message");
 	spec = (struct tf_spec){.mean = {0.5f, 0.5f}, .std = {0.5f, 0.0f}};
-	ok(tf_init(&t, &spec, 2, 8, 8, err) == -1, "std 0 on one channel refused");
-	is(err, "transform: std[1] is 0; every channel's std must be > 0", "... message");
+	ok(tf_init(&t, &spec, 2, 8, 8, &err) == -1, "std 0 on one channel refused");
+	is(err.text, "transform: std[1] is 0; every channel's std must be > 0", "... message");
 	spec = (struct tf_spec){.flip_p = 1.5};
-	ok(tf_init(&t, &spec, 1, 8, 8, err) == -1, "flip p 1.5 refused");
-	ok(tf_init(&t, &(struct tf_spec){0}, 5, 8, 8, err) == -1, "5 channels refused");
+	ok(tf_init(&t, &spec, 1, 8, 8, &err) == -1, "flip p 1.5 refused");
+	ok(tf_init(&t, &(struct tf_spec){0}, 5, 8, 8, &err) == -1, "5 channels refused");
 	spec = (struct tf_spec){0};
-	ok(tf_init(&t, &spec, 1, 28, 28, err) == 0 && t.lut[0][255] == 1.0f && t.lut[0][0] == 0,
+	ok(tf_init(&t, &spec, 1, 28, 28, &err) == 0 && t.lut[0][255] == 1.0f && t.lut[0][0] == 0,
 	   "no mean/std given: plain ToTensor (x / 255)");
 }
 
@@ -279,10 +280,10 @@ static int print_normalize(const char *mean, const char *std)
 {
 	struct tf_spec spec = {.mean = {strtof(mean, NULL)}, .std = {strtof(std, NULL)}};
 	struct tf t;
-	char err[TF_ERR_MAX];
+	struct dp_error err;
 
-	if (tf_init(&t, &spec, 1, 1, 1, err) != 0) {
-		fprintf(stderr, "transform.t: %s\n", err);
+	if (tf_init(&t, &spec, 1, 1, 1, &err) != 0) {
+		fprintf(stderr, "transform.t: %s\n", err.text);
 		return 1;
 	}
 	for (int v = 0; v < 256; v++) {

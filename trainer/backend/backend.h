@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "common/error.h"
 
 enum be_dtype { BE_F32 = 0, BE_BF16, BE_F16 };
 
@@ -187,14 +188,14 @@ struct backend {
 	enum be_dtype act_dtype; /* element type of activations (see the top of this file) */
 	size_t act_size;	 /* its size in bytes */
 	int threads;		 /* CPU threads (0 = library default) */
-	char err[512];		 /* last error: names the op, shape and the library's message */
+	struct dp_error err;	 /* last error: names the op, shape and the library's message */
 	void *priv;
 };
 
 /* Create the CPU backend (oneDNN where built with it, plain C otherwise). threads 0 = default
  * (OMP_NUM_THREADS, else all cores); it is set with omp_set_num_threads(), which OpenMP keeps
  * per thread: create the backend in the thread that runs its ops. NULL with *err on failure. */
-struct backend *be_cpu_create(int threads, char *err, size_t errlen);
+struct backend *be_cpu_create(int threads, struct dp_error *err);
 /* What the CPU backend computes with, for logs and --devices: "oneDNN 2.6.3, avx512_core_vnni"
  * (the instruction set oneDNN dispatches to: the CPU's best, or less where ONEDNN_MAX_CPU_ISA
  * caps it; its kernels, and so the last bits of a result, differ between them), or "no oneDNN:
@@ -202,7 +203,7 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen);
 void be_cpu_describe(char *buf, size_t len);
 /* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
  * right; the test suite checks the other backends against it and against PyTorch. */
-struct backend *be_ref_create(char *err, size_t errlen);
+struct backend *be_ref_create(struct dp_error *err);
 /* How the CUDA backend computes. tf32: convolutions and matrix products of float32 tensors on
  * TF32 tensor cores (10-bit mantissa products, float32 sums; PyTorch's allow_tf32); 0 keeps
  * float32 FMA arithmetic, which agrees with the CPU backends to float32 rounding.
@@ -220,11 +221,11 @@ struct be_cuda_opts {
 
 /* The CUDA backend on GPU `device` (cuDNN, cuBLAS, own kernels), o NULL for the defaults (both
  * 0); NULL with err where this build or machine has none. */
-struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err, size_t errlen);
+struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, struct dp_error *err);
 
 /* GPUs this process sees (after CUDA_VISIBLE_DEVICES): 0 with *err saying why where there is
  * none (no driver, no device, a build without CUDA), never negative. */
-int be_cuda_device_count(char *err, size_t errlen);
+int be_cuda_device_count(struct dp_error *err);
 /* One line about GPU `device`: name, memory, compute capability, PCI bus id (or why it could not
  * be read: -1). */
 int be_cuda_describe(int device, char *buf, size_t len);

@@ -15,13 +15,14 @@
 #include <omp.h>
 #endif
 
+#include "common/error.h"
 #include "trainer/backend/backend_ref.h"
 
 #ifndef HAVE_DNNL
 
-struct backend *be_cpu_create(int threads, char *err, size_t errlen)
+struct backend *be_cpu_create(int threads, struct dp_error *err)
 {
-	return be_ref_create_parallel(threads, err, errlen);
+	return be_ref_create_parallel(threads, err);
 }
 
 void be_cpu_describe(char *buf, size_t len)
@@ -993,7 +994,7 @@ static const struct backend_ops cpu_ops = {
     .destroy = cpu_destroy,
 };
 
-struct backend *be_cpu_create(int threads, char *err, size_t errlen)
+struct backend *be_cpu_create(int threads, struct dp_error *err)
 {
 	struct backend *be = calloc(1, sizeof(*be));
 	struct cpu_ctx *ctx = calloc(1, sizeof(*ctx));
@@ -1001,7 +1002,7 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen)
 	const char *conv = getenv("DPTRAIN_CPU_CONV");
 
 	if (!be || !ctx) {
-		snprintf(err, errlen, "cpu backend: out of memory");
+		errprintf(err, "cpu backend: out of memory");
 		free(be);
 		free(ctx);
 		return NULL;
@@ -1016,13 +1017,13 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen)
 	else if (conv && strcmp(conv, "blocked") == 0)
 		ctx->conv = CONV_BLOCKED;
 	else if (conv && *conv && strcmp(conv, "auto") != 0) {
-		snprintf(err, errlen,
-			 "cpu backend: DPTRAIN_CPU_CONV=%s: want plain, blocked or auto", conv);
+		errprintf(err, "cpu backend: DPTRAIN_CPU_CONV=%s: want plain, blocked or auto",
+			  conv);
 		goto fail;
 	}
 	if (threads < 0) {
-		snprintf(err, errlen,
-			 "cpu backend: threads must be 0 (the default) or more, not %d", threads);
+		errprintf(err, "cpu backend: threads must be 0 (the default) or more, not %d",
+			  threads);
 		goto fail;
 	}
 #ifdef _OPENMP
@@ -1034,12 +1035,12 @@ struct backend *be_cpu_create(int threads, char *err, size_t errlen)
 	be->threads = 1;
 #endif
 	if ((st = dnnl_engine_create(&ctx->eng, dnnl_cpu, 0)) != dnnl_success) {
-		snprintf(err, errlen, "cpu backend: dnnl_engine_create: %s", dnnl_status2str(st));
+		errprintf(err, "cpu backend: dnnl_engine_create: %s", dnnl_status2str(st));
 		goto fail;
 	}
 	if ((st = dnnl_stream_create(&ctx->stream, ctx->eng, dnnl_stream_default_flags)) !=
 	    dnnl_success) {
-		snprintf(err, errlen, "cpu backend: dnnl_stream_create: %s", dnnl_status2str(st));
+		errprintf(err, "cpu backend: dnnl_stream_create: %s", dnnl_status2str(st));
 		goto fail;
 	}
 	return be;

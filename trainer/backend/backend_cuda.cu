@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 #include "trainer/backend/backend_cuda.h"
 #include "trainer/backend/backend_ref.h"
@@ -23,12 +24,12 @@ extern "C" {
 #ifndef HAVE_CUDNN
 
 /* The toolkit without cuDNN: nothing to run convolutions with. */
-extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
-					  size_t errlen)
+extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts *o,
+					  struct dp_error *err)
 {
 	(void)device;
 	(void)o;
-	snprintf(err, errlen, "this build has no CUDA backend (cuDNN was missing at build time)");
+	errprintf(err, "this build has no CUDA backend (cuDNN was missing at build time)");
 	return NULL;
 }
 
@@ -57,9 +58,9 @@ extern "C" size_t be_cuda_peak_bytes(struct backend *be)
 	return 0;
 }
 
-extern "C" int be_cuda_device_count(char *err, size_t errlen)
+extern "C" int be_cuda_device_count(struct dp_error *err)
 {
-	snprintf(err, errlen, "this build has no CUDA backend (cuDNN was missing at build time)");
+	errprintf(err, "this build has no CUDA backend (cuDNN was missing at build time)");
 	return 0;
 }
 
@@ -2135,25 +2136,25 @@ extern "C" int be_cuda_describe(int device, char *buf, size_t len)
 	return 0;
 }
 
-extern "C" int be_cuda_device_count(char *err, size_t errlen)
+extern "C" int be_cuda_device_count(struct dp_error *err)
 {
 	int count = 0;
 	cudaError_t e = cudaGetDeviceCount(&count);
 
 	if (e != cudaSuccess) {
 		cudaGetLastError();
-		snprintf(err, errlen, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
+		errprintf(err, "cudaGetDeviceCount: %s", cudaGetErrorString(e));
 		return 0;
 	}
 	if (count <= 0) {
-		snprintf(err, errlen, "cudaGetDeviceCount found no GPU");
+		errprintf(err, "cudaGetDeviceCount found no GPU");
 		return 0;
 	}
 	return count;
 }
 
-extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err,
-					  size_t errlen)
+extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts *o,
+					  struct dp_error *err)
 {
 	struct backend *be = NULL;
 	struct cu_ctx *ctx = NULL;
@@ -2161,7 +2162,6 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	const char *layout = getenv("DPTRAIN_CUDA_LAYOUT");
 	enum be_dtype dt = o ? o->act_dtype : BE_F32;
-	char why[256];
 	int count;
 	cudaError_t e;
 	cudnnStatus_t ds;
@@ -2169,36 +2169,36 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	cublasMath_t bm;
 
 	if (dt != BE_F32 && dt != BE_BF16 && dt != BE_F16) {
-		snprintf(err, errlen,
-			 "cuda backend: act_dtype %d is not BE_F32, BE_BF16 or BE_F16 (a caller "
-			 "bug)",
-			 (int)dt);
+		errprintf(err,
+			  "cuda backend: act_dtype %d is not BE_F32, BE_BF16 or BE_F16 (a caller "
+			  "bug)",
+			  (int)dt);
 		return NULL;
 	}
 	if (layout && *layout && strcmp(layout, "nchw") != 0 && strcmp(layout, "nhwc") != 0) {
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "cuda backend: DPTRAIN_CUDA_LAYOUT=%s: expected nchw or nhwc (the bf16/fp16 "
 		    "modes' activation layout; unset or empty: nhwc)",
 		    layout);
 		return NULL;
 	}
-	count = be_cuda_device_count(why, sizeof(why));
+	count = be_cuda_device_count(err);
 	if (count <= 0) {
-		snprintf(err, errlen, "cuda backend: no CUDA GPU visible: %s", why);
+		errprefix(err, "cuda backend: no CUDA GPU visible");
 		return NULL;
 	}
 	if (device < 0 || device >= count) {
-		snprintf(err, errlen,
-			 "cuda backend: GPU %d does not exist: this process sees %d "
-			 "(CUDA_VISIBLE_DEVICES=%s)",
-			 device, count, cvd ? cvd : "(unset)");
+		errprintf(err,
+			  "cuda backend: GPU %d does not exist: this process sees %d "
+			  "(CUDA_VISIBLE_DEVICES=%s)",
+			  device, count, cvd ? cvd : "(unset)");
 		return NULL;
 	}
 	be = (struct backend *)calloc(1, sizeof(*be));
 	ctx = (struct cu_ctx *)calloc(1, sizeof(*ctx));
 	if (!be || !ctx) {
-		snprintf(err, errlen, "cuda backend: out of memory");
+		errprintf(err, "cuda backend: out of memory");
 		free(be);
 		free(ctx);
 		return NULL;
@@ -2217,8 +2217,7 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 #define CREATE_TRY(ok, call, str)                                                                  \
 	do {                                                                                       \
 		if (!(ok)) {                                                                       \
-			snprintf(err, errlen, "cuda backend on GPU %d: %s: %s", device, call,      \
-				 str);                                                             \
+			errprintf(err, "cuda backend on GPU %d: %s: %s", device, call, str);       \
 			goto fail;                                                                 \
 		}                                                                                  \
 	} while (0)

@@ -3,6 +3,7 @@
  * (trainer/backend/backend_cuda.cu defines them there). */
 #include <stdio.h>
 
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 #include "trainer/backend/backend_cuda.h"
 
@@ -10,11 +11,11 @@
 
 #define NO_CUDA "this build has no CUDA backend (no toolkit at build time)"
 
-struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, char *err, size_t errlen)
+struct backend *be_cuda_create(int device, const struct be_cuda_opts *o, struct dp_error *err)
 {
 	(void)device;
 	(void)o;
-	snprintf(err, errlen, NO_CUDA);
+	errprintf(err, NO_CUDA);
 	return NULL;
 }
 
@@ -43,9 +44,9 @@ size_t be_cuda_peak_bytes(struct backend *be)
 	return 0;
 }
 
-int be_cuda_device_count(char *err, size_t errlen)
+int be_cuda_device_count(struct dp_error *err)
 {
-	snprintf(err, errlen, NO_CUDA);
+	errprintf(err, NO_CUDA);
 	return 0;
 }
 

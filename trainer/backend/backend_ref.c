@@ -13,6 +13,7 @@
 #endif
 
 #include "trainer/backend/backend_ref.h"
+#include "common/error.h"
 
 /* ---------------------------------------------------------------------------------------
  * Helpers shared with the other CPU backends. */
@@ -22,7 +23,7 @@ int be_errf(struct backend *be, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(be->err, sizeof(be->err), fmt, ap);
+	verrprintf(&be->err, fmt, ap);
 	va_end(ap);
 	return -1;
 }
@@ -1039,21 +1040,21 @@ static void ref_destroy(struct backend *be)
 static const struct backend_ops ref_ops = {.name = "ref", REF_OPS_INIT};
 static const struct backend_ops ref_parallel_ops = {.name = "cpu (no oneDNN)", REF_OPS_INIT};
 
-static struct backend *ref_new(const struct backend_ops *ops, int par, int threads, char *err,
-			       size_t errlen)
+static struct backend *ref_new(const struct backend_ops *ops, int par, int threads,
+			       struct dp_error *err)
 {
 	struct backend *be;
 	struct ref_ctx *ctx;
 
 	if (threads < 0) {
-		snprintf(err, errlen, "%s backend: threads must be 0 (the default) or more, not %d",
-			 ops->name, threads);
+		errprintf(err, "%s backend: threads must be 0 (the default) or more, not %d",
+			  ops->name, threads);
 		return NULL;
 	}
 	be = calloc(1, sizeof(*be));
 	ctx = calloc(1, sizeof(*ctx));
 	if (!be || !ctx) {
-		snprintf(err, errlen, "%s backend: out of memory", ops->name);
+		errprintf(err, "%s backend: out of memory", ops->name);
 		free(be);
 		free(ctx);
 		return NULL;
@@ -1073,12 +1074,12 @@ static struct backend *ref_new(const struct backend_ops *ops, int par, int threa
 	return be;
 }
 
-struct backend *be_ref_create(char *err, size_t errlen)
+struct backend *be_ref_create(struct dp_error *err)
 {
-	return ref_new(&ref_ops, 0, 0, err, errlen);
+	return ref_new(&ref_ops, 0, 0, err);
 }
 
-struct backend *be_ref_create_parallel(int threads, char *err, size_t errlen)
+struct backend *be_ref_create_parallel(int threads, struct dp_error *err)
 {
-	return ref_new(&ref_parallel_ops, 1, threads, err, errlen);
+	return ref_new(&ref_parallel_ops, 1, threads, err);
 }

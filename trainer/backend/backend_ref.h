@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 
 /* Fills be->err (op name and shape first, then what failed) and returns -1. */
@@ -62,6 +63,6 @@ void be_ref_pool_bwd(const struct be_pool_desc *d, const float *x, const float *
 		     float beta, int par);
 
 /* The reference ops with OpenMP: the CPU backend when built without oneDNN. */
-struct backend *be_ref_create_parallel(int threads, char *err, size_t errlen);
+struct backend *be_ref_create_parallel(int threads, struct dp_error *err);
 
 #endif

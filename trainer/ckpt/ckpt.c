@@ -5,7 +5,7 @@
 #define _GNU_SOURCE /* renameat2 */
 #include "trainer/ckpt/ckpt.h"
 #include "common/atomic_file.h"
-#include "common/failf.h"
+#include "common/error.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -48,11 +48,11 @@ static const char *ck_full(int e)
 	return "";
 }
 
-static int ck_join(char *out, const char *dir, const char *name, char *err, size_t errlen)
+static int ck_join(char *out, const char *dir, const char *name, struct dp_error *err)
 {
 	int n = snprintf(out, CKPT_PATH_MAX, "%s/%s", dir, name);
 	if (n < 0 || n >= CKPT_PATH_MAX)
-		return failf(err, errlen, "%s/%s: path too long", dir, name);
+		return errprintf(err, "%s/%s: path too long", dir, name);
 	return 0;
 }
 
@@ -84,66 +84,62 @@ static int ck_name_ok(const char *name)
 
 /* The rename or creation of a directory entry is durable only once the directory is; some file
  * systems cannot fsync a directory (EINVAL) and there is nothing more to do on those. */
-static int ck_fsync_dir(const char *dir, char *err, size_t errlen)
+static int ck_fsync_dir(const char *dir, struct dp_error *err)
 {
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return failf(err, errlen, "%s: cannot open to sync: %s", dir, strerror(errno));
+		return errprintf(err, "%s: cannot open to sync: %s", dir, strerror(errno));
 	if (fsync(fd) < 0 && errno != EINVAL) {
 		int e = errno;
 		close(fd);
-		return failf(err, errlen, "%s: cannot sync: %s%s", dir, strerror(e), ck_full(e));
+		return errprintf(err, "%s: cannot sync: %s%s", dir, strerror(e), ck_full(e));
 	}
 	close(fd);
 	return 0;
 }
 
-static int ck_mkdir_p(const char *root, char *err, size_t errlen)
+static int ck_mkdir_p(const char *root, struct dp_error *err)
 {
 	char p[CKPT_PATH_MAX];
 	struct stat st;
 	if (snprintf(p, sizeof(p), "%s", root) >= (int)sizeof(p))
-		return failf(err, errlen, "%s: path too long", root);
+		return errprintf(err, "%s: path too long", root);
 	for (char *s = p + 1; *s; s++) {
 		if (*s != '/')
 			continue;
 		*s = '\0';
 		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			return failf(err, errlen, "%s: cannot create directory: %s%s", p,
-				     strerror(errno), ck_full(errno));
+			return errprintf(err, "%s: cannot create directory: %s%s", p,
+					 strerror(errno), ck_full(errno));
 		*s = '/';
 	}
 	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		return failf(err, errlen, "%s: cannot create directory: %s%s", p, strerror(errno),
-			     ck_full(errno));
+		return errprintf(err, "%s: cannot create directory: %s%s", p, strerror(errno),
+				 ck_full(errno));
 	if (stat(p, &st) < 0)
-		return failf(err, errlen, "%s: %s", p, strerror(errno));
+		return errprintf(err, "%s: %s", p, strerror(errno));
 	if (!S_ISDIR(st.st_mode))
-		return failf(err, errlen, "%s: exists and is not a directory", p);
+		return errprintf(err, "%s: exists and is not a directory", p);
 	return 0;
 }
 
 /* dir/name = text, atomically (atomic_file.c), with advice when the disk is full. */
-static int ck_write_atomic(const char *dir, const char *name, const char *text, char *err,
-			   size_t errlen)
+static int ck_write_atomic(const char *dir, const char *name, const char *text,
+			   struct dp_error *err)
 {
 	char path[CKPT_PATH_MAX];
-	size_t used;
 
-	if (ck_join(path, dir, name, err, errlen) < 0)
+	if (ck_join(path, dir, name, err) < 0)
 		return -1;
-	if (af_write(path, text, strlen(text), 0644, err, errlen) == 0)
+	if (af_write(path, text, strlen(text), 0644, err) == 0)
 		return 0;
-	used = strnlen(err, errlen);
-	if (used + 1 < errlen)
-		snprintf(err + used, errlen - used, "%s", ck_full(errno));
-	return -1;
+	return errprintf(err, "%s%s", err->text, ck_full(errno));
 }
 
 /* Size and CRC-32 of dir/name, a regular file (a symbolic link is refused); fsyncs it first
  * when asked. */
 static int ck_sum(const char *dir, const char *name, int sync, long long *bytes, uint32_t *crc,
-		  char *err, size_t errlen)
+		  struct dp_error *err)
 {
 	char path[CKPT_PATH_MAX];
 	unsigned char *buf = NULL;
@@ -152,22 +148,22 @@ static int ck_sum(const char *dir, const char *name, int sync, long long *bytes,
 	struct stat st;
 	int fd, rv = -1;
 
-	if (ck_join(path, dir, name, err, errlen) < 0)
+	if (ck_join(path, dir, name, err) < 0)
 		return -1;
 	if ((fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0)
-		return failf(err, errlen, "%s: %s", path,
-			     errno == ENOENT ? "missing" : strerror(errno));
+		return errprintf(err, "%s: %s", path,
+				 errno == ENOENT ? "missing" : strerror(errno));
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		failf(err, errlen, "%s: not a regular file", path);
+		errprintf(err, "%s: not a regular file", path);
 		goto out;
 	}
 	if (sync && fsync(fd) < 0) {
 		int e = errno;
-		failf(err, errlen, "%s: cannot sync: %s%s", path, strerror(e), ck_full(e));
+		errprintf(err, "%s: cannot sync: %s%s", path, strerror(e), ck_full(e));
 		goto out;
 	}
 	if (!(buf = malloc(CK_CHUNK))) {
-		failf(err, errlen, "%s: out of memory", path);
+		errprintf(err, "%s: out of memory", path);
 		goto out;
 	}
 	for (;;) {
@@ -175,7 +171,7 @@ static int ck_sum(const char *dir, const char *name, int sync, long long *bytes,
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0) {
-			failf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+			errprintf(err, "%s: cannot read: %s", path, strerror(errno));
 			goto out;
 		}
 		if (got == 0)
@@ -249,8 +245,8 @@ static int ck_ent_cmp(const void *a, const void *b)
 
 /* The entries of root that are ours: step-<N>, step-<N>.tmp-*, step-<N>.old-*, latest.tmp-*,
  * newest step first. *missing is set when root does not exist (0 entries, not an error). */
-static int ck_scan(const char *root, struct ck_ent **out, size_t *n, int *missing, char *err,
-		   size_t errlen)
+static int ck_scan(const char *root, struct ck_ent **out, size_t *n, int *missing,
+		   struct dp_error *err)
 {
 	struct ck_ent *v = NULL;
 	size_t len = 0, cap = 0;
@@ -265,8 +261,8 @@ static int ck_scan(const char *root, struct ck_ent **out, size_t *n, int *missin
 			*missing = 1;
 			return 0;
 		}
-		return failf(err, errlen, "%s: cannot read the checkpoint directory: %s", root,
-			     strerror(errno));
+		return errprintf(err, "%s: cannot read the checkpoint directory: %s", root,
+				 strerror(errno));
 	}
 	while ((e = readdir(d))) {
 		struct ck_ent ent = {.step = -1};
@@ -293,7 +289,7 @@ static int ck_scan(const char *root, struct ck_ent **out, size_t *n, int *missin
 			if (!g) {
 				free(v);
 				closedir(d);
-				return failf(err, errlen, "%s: out of memory listing it", root);
+				return errprintf(err, "%s: out of memory listing it", root);
 			}
 			v = g;
 		}
@@ -307,8 +303,7 @@ static int ck_scan(const char *root, struct ck_ent **out, size_t *n, int *missin
 	return 0;
 }
 
-static char *ck_read_small(const char *path, size_t *lenp, char *err, size_t errlen,
-			   const char *label)
+static char *ck_read_small(const char *path, size_t *lenp, struct dp_error *err, const char *label)
 {
 	char *buf = NULL;
 	struct stat st;
@@ -316,16 +311,15 @@ static char *ck_read_small(const char *path, size_t *lenp, char *err, size_t err
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 
 	if (fd < 0) {
-		failf(err, errlen, "%s: %s", label, errno == ENOENT ? "missing" : strerror(errno));
+		errprintf(err, "%s: %s", label, errno == ENOENT ? "missing" : strerror(errno));
 		return NULL;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CK_STATE_MAX) {
-		failf(err, errlen, "%s: not a regular file of at most %ld bytes", label,
-		      CK_STATE_MAX);
+		errprintf(err, "%s: not a regular file of at most %ld bytes", label, CK_STATE_MAX);
 		goto fail;
 	}
 	if (!(buf = malloc((size_t)st.st_size + 1))) {
-		failf(err, errlen, "%s: out of memory", label);
+		errprintf(err, "%s: out of memory", label);
 		goto fail;
 	}
 	while (len < (size_t)st.st_size) {
@@ -333,7 +327,7 @@ static char *ck_read_small(const char *path, size_t *lenp, char *err, size_t err
 		if (got < 0 && errno == EINTR)
 			continue;
 		if (got < 0) {
-			failf(err, errlen, "%s: cannot read: %s", label, strerror(errno));
+			errprintf(err, "%s: cannot read: %s", label, strerror(errno));
 			goto fail;
 		}
 		if (got == 0)
@@ -353,7 +347,7 @@ fail:
 /* One entry of state.json's "files" (fname: {bytes, crc32}) against the file in dir: a plain
  * name, a regular file of that size and, with check_crc, that CRC. label names state.json. */
 static int ck_check_file(const char *dir, const char *fname, json_t *jf, int check_crc,
-			 const char *label, char *err, size_t errlen)
+			 const char *label, struct dp_error *err)
 {
 	json_t *jb = json_object_get(jf, "bytes"), *jc = json_object_get(jf, "crc32");
 	char path[CKPT_PATH_MAX];
@@ -362,44 +356,43 @@ static int ck_check_file(const char *dir, const char *fname, json_t *jf, int che
 	struct stat st;
 
 	if (!ck_name_ok(fname))
-		return failf(err, errlen, "%s: \"files\" lists \"%s\", not a plain file name",
-			     label, fname);
+		return errprintf(err, "%s: \"files\" lists \"%s\", not a plain file name", label,
+				 fname);
 	if (!json_is_integer(jb) || json_integer_value(jb) < 0 || !json_is_integer(jc) ||
 	    json_integer_value(jc) < 0 || json_integer_value(jc) > 0xffffffffLL)
-		return failf(err, errlen, "%s: \"files\".\"%s\" needs integers bytes and crc32",
-			     label, fname);
+		return errprintf(err, "%s: \"files\".\"%s\" needs integers bytes and crc32", label,
+				 fname);
 	want = json_integer_value(jb);
-	if (ck_join(path, dir, fname, err, errlen) < 0)
+	if (ck_join(path, dir, fname, err) < 0)
 		return -1;
 	if (lstat(path, &st) < 0)
-		return failf(err, errlen, "%s: %s: %s", dir, fname,
-			     errno == ENOENT ? "missing" : strerror(errno));
+		return errprintf(err, "%s: %s: %s", dir, fname,
+				 errno == ENOENT ? "missing" : strerror(errno));
 	if (!S_ISREG(st.st_mode))
-		return failf(err, errlen, "%s: %s: not a regular file", dir, fname);
+		return errprintf(err, "%s: %s: not a regular file", dir, fname);
 	if ((long long)st.st_size != want)
-		return failf(err, errlen, "%s: %s: %lld bytes, " CK_STATE " says %lld (%s)", dir,
-			     fname, (long long)st.st_size, want,
-			     (long long)st.st_size < want ? "truncated?"
-							  : "not the file it describes");
+		return errprintf(err, "%s: %s: %lld bytes, " CK_STATE " says %lld (%s)", dir, fname,
+				 (long long)st.st_size, want,
+				 (long long)st.st_size < want ? "truncated?"
+							      : "not the file it describes");
 	if (!check_crc)
 		return 0;
-	if (ck_sum(dir, fname, 0, &got, &crc, err, errlen) < 0)
+	if (ck_sum(dir, fname, 0, &got, &crc, err) < 0)
 		return -1;
 	if (got != want)
-		return failf(err, errlen, "%s: %s: %lld bytes, " CK_STATE " says %lld (changing?)",
-			     dir, fname, got, want);
+		return errprintf(err, "%s: %s: %lld bytes, " CK_STATE " says %lld (changing?)", dir,
+				 fname, got, want);
 	if ((long long)crc != json_integer_value(jc))
-		return failf(err, errlen,
-			     "%s: %s: crc32 mismatch (corrupt): the file has %08x, " CK_STATE
-			     " says %08llx",
-			     dir, fname, crc, (unsigned long long)json_integer_value(jc));
+		return errprintf(err,
+				 "%s: %s: crc32 mismatch (corrupt): the file has %08x, " CK_STATE
+				 " says %08llx",
+				 dir, fname, crc, (unsigned long long)json_integer_value(jc));
 	return 0;
 }
 
 /* The trainer's state into c->state_json: version 1's "state" object of state.json (jstate),
  * else the trainer file's (jstate NULL; its size and CRC were checked with every file's). */
-static int ck_trainer_state(struct ckpt *c, const char *dir, json_t *jstate, char *err,
-			    size_t errlen)
+static int ck_trainer_state(struct ckpt *c, const char *dir, json_t *jstate, struct dp_error *err)
 {
 	char path[CKPT_PATH_MAX], label[CKPT_PATH_MAX + 32];
 	snprintf(label, sizeof(label), "%s: %s", dir, jstate ? CK_STATE : CK_TRAINER);
@@ -408,14 +401,14 @@ static int ck_trainer_state(struct ckpt *c, const char *dir, json_t *jstate, cha
 		json_t *st;
 		char *stext;
 		size_t slen;
-		if (ck_join(path, dir, CK_TRAINER, err, errlen) < 0 ||
-		    !(stext = ck_read_small(path, &slen, err, errlen, label)))
+		if (ck_join(path, dir, CK_TRAINER, err) < 0 ||
+		    !(stext = ck_read_small(path, &slen, err, label)))
 			return -1;
 		st = json_loadb(stext, slen, 0, &je);
 		free(stext);
 		if (!json_is_object(st)) {
 			json_decref(st);
-			return failf(err, errlen, "%s: not a JSON object", label);
+			return errprintf(err, "%s: not a JSON object", label);
 		}
 		c->state_json = json_dumps(st, JSON_COMPACT | JSON_PRESERVE_ORDER);
 		json_decref(st);
@@ -423,12 +416,12 @@ static int ck_trainer_state(struct ckpt *c, const char *dir, json_t *jstate, cha
 		c->state_json = json_dumps(jstate, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	}
 	if (!c->state_json)
-		return failf(err, errlen, "%s: out of memory", label);
+		return errprintf(err, "%s: out of memory", label);
 	return 0;
 }
 
 /* ckpt_open; with check_crc 0 only the sizes are compared (cheap enough for every prune). */
-static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *err, size_t errlen)
+static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, struct dp_error *err)
 {
 	char dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], label[CKPT_PATH_MAX + 32];
 	const char *base, *rest, *fname;
@@ -444,65 +437,65 @@ static int ck_open(struct ckpt *c, const char *step_dir, int check_crc, char *er
 	while (n > 1 && step_dir[n - 1] == '/')
 		n--;
 	if (n >= sizeof(dir))
-		return failf(err, errlen, "%s: path too long", step_dir);
+		return errprintf(err, "%s: path too long", step_dir);
 	memcpy(dir, step_dir, n);
 	dir[n] = '\0';
 	base = strrchr(dir, '/');
 	base = base ? base + 1 : dir;
 	if (ck_parse_step(base, &step, &rest) < 0 || *rest)
-		return failf(err, errlen,
-			     "%s: not a checkpoint directory (its name is not step-<N>)", dir);
-	if (ck_join(path, dir, CK_STATE, err, errlen) < 0)
+		return errprintf(err, "%s: not a checkpoint directory (its name is not step-<N>)",
+				 dir);
+	if (ck_join(path, dir, CK_STATE, err) < 0)
 		return -1;
 	snprintf(label, sizeof(label), "%s: " CK_STATE, dir);
-	if (!(text = ck_read_small(path, &len, err, errlen, label)))
+	if (!(text = ck_read_small(path, &len, err, label)))
 		goto out;
 	if (!(doc = json_loadb(text, len, 0, &je))) {
-		failf(err, errlen, "%s: invalid JSON at line %d column %d: %s", label, je.line,
-		      je.column, je.text);
+		errprintf(err, "%s: invalid JSON at line %d column %d: %s", label, je.line,
+			  je.column, je.text);
 		goto out;
 	}
 	if (!json_is_object(doc)) {
-		failf(err, errlen, "%s: not a JSON object", label);
+		errprintf(err, "%s: not a JSON object", label);
 		goto out;
 	}
 	v = json_object_get(doc, "format");
 	if (!json_is_string(v) || strcmp(json_string_value(v), CK_FORMAT) != 0) {
-		failf(err, errlen, "%s: \"format\" is not \"" CK_FORMAT "\"", label);
+		errprintf(err, "%s: \"format\" is not \"" CK_FORMAT "\"", label);
 		goto out;
 	}
 	v = json_object_get(doc, "version");
 	if (!json_is_integer(v) || json_integer_value(v) < 1 ||
 	    json_integer_value(v) > CK_VERSION) {
-		failf(err, errlen,
-		      "%s: \"version\" is not 1 to %d (written by a newer dptrain version?)", label,
-		      CK_VERSION);
+		errprintf(err,
+			  "%s: \"version\" is not 1 to %d (written by a newer dptrain version?)",
+			  label, CK_VERSION);
 		goto out;
 	}
 	version = (int)json_integer_value(v);
 	v = json_object_get(doc, "step");
 	if (!json_is_integer(v) || json_integer_value(v) != step) {
-		failf(err, errlen, "%s: \"step\" does not match the directory name (step %ld)",
-		      label, step);
+		errprintf(err, "%s: \"step\" does not match the directory name (step %ld)", label,
+			  step);
 		goto out;
 	}
 	jfiles = json_object_get(doc, "files");
 	jstate = version == 1 ? json_object_get(doc, "state") : NULL;
 	if (!json_is_object(jfiles) || (version == 1 && !json_is_object(jstate))) {
-		failf(err, errlen, "%s: \"files\"%s must be objects", label,
-		      version == 1 ? " and \"state\"" : "");
+		errprintf(err, "%s: \"files\"%s must be objects", label,
+			  version == 1 ? " and \"state\"" : "");
 		goto out;
 	}
 	if (version > 1 && !json_object_get(jfiles, CK_TRAINER)) {
-		failf(err, errlen, "%s: \"files\" does not list " CK_TRAINER, label);
+		errprintf(err, "%s: \"files\" does not list " CK_TRAINER, label);
 		goto out;
 	}
 	json_object_foreach(jfiles, fname, jf)
 	{
-		if (ck_check_file(dir, fname, jf, check_crc, label, err, errlen) < 0)
+		if (ck_check_file(dir, fname, jf, check_crc, label, err) < 0)
 			goto out;
 	}
-	if (ck_trainer_state(c, dir, version > 1 ? NULL : jstate, err, errlen) < 0)
+	if (ck_trainer_state(c, dir, version > 1 ? NULL : jstate, err) < 0)
 		goto out;
 	memcpy(c->path, dir, strlen(dir) + 1);
 	c->step = step;
@@ -513,9 +506,9 @@ out:
 	return rv;
 }
 
-int ckpt_open(struct ckpt *c, const char *step_dir, char *err, size_t errlen)
+int ckpt_open(struct ckpt *c, const char *step_dir, struct dp_error *err)
 {
-	return ck_open(c, step_dir, 1, err, errlen);
+	return ck_open(c, step_dir, 1, err);
 }
 
 void ckpt_close(struct ckpt *c)
@@ -545,9 +538,10 @@ static void ck_warn(char *warn, size_t warnlen, const char *fmt, ...)
 }
 
 int ckpt_find_latest(const char *root, ckpt_state_check check, void *check_ctx, struct ckpt *c,
-		     char *warn, size_t warnlen, char *err, size_t errlen)
+		     char *warn, size_t warnlen, struct dp_error *err)
 {
-	char path[CKPT_PATH_MAX], why[CKPT_PATH_MAX + 256];
+	char path[CKPT_PATH_MAX];
+	struct dp_error why;
 	struct ck_ent *v;
 	size_t n;
 	int missing, rv = 0;
@@ -555,13 +549,13 @@ int ckpt_find_latest(const char *root, ckpt_state_check check, void *check_ctx, 
 	memset(c, 0, sizeof(*c));
 	if (warn && warnlen)
 		warn[0] = '\0';
-	if (ck_scan(root, &v, &n, &missing, err, errlen) < 0)
+	if (ck_scan(root, &v, &n, &missing, err) < 0)
 		return -1;
 	for (size_t i = 0; i < n && rv == 0; i++) {
 		if (v[i].kind == CK_LATEST_TMP)
 			continue;
-		if (ck_join(path, root, v[i].name, why, sizeof(why)) < 0) {
-			ck_warn(warn, warnlen, "%s; skipped", why);
+		if (ck_join(path, root, v[i].name, &why) < 0) {
+			ck_warn(warn, warnlen, "%s; skipped", why.text);
 			continue;
 		}
 		if (v[i].kind != CK_STEP)
@@ -569,10 +563,10 @@ int ckpt_find_latest(const char *root, ckpt_state_check check, void *check_ctx, 
 				"%s: left by an interrupted checkpoint write; skipped (the next "
 				"checkpoint removes it)",
 				path);
-		else if (ck_open(c, path, 1, why, sizeof(why)) < 0)
-			ck_warn(warn, warnlen, "%s; skipped", why);
-		else if (check && check(check_ctx, c->state_json, why, sizeof(why)) < 0) {
-			ck_warn(warn, warnlen, "%s: " CK_TRAINER ": %s; skipped", path, why);
+		else if (ck_open(c, path, 1, &why) < 0)
+			ck_warn(warn, warnlen, "%s; skipped", why.text);
+		else if (check && check(check_ctx, c->state_json, &why) < 0) {
+			ck_warn(warn, warnlen, "%s: " CK_TRAINER ": %s; skipped", path, why.text);
 			ckpt_close(c);
 		} else
 			rv = 1;
@@ -586,13 +580,14 @@ int ckpt_find_latest(const char *root, ckpt_state_check check, void *check_ctx, 
  * cannot be removed now is tried again after the next checkpoint. */
 static void ck_prune(const char *root, long just, int keep)
 {
-	char path[CKPT_PATH_MAX], why[CKPT_PATH_MAX + 256];
+	char path[CKPT_PATH_MAX];
+	struct dp_error why;
 	struct ck_ent *v;
 	struct ckpt c;
 	size_t n;
 	int missing, kept = 1, dfd;
 
-	if (ck_scan(root, &v, &n, &missing, why, sizeof(why)) < 0)
+	if (ck_scan(root, &v, &n, &missing, &why) < 0)
 		return;
 	if ((dfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		free(v);
@@ -612,8 +607,8 @@ static void ck_prune(const char *root, long just, int keep)
 		if (v[i].kind == CK_STEP) {
 			if (v[i].step == just)
 				continue;
-			if (kept < keep && ck_join(path, root, v[i].name, why, sizeof(why)) == 0 &&
-			    ck_open(&c, path, 0, why, sizeof(why)) == 0) {
+			if (kept < keep && ck_join(path, root, v[i].name, &why) == 0 &&
+			    ck_open(&c, path, 0, &why) == 0) {
 				ckpt_close(&c);
 				kept++;
 				continue;
@@ -638,32 +633,27 @@ static void ck_prune(const char *root, long just, int keep)
 
 /* Completes a writer's message with what ckpt_write knows: the path when the message lacks it,
  * and a full disk (seen in errno or in the file system's free space). */
-static void ck_writer_failed(const char *tmpdir, const char *path, int e, char *err, size_t errlen)
+static void ck_writer_failed(const char *tmpdir, const char *path, int e, struct dp_error *err)
 {
-	char msg[CKPT_PATH_MAX + 1024];
 	struct statvfs sv;
 	int full = e == ENOSPC || e == EDQUOT ||
 		   (statvfs(tmpdir, &sv) == 0 && sv.f_blocks > 0 && sv.f_bavail == 0);
-	if (!err[0])
-		snprintf(msg, sizeof(msg), "%s: the writer failed without saying why", path);
-	else if (!strstr(err, path))
-		snprintf(msg, sizeof(msg), "%s: %s", path, err);
-	else
-		snprintf(msg, sizeof(msg), "%s", err);
-	if (full && !strstr(msg, "disk is full"))
-		failf(
-		    err, errlen,
-		    "%s; the disk is full: free space there or set checkpoint.dir to another disk",
-		    msg);
-	else
-		failf(err, errlen, "%s", msg);
+	if (!err->text[0])
+		errprintf(err, "%s: the writer failed without saying why", path);
+	else if (!strstr(err->text, path))
+		errprefix(err, "%s", path);
+	if (full && !strstr(err->text, "disk is full"))
+		errprintf(err,
+			  "%s; the disk is full: free space there or set checkpoint.dir to another "
+			  "disk",
+			  err->text);
 }
 
 /* Puts tmp in place as final. A step that is already there is swapped out atomically where the
  * file system can (RENAME_EXCHANGE), so some complete step-<N> exists at every moment; *old is
  * then the path that holds it, for the caller to remove once the swap is durable. */
 static int ck_install(const char *root, long step, const char *tmp, const char *final, char *old,
-		      char *err, size_t errlen)
+		      struct dp_error *err)
 {
 	struct stat st;
 	int n;
@@ -671,66 +661,66 @@ static int ck_install(const char *root, long step, const char *tmp, const char *
 	old[0] = '\0';
 	if (lstat(final, &st) < 0) {
 		if (errno != ENOENT)
-			return failf(err, errlen, "%s: %s", final, strerror(errno));
+			return errprintf(err, "%s: %s", final, strerror(errno));
 		if (rename(tmp, final) < 0)
-			return failf(err, errlen, "%s: cannot rename %s into place: %s", final, tmp,
-				     strerror(errno));
+			return errprintf(err, "%s: cannot rename %s into place: %s", final, tmp,
+					 strerror(errno));
 		return 0;
 	}
 	if (!S_ISDIR(st.st_mode))
-		return failf(err, errlen,
-			     "%s: exists and is not a directory; move it out of the checkpoint "
-			     "directory",
-			     final);
+		return errprintf(err,
+				 "%s: exists and is not a directory; move it out of the checkpoint "
+				 "directory",
+				 final);
 	if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
 		memcpy(old, tmp, strlen(tmp) + 1);
 		return 0;
 	}
 	if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
-		return failf(err, errlen, "%s: cannot replace it with %s: %s", final, tmp,
-			     strerror(errno));
+		return errprintf(err, "%s: cannot replace it with %s: %s", final, tmp,
+				 strerror(errno));
 	/* No exchange here: move the old one aside (onto an empty directory of a fresh name,
 	 * which rename may replace), then put the new one in place. */
 	n = snprintf(old, CKPT_PATH_MAX, "%s/step-%ld.old-%ld-XXXXXX", root, step, (long)getpid());
 	if (n < 0 || n >= CKPT_PATH_MAX || !mkdtemp(old)) {
 		int e = errno;
 		old[0] = '\0';
-		return failf(err, errlen, "%s: cannot make room to replace it: %s%s", final,
-			     strerror(e), ck_full(e));
+		return errprintf(err, "%s: cannot make room to replace it: %s%s", final,
+				 strerror(e), ck_full(e));
 	}
 	if (rename(final, old) < 0) {
 		int e = errno;
 		rmdir(old);
 		old[0] = '\0';
-		return failf(err, errlen, "%s: cannot move it aside to replace it: %s", final,
-			     strerror(e));
+		return errprintf(err, "%s: cannot move it aside to replace it: %s", final,
+				 strerror(e));
 	}
 	if (rename(tmp, final) < 0) {
 		int e = errno;
 		if (rename(old, final) == 0)
 			old[0] = '\0';
-		return failf(err, errlen, "%s: cannot rename %s into place: %s", final, tmp,
-			     strerror(e));
+		return errprintf(err, "%s: cannot rename %s into place: %s", final, tmp,
+				 strerror(e));
 	}
 	return 0;
 }
 
 /* A ckpt_writer for text (the trainer state). */
-static int ck_write_text(void *ctx, const char *path, char *err, size_t errlen)
+static int ck_write_text(void *ctx, const char *path, struct dp_error *err)
 {
 	const char *text = ctx;
 	size_t len = strlen(text);
 	FILE *f = fopen(path, "wx");
 	if (!f)
-		return failf(err, errlen, "%s: %s", path, strerror(errno));
+		return errprintf(err, "%s: %s", path, strerror(errno));
 	int ok = fwrite(text, 1, len, f) == len && fputc('\n', f) != EOF;
 	if (fclose(f) != 0 || !ok)
-		return failf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+		return errprintf(err, "%s: cannot write: %s", path, strerror(errno));
 	return 0;
 }
 
 int ckpt_write(const char *root, long step, const struct ckpt_file *files, int nfiles,
-	       const char *state_json, int keep, char *err, size_t errlen)
+	       const char *state_json, int keep, struct dp_error *err)
 {
 	char tmp[CKPT_PATH_MAX] = "", final[CKPT_PATH_MAX], path[CKPT_PATH_MAX],
 	     old[CKPT_PATH_MAX] = "", latest[64];
@@ -740,49 +730,49 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 	int rv = -1, n;
 
 	if (step < 0)
-		return failf(err, errlen, "%s: checkpoint step %ld is negative", root, step);
+		return errprintf(err, "%s: checkpoint step %ld is negative", root, step);
 	if (nfiles < 0 || nfiles > CKPT_MAX_FILES)
-		return failf(err, errlen, "%s: %d files in a checkpoint; at most %d", root, nfiles,
-			     CKPT_MAX_FILES);
+		return errprintf(err, "%s: %d files in a checkpoint; at most %d", root, nfiles,
+				 CKPT_MAX_FILES);
 	for (int i = 0; i < nfiles; i++) {
 		if (!ck_name_ok(files[i].name) || !files[i].write ||
 		    !strcmp(files[i].name, CK_TRAINER))
-			return failf(err, errlen,
-				     "%s: checkpoint file \"%s\": not a plain file name with a "
-				     "writer",
-				     root, files[i].name ? files[i].name : "(null)");
+			return errprintf(err,
+					 "%s: checkpoint file \"%s\": not a plain file name with a "
+					 "writer",
+					 root, files[i].name ? files[i].name : "(null)");
 		for (int j = 0; j < i; j++)
 			if (!strcmp(files[i].name, files[j].name))
-				return failf(err, errlen, "%s: checkpoint file \"%s\" given twice",
-					     root, files[i].name);
+				return errprintf(err, "%s: checkpoint file \"%s\" given twice",
+						 root, files[i].name);
 	}
 	state = json_loads(state_json ? state_json : "{}", 0, &je);
 	if (!json_is_object(state)) {
 		if (state)
-			failf(err, errlen, "%s: checkpoint state is not a JSON object", root);
+			errprintf(err, "%s: checkpoint state is not a JSON object", root);
 		else
-			failf(err, errlen,
-			      "%s: checkpoint state: invalid JSON at line %d column %d: %s", root,
-			      je.line, je.column, je.text);
+			errprintf(err,
+				  "%s: checkpoint state: invalid JSON at line %d column %d: %s",
+				  root, je.line, je.column, je.text);
 		goto out;
 	}
-	if (ck_mkdir_p(root, err, errlen) < 0)
+	if (ck_mkdir_p(root, err) < 0)
 		goto out;
 	n = snprintf(final, sizeof(final), "%s/step-%ld", root, step);
 	if (n < 0 || n >= (int)sizeof(final)) {
-		failf(err, errlen, "%s: path too long", root);
+		errprintf(err, "%s: path too long", root);
 		goto out;
 	}
 	n = snprintf(tmp, sizeof(tmp), "%s.tmp-%ld-XXXXXX", final, (long)getpid());
 	if (n < 0 || n >= (int)sizeof(tmp) || !mkdtemp(tmp)) {
 		int e = errno;
 		tmp[0] = '\0';
-		failf(err, errlen, "%s: cannot create a temporary directory: %s%s", root,
-		      strerror(e), ck_full(e));
+		errprintf(err, "%s: cannot create a temporary directory: %s%s", root, strerror(e),
+			  ck_full(e));
 		goto out;
 	}
 	if (chmod(tmp, 0755) < 0) {
-		failf(err, errlen, "%s: %s", tmp, strerror(errno));
+		errprintf(err, "%s: %s", tmp, strerror(errno));
 		goto out;
 	}
 
@@ -794,12 +784,12 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 	all[nfiles++] = (struct ckpt_file){CK_TRAINER, ck_write_text, stext};
 	files = all;
 	for (int i = 0; i < nfiles; i++) {
-		if (ck_join(path, tmp, files[i].name, err, errlen) < 0)
+		if (ck_join(path, tmp, files[i].name, err) < 0)
 			goto out;
-		err[0] = '\0';
+		err->text[0] = '\0';
 		errno = 0;
-		if (files[i].write(files[i].ctx, path, err, errlen) < 0) {
-			ck_writer_failed(tmp, path, errno, err, errlen);
+		if (files[i].write(files[i].ctx, path, err) < 0) {
+			ck_writer_failed(tmp, path, errno, err);
 			goto out;
 		}
 	}
@@ -808,7 +798,7 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 	for (int i = 0; i < nfiles; i++) {
 		long long bytes;
 		uint32_t crc;
-		if (ck_sum(tmp, files[i].name, 1, &bytes, &crc, err, errlen) < 0)
+		if (ck_sum(tmp, files[i].name, 1, &bytes, &crc, err) < 0)
 			goto out;
 		if (json_object_set_new(jfiles, files[i].name,
 					json_pack("{s:I,s:I}", "bytes", (json_int_t)bytes, "crc32",
@@ -820,26 +810,26 @@ int ckpt_write(const char *root, long step, const struct ckpt_file *files, int n
 	if (!doc || !(text = json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER)))
 		goto oom;
 	/* ck_write_atomic fsyncs tmp after the rename, which makes the whole directory durable */
-	if (ck_write_atomic(tmp, CK_STATE, text, err, errlen) < 0)
+	if (ck_write_atomic(tmp, CK_STATE, text, err) < 0)
 		goto out;
 
-	if (ck_install(root, step, tmp, final, old, err, errlen) < 0)
+	if (ck_install(root, step, tmp, final, old, err) < 0)
 		goto out;
 	tmp[0] = '\0'; /* in place: no longer ours to remove */
-	if (ck_fsync_dir(root, err, errlen) < 0)
+	if (ck_fsync_dir(root, err) < 0)
 		goto out;
 	if (old[0]) {
 		ck_remove_path(old);
 		old[0] = '\0';
 	}
 	snprintf(latest, sizeof(latest), "step-%ld\n", step);
-	if (ck_write_atomic(root, "latest", latest, err, errlen) < 0)
+	if (ck_write_atomic(root, "latest", latest, err) < 0)
 		goto out;
 	ck_prune(root, step, keep);
 	rv = 0;
 	goto out;
 oom:
-	failf(err, errlen, "%s: out of memory writing checkpoint step %ld", root, step);
+	errprintf(err, "%s: out of memory writing checkpoint step %ld", root, step);
 out:
 	if (tmp[0])
 		ck_remove_path(tmp);

@@ -14,13 +14,14 @@
 #define DPTRAIN_CKPT_H
 
 #include <stddef.h>
+#include "common/error.h"
 
 #define CKPT_MAX_FILES 8
 #define CKPT_PATH_MAX  4096
 
 /* Writes one file of a checkpoint at path (a fresh name inside the temporary directory);
  * 0, or -1 with err. It need not fsync: ckpt_write does. */
-typedef int (*ckpt_writer)(void *ctx, const char *path, char *err, size_t errlen);
+typedef int (*ckpt_writer)(void *ctx, const char *path, struct dp_error *err);
 
 struct ckpt_file {
 	const char *name; /* plain file name, e.g. "model.safetensors" (not "state.json") */
@@ -37,7 +38,7 @@ struct ckpt_file {
  * leftover temporary directories. A step-<step> that already exists is replaced. On any error
  * (disk full, permission) nothing that existed is harmed and the error names the path. */
 int ckpt_write(const char *root, long step, const struct ckpt_file *files, int nfiles,
-	       const char *state_json, int keep, char *err, size_t errlen);
+	       const char *state_json, int keep, struct dp_error *err);
 
 struct ckpt {
 	char path[CKPT_PATH_MAX]; /* the step directory */
@@ -48,12 +49,12 @@ struct ckpt {
 /* Validates one step directory (state.json, every file's size and CRC); fills c. -1 with err
  * naming the file and what is wrong ("model.safetensors: 1234 bytes, state.json says 5678:
  * truncated?"). */
-int ckpt_open(struct ckpt *c, const char *step_dir, char *err, size_t errlen);
+int ckpt_open(struct ckpt *c, const char *step_dir, struct dp_error *err);
 void ckpt_close(struct ckpt *c);
 
 /* Whether the caller can resume from a state (its "state" object as JSON text): 0, or -1 with
  * why (a value out of range for this job, say). */
-typedef int (*ckpt_state_check)(void *ctx, const char *state_json, char *why, size_t whylen);
+typedef int (*ckpt_state_check)(void *ctx, const char *state_json, struct dp_error *why);
 
 /* The newest valid checkpoint under root: 1 found (c filled), 0 none (root missing or holds
  * no complete step), -1 error (root unreadable). Invalid steps are skipped, and so are steps
@@ -61,6 +62,6 @@ typedef int (*ckpt_state_check)(void *ctx, const char *state_json, char *why, si
  * NUL-terminated, truncated to warnlen) naming it and why. latest is a hint only: the scan
  * decides. */
 int ckpt_find_latest(const char *root, ckpt_state_check check, void *check_ctx, struct ckpt *c,
-		     char *warn, size_t warnlen, char *err, size_t errlen);
+		     char *warn, size_t warnlen, struct dp_error *err);
 
 #endif

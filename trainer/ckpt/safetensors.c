@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "trainer/ckpt/safetensors.h"
 #include "common/atomic_file.h"
+#include "common/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +48,7 @@ static int cmp_begin(const void *a, const void *b)
 	return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
+int st_open(struct st_file *f, const char *path, struct dp_error *err)
 {
 	int fd = -1, rv = -1;
 	json_t *hdr = NULL;
@@ -56,31 +57,31 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 	f->path = strdup(path);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0 || fstat(fd, &st) < 0) {
-		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		errprintf(err, "%s: cannot open: %s", path, strerror(errno));
 		goto out;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		snprintf(err, errlen, "%s: not a regular file", path);
+		errprintf(err, "%s: not a regular file", path);
 		goto out;
 	}
 	f->size = (size_t)st.st_size;
 	if (f->size < 8) {
-		snprintf(err, errlen, "%s: truncated: %zu bytes, a safetensors file has at least 8",
-			 path, f->size);
+		errprintf(err, "%s: truncated: %zu bytes, a safetensors file has at least 8", path,
+			  f->size);
 		goto out;
 	}
 	f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
 	if (f->map == MAP_FAILED) {
 		f->map = NULL;
-		snprintf(err, errlen, "%s: cannot map: %s", path, strerror(errno));
+		errprintf(err, "%s: cannot map: %s", path, strerror(errno));
 		goto out;
 	}
 	uint64_t hlen = 0;
 	for (int i = 7; i >= 0; i--)
 		hlen = hlen << 8 | f->map[i];
 	if (hlen > ST_HEADER_MAX || hlen > f->size - 8) {
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "%s: header length %llu does not fit in the file (%zu bytes): truncated or "
 		    "not a safetensors file",
 		    path, (unsigned long long)hlen, f->size);
@@ -90,13 +91,13 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 	json_error_t je;
 	hdr = json_loadb((const char *)f->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &je);
 	if (!hdr || !json_is_object(hdr)) {
-		snprintf(err, errlen, "%s: header is not a JSON object%s%s", path, hdr ? "" : ": ",
-			 hdr ? "" : je.text);
+		errprintf(err, "%s: header is not a JSON object%s%s", path, hdr ? "" : ": ",
+			  hdr ? "" : je.text);
 		goto out;
 	}
 	f->t = calloc(json_object_size(hdr) + 1, sizeof(*f->t));
 	if (!f->t) {
-		snprintf(err, errlen, "%s: out of memory", path);
+		errprintf(err, "%s: out of memory", path);
 		goto out;
 	}
 	const char *key;
@@ -115,10 +116,10 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 		    json_array_size(off) != 2 || json_array_size(sh) > ST_MAX_DIMS ||
 		    !json_is_integer(json_array_get(off, 0)) ||
 		    !json_is_integer(json_array_get(off, 1))) {
-			snprintf(err, errlen,
-				 "%s: tensor \"%s\": expected {dtype, shape (at most %d dims), "
-				 "data_offsets [begin, end]}",
-				 path, key, ST_MAX_DIMS);
+			errprintf(err,
+				  "%s: tensor \"%s\": expected {dtype, shape (at most %d dims), "
+				  "data_offsets [begin, end]}",
+				  path, key, ST_MAX_DIMS);
 			goto out;
 		}
 		t->name = strdup(key);
@@ -126,8 +127,8 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 		snprintf(t->dtype, sizeof(t->dtype), "%s", json_string_value(dt));
 		size_t esize = st_dtype_size(t->dtype);
 		if (!esize) {
-			snprintf(err, errlen, "%s: tensor \"%s\": unknown dtype \"%s\"", path, key,
-				 json_string_value(dt));
+			errprintf(err, "%s: tensor \"%s\": unknown dtype \"%s\"", path, key,
+				  json_string_value(dt));
 			goto out;
 		}
 		unsigned __int128 count = 1;
@@ -135,8 +136,8 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 		for (int d = 0; d < t->ndim; d++) {
 			json_t *e = json_array_get(sh, (size_t)d);
 			if (!json_is_integer(e) || json_integer_value(e) < 0) {
-				snprintf(err, errlen, "%s: tensor \"%s\": shape[%d] is not a size",
-					 path, key, d);
+				errprintf(err, "%s: tensor \"%s\": shape[%d] is not a size", path,
+					  key, d);
 				goto out;
 			}
 			t->shape[d] = json_integer_value(e);
@@ -145,8 +146,8 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 		json_int_t b = json_integer_value(json_array_get(off, 0)),
 			   e = json_integer_value(json_array_get(off, 1));
 		if (b < 0 || e < b || (uint64_t)e > data_len) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "%s: tensor \"%s\": data_offsets [%lld, %lld] outside the %zu data "
 			    "bytes (truncated file?)",
 			    path, key, (long long)b, (long long)e, data_len);
@@ -155,8 +156,8 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 		t->begin = (size_t)b;
 		t->end = (size_t)e;
 		if (count * esize != (unsigned __int128)(t->end - t->begin)) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "%s: tensor \"%s\": %zu bytes of data for a %s tensor of that shape",
 			    path, key, t->end - t->begin, t->dtype);
 			goto out;
@@ -165,8 +166,8 @@ int st_open(struct st_file *f, const char *path, char *err, size_t errlen)
 	qsort(f->t, (size_t)f->n, sizeof(*f->t), cmp_begin);
 	for (int i = 1; i < f->n; i++)
 		if (f->t[i].begin < f->t[i - 1].end) {
-			snprintf(err, errlen, "%s: tensors \"%s\" and \"%s\" overlap", path,
-				 f->t[i - 1].name, f->t[i].name);
+			errprintf(err, "%s: tensors \"%s\" and \"%s\" overlap", path,
+				  f->t[i - 1].name, f->t[i].name);
 			goto out;
 		}
 	rv = 0;
@@ -193,7 +194,7 @@ const void *st_data(const struct st_file *f, const struct st_tensor *t)
 }
 
 int st_write_atomic(const char *path, const struct st_entry *e, int n, const char *metadata_json,
-		    char *err, size_t errlen)
+		    struct dp_error *err)
 {
 	int rv = -1;
 	char *hdr_text = NULL;
@@ -207,7 +208,7 @@ int st_write_atomic(const char *path, const struct st_entry *e, int n, const cha
 		json_t *meta = json_loads(metadata_json, 0, &je);
 		if (!json_is_object(meta)) {
 			json_decref(meta);
-			snprintf(err, errlen, "%s: metadata is not a JSON object", path);
+			errprintf(err, "%s: metadata is not a JSON object", path);
 			goto out;
 		}
 		json_object_set_new(hdr, "__metadata__", meta);
@@ -245,17 +246,16 @@ int st_write_atomic(const char *path, const struct st_entry *e, int n, const cha
 	for (int i = 0; i < 8; i++)
 		len8[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
 
-	if (af_open(&af, path, 0644, err, errlen) < 0 ||
-	    af_write_chunk(&af, len8, 8, err, errlen) < 0 ||
-	    af_write_chunk(&af, hdr_text, hlen, err, errlen) < 0)
+	if (af_open(&af, path, 0644, err) < 0 || af_write_chunk(&af, len8, 8, err) < 0 ||
+	    af_write_chunk(&af, hdr_text, hlen, err) < 0)
 		goto out;
 	for (int i = 0; i < n; i++)
-		if (af_write_chunk(&af, e[i].data, e[i].nbytes, err, errlen) < 0)
+		if (af_write_chunk(&af, e[i].data, e[i].nbytes, err) < 0)
 			goto out;
-	rv = af_commit(&af, err, errlen);
+	rv = af_commit(&af, err);
 	goto out;
 oom:
-	snprintf(err, errlen, "%s: out of memory", path);
+	errprintf(err, "%s: out of memory", path);
 out:
 	af_abort(&af);
 	int cause = errno; /* ckpt's writer wrapper reads it (ENOSPC) */

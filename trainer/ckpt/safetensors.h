@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "common/error.h"
 
 #define ST_MAX_DIMS 8
 
@@ -30,7 +31,7 @@ struct st_file {
 
 /* Open and validate: header size, JSON, dtypes, shapes against byte ranges, ranges inside the
  * file and not overlapping. Errors name the file and the tensor. */
-int st_open(struct st_file *f, const char *path, char *err, size_t errlen);
+int st_open(struct st_file *f, const char *path, struct dp_error *err);
 void st_close(struct st_file *f);
 const struct st_tensor *st_find(const struct st_file *f, const char *name);
 const void *st_data(const struct st_file *f, const struct st_tensor *t);
@@ -48,6 +49,6 @@ struct st_entry {
 /* Write n tensors (in the given order) and optional string metadata (a JSON object text or
  * NULL) to path atomically: temporary in the same directory, fsync, rename, fsync dir. */
 int st_write_atomic(const char *path, const struct st_entry *e, int n, const char *metadata_json,
-		    char *err, size_t errlen);
+		    struct dp_error *err);
 
 #endif

@@ -3,6 +3,7 @@
  * What the keys mean (tables, defaults, cross-field checks) is config_schema.c; printing is
  * config_json.c. No Slurm, PMIx or trainer code here: the SPANK plugin links this file. */
 #include "trainer/config/config_schema.h"
+#include "common/error.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -684,21 +685,20 @@ static int all_space(const char *s, size_t len)
 
 /* abspath: the config's absolute path, or NULL for name made absolute against the cwd. */
 static int parse(struct cfg *c, const char *text, size_t len, const char *name, const char *abspath,
-		 int noverrides, char *const overrides[], char *err, size_t errlen)
+		 int noverrides, char *const overrides[], struct dp_error *err)
 {
 	struct cfg_ctx x = {.c = c,
 			    .name = name && name[0] ? name : "config",
 			    .noverrides = noverrides > 0 && overrides ? noverrides : 0,
 			    .overrides = overrides,
-			    .err = err,
-			    .errlen = errlen};
+			    .err = err};
 	char cwd[PATH_MAX], got[128], msg[256] = "";
 	json_error_t jerr;
 	int rv = -1;
 
 	memset(c, 0, sizeof(*c));
-	if (err && errlen)
-		err[0] = '\0';
+	if (err)
+		err->text[0] = '\0';
 	if (cfg_set_defaults(c) < 0) {
 		cfg_oom(&x);
 		goto out;
@@ -748,9 +748,9 @@ out:
 }
 
 int cfg_parse(struct cfg *c, const char *text, size_t len, const char *name, int noverrides,
-	      char *const overrides[], char *err, size_t errlen)
+	      char *const overrides[], struct dp_error *err)
 {
-	return parse(c, text, len, name, NULL, noverrides, overrides, err, errlen);
+	return parse(c, text, len, name, NULL, noverrides, overrides, err);
 }
 
 /* The file's directory through realpath (so "../jobs/x.json" gives a clean path), joined
@@ -779,8 +779,8 @@ static char *file_abspath(const char *path)
 	return r;
 }
 
-int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[], char *err,
-	     size_t errlen)
+int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[],
+	     struct dp_error *err)
 {
 	char *abspath = NULL;
 	char *buf = NULL;
@@ -789,38 +789,38 @@ int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overri
 	int fd = -1, rv = -1;
 
 	memset(c, 0, sizeof(*c));
-	if (err && errlen)
-		err[0] = '\0';
+	if (err)
+		err->text[0] = '\0';
 	if (!path || !path[0]) {
-		snprintf(err, errlen, "no config file given");
+		errprintf(err, "no config file given");
 		goto out;
 	}
 	/* O_NONBLOCK so that a FIFO without a writer cannot hang the open; reads block again. */
 	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
-		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		errprintf(err, "%s: cannot open: %s", path, strerror(errno));
 		goto out;
 	}
 	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(EISDIR));
+		errprintf(err, "%s: cannot read: %s", path, strerror(EISDIR));
 		goto out;
 	}
 	/* Only a regular file: a FIFO or a device could keep srun, slurmstepd or the launcher
 	 * waiting for data that never comes. */
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		snprintf(err, errlen,
-			 "%s: not a regular file (a job config must be a file, not a "
-			 "FIFO, device or socket)",
-			 path);
+		errprintf(err,
+			  "%s: not a regular file (a job config must be a file, not a "
+			  "FIFO, device or socket)",
+			  path);
 		goto out;
 	}
 	if (st.st_size > CFG_MAX_FILE_SIZE) {
-		snprintf(err, errlen, "%s: too large: a config is at most %u bytes", path,
-			 CFG_MAX_FILE_SIZE);
+		errprintf(err, "%s: too large: a config is at most %u bytes", path,
+			  CFG_MAX_FILE_SIZE);
 		goto out;
 	}
 	int flags = fcntl(fd, F_GETFL);
 	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
-		snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+		errprintf(err, "%s: cannot read: %s", path, strerror(errno));
 		goto out;
 	}
 	for (;;) {
@@ -828,7 +828,7 @@ int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overri
 			cap = cap ? cap * 2 : 16384;
 			char *nb = realloc(buf, cap);
 			if (!nb) {
-				snprintf(err, errlen, "%s: out of memory", path);
+				errprintf(err, "%s: out of memory", path);
 				goto out;
 			}
 			buf = nb;
@@ -837,20 +837,20 @@ int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overri
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0) {
-			snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+			errprintf(err, "%s: cannot read: %s", path, strerror(errno));
 			goto out;
 		}
 		if (n == 0)
 			break;
 		len += (size_t)n;
 		if (len > CFG_MAX_FILE_SIZE) {
-			snprintf(err, errlen, "%s: too large: a config is at most %u bytes", path,
-				 CFG_MAX_FILE_SIZE);
+			errprintf(err, "%s: too large: a config is at most %u bytes", path,
+				  CFG_MAX_FILE_SIZE);
 			goto out;
 		}
 	}
 	abspath = file_abspath(path);
-	rv = parse(c, buf, len, path, abspath, noverrides, overrides, err, errlen);
+	rv = parse(c, buf, len, path, abspath, noverrides, overrides, err);
 out:
 	free(abspath);
 	if (fd >= 0)

@@ -4,9 +4,9 @@
  *
  * API contract used by other modules (keep these names; the config owner fills the rest):
  *   int  cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[],
- *                 char *err, size_t errlen);   0 ok, -1 error (err names file + JSON path)
+ *                 struct dp_error *err);   0 ok, -1 error (err names file + JSON path)
  *   int  cfg_parse(struct cfg *c, const char *text, size_t len, const char *name,
- *                  int noverrides, char *const overrides[], char *err, size_t errlen);
+ *                  int noverrides, char *const overrides[], struct dp_error *err);
  *   char *cfg_to_json(const struct cfg *c);    resolved config, malloc'd, pretty JSON
  *   void cfg_free(struct cfg *c);
  * Fields other modules read: c->output.dir, c->output.per_rank_logs, c->output.console,
@@ -20,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "common/error.h"
 
 /* Configs larger than this are refused before parsing (a real one is a few KiB). */
 #define CFG_MAX_FILE_SIZE (16u << 20)
@@ -220,12 +222,12 @@ struct cfg {
  * its default applies). Relative input paths resolve against the directory of path.
  * Returns 0, or -1 with the first error in err ("NAME: json.path: what is expected") and c
  * holding nothing to free. */
-int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[], char *err,
-	     size_t errlen);
+int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[],
+	     struct dp_error *err);
 
 /* The same on text[0..len), named name in messages; c->path becomes name made absolute. */
 int cfg_parse(struct cfg *c, const char *text, size_t len, const char *name, int noverrides,
-	      char *const overrides[], char *err, size_t errlen);
+	      char *const overrides[], struct dp_error *err);
 
 /* The resolved config (defaults filled in, paths absolute) as pretty JSON that cfg_parse
  * reads back into an equal struct. malloc'd; NULL when out of memory. */

@@ -145,25 +145,18 @@ int cfg_override_for(const struct cfg_ctx *x, const char *path)
 
 static int vfail(struct cfg_ctx *x, int ov, const char *path, const char *fmt, va_list ap)
 {
-	size_t n;
-
-	if (!x->err || x->errlen == 0)
-		return -1;
-	if (path && path[0])
-		snprintf(x->err, x->errlen, "%s: %s: ", x->name, path);
-	else
-		snprintf(x->err, x->errlen, "%s: ", x->name);
-	n = strlen(x->err);
-	vsnprintf(x->err + n, x->errlen - n, fmt, ap);
+	verrprintf(x->err, fmt, ap);
 	if (ov < 0)
 		ov = cfg_override_for(x, path);
 	if (ov >= 0) {
-		n = strlen(x->err);
-		snprintf(x->err + n, x->errlen - n, " (from the override ");
-		cfg_escape_text(x->err, x->errlen - 1, x->overrides[ov], 80, 0);
-		strncat(x->err, ")", x->errlen - strlen(x->err) - 1);
+		char quoted[6 * 80 + 16] =
+		    ""; /* 80 bytes of the override, at most 6 each (\\u00XX) */
+		cfg_escape_text(quoted, sizeof(quoted), x->overrides[ov], 80, 0);
+		errprintf(x->err, "%s (from the override %s)", x->err->text, quoted);
 	}
-	return -1;
+	if (path && path[0])
+		return errprefix(x->err, "%s: %s", x->name, path);
+	return errprefix(x->err, "%s", x->name);
 }
 
 int cfg_fail(struct cfg_ctx *x, const char *path, const char *fmt, ...)

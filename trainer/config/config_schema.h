@@ -77,8 +77,7 @@ struct cfg_ctx {
 	char *dir;	  /* absolute directory relative input paths resolve against */
 	int noverrides;
 	char *const *overrides;
-	char *err;
-	size_t errlen;
+	struct dp_error *err; /* where cfg_fail writes; may be NULL */
 };
 
 /* Messages (config_msg.c). Append s (at most max bytes) to out with control characters

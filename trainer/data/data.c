@@ -3,6 +3,7 @@
  * data_synth.c; nothing here knows one. */
 #include "trainer/data/data.h"
 #include "trainer/data/data_file.h"
+#include "common/error.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,11 +18,11 @@
 #define IN_BUF	   (256u << 10) /* compressed input read at a time */
 
 int data_get(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
-	     int *label, char err[DATA_ERR_MAX])
+	     int *label, struct dp_error *err)
 {
 	if (i >= ds->count) {
-		snprintf(err, DATA_ERR_MAX, "%s: sample %zu is out of range (the set has %zu)",
-			 ds->name, i, ds->count);
+		errprintf(err, "%s: sample %zu is out of range (the set has %zu)", ds->name, i,
+			  ds->count);
 		return -1;
 	}
 	return ds->ops->get(ds, i, scratch, pixels, label, err);
@@ -36,7 +37,7 @@ void data_free(struct data_set *ds)
 	memset(ds, 0, sizeof(*ds));
 }
 
-int data_file_open(struct data_file *f, const char *path, char err[DATA_ERR_MAX])
+int data_file_open(struct data_file *f, const char *path, struct dp_error *err)
 {
 	struct stat st;
 	ssize_t r;
@@ -45,21 +46,21 @@ int data_file_open(struct data_file *f, const char *path, char err[DATA_ERR_MAX]
 	f->path = path;
 	f->fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (f->fd < 0) {
-		snprintf(err, DATA_ERR_MAX, "%s: %s", path, strerror(errno));
+		errprintf(err, "%s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (fstat(f->fd, &st) != 0) {
-		snprintf(err, DATA_ERR_MAX, "%s: %s", path, strerror(errno));
+		errprintf(err, "%s: %s", path, strerror(errno));
 		goto fail;
 	}
 	if (S_ISDIR(st.st_mode)) {
-		snprintf(err, DATA_ERR_MAX, "%s: is a directory, not a dataset file", path);
+		errprintf(err, "%s: is a directory, not a dataset file", path);
 		goto fail;
 	}
 	f->raw_size = st.st_size;
 	f->in = malloc(IN_BUF);
 	if (!f->in) {
-		snprintf(err, DATA_ERR_MAX, "%s: out of memory", path);
+		errprintf(err, "%s: out of memory", path);
 		goto fail;
 	}
 	/* Look at the first two bytes: gzip's magic, or the data itself. */
@@ -69,7 +70,7 @@ int data_file_open(struct data_file *f, const char *path, char err[DATA_ERR_MAX]
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			snprintf(err, DATA_ERR_MAX, "%s: read error: %s", path, strerror(errno));
+			errprintf(err, "%s: read error: %s", path, strerror(errno));
 			goto fail;
 		}
 		if (r == 0)
@@ -79,7 +80,7 @@ int data_file_open(struct data_file *f, const char *path, char err[DATA_ERR_MAX]
 	f->gzipped = f->z.avail_in == 2 && f->in[0] == 0x1f && f->in[1] == 0x8b;
 	if (f->gzipped) {
 		if (inflateInit2(&f->z, 16 + MAX_WBITS) != Z_OK) {
-			snprintf(err, DATA_ERR_MAX, "%s: cannot start gzip decompression", path);
+			errprintf(err, "%s: cannot start gzip decompression", path);
 			goto fail;
 		}
 		f->z_live = true;
@@ -91,7 +92,7 @@ fail:
 }
 
 /* Refill the input buffer when it is empty; at end of file in_eof is set. */
-static int fill_input(struct data_file *f, char err[DATA_ERR_MAX])
+static int fill_input(struct data_file *f, struct dp_error *err)
 {
 	while (f->z.avail_in == 0 && !f->in_eof) {
 		ssize_t r = read(f->fd, f->in, IN_BUF);
@@ -99,7 +100,7 @@ static int fill_input(struct data_file *f, char err[DATA_ERR_MAX])
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			snprintf(err, DATA_ERR_MAX, "%s: read error: %s", f->path, strerror(errno));
+			errprintf(err, "%s: read error: %s", f->path, strerror(errno));
 			return -1;
 		}
 		f->in_eof = r == 0;
@@ -109,7 +110,7 @@ static int fill_input(struct data_file *f, char err[DATA_ERR_MAX])
 	return 0;
 }
 
-static int read_raw(struct data_file *f, uint8_t *p, size_t n, size_t *got, char err[DATA_ERR_MAX])
+static int read_raw(struct data_file *f, uint8_t *p, size_t n, size_t *got, struct dp_error *err)
 {
 	size_t take = f->z.avail_in < n ? f->z.avail_in : n;
 
@@ -124,7 +125,7 @@ static int read_raw(struct data_file *f, uint8_t *p, size_t n, size_t *got, char
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0) {
-			snprintf(err, DATA_ERR_MAX, "%s: read error: %s", f->path, strerror(errno));
+			errprintf(err, "%s: read error: %s", f->path, strerror(errno));
 			return -1;
 		}
 		f->in_eof = r == 0;
@@ -136,7 +137,7 @@ static int read_raw(struct data_file *f, uint8_t *p, size_t n, size_t *got, char
 /* Inflate into p until n bytes, the end of the file, or an error. A member's end is only
  * reached (and its CRC-32 and length checked) by asking for the byte after it, which
  * data_file_expect_end does. Concatenated members are read as one stream (as gzip does). */
-static int read_gz(struct data_file *f, uint8_t *p, size_t n, size_t *got, char err[DATA_ERR_MAX])
+static int read_gz(struct data_file *f, uint8_t *p, size_t n, size_t *got, struct dp_error *err)
 {
 	*got = 0;
 	while (*got < n) {
@@ -149,10 +150,11 @@ static int read_gz(struct data_file *f, uint8_t *p, size_t n, size_t *got, char 
 			if (f->z.avail_in == 0)
 				break; /* clean end of file */
 			if (f->z.next_in[0] != 0x1f) {
-				snprintf(err, DATA_ERR_MAX,
-					 "%s: trailing garbage after the gzip data; fetch the file "
-					 "again",
-					 f->path);
+				errprintf(
+				    err,
+				    "%s: trailing garbage after the gzip data; fetch the file "
+				    "again",
+				    f->path);
 				return -1;
 			}
 			inflateReset(&f->z);
@@ -170,11 +172,11 @@ static int read_gz(struct data_file *f, uint8_t *p, size_t n, size_t *got, char 
 		if (ret == Z_STREAM_END)
 			f->z_done = true;
 		else if (ret == Z_MEM_ERROR) {
-			snprintf(err, DATA_ERR_MAX, "%s: out of memory decompressing", f->path);
+			errprintf(err, "%s: out of memory decompressing", f->path);
 			return -1;
 		} else if (ret != Z_OK && ret != Z_BUF_ERROR) {
-			snprintf(
-			    err, DATA_ERR_MAX,
+			errprintf(
+			    err,
 			    "%s: corrupt gzip data (%s) after %zu uncompressed bytes; fetch the "
 			    "file again",
 			    f->path, f->z.msg ? f->z.msg : "bad stream", f->out_total);
@@ -184,13 +186,13 @@ static int read_gz(struct data_file *f, uint8_t *p, size_t n, size_t *got, char 
 	return 0;
 }
 
-int data_file_read(struct data_file *f, void *buf, size_t n, size_t *got, char err[DATA_ERR_MAX])
+int data_file_read(struct data_file *f, void *buf, size_t n, size_t *got, struct dp_error *err)
 {
 	return f->gzipped ? read_gz(f, buf, n, got, err) : read_raw(f, buf, n, got, err);
 }
 
 int data_file_read_alloc(struct data_file *f, size_t n, uint8_t **buf, size_t *got,
-			 char err[DATA_ERR_MAX])
+			 struct dp_error *err)
 {
 	size_t cap, have = 0;
 	uint8_t *b = NULL;
@@ -211,8 +213,7 @@ int data_file_read_alloc(struct data_file *f, size_t n, uint8_t **buf, size_t *g
 		uint8_t *nb = realloc(b, cap);
 
 		if (!nb) {
-			snprintf(err, DATA_ERR_MAX, "%s: out of memory reading %zu bytes", f->path,
-				 cap);
+			errprintf(err, "%s: out of memory reading %zu bytes", f->path, cap);
 			goto out;
 		}
 		b = nb;
@@ -233,7 +234,7 @@ out:
 	return rv;
 }
 
-int data_file_expect_end(struct data_file *f, const char *what, char err[DATA_ERR_MAX])
+int data_file_expect_end(struct data_file *f, const char *what, struct dp_error *err)
 {
 	uint8_t extra[4096];
 	size_t got, more = 0;
@@ -246,17 +247,17 @@ int data_file_expect_end(struct data_file *f, const char *what, char err[DATA_ER
 			if (data_file_read(f, extra, sizeof(extra), &got, err) != 0)
 				return -1;
 		} while (got);
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: %zu bytes of trailing data after the %s its header announces; "
-			 "the header is wrong or the file was appended to",
-			 f->path, more, what);
+		errprintf(err,
+			  "%s: %zu bytes of trailing data after the %s its header announces; "
+			  "the header is wrong or the file was appended to",
+			  f->path, more, what);
 		return -1;
 	}
 	if (f->cut_short) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: truncated gzip file: the data is complete but the gzip trailer is "
-			 "missing; fetch the file again",
-			 f->path);
+		errprintf(err,
+			  "%s: truncated gzip file: the data is complete but the gzip trailer is "
+			  "missing; fetch the file again",
+			  f->path);
 		return -1;
 	}
 	return 0;

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "common/error.h"
 
 #define DATA_ERR_MAX  1024
 #define DATA_NAME_MAX 512
@@ -22,7 +23,7 @@ struct data_set;
  * several threads at once. 0 on success, -1 with err filled. */
 struct data_ops {
 	int (*get)(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
-		   int *label, char err[DATA_ERR_MAX]);
+		   int *label, struct dp_error *err);
 	void (*free)(struct data_set *ds);
 };
 
@@ -51,24 +52,24 @@ struct data_set {
  * the largest label + 1. Errors name the file: missing, unreadable, corrupt gzip, wrong
  * magic, zero or implausible sizes, truncated or trailing data, count mismatch. */
 int data_load_idx(struct data_set *ds, const char *images_path, const char *labels_path,
-		  char err[DATA_ERR_MAX]);
+		  struct dp_error *err);
 
 /* CIFAR-10 binary batches (data_batch_1.bin ... or test_batch.bin): records of one label
  * byte (0..9) and 3072 pixel bytes (1024 R, 1024 G, 1024 B, rows top to bottom), read from
  * each file in order into one set of 3x32x32 images. Files may be gzip-compressed. */
 int data_load_cifar10(struct data_set *ds, int nfiles, const char *const paths[],
-		      char err[DATA_ERR_MAX]);
+		      struct dp_error *err);
 
 /* A synthetic set for throughput runs: nothing is stored, sample i is generated on demand
  * from (seed, i). label = h(seed, i) mod classes; pixel = (random byte & 127) +
  * label * 128 / classes, so the mean brightness tells the class and a model can learn it. */
 int data_synthetic(struct data_set *ds, size_t count, int channels, int height, int width,
-		   int num_classes, uint64_t seed, char err[DATA_ERR_MAX]);
+		   int num_classes, uint64_t seed, struct dp_error *err);
 
 /* Sample i (< ds->count): CHW pixels and label. `scratch` must hold ds->image_bytes (only
  * generated sets write to it). Thread-safe. 0 on success, -1 with err filled. */
 int data_get(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
-	     int *label, char err[DATA_ERR_MAX]);
+	     int *label, struct dp_error *err);
 
 /* Free what a loader allocated; leaves *ds zeroed. Safe on a zeroed set. */
 void data_free(struct data_set *ds);

@@ -1,6 +1,7 @@
 /* data_cifar.c — CIFAR-10 binary batches: fixed 3073-byte records (label, then 3x32x32
  * pixels, channel-planar), several files concatenated into one in-memory set kept as
  * records. Owns only this format; reading (and gzip) is data.c's. */
+#include "common/error.h"
 #include "trainer/data/data.h"
 #include "trainer/data/data_file.h"
 
@@ -14,7 +15,7 @@
 #define CIFAR_RECORD  (1 + CIFAR_PIXELS)
 
 static int cifar_get(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
-		     int *label, char err[DATA_ERR_MAX])
+		     int *label, struct dp_error *err)
 {
 	(void)scratch;
 	(void)err;
@@ -26,7 +27,7 @@ static int cifar_get(const struct data_set *ds, size_t i, uint8_t *scratch, cons
 static const struct data_ops cifar_ops = {.get = cifar_get};
 
 /* Appends one file's records to *all (len bytes so far, cap allocated). */
-static int load_file(const char *path, uint8_t **all, size_t *len, char err[DATA_ERR_MAX])
+static int load_file(const char *path, uint8_t **all, size_t *len, struct dp_error *err)
 {
 	struct data_file f;
 	uint8_t *buf = NULL, *nb;
@@ -38,36 +39,36 @@ static int load_file(const char *path, uint8_t **all, size_t *len, char err[DATA
 	if (data_file_read_alloc(&f, DATA_MAX_BYTES - *len + 1, &buf, &got, err) != 0)
 		goto out;
 	if (got > DATA_MAX_BYTES - *len) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: implausibly large: the CIFAR-10 files given hold more than %llu GiB",
-			 path, DATA_MAX_BYTES >> 30);
+		errprintf(err,
+			  "%s: implausibly large: the CIFAR-10 files given hold more than %llu GiB",
+			  path, DATA_MAX_BYTES >> 30);
 		goto out;
 	}
 	if (f.cut_short) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: truncated: the gzip stream breaks off after %zu bytes; fetch the "
-			 "file again",
-			 path, got);
+		errprintf(err,
+			  "%s: truncated: the gzip stream breaks off after %zu bytes; fetch the "
+			  "file again",
+			  path, got);
 		goto out;
 	}
 	if (got == 0) {
-		snprintf(err, DATA_ERR_MAX, "%s: empty file; expected CIFAR-10 records", path);
+		errprintf(err, "%s: empty file; expected CIFAR-10 records", path);
 		goto out;
 	}
 	if (got % CIFAR_RECORD) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: truncated or not a CIFAR-10 binary file: %zu bytes is not a whole "
-			 "number of %d-byte records (1 label + 3072 pixels; the last has %zu)",
-			 path, got, CIFAR_RECORD, got % CIFAR_RECORD);
+		errprintf(err,
+			  "%s: truncated or not a CIFAR-10 binary file: %zu bytes is not a whole "
+			  "number of %d-byte records (1 label + 3072 pixels; the last has %zu)",
+			  path, got, CIFAR_RECORD, got % CIFAR_RECORD);
 		goto out;
 	}
 	records = got / CIFAR_RECORD;
 	for (size_t r = 0; r < records; r++) {
 		if (buf[r * CIFAR_RECORD] >= CIFAR_CLASSES) {
-			snprintf(err, DATA_ERR_MAX,
-				 "%s: record %zu has label %d; CIFAR-10 labels are 0..9 (a "
-				 "CIFAR-100 file has two label bytes and is not supported)",
-				 path, r, buf[r * CIFAR_RECORD]);
+			errprintf(err,
+				  "%s: record %zu has label %d; CIFAR-10 labels are 0..9 (a "
+				  "CIFAR-100 file has two label bytes and is not supported)",
+				  path, r, buf[r * CIFAR_RECORD]);
 			goto out;
 		}
 	}
@@ -77,8 +78,8 @@ static int load_file(const char *path, uint8_t **all, size_t *len, char err[DATA
 	} else {
 		nb = realloc(*all, *len + got);
 		if (!nb) {
-			snprintf(err, DATA_ERR_MAX, "%s: out of memory (%zu bytes of records)",
-				 path, *len + got);
+			errprintf(err, "%s: out of memory (%zu bytes of records)", path,
+				  *len + got);
 			goto out;
 		}
 		*all = nb;
@@ -93,14 +94,14 @@ out:
 }
 
 int data_load_cifar10(struct data_set *ds, int nfiles, const char *const paths[],
-		      char err[DATA_ERR_MAX])
+		      struct dp_error *err)
 {
 	uint8_t *all = NULL;
 	size_t len = 0;
 
 	memset(ds, 0, sizeof(*ds));
 	if (nfiles <= 0) {
-		snprintf(err, DATA_ERR_MAX, "CIFAR-10: no files given");
+		errprintf(err, "CIFAR-10: no files given");
 		return -1;
 	}
 	for (int i = 0; i < nfiles; i++) {

@@ -4,6 +4,7 @@
 #ifndef DPTRAIN_DATA_FILE_H
 #define DPTRAIN_DATA_FILE_H
 
+#include "common/error.h"
 #include "trainer/data/data.h"
 
 #include <stdbool.h>
@@ -26,22 +27,22 @@ struct data_file {
 };
 
 /* Open for reading; err: "PATH: No such file or directory", "PATH: is a directory", ... */
-int data_file_open(struct data_file *f, const char *path, char err[DATA_ERR_MAX]);
+int data_file_open(struct data_file *f, const char *path, struct dp_error *err);
 
 /* Read up to n bytes into buf; *got says how many arrived. Fewer than n means the data
  * ended (f->cut_short tells a truncated gzip stream from a clean end). -1 with err on a
  * corrupt gzip stream or an I/O error. */
-int data_file_read(struct data_file *f, void *buf, size_t n, size_t *got, char err[DATA_ERR_MAX]);
+int data_file_read(struct data_file *f, void *buf, size_t n, size_t *got, struct dp_error *err);
 
 /* Read up to n bytes into a buffer malloc'd here (grown as data arrives, so a header that
  * promises more than the file holds costs no more memory than the file). */
 int data_file_read_alloc(struct data_file *f, size_t n, uint8_t **buf, size_t *got,
-			 char err[DATA_ERR_MAX]);
+			 struct dp_error *err);
 
 /* After the last expected byte: 0 if the file ends there (for gzip: trailer and checksum
  * verified), -1 with err if more data follows or the stream is corrupt or cut short.
  * `what` names the content for the message ("10000 labels"). */
-int data_file_expect_end(struct data_file *f, const char *what, char err[DATA_ERR_MAX]);
+int data_file_expect_end(struct data_file *f, const char *what, struct dp_error *err);
 
 void data_file_close(struct data_file *f);
 

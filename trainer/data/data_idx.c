@@ -1,6 +1,7 @@
 /* data_idx.c — MNIST-style idx files (MNIST, Fashion-MNIST): an idx3 image file and an idx1
  * label file, raw or gzip, checked field by field with errors that name the file.
  * Owns only the idx format; reading (and gzip) is data.c's, the interface data.h's. */
+#include "common/error.h"
 #include "trainer/data/data.h"
 #include "trainer/data/data_file.h"
 
@@ -17,7 +18,7 @@ static uint32_t be32(const uint8_t *p)
 }
 
 static int idx_get(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
-		   int *label, char err[DATA_ERR_MAX])
+		   int *label, struct dp_error *err)
 {
 	(void)scratch;
 	(void)err;
@@ -41,7 +42,7 @@ static const char *magic_hint(uint32_t magic, uint32_t want)
 
 /* Reads the header of `hdr_len` bytes and checks its magic. */
 static int read_header(struct data_file *f, uint8_t *hdr, size_t hdr_len, uint32_t want,
-		       const char *what, char err[DATA_ERR_MAX])
+		       const char *what, struct dp_error *err)
 {
 	size_t got;
 	uint32_t magic;
@@ -49,29 +50,29 @@ static int read_header(struct data_file *f, uint8_t *hdr, size_t hdr_len, uint32
 	if (data_file_read(f, hdr, hdr_len, &got, err) != 0)
 		return -1;
 	if (got == 0) {
-		snprintf(err, DATA_ERR_MAX, "%s: empty file; expected an %s", f->path, what);
+		errprintf(err, "%s: empty file; expected an %s", f->path, what);
 		return -1;
 	}
 	if (got >= 4) {
 		magic = be32(hdr);
 		if (magic != want) {
-			snprintf(err, DATA_ERR_MAX,
-				 "%s: not an %s (magic 0x%08x; expected 0x%08x, unsigned bytes in "
-				 "%u dimensions%s)",
-				 f->path, what, magic, want, want & 0xff, magic_hint(magic, want));
+			errprintf(err,
+				  "%s: not an %s (magic 0x%08x; expected 0x%08x, unsigned bytes in "
+				  "%u dimensions%s)",
+				  f->path, what, magic, want, want & 0xff, magic_hint(magic, want));
 			return -1;
 		}
 	}
 	if (got < hdr_len) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: truncated: %zu bytes is too short for the %zu-byte header of an %s",
-			 f->path, got, hdr_len, what);
+		errprintf(err,
+			  "%s: truncated: %zu bytes is too short for the %zu-byte header of an %s",
+			  f->path, got, hdr_len, what);
 		return -1;
 	}
 	return 0;
 }
 
-static int load_images(struct data_set *ds, const char *path, char err[DATA_ERR_MAX])
+static int load_images(struct data_set *ds, const char *path, struct dp_error *err)
 {
 	struct data_file f;
 	uint8_t hdr[16], *buf = NULL;
@@ -87,31 +88,31 @@ static int load_images(struct data_set *ds, const char *path, char err[DATA_ERR_
 	rows = be32(hdr + 8);
 	cols = be32(hdr + 12);
 	if (n == 0) {
-		snprintf(err, DATA_ERR_MAX, "%s: holds no images (count 0 in its header)", path);
+		errprintf(err, "%s: holds no images (count 0 in its header)", path);
 		goto out;
 	}
 	if (rows == 0 || cols == 0) {
-		snprintf(err, DATA_ERR_MAX, "%s: zero-size images (%ux%u in its header)", path,
-			 rows, cols);
+		errprintf(err, "%s: zero-size images (%ux%u in its header)", path, rows, cols);
 		goto out;
 	}
 	if (rows > DATA_MAX_SIDE || cols > DATA_MAX_SIDE ||
 	    (uint64_t)n * rows * cols > DATA_MAX_BYTES) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: implausible header: %u images of %ux%u (at most %u pixels a side and "
-			 "%llu GiB in all); the file is corrupt or not an image file",
-			 path, n, rows, cols, DATA_MAX_SIDE, DATA_MAX_BYTES >> 30);
+		errprintf(
+		    err,
+		    "%s: implausible header: %u images of %ux%u (at most %u pixels a side and "
+		    "%llu GiB in all); the file is corrupt or not an image file",
+		    path, n, rows, cols, DATA_MAX_SIDE, DATA_MAX_BYTES >> 30);
 		goto out;
 	}
 	bytes = (size_t)n * rows * cols;
 	if (data_file_read_alloc(&f, bytes, &buf, &got, err) != 0)
 		goto out;
 	if (got < bytes) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: truncated: expected %zu bytes of images (%u images of %ux%u) after "
-			 "the 16-byte header, got %zu%s; fetch the file again",
-			 path, bytes, n, rows, cols, got,
-			 f.cut_short ? " before the gzip stream broke off" : "");
+		errprintf(err,
+			  "%s: truncated: expected %zu bytes of images (%u images of %ux%u) after "
+			  "the 16-byte header, got %zu%s; fetch the file again",
+			  path, bytes, n, rows, cols, got,
+			  f.cut_short ? " before the gzip stream broke off" : "");
 		goto out;
 	}
 	if (data_file_expect_end(&f, "images", err) != 0)
@@ -132,7 +133,7 @@ out:
 	return rv;
 }
 
-static int load_labels(struct data_set *ds, const char *path, char err[DATA_ERR_MAX])
+static int load_labels(struct data_set *ds, const char *path, struct dp_error *err)
 {
 	struct data_file f;
 	uint8_t hdr[8], *buf = NULL;
@@ -146,19 +147,19 @@ static int load_labels(struct data_set *ds, const char *path, char err[DATA_ERR_
 		goto out;
 	n = be32(hdr + 4);
 	if (n != ds->count) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s has %zu images but %s has %u labels; give the label file that "
-			 "belongs to these images",
-			 ds->name, ds->count, path, n);
+		errprintf(err,
+			  "%s has %zu images but %s has %u labels; give the label file that "
+			  "belongs to these images",
+			  ds->name, ds->count, path, n);
 		goto out;
 	}
 	if (data_file_read_alloc(&f, n, &buf, &got, err) != 0)
 		goto out;
 	if (got < n) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: truncated: expected %u bytes of labels after the 8-byte header, got "
-			 "%zu%s; fetch the file again",
-			 path, n, got, f.cut_short ? " before the gzip stream broke off" : "");
+		errprintf(err,
+			  "%s: truncated: expected %u bytes of labels after the 8-byte header, got "
+			  "%zu%s; fetch the file again",
+			  path, n, got, f.cut_short ? " before the gzip stream broke off" : "");
 		goto out;
 	}
 	if (data_file_expect_end(&f, "labels", err) != 0)
@@ -179,7 +180,7 @@ out:
 }
 
 int data_load_idx(struct data_set *ds, const char *images_path, const char *labels_path,
-		  char err[DATA_ERR_MAX])
+		  struct dp_error *err)
 {
 	memset(ds, 0, sizeof(*ds));
 	ds->ops = &idx_ops;

@@ -1,6 +1,7 @@
 /* data_synth.c — the synthetic dataset for throughput runs: sample i is generated on demand
  * from (seed, i) with splitmix64, so a million ImageNet-size images cost no memory and every
  * rank and worker sees the same bytes. Owns only that generator. */
+#include "common/error.h"
 #include "trainer/data/data.h"
 
 #include <stdio.h>
@@ -18,7 +19,7 @@ static uint64_t mix64(uint64_t z)
 /* Sample i's key; its label is drawn from the key, its pixels from the counter stream
  * mix64(key + k * GOLDEN), k = 1, 2, ... (splitmix64 seeded with the key). */
 static int synth_get(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_t **pixels,
-		     int *label, char err[DATA_ERR_MAX])
+		     int *label, struct dp_error *err)
 {
 	uint64_t key = mix64(mix64(ds->seed ^ 0x73796e7468657469ull) ^ (uint64_t)i);
 	uint64_t state = key;
@@ -42,23 +43,23 @@ static int synth_get(const struct data_set *ds, size_t i, uint8_t *scratch, cons
 static const struct data_ops synth_ops = {.get = synth_get};
 
 int data_synthetic(struct data_set *ds, size_t count, int channels, int height, int width,
-		   int num_classes, uint64_t seed, char err[DATA_ERR_MAX])
+		   int num_classes, uint64_t seed, struct dp_error *err)
 {
 	memset(ds, 0, sizeof(*ds));
 	snprintf(ds->name, sizeof(ds->name), "synthetic %zu x %dx%dx%d, %d classes, seed %llu",
 		 count, channels, height, width, num_classes, (unsigned long long)seed);
 	if (count == 0 || channels <= 0 || height <= 0 || width <= 0 || num_classes <= 0) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: count, channels, height, width and classes must all be positive",
-			 ds->name);
+		errprintf(err,
+			  "%s: count, channels, height, width and classes must all be positive",
+			  ds->name);
 		return -1;
 	}
 	if (height > DATA_MAX_SIDE || width > DATA_MAX_SIDE || channels > 4096 ||
 	    num_classes > 1 << 24) {
-		snprintf(err, DATA_ERR_MAX,
-			 "%s: implausible size (at most %u pixels a side, 4096 channels, 2^24 "
-			 "classes)",
-			 ds->name, DATA_MAX_SIDE);
+		errprintf(err,
+			  "%s: implausible size (at most %u pixels a side, 4096 channels, 2^24 "
+			  "classes)",
+			  ds->name, DATA_MAX_SIDE);
 		return -1;
 	}
 	ds->ops = &synth_ops;

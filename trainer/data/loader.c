@@ -3,6 +3,7 @@
  * (sampler, b), so the order and content never depend on the workers. Owns its threads
  * (signals blocked: the trainer's main thread takes SIGTERM/SIGUSR1) and buffers. */
 #include "trainer/data/loader.h"
+#include "common/error.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -22,7 +23,7 @@ struct slot {
 	struct loader_batch b;
 	enum slot_state state;
 	size_t batch;
-	char err[LOADER_ERR_MAX];
+	struct dp_error err; /* why it is SLOT_FAILED */
 };
 
 struct loader {
@@ -70,22 +71,18 @@ static void xfree(const struct loader *l, void *p)
 
 /* Produce batch `b` into slot `sl`. Reads only what start_epoch froze (sampler, epoch),
  * so it runs without the lock. */
-static int fill(struct loader *l, struct slot *sl, size_t b, uint8_t *scratch,
-		char err[LOADER_ERR_MAX])
+static int fill(struct loader *l, struct slot *sl, size_t b, uint8_t *scratch, struct dp_error *err)
 {
 	size_t B = (size_t)l->o.batch_size, first = b * B, len = sampler_len(l->s);
 	size_t n = len - first < B ? len - first : B;
-	char derr[DATA_ERR_MAX];
 
 	for (size_t i = 0; i < n; i++) {
 		size_t idx = sampler_index(l->s, first + i);
 		const uint8_t *px;
 		int label;
 
-		if (data_get(l->ds, idx, scratch, &px, &label, derr) != 0) {
-			snprintf(err, LOADER_ERR_MAX, "%s", derr);
+		if (data_get(l->ds, idx, scratch, &px, &label, err) != 0)
 			return -1;
-		}
 		tf_apply(l->tf, l->epoch, idx, px, sl->b.x + i * l->elems);
 		sl->b.y[i] = label;
 	}
@@ -124,7 +121,7 @@ static void *worker(void *arg)
 		sl->state = SLOT_FILLING;
 		sl->batch = b;
 		pthread_mutex_unlock(&l->mu);
-		rc = fill(l, sl, b, scratch, sl->err);
+		rc = fill(l, sl, b, scratch, &sl->err);
 		pthread_mutex_lock(&l->mu);
 		sl->state = rc == 0 ? SLOT_READY : SLOT_FAILED;
 		if (rc != 0)
@@ -143,7 +140,7 @@ static size_t epoch_batches(const struct loader *l, size_t samples)
 }
 
 int loader_create(struct loader **out, const struct data_set *ds, struct sampler *s,
-		  const struct tf *tf, const struct loader_opts *opts, char err[LOADER_ERR_MAX])
+		  const struct tf *tf, const struct loader_opts *opts, struct dp_error *err)
 {
 	struct loader *l;
 	struct sampler whole;
@@ -154,38 +151,38 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 	*out = NULL;
 	if (opts->batch_size < 1 || opts->workers < 0 || opts->workers > 256 ||
 	    opts->prefetch < 0 || opts->prefetch > 1024) {
-		snprintf(err, LOADER_ERR_MAX,
-			 "loader: batch size %d, workers %d, prefetch %d: need batch size >= 1, "
-			 "0..256 workers, 0..1024 prefetch",
-			 opts->batch_size, opts->workers, opts->prefetch);
+		errprintf(err,
+			  "loader: batch size %d, workers %d, prefetch %d: need batch size >= 1, "
+			  "0..256 workers, 0..1024 prefetch",
+			  opts->batch_size, opts->workers, opts->prefetch);
 		return -1;
 	}
 	if (tf->channels != ds->channels || tf->in_h != ds->height || tf->in_w != ds->width) {
-		snprintf(err, LOADER_ERR_MAX,
-			 "loader: the transform is set up for %dx%dx%d images but %s has %dx%dx%d",
-			 tf->channels, tf->in_h, tf->in_w, ds->name, ds->channels, ds->height,
-			 ds->width);
+		errprintf(err,
+			  "loader: the transform is set up for %dx%dx%d images but %s has %dx%dx%d",
+			  tf->channels, tf->in_h, tf->in_w, ds->name, ds->channels, ds->height,
+			  ds->width);
 		return -1;
 	}
 	if (s->n != ds->count) {
-		snprintf(err, LOADER_ERR_MAX,
-			 "loader: the sampler covers %zu samples but %s has %zu", s->n, ds->name,
-			 ds->count);
+		errprintf(err, "loader: the sampler covers %zu samples but %s has %zu", s->n,
+			  ds->name, ds->count);
 		return -1;
 	}
 	whole = *s;
 	whole.start = 0;
 	per_epoch = sampler_len(&whole);
 	if (opts->drop_remainder && (size_t)opts->batch_size > per_epoch) {
-		snprintf(err, LOADER_ERR_MAX,
-			 "data.batch_size %d is larger than the %zu samples rank %d gets per epoch "
-			 "with drop_remainder; lower the batch size or set drop_remainder false",
-			 opts->batch_size, per_epoch, s->rank);
+		errprintf(
+		    err,
+		    "data.batch_size %d is larger than the %zu samples rank %d gets per epoch "
+		    "with drop_remainder; lower the batch size or set drop_remainder false",
+		    opts->batch_size, per_epoch, s->rank);
 		return -1;
 	}
 	l = calloc(1, sizeof(*l));
 	if (!l) {
-		snprintf(err, LOADER_ERR_MAX, "loader: out of memory");
+		errprintf(err, "loader: out of memory");
 		return -1;
 	}
 	l->ds = ds;
@@ -199,8 +196,7 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 	x_bytes = (size_t)opts->batch_size * l->elems * sizeof(float);
 	y_bytes = (size_t)opts->batch_size * sizeof(int32_t);
 	if (x_bytes / sizeof(float) / l->elems != (size_t)opts->batch_size) {
-		snprintf(err, LOADER_ERR_MAX, "loader: a batch of %d is too large",
-			 opts->batch_size);
+		errprintf(err, "loader: a batch of %d is too large", opts->batch_size);
 		goto fail;
 	}
 	nscratch = opts->workers ? opts->workers : 1;
@@ -236,9 +232,9 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 		}
 		if (rc != 0) {
 			pthread_sigmask(SIG_SETMASK, &old, NULL);
-			snprintf(err, LOADER_ERR_MAX,
-				 "loader: cannot start prefetch worker %d of %d; use fewer workers",
-				 i, opts->workers);
+			errprintf(
+			    err, "loader: cannot start prefetch worker %d of %d; use fewer workers",
+			    i, opts->workers);
 			goto fail;
 		}
 		l->nthreads++;
@@ -247,22 +243,22 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 	*out = l;
 	return 0;
 oom:
-	snprintf(err, LOADER_ERR_MAX, "loader: out of memory for %d batch buffers of %zu bytes",
-		 l->nslots, x_bytes + y_bytes);
+	errprintf(err, "loader: out of memory for %d batch buffers of %zu bytes", l->nslots,
+		  x_bytes + y_bytes);
 fail:
 	loader_destroy(l);
 	return -1;
 }
 
-int loader_start_epoch(struct loader *l, int64_t epoch, size_t start, char err[LOADER_ERR_MAX])
+int loader_start_epoch(struct loader *l, int64_t epoch, size_t start, struct dp_error *err)
 {
 	int rv = 0;
 
 	pthread_mutex_lock(&l->mu);
 	for (int i = 0; i < l->nslots; i++) {
 		if (l->slots[i].state == SLOT_HELD) { /* refused: the epoch goes on */
-			snprintf(
-			    err, LOADER_ERR_MAX,
+			errprintf(
+			    err,
 			    "loader: batch %zu of epoch %lld is still held; release every batch "
 			    "before starting an epoch",
 			    l->slots[i].batch, (long long)l->epoch);
@@ -296,7 +292,7 @@ size_t loader_batches(const struct loader *l)
 	return l->nbatches;
 }
 
-int loader_next(struct loader *l, struct loader_batch **b, char err[LOADER_ERR_MAX])
+int loader_next(struct loader *l, struct loader_batch **b, struct dp_error *err)
 {
 	struct slot *sl;
 	int rv = -1;
@@ -304,7 +300,7 @@ int loader_next(struct loader *l, struct loader_batch **b, char err[LOADER_ERR_M
 	*b = NULL;
 	pthread_mutex_lock(&l->mu);
 	if (!l->active) {
-		snprintf(err, LOADER_ERR_MAX, "loader: no epoch started (loader_start_epoch)");
+		errprintf(err, "loader: no epoch started (loader_start_epoch)");
 		goto out;
 	}
 	if (l->next_take >= l->nbatches) {
@@ -313,25 +309,25 @@ int loader_next(struct loader *l, struct loader_batch **b, char err[LOADER_ERR_M
 	}
 	sl = &l->slots[l->next_take % (size_t)l->nslots];
 	if (sl->state == SLOT_HELD) {
-		snprintf(err, LOADER_ERR_MAX,
-			 "loader: all %d prefetch buffers are held; release a batch before asking "
-			 "for the next",
-			 l->nslots);
+		errprintf(err,
+			  "loader: all %d prefetch buffers are held; release a batch before asking "
+			  "for the next",
+			  l->nslots);
 		goto out;
 	}
 	if (l->nthreads == 0) {
 		/* No workers: produce it here (the lock keeps loader_release coherent). */
 		sl->state = SLOT_FILLING;
 		sl->batch = l->next_take;
-		sl->state = fill(l, sl, l->next_take, l->scratch[0], sl->err) == 0 ? SLOT_READY
-										   : SLOT_FAILED;
+		sl->state = fill(l, sl, l->next_take, l->scratch[0], &sl->err) == 0 ? SLOT_READY
+										    : SLOT_FAILED;
 	}
 	while (
 	    !((sl->state == SLOT_READY || sl->state == SLOT_FAILED) && sl->batch == l->next_take))
 		pthread_cond_wait(&l->cv, &l->mu);
 	if (sl->state == SLOT_FAILED) {
 		l->failed = true;
-		snprintf(err, LOADER_ERR_MAX, "%s", sl->err);
+		errprintf(err, "%s", sl->err.text);
 		goto out; /* stays FAILED: every later call reports it too */
 	}
 	sl->state = SLOT_HELD;

@@ -16,6 +16,7 @@
 #ifndef DPTRAIN_LOADER_H
 #define DPTRAIN_LOADER_H
 
+#include "common/error.h"
 #include "trainer/data/data.h"
 #include "trainer/data/sampler.h"
 #include "trainer/data/transform.h"
@@ -57,19 +58,19 @@ struct loader;
  * batch size larger than this rank's samples per epoch with drop_remainder, out of memory,
  * threads that cannot be started. */
 int loader_create(struct loader **out, const struct data_set *ds, struct sampler *s,
-		  const struct tf *tf, const struct loader_opts *opts, char err[LOADER_ERR_MAX]);
+		  const struct tf *tf, const struct loader_opts *opts, struct dp_error *err);
 
 /* Begin an epoch at global sampler offset `start` (0, or what a checkpoint's next_offset
  * said). Abandons what is left of the previous epoch; batches the caller still holds must
  * have been released. The first batch's step is start / (batch_size * num_replicas). */
-int loader_start_epoch(struct loader *l, int64_t epoch, size_t start, char err[LOADER_ERR_MAX]);
+int loader_start_epoch(struct loader *l, int64_t epoch, size_t start, struct dp_error *err);
 
 /* Batches this rank gets from the epoch's start to its end. */
 size_t loader_batches(const struct loader *l);
 
 /* The next batch in order: 1 and *b set, 0 at the end of the epoch, -1 with err (a worker's
  * error, or every prefetch buffer still held by the caller). Blocks until it is ready. */
-int loader_next(struct loader *l, struct loader_batch **b, char err[LOADER_ERR_MAX]);
+int loader_next(struct loader *l, struct loader_batch **b, struct dp_error *err);
 
 /* Give a batch's buffers back for prefetching; batches may be released in any order. */
 void loader_release(struct loader *l, struct loader_batch *b);

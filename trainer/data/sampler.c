@@ -2,6 +2,7 @@
  * bit-identical to PyTorch 1.13 (t/t0500-data.t checks it against python3-torch). Owns only
  * index arithmetic; sampler.h states the semantics. */
 #include "trainer/data/sampler.h"
+#include "common/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,27 +61,26 @@ void sampler_randperm(uint64_t seed, size_t n, size_t *out)
 	}
 }
 
-static int check_args(size_t n, int num_replicas, int rank, char err[SAMPLER_ERR_MAX])
+static int check_args(size_t n, int num_replicas, int rank, struct dp_error *err)
 {
 	if (n == 0) {
-		snprintf(err, SAMPLER_ERR_MAX, "sampler: the dataset is empty");
+		errprintf(err, "sampler: the dataset is empty");
 		return -1;
 	}
 	if (num_replicas < 1) {
-		snprintf(err, SAMPLER_ERR_MAX,
-			 "sampler: num_replicas (world size) is %d; need >= 1", num_replicas);
+		errprintf(err, "sampler: num_replicas (world size) is %d; need >= 1", num_replicas);
 		return -1;
 	}
 	if (rank < 0 || rank >= num_replicas) {
-		snprintf(err, SAMPLER_ERR_MAX, "sampler: rank %d is outside 0..%d (world size %d)",
-			 rank, num_replicas - 1, num_replicas);
+		errprintf(err, "sampler: rank %d is outside 0..%d (world size %d)", rank,
+			  num_replicas - 1, num_replicas);
 		return -1;
 	}
 	return 0;
 }
 
 int sampler_init(struct sampler *s, size_t n, int num_replicas, int rank, bool shuffle,
-		 uint64_t seed, bool drop_last, char err[SAMPLER_ERR_MAX])
+		 uint64_t seed, bool drop_last, struct dp_error *err)
 {
 	memset(s, 0, sizeof(*s));
 	if (check_args(n, num_replicas, rank, err) != 0)
@@ -95,8 +95,8 @@ int sampler_init(struct sampler *s, size_t n, int num_replicas, int rank, bool s
 	if (shuffle) {
 		s->perm = malloc(n * sizeof(*s->perm));
 		if (!s->perm) {
-			snprintf(err, SAMPLER_ERR_MAX,
-				 "sampler: out of memory for a permutation of %zu samples", n);
+			errprintf(err, "sampler: out of memory for a permutation of %zu samples",
+				  n);
 			return -1;
 		}
 	}
@@ -104,8 +104,7 @@ int sampler_init(struct sampler *s, size_t n, int num_replicas, int rank, bool s
 	return 0;
 }
 
-int sampler_init_eval(struct sampler *s, size_t n, int num_replicas, int rank,
-		      char err[SAMPLER_ERR_MAX])
+int sampler_init_eval(struct sampler *s, size_t n, int num_replicas, int rank, struct dp_error *err)
 {
 	memset(s, 0, sizeof(*s));
 	if (check_args(n, num_replicas, rank, err) != 0)

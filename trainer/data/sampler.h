@@ -32,6 +32,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "common/error.h"
 
 #define SAMPLER_ERR_MAX 512
 
@@ -56,11 +57,11 @@ struct sampler {
 /* DistributedSampler(dataset of n, num_replicas, rank, shuffle, seed, drop_last), at epoch 0.
  * -1 with err for n == 0, num_replicas < 1, rank outside 0..num_replicas-1, out of memory. */
 int sampler_init(struct sampler *s, size_t n, int num_replicas, int rank, bool shuffle,
-		 uint64_t seed, bool drop_last, char err[SAMPLER_ERR_MAX]);
+		 uint64_t seed, bool drop_last, struct dp_error *err);
 
 /* Eval mode: rank r of num_replicas gets r, r + W, r + 2W, ... < n. */
 int sampler_init_eval(struct sampler *s, size_t n, int num_replicas, int rank,
-		      char err[SAMPLER_ERR_MAX]);
+		      struct dp_error *err);
 
 void sampler_free(struct sampler *s);
 

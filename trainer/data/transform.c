@@ -1,6 +1,7 @@
 /* transform.c — RandomCrop + RandomHorizontalFlip + ToTensor/Normalize in one pass over the
  * output, with the counter-based draws transform.h documents. Owns only pixel arithmetic. */
 #include "trainer/data/transform.h"
+#include "common/error.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -20,7 +21,7 @@ static uint64_t below(uint64_t u, uint64_t m)
 }
 
 int tf_init(struct tf *t, const struct tf_spec *spec, int channels, int height, int width,
-	    char err[TF_ERR_MAX])
+	    struct dp_error *err)
 {
 	bool any_std = false;
 
@@ -30,33 +31,31 @@ int tf_init(struct tf *t, const struct tf_spec *spec, int channels, int height, 
 	t->in_h = height;
 	t->in_w = width;
 	if (channels < 1 || channels > TF_MAX_CHANNELS || height < 1 || width < 1) {
-		snprintf(err, TF_ERR_MAX,
-			 "transform: %dx%dx%d images are not supported (1..%d channels)", channels,
-			 height, width, TF_MAX_CHANNELS);
+		errprintf(err, "transform: %dx%dx%d images are not supported (1..%d channels)",
+			  channels, height, width, TF_MAX_CHANNELS);
 		return -1;
 	}
 	if (spec->crop < 0 || spec->pad < 0) {
-		snprintf(err, TF_ERR_MAX, "transform: crop %d and padding %d must not be negative",
-			 spec->crop, spec->pad);
+		errprintf(err, "transform: crop %d and padding %d must not be negative", spec->crop,
+			  spec->pad);
 		return -1;
 	}
 	if (spec->pad > 0 && spec->crop == 0) {
-		snprintf(err, TF_ERR_MAX,
-			 "transform: padding %d needs a crop size (RandomCrop(size, padding))",
-			 spec->pad);
+		errprintf(err,
+			  "transform: padding %d needs a crop size (RandomCrop(size, padding))",
+			  spec->pad);
 		return -1;
 	}
 	if (spec->crop > 0 &&
 	    (spec->crop > height + 2 * spec->pad || spec->crop > width + 2 * spec->pad)) {
-		snprintf(err, TF_ERR_MAX,
-			 "transform: crop %d is larger than the %dx%d images padded by %d (%dx%d)",
-			 spec->crop, height, width, spec->pad, height + 2 * spec->pad,
-			 width + 2 * spec->pad);
+		errprintf(err,
+			  "transform: crop %d is larger than the %dx%d images padded by %d (%dx%d)",
+			  spec->crop, height, width, spec->pad, height + 2 * spec->pad,
+			  width + 2 * spec->pad);
 		return -1;
 	}
 	if (!(spec->flip_p >= 0 && spec->flip_p <= 1)) {
-		snprintf(err, TF_ERR_MAX, "transform: flip probability %g is outside [0, 1]",
-			 spec->flip_p);
+		errprintf(err, "transform: flip probability %g is outside [0, 1]", spec->flip_p);
 		return -1;
 	}
 	for (int c = 0; c < channels; c++)
@@ -65,9 +64,8 @@ int tf_init(struct tf *t, const struct tf_spec *spec, int channels, int height, 
 		float mean = any_std ? spec->mean[c] : 0.0f, std = any_std ? spec->std[c] : 1.0f;
 
 		if (!(std > 0)) {
-			snprintf(err, TF_ERR_MAX,
-				 "transform: std[%d] is %g; every channel's std must be > 0", c,
-				 (double)std);
+			errprintf(err, "transform: std[%d] is %g; every channel's std must be > 0",
+				  c, (double)std);
 			return -1;
 		}
 		for (int v = 0; v < 256; v++)

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "common/error.h"
 
 #define TF_ERR_MAX	512
 #define TF_MAX_CHANNELS 4
@@ -48,7 +49,7 @@ struct tf {
 /* Check spec against C x H x W inputs: -1 with err for a crop larger than the padded image,
  * padding without a crop, std 0, too many channels, p outside [0, 1]. */
 int tf_init(struct tf *t, const struct tf_spec *spec, int channels, int height, int width,
-	    char err[TF_ERR_MAX]);
+	    struct dp_error *err);
 
 /* Floats per output sample: channels * out_h * out_w. */
 size_t tf_out_elems(const struct tf *t);

@@ -11,7 +11,9 @@
 #ifndef DPTRAIN_COMM_H
 #define DPTRAIN_COMM_H
 
+#include <stdarg.h>
 #include <stddef.h>
+#include "common/error.h"
 
 struct store;
 
@@ -24,23 +26,22 @@ struct comm_ops {
 	const char *name; /* "cpu", "nccl" */
 	/* In place: buf holds count elements on every rank; afterwards the sum (average). */
 	int (*allreduce)(struct comm *c, void *buf, size_t count, enum comm_dtype t,
-			 enum comm_redop op, char *err, size_t errlen);
+			 enum comm_redop op, struct dp_error *err);
 	/* in: count * world_size elements; out: count elements, this rank's block (block r is
 	 * in[r * count .. (r + 1) * count)) reduced over ranks. out may be in + rank * count. */
 	int (*reduce_scatter)(struct comm *c, const void *in, void *out, size_t count,
-			      enum comm_dtype t, enum comm_redop op, char *err, size_t errlen);
+			      enum comm_dtype t, enum comm_redop op, struct dp_error *err);
 	/* in: count elements; out: count * world_size, rank r's in at block r. in may be
 	 * out + rank * count. */
 	int (*allgather)(struct comm *c, const void *in, void *out, size_t count, enum comm_dtype t,
-			 char *err, size_t errlen);
+			 struct dp_error *err);
 	/* bytes from root's buf to every rank's buf. */
-	int (*broadcast)(struct comm *c, void *buf, size_t bytes, int root, char *err,
-			 size_t errlen);
-	int (*barrier)(struct comm *c, char *err, size_t errlen);
+	int (*broadcast)(struct comm *c, void *buf, size_t bytes, int root, struct dp_error *err);
+	int (*barrier)(struct comm *c, struct dp_error *err);
 	/* Optional (NCCL): the operations issued after this call start on the device once the work
 	 * behind mark (a backend marker, backend.h, recorded on this comm's GPU) is done; the
 	 * calling thread does not wait. Not collective. NULL: the caller waits for the marker. */
-	int (*after)(struct comm *c, void *mark, char *err, size_t errlen);
+	int (*after)(struct comm *c, void *mark, struct dp_error *err);
 	/* From any thread: make operations in progress and later ones fail with reason, and tell
 	 * the other ranks (through the store). */
 	void (*abort)(struct comm *c, const char *reason);
@@ -52,6 +53,17 @@ struct comm {
 	int rank, world_size;
 };
 
+/* An engine's first failure, kept: the engine is poisoned, and this and every later call fail
+ * with "<op>: <message>" (both engines, comm_fail.c). */
+struct comm_failure {
+	int failed;
+	struct dp_error msg;
+};
+
+/* Record the failure unless one is kept already, copy the kept one to err; returns -1. */
+int comm_failv(struct comm_failure *f, const char *op, struct dp_error *err, const char *fmt,
+	       va_list ap) __attribute__((format(printf, 4, 0)));
+
 struct comm_cpu_opts {
 	double timeout_s;   /* one operation; 0: 300 */
 	size_t chunk_bytes; /* pipelining unit; 0: the default (see comm_cpu.c) */
@@ -60,8 +72,8 @@ struct comm_cpu_opts {
 /* The CPU engine over the store's job: each rank listens on an ephemeral port on the address
  * its store connection uses, publishes it in the store, and connects to the next rank of the
  * ring. st stays owned by the caller and must outlive the comm. */
-int comm_cpu_create(struct comm **c, struct store *st, const struct comm_cpu_opts *o, char *err,
-		    size_t errlen);
+int comm_cpu_create(struct comm **c, struct store *st, const struct comm_cpu_opts *o,
+		    struct dp_error *err);
 
 static inline size_t comm_dtype_size(enum comm_dtype t)
 {
@@ -78,13 +90,12 @@ static inline void comm_share(size_t total, int rank, int world_size, size_t *lo
 
 /* Every rank's share of buf (comm_share of total floats) from that rank to all: afterwards
  * every rank holds the whole buffer. */
-static inline int comm_gather_shares(struct comm *c, float *buf, size_t total, char *err,
-				     size_t errlen)
+static inline int comm_gather_shares(struct comm *c, float *buf, size_t total, struct dp_error *err)
 {
 	for (int r = 0; r < c->world_size; r++) {
 		size_t lo, hi;
 		comm_share(total, r, c->world_size, &lo, &hi);
-		if (c->ops->broadcast(c, buf + lo, (hi - lo) * sizeof(float), r, err, errlen) < 0)
+		if (c->ops->broadcast(c, buf + lo, (hi - lo) * sizeof(float), r, err) < 0)
 			return -1;
 	}
 	return 0;
@@ -103,7 +114,7 @@ struct comm_nccl_opts {
  * An operation runs on the comm's own stream: what the caller's streams write to its buffers
  * must be finished when it is called (synchronize them); its results are there when it
  * returns. st stays owned by the caller and must outlive the comm. */
-int comm_nccl_create(struct comm **c, struct store *st, const struct comm_nccl_opts *o, char *err,
-		     size_t errlen);
+int comm_nccl_create(struct comm **c, struct store *st, const struct comm_nccl_opts *o,
+		     struct dp_error *err);
 
 #endif

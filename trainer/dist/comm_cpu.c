@@ -10,7 +10,8 @@
  * are count / world_size elements, the first count % world_size of them one more. */
 #define _GNU_SOURCE
 #include "trainer/dist/comm.h"
-#include "common/failf.h"
+#include "common/error.h"
+#include "common/clock.h"
 #include "trainer/store/store.h"
 
 #include <arpa/inet.h>
@@ -57,44 +58,37 @@ struct comm_cpu {
 	pthread_mutex_t abort_lock;
 	char abort_reason[CPU_MSG_MAX];
 
-	int failed;
-	char fail_msg[CPU_MSG_MAX];
+	struct comm_failure failure;
 };
 
 /* Poisons the comm: this and every later call fail with "<op>: <message>". */
-static int cpu_fail(struct comm_cpu *c, char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int cpu_fail(struct comm_cpu *c, char *err, size_t errlen, const char *fmt, ...)
+static int cpu_fail(struct comm_cpu *c, struct dp_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int cpu_fail(struct comm_cpu *c, struct dp_error *err, const char *fmt, ...)
 {
-	char msg[CPU_MSG_MAX];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	comm_failv(&c->failure, c->op, err, fmt, ap);
 	va_end(ap);
-	if (!c->failed) {
-		c->failed = 1;
-		snprintf(c->fail_msg, sizeof(c->fail_msg), "%s: %.1000s", c->op, msg);
-	}
-	snprintf(err, errlen, "%s", c->fail_msg);
 	return -1;
 }
 
-static int cpu_fail_abort(struct comm_cpu *c, char *err, size_t errlen)
+static int cpu_fail_abort(struct comm_cpu *c, struct dp_error *err)
 {
 	char reason[CPU_MSG_MAX];
 	pthread_mutex_lock(&c->abort_lock);
 	snprintf(reason, sizeof(reason), "%s", c->abort_reason);
 	pthread_mutex_unlock(&c->abort_lock);
-	return cpu_fail(c, err, errlen, "aborted: %s", reason);
+	return cpu_fail(c, err, "aborted: %s", reason);
 }
 
-static int cpu_scratch(struct comm_cpu *c, size_t bytes, char *err, size_t errlen)
+static int cpu_scratch(struct comm_cpu *c, size_t bytes, struct dp_error *err)
 {
 	if (bytes <= c->scratch_cap)
 		return 0;
 	void *p = realloc(c->scratch, bytes);
 	if (!p)
-		return cpu_fail(c, err, errlen, "out of memory (%zu bytes of scratch)", bytes);
+		return cpu_fail(c, err, "out of memory (%zu bytes of scratch)", bytes);
 	c->scratch = p;
 	c->scratch_cap = bytes;
 	return 0;
@@ -162,34 +156,32 @@ static void xfer_reduce(struct comm_cpu *c, struct xfer *x)
 }
 
 /* A ring neighbour's connection broke: the store's verdict names who died, if it has one. */
-static int peer_lost(struct comm_cpu *c, int peer, int e, char *err, size_t errlen)
+static int peer_lost(struct comm_cpu *c, int peer, int e, struct dp_error *err)
 {
-	char msg[CPU_MSG_MAX], name[300];
-	if (store_poll_abort(c->st, CPU_PEER_WAIT_S, msg, sizeof(msg)) == 1)
-		return cpu_fail(c, err, errlen, "%s", msg);
+	char name[300];
+	if (store_poll_abort(c->st, CPU_PEER_WAIT_S, err) == 1)
+		return cpu_fail(c, err, "%s", err->text);
 	store_rank_name(c->st, peer, name, sizeof(name));
 	if (e)
-		return cpu_fail(c, err, errlen, "%s closed the connection (%s)", name, strerror(e));
-	return cpu_fail(c, err, errlen, "%s closed the connection", name);
+		return cpu_fail(c, err, "%s closed the connection (%s)", name, strerror(e));
+	return cpu_fail(c, err, "%s closed the connection", name);
 }
 
 /* This rank waits for waiting_for: its timeout passed, or another rank's did and the store
  * asks who else is waiting (the roll call). The store's verdict names who is not. */
-static int cpu_report(struct comm_cpu *c, int waiting_for, char *err, size_t errlen)
+static int cpu_report(struct comm_cpu *c, int waiting_for, struct dp_error *err)
 {
-	char msg[CPU_MSG_MAX];
-	store_report_timeout(c->st, c->seq, c->op, waiting_for, c->timeout_s, c->grace_s, msg,
-			     sizeof(msg));
-	return cpu_fail(c, err, errlen, "%s", msg);
+	store_report_timeout(c->st, c->seq, c->op, waiting_for, c->timeout_s, c->grace_s, err);
+	return cpu_fail(c, err, "%s", err->text);
 }
 
-static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen)
+static int xfer_run(struct comm_cpu *c, struct xfer *x, struct dp_error *err)
 {
 	double last = now_s();
 	for (;;) {
 		int progress = 0, want_out = 0, want_in = 0;
 		if (atomic_load_explicit(&c->aborted, memory_order_acquire))
-			return cpu_fail_abort(c, err, errlen);
+			return cpu_fail_abort(c, err);
 		size_t slimit = x->fwd ? x->rdone : x->sbytes;
 		if (x->sdone < slimit) {
 			size_t n = slimit - x->sdone;
@@ -202,7 +194,7 @@ static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen
 				   (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
 				want_out = 1;
 			} else {
-				return peer_lost(c, c->next, k < 0 ? errno : 0, err, errlen);
+				return peer_lost(c, c->next, k < 0 ? errno : 0, err);
 			}
 		}
 		if (x->rdone < x->rbytes) {
@@ -222,7 +214,7 @@ static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen
 				   (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
 				want_in = 1;
 			} else {
-				return peer_lost(c, c->prev, k < 0 ? errno : 0, err, errlen);
+				return peer_lost(c, c->prev, k < 0 ? errno : 0, err);
 			}
 		}
 		if (x->sdone == x->sbytes && x->rdone == x->rbytes)
@@ -234,7 +226,7 @@ static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen
 		if (x->fwd && x->sdone == x->rdone)
 			want_in = 1; /* nothing to forward yet: wait for more */
 		if (store_rollcall(c->st))
-			return cpu_report(c, want_in ? c->prev : c->next, err, errlen);
+			return cpu_report(c, want_in ? c->prev : c->next, err);
 		struct pollfd p[4];
 		int np = 0;
 		if (want_out)
@@ -248,35 +240,34 @@ static int xfer_run(struct comm_cpu *c, struct xfer *x, char *err, size_t errlen
 		double deadline = last + c->timeout_s;
 		int n = poll(p, (nfds_t)np, ms_until(deadline));
 		if (n < 0 && errno != EINTR)
-			return cpu_fail(c, err, errlen, "poll: %s", strerror(errno));
+			return cpu_fail(c, err, "poll: %s", strerror(errno));
 		if (n > 0 && p[wake_at].revents)
 			continue; /* the abort flag is checked at the top */
 		if (n > 0 && p[st_at].revents) {
-			char msg[CPU_MSG_MAX];
-			if (store_poll_abort(c->st, 0, msg, sizeof(msg)) == 1)
-				return cpu_fail(c, err, errlen, "%s", msg);
+			if (store_poll_abort(c->st, 0, err) == 1)
+				return cpu_fail(c, err, "%s", err->text);
 			continue; /* a roll call is answered at the top */
 		}
 		if (n == 0 && now_s() >= deadline)
-			return cpu_report(c, want_in ? c->prev : c->next, err, errlen);
+			return cpu_report(c, want_in ? c->prev : c->next, err);
 	}
 	xfer_reduce(c, x);
 	return 0;
 }
 
 static int xfer(struct comm_cpu *c, const void *sbuf, size_t sbytes, void *rbuf, size_t rbytes,
-		char *err, size_t errlen)
+		struct dp_error *err)
 {
 	struct xfer x = {.sbuf = sbuf, .sbytes = sbytes, .rbuf = rbuf, .rbytes = rbytes};
-	return xfer_run(c, &x, err, errlen);
+	return xfer_run(c, &x, err);
 }
 
 static int xfer_reduce_into(struct comm_cpu *c, const void *sbuf, size_t sbytes, size_t rbytes,
-			    void *dst, const void *own, enum comm_dtype t, char *err, size_t errlen)
+			    void *dst, const void *own, enum comm_dtype t, struct dp_error *err)
 {
 	struct xfer x = {
 	    .sbuf = sbuf, .sbytes = sbytes, .rbytes = rbytes, .dst = dst, .own = own, .t = t};
-	return xfer_run(c, &x, err, errlen);
+	return xfer_run(c, &x, err);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -288,25 +279,25 @@ static int mod(int a, int w)
 }
 
 /* Common entry: the poison and abort checks, the op name, the sequence number. */
-static int cpu_begin(struct comm_cpu *c, const char *op, char *err, size_t errlen)
+static int cpu_begin(struct comm_cpu *c, const char *op, struct dp_error *err)
 {
 	c->op = op;
 	c->seq++;
-	if (c->failed)
-		return failf(err, errlen, "%s", c->fail_msg);
+	if (c->failure.failed)
+		return errprintf(err, "%s", c->failure.msg.text);
 	if (atomic_load_explicit(&c->aborted, memory_order_acquire))
-		return cpu_fail_abort(c, err, errlen);
+		return cpu_fail_abort(c, err);
 	return 0;
 }
 
 static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_dtype t,
-			 enum comm_redop op, char *err, size_t errlen)
+			 enum comm_redop op, struct dp_error *err)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
 	int w = base->world_size, r = base->rank;
 	size_t es = comm_dtype_size(t);
 	unsigned char *b = buf;
-	if (cpu_begin(c, "allreduce", err, errlen) < 0)
+	if (cpu_begin(c, "allreduce", err) < 0)
 		return -1;
 	if (w == 1 || count == 0)
 		return 0;
@@ -317,7 +308,7 @@ static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_d
 	for (int s = 0; s < w - 1; s++) {
 		int sb = mod(r - 1 - s, w), rb = mod(r - 2 - s, w);
 		if (xfer_reduce_into(c, b + BLK_OFF(sb), BLK_LEN(sb), BLK_LEN(rb), b + BLK_OFF(rb),
-				     b + BLK_OFF(rb), t, err, errlen) < 0)
+				     b + BLK_OFF(rb), t, err) < 0)
 			return -1;
 	}
 	if (op == COMM_AVG)
@@ -325,8 +316,7 @@ static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_d
 	/* all-gather: at step s send block r-s, receive block r-1-s */
 	for (int s = 0; s < w - 1; s++) {
 		int sb = mod(r - s, w), rb = mod(r - 1 - s, w);
-		if (xfer(c, b + BLK_OFF(sb), BLK_LEN(sb), b + BLK_OFF(rb), BLK_LEN(rb), err,
-			 errlen) < 0)
+		if (xfer(c, b + BLK_OFF(sb), BLK_LEN(sb), b + BLK_OFF(rb), BLK_LEN(rb), err) < 0)
 			return -1;
 	}
 #undef BLK_OFF
@@ -335,13 +325,13 @@ static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_d
 }
 
 static int cpu_reduce_scatter(struct comm *base, const void *in, void *out, size_t count,
-			      enum comm_dtype t, enum comm_redop op, char *err, size_t errlen)
+			      enum comm_dtype t, enum comm_redop op, struct dp_error *err)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
 	int w = base->world_size, r = base->rank;
 	size_t bytes = count * comm_dtype_size(t);
 	const unsigned char *src = in;
-	if (cpu_begin(c, "reduce_scatter", err, errlen) < 0)
+	if (cpu_begin(c, "reduce_scatter", err) < 0)
 		return -1;
 	if (count == 0)
 		return 0;
@@ -351,14 +341,14 @@ static int cpu_reduce_scatter(struct comm *base, const void *in, void *out, size
 	}
 	/* the partial sums go to two scratch blocks in turn (one is sent while the next one
 	 * fills); the last step reduces into out (which may be in's block r: only it is read) */
-	if (cpu_scratch(c, (size_t)(w > 3 ? 2 : w - 2) * bytes, err, errlen) < 0)
+	if (cpu_scratch(c, (size_t)(w > 3 ? 2 : w - 2) * bytes, err) < 0)
 		return -1;
 	const unsigned char *send = src + (size_t)mod(r - 1, w) * bytes;
 	for (int s = 0; s < w - 1; s++) {
 		int rb = mod(r - 2 - s, w);
 		unsigned char *dst = s == w - 2 ? out : c->scratch + (size_t)(s % 2) * bytes;
-		if (xfer_reduce_into(c, send, bytes, bytes, dst, src + (size_t)rb * bytes, t, err,
-				     errlen) < 0)
+		if (xfer_reduce_into(c, send, bytes, bytes, dst, src + (size_t)rb * bytes, t, err) <
+		    0)
 			return -1;
 		send = dst;
 	}
@@ -368,13 +358,13 @@ static int cpu_reduce_scatter(struct comm *base, const void *in, void *out, size
 }
 
 static int cpu_allgather(struct comm *base, const void *in, void *out, size_t count,
-			 enum comm_dtype t, char *err, size_t errlen)
+			 enum comm_dtype t, struct dp_error *err)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
 	int w = base->world_size, r = base->rank;
 	size_t bytes = count * comm_dtype_size(t);
 	unsigned char *o = out;
-	if (cpu_begin(c, "allgather", err, errlen) < 0)
+	if (cpu_begin(c, "allgather", err) < 0)
 		return -1;
 	if (count == 0)
 		return 0;
@@ -382,48 +372,46 @@ static int cpu_allgather(struct comm *base, const void *in, void *out, size_t co
 		memmove(o + (size_t)r * bytes, in, bytes);
 	for (int s = 0; s < w - 1; s++) {
 		int sb = mod(r - s, w), rb = mod(r - 1 - s, w);
-		if (xfer(c, o + (size_t)sb * bytes, bytes, o + (size_t)rb * bytes, bytes, err,
-			 errlen) < 0)
+		if (xfer(c, o + (size_t)sb * bytes, bytes, o + (size_t)rb * bytes, bytes, err) < 0)
 			return -1;
 	}
 	return 0;
 }
 
-static int cpu_broadcast(struct comm *base, void *buf, size_t bytes, int root, char *err,
-			 size_t errlen)
+static int cpu_broadcast(struct comm *base, void *buf, size_t bytes, int root, struct dp_error *err)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
 	int w = base->world_size;
-	if (cpu_begin(c, "broadcast", err, errlen) < 0)
+	if (cpu_begin(c, "broadcast", err) < 0)
 		return -1;
 	if (root < 0 || root >= w)
-		return cpu_fail(c, err, errlen, "root %d is not a rank (0-%d)", root, w - 1);
+		return cpu_fail(c, err, "root %d is not a rank (0-%d)", root, w - 1);
 	if (w == 1 || bytes == 0)
 		return 0;
 	int d = mod(base->rank - root, w); /* distance from the root along the ring */
 	if (d == 0)
-		return xfer(c, buf, bytes, NULL, 0, err, errlen);
+		return xfer(c, buf, bytes, NULL, 0, err);
 	if (d == w - 1)
-		return xfer(c, NULL, 0, buf, bytes, err, errlen);
+		return xfer(c, NULL, 0, buf, bytes, err);
 	struct xfer x = {.sbuf = buf, .sbytes = bytes, .rbuf = buf, .rbytes = bytes, .fwd = 1};
-	return xfer_run(c, &x, err, errlen);
+	return xfer_run(c, &x, err);
 }
 
-static int cpu_barrier(struct comm *base, char *err, size_t errlen)
+static int cpu_barrier(struct comm *base, struct dp_error *err)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
 	int w = base->world_size, r = base->rank;
-	if (cpu_begin(c, "barrier", err, errlen) < 0)
+	if (cpu_begin(c, "barrier", err) < 0)
 		return -1;
 	if (w == 1)
 		return 0;
 	/* an all-gather of one byte: done when a byte from every rank went round */
-	if (cpu_scratch(c, (size_t)w, err, errlen) < 0)
+	if (cpu_scratch(c, (size_t)w, err) < 0)
 		return -1;
 	memset(c->scratch, 1, (size_t)w);
 	for (int s = 0; s < w - 1; s++)
-		if (xfer(c, c->scratch + mod(r - s, w), 1, c->scratch + mod(r - 1 - s, w), 1, err,
-			 errlen) < 0)
+		if (xfer(c, c->scratch + mod(r - s, w), 1, c->scratch + mod(r - 1 - s, w), 1, err) <
+		    0)
 			return -1;
 	return 0;
 }
@@ -575,8 +563,8 @@ static int ring_hello_ok(const struct comm_cpu *c, long gen, const struct ring_h
 	return d == 0;
 }
 
-static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double deadline, char *err,
-			size_t errlen)
+static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double deadline,
+			struct dp_error *err)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -584,11 +572,11 @@ static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double d
 	int e = 0;
 	store_rank_name(c->st, c->next, name, sizeof(name));
 	if (parse_addr(addr, &ss, &len) < 0)
-		return failf(err, errlen, "comm: %s published a bad address '%s'", name, addr);
+		return errprintf(err, "comm: %s published a bad address '%s'", name, addr);
 	for (;;) {
 		int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (fd < 0)
-			return failf(err, errlen, "comm: socket: %s", strerror(errno));
+			return errprintf(err, "comm: socket: %s", strerror(errno));
 		sock_tune(fd);
 		e = 0;
 		if (connect(fd, (struct sockaddr *)&ss, len) < 0) {
@@ -617,21 +605,21 @@ static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double d
 		struct timespec ts = {0, 50 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	return failf(err, errlen, "comm: cannot connect to %s at %s: %s", name, addr, strerror(e));
+	return errprintf(err, "comm: cannot connect to %s at %s: %s", name, addr, strerror(e));
 }
 
-static int ring_accept(struct comm_cpu *c, int lfd, long gen, double deadline, char *err,
-		       size_t errlen)
+static int ring_accept(struct comm_cpu *c, int lfd, long gen, double deadline, struct dp_error *err)
 {
-	char name[300], why[400] = "";
+	char name[300];
+	char refused[400] = "";
 	store_rank_name(c->st, c->prev, name, sizeof(name));
 	for (;;) {
 		struct pollfd p[2] = {{.fd = lfd, .events = POLLIN},
 				      {.fd = store_fd(c->st), .events = POLLIN}};
 		if (poll(p, 2, ms_until(deadline)) == 0 && now_s() >= deadline)
 			break;
-		if (p[1].revents && store_poll_abort(c->st, 0, why, sizeof(why)) == 1)
-			return failf(err, errlen, "comm: %s", why);
+		if (p[1].revents && store_poll_abort(c->st, 0, err) == 1)
+			return errprefix(err, "comm");
 		if (!p[0].revents)
 			continue;
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -644,14 +632,15 @@ static int ring_accept(struct comm_cpu *c, int lfd, long gen, double deadline, c
 			c->prev_fd = fd;
 			return 0;
 		}
-		snprintf(why, sizeof(why), " (a connection that was not %s's was refused)", name);
+		snprintf(refused, sizeof(refused), " (a connection that was not %s's was refused)",
+			 name);
 		close(fd);
 	}
-	return failf(err, errlen, "comm: %s did not connect within the timeout%s", name, why);
+	return errprintf(err, "comm: %s did not connect within the timeout%s", name, refused);
 }
 
-int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_opts *o, char *err,
-		    size_t errlen)
+int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_opts *o,
+		    struct dp_error *err)
 {
 	struct comm_cpu *c = calloc(1, sizeof(*c));
 	int lfd = -1, rv = -1;
@@ -659,7 +648,7 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 	size_t addrlen;
 	*out = NULL;
 	if (!c)
-		return failf(err, errlen, "comm: out of memory");
+		return errprintf(err, "comm: out of memory");
 	c->base.ops = &cpu_ops;
 	c->base.rank = store_rank(st);
 	c->base.world_size = store_world_size(st);
@@ -678,21 +667,21 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 	pthread_mutex_init(&c->abort_lock, NULL);
 	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (c->wake_fd < 0) {
-		failf(err, errlen, "comm: eventfd: %s", strerror(errno));
+		errprintf(err, "comm: eventfd: %s", strerror(errno));
 		goto out;
 	}
 	if (c->base.world_size > 1) {
 		double deadline = now_s() + c->timeout_s;
 		c->ring = malloc(2 * c->chunk);
 		if (!c->ring) {
-			failf(err, errlen, "comm: out of memory (2 chunks of %zu bytes)", c->chunk);
+			errprintf(err, "comm: out of memory (2 chunks of %zu bytes)", c->chunk);
 			goto out;
 		}
 		char key[128], me[INET6_ADDRSTRLEN + 16];
 		long gen;
 		/* the comms this rank made before: the same count on every rank */
 		snprintf(key, sizeof(key), "dptrain.comm.cpu.created.%d", c->base.rank);
-		if (store_add(st, key, 1, &gen, err, errlen) < 0)
+		if (store_add(st, key, 1, &gen, err) < 0)
 			goto out;
 
 		struct sockaddr_storage ss;
@@ -701,20 +690,20 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 		if (strchr(store_local_addr(st), ':'))
 			snprintf(me, sizeof(me), "[%s]:0", store_local_addr(st));
 		if (parse_addr(me, &ss, &len) < 0) {
-			failf(err, errlen, "comm: cannot use this rank's address '%s'",
-			      store_local_addr(st));
+			errprintf(err, "comm: cannot use this rank's address '%s'",
+				  store_local_addr(st));
 			goto out;
 		}
 		lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (lfd < 0) {
-			failf(err, errlen, "comm: socket: %s", strerror(errno));
+			errprintf(err, "comm: socket: %s", strerror(errno));
 			goto out;
 		}
 		sock_tune(lfd);
 		if (bind(lfd, (struct sockaddr *)&ss, len) < 0 || listen(lfd, 16) < 0 ||
 		    getsockname(lfd, (struct sockaddr *)&ss, &len) < 0) {
-			failf(err, errlen, "comm: cannot listen on %s: %s", store_local_addr(st),
-			      strerror(errno));
+			errprintf(err, "comm: cannot listen on %s: %s", store_local_addr(st),
+				  strerror(errno));
 			goto out;
 		}
 		int port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
@@ -722,15 +711,15 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 		snprintf(me, sizeof(me), strchr(store_local_addr(st), ':') ? "[%s]:%d" : "%s:%d",
 			 store_local_addr(st), port);
 		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.addr.%d", gen, c->base.rank);
-		if (store_set(st, key, me, strlen(me), err, errlen) < 0)
+		if (store_set(st, key, me, strlen(me), err) < 0)
 			goto out;
 		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.addr.%d", gen, c->next);
-		if (store_get(st, key, &addr, &addrlen, c->timeout_s, err, errlen) < 0)
+		if (store_get(st, key, &addr, &addrlen, c->timeout_s, err) < 0)
 			goto out;
 		/* the next rank listens already (it published after listen): connecting first
 		 * lands in its backlog, so every rank can then accept without a deadlock */
-		if (ring_connect(c, addr, gen, deadline, err, errlen) < 0 ||
-		    ring_accept(c, lfd, gen, deadline, err, errlen) < 0)
+		if (ring_connect(c, addr, gen, deadline, err) < 0 ||
+		    ring_accept(c, lfd, gen, deadline, err) < 0)
 			goto out;
 	}
 	*out = &c->base;

@@ -8,7 +8,8 @@
  * written; an engine without after() has the communication thread wait for it. */
 #define _GNU_SOURCE
 #include "trainer/dist/ddp.h"
-#include "common/failf.h"
+#include "common/error.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -17,7 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#define DDP_ERR_MAX	 1024
 #define DDP_COMM_ERR_MAX 960 /* room for the bucket prefix */
 
 struct ddp {
@@ -42,7 +42,7 @@ struct ddp {
 	int next;      /* buckets reduced so far this step (the thread's next one) */
 	int stop;
 	int failed;
-	char err[DDP_ERR_MAX];
+	struct dp_error err; /* why failed */
 	double wait_s;
 	float vote;
 };
@@ -50,7 +50,7 @@ struct ddp {
 static void *comm_thread(void *arg)
 {
 	struct ddp *d = arg;
-	char err[DDP_COMM_ERR_MAX];
+	struct dp_error err;
 	pthread_mutex_lock(&d->mu);
 	for (;;) {
 		while (!d->stop && !d->failed && d->next >= d->ready)
@@ -64,20 +64,19 @@ static void *comm_thread(void *arg)
 		int rv = 0;
 		/* NCCL: its stream waits for the bucket's marker on the GPU; else this thread */
 		if (d->c->ops->after && d->ev[i])
-			rv = d->c->ops->after(d->c, d->ev[i], err, sizeof(err));
+			rv = d->c->ops->after(d->c, d->ev[i], &err);
 		else if (be->ops->mark_wait && be->ops->mark_wait(be, d->ev[i]) < 0) {
-			snprintf(err, sizeof(err), "waiting for its gradients: %.900s", be->err);
-			rv = -1;
+			rv = errprintf(&err, "waiting for its gradients: %s", be->err.text);
 		}
 		if (rv == 0)
-			rv = d->c->ops->allreduce(
-			    d->c, d->m->grads + b->lo, b->hi - b->lo, COMM_F32,
-			    d->o.gradients_mean ? COMM_AVG : COMM_SUM, err, sizeof(err));
+			rv =
+			    d->c->ops->allreduce(d->c, d->m->grads + b->lo, b->hi - b->lo, COMM_F32,
+						 d->o.gradients_mean ? COMM_AVG : COMM_SUM, &err);
 		pthread_mutex_lock(&d->mu);
 		if (rv < 0) {
 			d->failed = 1;
-			snprintf(d->err, sizeof(d->err), "gradient bucket %d of %d: %s", i + 1,
-				 d->nbuckets, err);
+			errprintf(&d->err, "gradient bucket %d of %d: %s", i + 1, d->nbuckets,
+				  err.text);
 			pthread_cond_broadcast(&d->cv);
 			break;
 		}
@@ -108,8 +107,8 @@ static void bucket_final(struct ddp *d, int i)
 	d->is_ready[i] = 1;
 	if (be->ops->mark && be->ops->mark(be, &d->ev[i]) < 0 && !d->failed) {
 		d->failed = 1;
-		snprintf(d->err, sizeof(d->err), "gradient bucket %d of %d: %.900s", i + 1,
-			 d->nbuckets, be->err);
+		errprintf(&d->err, "gradient bucket %d of %d: %s", i + 1, d->nbuckets,
+			  be->err.text);
 		pthread_cond_broadcast(&d->cv);
 	}
 }
@@ -148,17 +147,17 @@ static int by_offset(const void *a, const void *b, void *ctx)
 	return x < y ? -1 : x > y;
 }
 
-static int plan_buckets(struct ddp *d, char *err, size_t errlen)
+static int plan_buckets(struct ddp *d, struct dp_error *err)
 {
 	const struct nn_model *m = d->m;
 	int n = d->nparams;
 	d->b = calloc((size_t)n + 1, sizeof(*d->b));
 	if (!d->b)
-		return failf(err, errlen, "out of memory");
+		return errprintf(err, "out of memory");
 	for (int i = 0; i < d->o.nfusion_split; i++)
 		if (d->o.fusion_split[i] >= n)
-			return failf(
-			    err, errlen,
+			return errprintf(
+			    err,
 			    "parallel.all_reduce_fusion_config: split index %d, but %s has %d "
 			    "parameters (indices 0-%d); use smaller indices",
 			    d->o.fusion_split[i], m->name, n, n - 1);
@@ -203,13 +202,13 @@ static int plan_buckets(struct ddp *d, char *err, size_t errlen)
 }
 
 int ddp_create(struct ddp **out, struct nn_model *m, struct comm *c, const struct ddp_opts *o,
-	       char *err, size_t errlen)
+	       struct dp_error *err)
 {
 	struct ddp *d = calloc(1, sizeof(*d));
 	int rv = -1;
 	*out = NULL;
 	if (!d)
-		return failf(err, errlen, "out of memory");
+		return errprintf(err, "out of memory");
 	d->m = m;
 	d->c = c;
 	d->o = *o;
@@ -223,16 +222,16 @@ int ddp_create(struct ddp **out, struct nn_model *m, struct comm *c, const struc
 	pthread_mutex_init(&d->mu, NULL);
 	pthread_cond_init(&d->cv, NULL);
 	if (!d->order || !d->bucket_of || !d->is_ready || !d->ev) {
-		failf(err, errlen, "out of memory");
+		errprintf(err, "out of memory");
 		goto out;
 	}
 	for (int i = 0; i < m->nparams; i++)
 		d->order[i] = i;
 	qsort_r(d->order, (size_t)m->nparams, sizeof(int), by_offset, m);
-	if (plan_buckets(d, err, errlen) < 0)
+	if (plan_buckets(d, err) < 0)
 		goto out;
 	if (pthread_create(&d->thread, NULL, comm_thread, d) != 0) {
-		failf(err, errlen, "cannot start the communication thread");
+		errprintf(err, "cannot start the communication thread");
 		goto out;
 	}
 	d->have_thread = 1;
@@ -272,41 +271,36 @@ void ddp_destroy(struct ddp *d)
 }
 
 /* The buffers, once the backend's work writing them is done. */
-static int broadcast_buffers_synced(struct ddp *d, char *err, size_t errlen)
+static int broadcast_buffers_synced(struct ddp *d, struct dp_error *err)
 {
 	struct nn_model *m = d->m;
-	char e2[DDP_ERR_MAX];
 	if (m->state_total == 0)
 		return 0;
-	if (d->c->ops->broadcast(d->c, m->state, m->state_total * sizeof(float), 0, e2,
-				 sizeof(e2)) < 0 ||
-	    d->c->ops->broadcast(d->c, &m->batches_tracked, sizeof(m->batches_tracked), 0, e2,
-				 sizeof(e2)) < 0)
-		return failf(err, errlen, "broadcasting BatchNorm statistics from rank 0: %s", e2);
+	if (d->c->ops->broadcast(d->c, m->state, m->state_total * sizeof(float), 0, err) < 0 ||
+	    d->c->ops->broadcast(d->c, &m->batches_tracked, sizeof(m->batches_tracked), 0, err) < 0)
+		return errprefix(err, "broadcasting BatchNorm statistics from rank 0");
 	return 0;
 }
 
-int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen)
+int ddp_broadcast_buffers(struct ddp *d, struct dp_error *err)
 {
 	struct nn_model *m = d->m;
 	if (m->state_total == 0)
 		return 0;
 	/* the collectives run apart from the backend's work (NCCL: on their own stream) */
 	if (m->be->ops->sync(m->be) < 0)
-		return failf(err, errlen, "broadcasting BatchNorm statistics: %s", m->be->err);
-	return broadcast_buffers_synced(d, err, errlen);
+		return errprintf(err, "broadcasting BatchNorm statistics: %s", m->be->err.text);
+	return broadcast_buffers_synced(d, err);
 }
 
-int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen)
+int ddp_broadcast_params(struct ddp *d, struct dp_error *err)
 {
 	struct nn_model *m = d->m;
-	char e2[DDP_ERR_MAX];
 	if (m->be->ops->sync(m->be) < 0)
-		return failf(err, errlen, "broadcasting the parameters: %s", m->be->err);
-	if (d->c->ops->broadcast(d->c, m->weights, m->param_total * sizeof(float), 0, e2,
-				 sizeof(e2)) < 0)
-		return failf(err, errlen, "broadcasting the parameters from rank 0: %s", e2);
-	return broadcast_buffers_synced(d, err, errlen);
+		return errprintf(err, "broadcasting the parameters: %s", m->be->err.text);
+	if (d->c->ops->broadcast(d->c, m->weights, m->param_total * sizeof(float), 0, err) < 0)
+		return errprefix(err, "broadcasting the parameters from rank 0");
+	return broadcast_buffers_synced(d, err);
 }
 
 void ddp_set_vote(struct ddp *d, float vote)
@@ -314,25 +308,25 @@ void ddp_set_vote(struct ddp *d, float vote)
 	d->vote = vote;
 }
 
-int ddp_votes(const struct ddp *d, float *votes, char *err, size_t errlen)
+int ddp_votes(const struct ddp *d, float *votes, struct dp_error *err)
 {
 	struct backend *be = d->m->be;
 
 	*votes = 0;
 	if (be->ops->to_host(be, votes, d->m->grads + d->m->param_total, sizeof(*votes)) < 0)
-		return failf(err, errlen, "ddp: cannot read the ranks' stop votes from %s: %s",
-			     be->ops->name, be->err);
+		return errprintf(err, "ddp: cannot read the ranks' stop votes from %s: %s",
+				 be->ops->name, be->err.text);
 	return 0;
 }
 
-int ddp_begin_backward(struct ddp *d, int sync, char *err, size_t errlen)
+int ddp_begin_backward(struct ddp *d, int sync, struct dp_error *err)
 {
 	if (sync) {
 		struct backend *be = d->m->be;
 		if (be->ops->from_host(be, d->m->grads + d->m->param_total, &d->vote,
 				       sizeof(d->vote)) < 0)
-			return failf(err, errlen, "ddp: cannot put this rank's stop vote on %s: %s",
-				     be->ops->name, be->err);
+			return errprintf(err, "ddp: cannot put this rank's stop vote on %s: %s",
+					 be->ops->name, be->err.text);
 	}
 	pthread_mutex_lock(&d->mu);
 	d->sync = sync;
@@ -355,7 +349,7 @@ int ddp_begin_backward(struct ddp *d, int sync, char *err, size_t errlen)
 	return 0;
 }
 
-int ddp_finish(struct ddp *d, char *err, size_t errlen)
+int ddp_finish(struct ddp *d, struct dp_error *err)
 {
 	double t0 = now_s();
 	int rv = 0;
@@ -371,7 +365,7 @@ int ddp_finish(struct ddp *d, char *err, size_t errlen)
 		d->sync = 0;
 	}
 	if (d->failed)
-		rv = failf(err, errlen, "%s", d->err);
+		rv = errprintf(err, "%s", d->err.text);
 	pthread_mutex_unlock(&d->mu);
 	d->wait_s = now_s() - t0;
 	return rv;

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 
+#include "common/error.h"
 #include "trainer/dist/comm.h"
 #include "trainer/nn/nn.h"
 
@@ -43,21 +44,21 @@ struct ddp;
 /* Builds the buckets and starts the communication thread; installs the model's grad hook.
  * The model must outlive the ddp. */
 int ddp_create(struct ddp **d, struct nn_model *m, struct comm *c, const struct ddp_opts *o,
-	       char *err, size_t errlen);
+	       struct dp_error *err);
 void ddp_destroy(struct ddp *d);
 
 /* Rank 0's parameters and buffers (BN running statistics and num_batches_tracked) to all. */
-int ddp_broadcast_params(struct ddp *d, char *err, size_t errlen);
+int ddp_broadcast_params(struct ddp *d, struct dp_error *err);
 /* Rank 0's buffers to all (DDP's broadcast_buffers, before each training forward). */
-int ddp_broadcast_buffers(struct ddp *d, char *err, size_t errlen);
+int ddp_broadcast_buffers(struct ddp *d, struct dp_error *err);
 
 /* Before a micro-step's backward: sync 1 on the last micro-step of an optimizer step (its
  * buckets are reduced as backward produces them), 0 on the others (no communication). -1
  * with err when this rank's vote cannot be put on the device. */
-int ddp_begin_backward(struct ddp *d, int sync, char *err, size_t errlen);
+int ddp_begin_backward(struct ddp *d, int sync, struct dp_error *err);
 /* After the backward of a sync micro-step: waits until every bucket is reduced. Gradients
  * are then the same on every rank. */
-int ddp_finish(struct ddp *d, char *err, size_t errlen);
+int ddp_finish(struct ddp *d, struct dp_error *err);
 
 /* A vote carried in the last bucket at no extra communication (the float after the
  * parameters' gradients): set before ddp_begin_backward of a sync micro-step; after its
@@ -65,7 +66,7 @@ int ddp_finish(struct ddp *d, char *err, size_t errlen);
  * trainer's "stop after this step"); -1 with err when it cannot be read from the device (a
  * vote must not be lost as "no vote"). */
 void ddp_set_vote(struct ddp *d, float vote);
-int ddp_votes(const struct ddp *d, float *votes, char *err, size_t errlen);
+int ddp_votes(const struct ddp *d, float *votes, struct dp_error *err);
 
 int ddp_bucket_count(const struct ddp *d);
 const struct ddp_bucket *ddp_bucket(const struct ddp *d, int i);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "trainer/nn/nn.h"
 
 struct init_rng {
@@ -34,14 +35,14 @@ static double normal(struct init_rng *r)
 	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-int nn_init_weights(struct nn_model *m, uint64_t seed, char *err, size_t errlen)
+int nn_init_weights(struct nn_model *m, uint64_t seed, struct dp_error *err)
 {
 	int rv = -1;
 	int resnet = strncmp(m->name, "resnet", 6) == 0;
 	float *host = calloc(m->param_total ? m->param_total : 1, sizeof(float));
 	float *state = calloc(m->state_total ? m->state_total : 1, sizeof(float));
 	if (!host || !state) {
-		snprintf(err, errlen, "out of memory initialising %s", m->name);
+		errprintf(err, "out of memory initialising %s", m->name);
 		goto out;
 	}
 	for (int i = 0; i < m->nparams; i++) {
@@ -82,7 +83,7 @@ int nn_init_weights(struct nn_model *m, uint64_t seed, char *err, size_t errlen)
 	m->batches_tracked = 0;
 	if (m->be->ops->from_host(m->be, m->weights, host, m->param_total * sizeof(float)) < 0 ||
 	    m->be->ops->from_host(m->be, m->state, state, m->state_total * sizeof(float)) < 0) {
-		snprintf(err, errlen, "initialising %s: %s", m->name, m->be->err);
+		errprintf(err, "initialising %s: %s", m->name, m->be->err.text);
 		goto out;
 	}
 	rv = 0;

@@ -5,10 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "trainer/config/config.h"
 #include "trainer/nn/nn_build.h"
 
-static int mlp(struct builder *b, const int *hidden, int nhidden, char *err, size_t errlen)
+static int mlp(struct builder *b, const int *hidden, int nhidden, struct dp_error *err)
 {
 	static const int tutorial[2] = {512, 512};
 	if (!hidden) { /* not given; an empty list is a linear classifier */
@@ -16,15 +17,14 @@ static int mlp(struct builder *b, const int *hidden, int nhidden, char *err, siz
 		nhidden = 2;
 	}
 	if (nhidden > 16) {
-		snprintf(err, errlen, "model mlp: at most 16 hidden layers (got %d)", nhidden);
+		errprintf(err, "model mlp: at most 16 hidden layers (got %d)", nhidden);
 		return -1;
 	}
 	int x = nn_b_flatten(b, 0);
 	char name[16];
 	for (int i = 0; i < nhidden; i++) {
 		if (hidden[i] < 1) {
-			snprintf(err, errlen, "model mlp: hidden layer %d has width %d", i,
-				 hidden[i]);
+			errprintf(err, "model mlp: hidden layer %d has width %d", i, hidden[i]);
 			return -1;
 		}
 		snprintf(name, sizeof(name), "fc%d", i + 1);
@@ -37,12 +37,12 @@ static int mlp(struct builder *b, const int *hidden, int nhidden, char *err, siz
 
 /* conv 6@5x5 - pool - conv 16@5x5 - pool - fc 120 - 84 - classes. Inputs smaller than the
  * tutorial's 32x32 get padding on the first conv so the rest of the net sees 28x28. */
-static int lenet(struct builder *b, char *err, size_t errlen)
+static int lenet(struct builder *b, struct dp_error *err)
 {
 	int h = b->m->in_h, w = b->m->in_w;
 	if (h != w || h < 28 || h > 32) {
-		snprintf(err, errlen,
-			 "model lenet: input must be square, 28 to 32 pixels (got %dx%d)", h, w);
+		errprintf(err, "model lenet: input must be square, 28 to 32 pixels (got %dx%d)", h,
+			  w);
 		return -1;
 	}
 	int pad = (32 - h) / 2;
@@ -98,7 +98,7 @@ static int bottleneck(struct builder *b, const char *name, int x, int planes, in
 	return nn_b_relu(b, nn_b_add(b, y, id));
 }
 
-static int resnet(struct builder *b, int depth, const char *stem, char *err, size_t errlen)
+static int resnet(struct builder *b, int depth, const char *stem, struct dp_error *err)
 {
 	static const struct {
 		int depth, bottleneck, blocks[4];
@@ -111,8 +111,7 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 		if (table[i].depth == depth)
 			t = (int)i;
 	if (t < 0) {
-		snprintf(err, errlen, "model resnet%d: no such depth (18, 34, 50, 101, 152)",
-			 depth);
+		errprintf(err, "model resnet%d: no such depth (18, 34, 50, 101, 152)", depth);
 		return -1;
 	}
 	int small;
@@ -123,8 +122,8 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 	else if (strcmp(stem, "imagenet") == 0)
 		small = 0;
 	else {
-		snprintf(err, errlen, "model resnet%d: unknown stem \"%s\" (imagenet or small)",
-			 depth, stem);
+		errprintf(err, "model resnet%d: unknown stem \"%s\" (imagenet or small)", depth,
+			  stem);
 		return -1;
 	}
 	int x;
@@ -147,8 +146,8 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 		}
 	}
 	if (b->m->acts[x].h < 1) {
-		snprintf(err, errlen, "model resnet%d: input %dx%d is too small", depth, b->m->in_h,
-			 b->m->in_w);
+		errprintf(err, "model resnet%d: input %dx%d is too small", depth, b->m->in_h,
+			  b->m->in_w);
 		return -1;
 	}
 	x = nn_b_gap(b, x);
@@ -158,7 +157,7 @@ static int resnet(struct builder *b, int depth, const char *stem, char *err, siz
 }
 
 /* The one list is the config's (config_models.def): find the name there, build its family. */
-int nn_models_build(struct builder *b, const struct nn_spec *spec, char *err, size_t errlen)
+int nn_models_build(struct builder *b, const struct nn_spec *spec, struct dp_error *err)
 {
 	char names[256] = "";
 	const char *name;
@@ -169,17 +168,16 @@ int nn_models_build(struct builder *b, const struct nn_spec *spec, char *err, si
 			continue;
 		switch (cfg_model_family((enum cfg_model_name)m)) {
 		case CFG_FAMILY_MLP:
-			return mlp(b, spec->hidden, spec->nhidden, err, errlen);
+			return mlp(b, spec->hidden, spec->nhidden, err);
 		case CFG_FAMILY_LENET:
-			return lenet(b, err, errlen);
+			return lenet(b, err);
 		case CFG_FAMILY_RESNET:
-			return resnet(b, cfg_model_arg((enum cfg_model_name)m), spec->stem, err,
-				      errlen);
+			return resnet(b, cfg_model_arg((enum cfg_model_name)m), spec->stem, err);
 		}
 	}
 	for (m = 0; (name = cfg_model_string((enum cfg_model_name)m)); m++)
 		snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s",
 			 m ? ", " : "", name);
-	snprintf(err, errlen, "unknown model \"%s\" (%s)", spec->name, names);
+	errprintf(err, "unknown model \"%s\" (%s)", spec->name, names);
 	return -1;
 }

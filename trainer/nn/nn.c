@@ -3,7 +3,7 @@
  * runs when and where its inputs and outputs live. */
 #include "trainer/nn/nn.h"
 #include "trainer/nn/nn_build.h"
-#include "common/failf.h"
+#include "common/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,7 +79,7 @@ static void fuse_bn_add_relu(struct nn_model *m)
 }
 
 /* Decide in-place ReLUs, the flat parameter layout and the gradient slots. */
-static int plan(struct nn_model *m, char *err, size_t errlen)
+static int plan(struct nn_model *m, struct dp_error *err)
 {
 	/* consumers */
 	for (int i = 0; i < m->nacts; i++)
@@ -94,7 +94,7 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 	if (!producer || !last_use) {
 		free(producer);
 		free(last_use);
-		return failf(err, errlen, "out of memory planning the model");
+		return errprintf(err, "out of memory planning the model");
 	}
 	for (int i = 0; i < m->nacts; i++)
 		producer[i] = -1;
@@ -118,8 +118,8 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 		    m->acts[nn_act_root(m, m->nodes[i].in[0])].consumers > 1) {
 			free(producer);
 			free(last_use);
-			return failf(err, errlen, "%s: batch norm input is read twice",
-				     m->nodes[i].name);
+			return errprintf(err, "%s: batch norm input is read twice",
+					 m->nodes[i].name);
 		}
 
 	/* Parameters in reverse registration order: the last layer's bias sits at offset 0, so
@@ -151,7 +151,7 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 		free(producer);
 		free(last_use);
 		free(slot_free_below);
-		return failf(err, errlen, "out of memory planning the model");
+		return errprintf(err, "out of memory planning the model");
 	}
 	m->ngslots = 0;
 	for (int t = m->nnodes; t >= 0; t--) {
@@ -176,8 +176,8 @@ static int plan(struct nn_model *m, char *err, size_t errlen)
 	return 0;
 }
 
-int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec, char *err,
-	     size_t errlen)
+int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
+	     struct dp_error *err)
 {
 	const char *name = spec->name;
 	memset(m, 0, sizeof(*m));
@@ -193,38 +193,37 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 	m->spec.hidden = NULL;
 	m->training = 1;
 	if (spec->c < 1 || spec->h < 1 || spec->w < 1 || spec->classes < 1)
-		return failf(err, errlen, "model %s: input %dx%dx%d with %d classes is not valid",
-			     name, spec->c, spec->h, spec->w, spec->classes);
+		return errprintf(err, "model %s: input %dx%dx%d with %d classes is not valid", name,
+				 spec->c, spec->h, spec->w, spec->classes);
 	struct builder b = {.m = m};
 	nn_b_input(&b, spec->c, spec->h, spec->w);
-	if (nn_models_build(&b, spec, err, errlen) < 0)
+	if (nn_models_build(&b, spec, err) < 0)
 		goto fail;
 	if (b.oom) {
-		failf(err, errlen, "out of memory building model %s", name);
+		errprintf(err, "out of memory building model %s", name);
 		goto fail;
 	}
 	const struct nn_act *out = &m->acts[m->nodes[m->nnodes - 1].out];
 	if (act_numel(out) != (size_t)spec->classes) {
-		failf(err, errlen, "model %s: output has %zu values, expected %d classes", name,
-		      act_numel(out), spec->classes);
+		errprintf(err, "model %s: output has %zu values, expected %d classes", name,
+			  act_numel(out), spec->classes);
 		goto fail;
 	}
 	if (!spec->unfused)
 		fuse_bn_add_relu(m);
-	if (plan(m, err, errlen) < 0)
+	if (plan(m, err) < 0)
 		goto fail;
 	size_t pbytes = m->param_total * sizeof(float);
 	m->weights = be->ops->alloc(be, pbytes);
 	m->grads = be->ops->alloc(be, pbytes + NN_GRAD_SPARE * sizeof(float));
 	m->state = be->ops->alloc(be, (m->state_total ? m->state_total : 1) * sizeof(float));
 	if (!m->weights || !m->grads || !m->state) {
-		failf(err, errlen, "cannot allocate %zu parameters of model %s", m->param_total,
-		      name);
+		errprintf(err, "cannot allocate %zu parameters of model %s", m->param_total, name);
 		goto fail;
 	}
 	if (be->ops->fill(be, m->weights, 0.0f, m->param_total) < 0 ||
 	    be->ops->fill(be, m->grads, 0.0f, m->param_total + NN_GRAD_SPARE) < 0) {
-		failf(err, errlen, "%s", be->err);
+		errprintf(err, "%s", be->err.text);
 		goto fail;
 	}
 	for (int i = 0; i < m->nnodes; i++) {
@@ -235,7 +234,7 @@ int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
 		n->save_mean = be->ops->alloc(be, (size_t)ch * sizeof(float));
 		n->save_invstd = be->ops->alloc(be, (size_t)ch * sizeof(float));
 		if (!n->save_mean || !n->save_invstd) {
-			failf(err, errlen, "out of memory for %s", n->name);
+			errprintf(err, "out of memory for %s", n->name);
 			goto fail;
 		}
 	}
@@ -294,7 +293,7 @@ void nn_free(struct nn_model *m)
 	memset(m, 0, sizeof(*m));
 }
 
-int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen)
+int nn_reserve(struct nn_model *m, int batch, struct dp_error *err)
 {
 	struct backend *be = m->be;
 	if (batch <= m->capacity)
@@ -302,7 +301,7 @@ int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen)
 	free_activations(m);
 	m->gslots = calloc((size_t)m->ngslots + 1, sizeof(float *));
 	if (!m->gslots)
-		return failf(err, errlen, "out of memory");
+		return errprintf(err, "out of memory");
 	size_t es = be->act_size;
 	for (int i = 1; i < m->nacts; i++) {
 		if (m->acts[i].alias >= 0 || m->acts[i].unused)
@@ -326,13 +325,12 @@ int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen)
 	return 0;
 oom:
 	free_activations(m);
-	return failf(err, errlen, "cannot allocate activations of %s for batch %d", m->name, batch);
+	return errprintf(err, "cannot allocate activations of %s for batch %d", m->name, batch);
 }
 
 /* ---- forward / backward -------------------------------------------------------------- */
 
-static struct be_op *node_op(struct nn_model *m, struct nn_node *n, int batch, char *err,
-			     size_t errlen)
+static struct be_op *node_op(struct nn_model *m, struct nn_node *n, int batch, struct dp_error *err)
 {
 	struct backend *be = m->be;
 	for (int j = 0; j < NN_OPS_CACHED; j++)
@@ -407,7 +405,7 @@ have_slot:;
 		break;
 	}
 	if (!op) {
-		failf(err, errlen, "%s: %s", n->name, be->err);
+		errprintf(err, "%s: %s", n->name, be->err.text);
 		return NULL;
 	}
 	n->op[slot] = op;
@@ -445,20 +443,19 @@ static float *grad_of(struct nn_model *m, int act)
 #define BE_CALL(call)                                                                              \
 	do {                                                                                       \
 		if ((call) < 0)                                                                    \
-			return failf(err, errlen, "%s: %s", n->name, be->err);                     \
+			return errprintf(err, "%s: %s", n->name, be->err.text);                    \
 	} while (0)
 
-int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, char *err,
-	       size_t errlen)
+int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, struct dp_error *err)
 {
 	struct backend *be = m->be;
-	if (nn_reserve(m, batch, err, errlen) < 0)
+	if (nn_reserve(m, batch, err) < 0)
 		return -1;
 	m->acts[0].data = (float *)x;
 	if (be->ops->act_import) {
 		const struct nn_act *a = &m->acts[0];
 		if (be->ops->act_import(be, x, m->input, batch, a->c, a->h, a->w) < 0)
-			return failf(err, errlen, "input: %s", be->err);
+			return errprintf(err, "input: %s", be->err.text);
 		m->acts[0].data = m->input;
 	}
 	for (int i = 0; i < m->nnodes; i++) {
@@ -469,7 +466,7 @@ int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, ch
 		struct be_op *op = NULL;
 		if (n->kind == NN_CONV || n->kind == NN_BN || n->kind == NN_MAXPOOL ||
 		    n->kind == NN_AVGPOOL || n->kind == NN_LINEAR) {
-			op = node_op(m, n, batch, err, errlen);
+			op = node_op(m, n, batch, err);
 			if (!op)
 				return -1;
 		}
@@ -517,14 +514,14 @@ int nn_forward(struct nn_model *m, const float *x, int batch, float **logits, ch
 }
 
 int nn_loss(struct nn_model *m, const int32_t *labels, int batch, float smoothing, float scale,
-	    float *loss, int *correct, char *err, size_t errlen)
+	    float *loss, int *correct, struct dp_error *err)
 {
 	struct backend *be = m->be;
 	int out = m->nodes[m->nnodes - 1].out;
 	float *dlogits = m->training ? grad_of(m, out) : NULL;
 	if (be->ops->xent(be, data_of(m, out), labels, batch, m->classes, smoothing, scale, loss,
 			  correct, dlogits) < 0)
-		return failf(err, errlen, "loss: %s", be->err);
+		return errprintf(err, "loss: %s", be->err.text);
 	return 0;
 }
 
@@ -532,7 +529,7 @@ int nn_loss(struct nn_model *m, const int32_t *labels, int batch, float smoothin
 #define BE_CALL(call)                                                                              \
 	do {                                                                                       \
 		if ((call) < 0) {                                                                  \
-			failf(err, errlen, "%s backward: %s", n->name, be->err);                   \
+			errprintf(err, "%s backward: %s", n->name, be->err.text);                  \
 			goto out;                                                                  \
 		}                                                                                  \
 	} while (0)
@@ -565,7 +562,7 @@ static void grads_final(struct nn_model *m, const struct nn_node *n)
 	}
 }
 
-int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t errlen)
+int nn_backward(struct nn_model *m, int batch, float beta, struct dp_error *err)
 {
 	struct backend *be = m->be;
 	int rv = -1;
@@ -585,7 +582,7 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 		struct be_op *op = NULL;
 		if (n->kind == NN_CONV || n->kind == NN_BN || n->kind == NN_MAXPOOL ||
 		    n->kind == NN_AVGPOOL || n->kind == NN_LINEAR) {
-			op = node_op(m, n, batch, err, errlen);
+			op = node_op(m, n, batch, err);
 			if (!op)
 				goto out;
 		}
@@ -607,7 +604,7 @@ int nn_backward(struct nn_model *m, int batch, float beta, char *err, size_t err
 				if (!scratch)
 					scratch = be->ops->alloc(be, 2 * 4096 * sizeof(float));
 				if (!scratch || c > 4096) {
-					failf(err, errlen, "%s backward: out of memory", n->name);
+					errprintf(err, "%s backward: out of memory", n->name);
 					goto out;
 				}
 				dg = scratch;

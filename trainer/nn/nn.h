@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 
 #define NN_NAME_MAX   80
@@ -114,26 +115,26 @@ struct nn_model {
 };
 
 /* Parameters are allocated (zero) but not initialised: nn_init_weights or nn_load_weights. */
-int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec, char *err,
-	     size_t errlen);
+int nn_build(struct nn_model *m, struct backend *be, const struct nn_spec *spec,
+	     struct dp_error *err);
 void nn_free(struct nn_model *m);
 
 /* PyTorch's default initialisation (torchvision's for resnets) from a seeded generator. */
-int nn_init_weights(struct nn_model *m, uint64_t seed, char *err, size_t errlen);
+int nn_init_weights(struct nn_model *m, uint64_t seed, struct dp_error *err);
 
 /* Allocate activations and gradient slots for up to `batch` samples (grows as needed). */
-int nn_reserve(struct nn_model *m, int batch, char *err, size_t errlen);
+int nn_reserve(struct nn_model *m, int batch, struct dp_error *err);
 
 /* Forward of a batch x (float32 in backend memory, n x c x h x w). Returns logits (n x classes,
  * an activation: float32 only where be->act_dtype is BE_F32; act_export converts). */
-int nn_forward(struct nn_model *m, const float *x, int n, float **logits, char *err, size_t errlen);
+int nn_forward(struct nn_model *m, const float *x, int n, float **logits, struct dp_error *err);
 /* Loss and accuracy of the last forward; with training set, also the logits gradient.
  * scale multiplies the gradient (1/accumulation steps, loss scale). */
 int nn_loss(struct nn_model *m, const int32_t *labels, int n, float smoothing, float scale,
-	    float *loss, int *correct, char *err, size_t errlen);
+	    float *loss, int *correct, struct dp_error *err);
 /* Backward of the last forward. beta 0: gradients overwrite model->grads; 1: accumulate.
  * Calls the hook after each node's parameter gradients are final. */
-int nn_backward(struct nn_model *m, int n, float beta, char *err, size_t errlen);
+int nn_backward(struct nn_model *m, int n, float beta, struct dp_error *err);
 
 void nn_set_training(struct nn_model *m, int training);
 void nn_set_grad_hook(struct nn_model *m, nn_grad_hook hook, void *ctx);
@@ -146,8 +147,8 @@ const struct nn_param *nn_find_param(const struct nn_model *m, const char *name)
  * Loading is strict: every tensor present with the same shape, nothing extra (F32, F16, BF16
  * and F64 are converted). metadata_json: a JSON object of strings, or NULL. */
 int nn_save_weights(const struct nn_model *m, const char *path, const char *metadata_json,
-		    char *err, size_t errlen);
-int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errlen);
+		    struct dp_error *err);
+int nn_load_weights(struct nn_model *m, const char *path, struct dp_error *err);
 
 /* Human-readable summary: one line per node, shapes and parameter counts. */
 void nn_print_summary(const struct nn_model *m, void *file);

@@ -3,6 +3,7 @@
 #ifndef DPTRAIN_NN_BUILD_H
 #define DPTRAIN_NN_BUILD_H
 
+#include "common/error.h"
 #include "trainer/nn/nn.h"
 
 struct builder {
@@ -35,6 +36,6 @@ int nn_b_linear(struct builder *b, const char *name, int in, int out_features, i
 int nn_b_add(struct builder *b, int x, int y);
 
 /* models.c: builds the named model on input activation 0. */
-int nn_models_build(struct builder *b, const struct nn_spec *spec, char *err, size_t errlen);
+int nn_models_build(struct builder *b, const struct nn_spec *spec, struct dp_error *err);
 
 #endif

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "trainer/nn/nn.h"
 #include "trainer/ckpt/safetensors.h"
 
@@ -59,7 +60,7 @@ static int list_items(const struct nn_model *m, struct io_item **out)
 }
 
 int nn_save_weights(const struct nn_model *m, const char *path, const char *metadata_json,
-		    char *err, size_t errlen)
+		    struct dp_error *err)
 {
 	int rv = -1;
 	struct io_item *it = NULL;
@@ -69,12 +70,12 @@ int nn_save_weights(const struct nn_model *m, const char *path, const char *meta
 	int64_t nbt = m->batches_tracked;
 	int n = list_items(m, &it);
 	if (!w || !s || n < 0 || !(e = calloc((size_t)n + 1, sizeof(*e)))) {
-		snprintf(err, errlen, "%s: out of memory", path);
+		errprintf(err, "%s: out of memory", path);
 		goto out;
 	}
 	if (m->be->ops->to_host(m->be, w, m->weights, m->param_total * sizeof(float)) < 0 ||
 	    m->be->ops->to_host(m->be, s, m->state, m->state_total * sizeof(float)) < 0) {
-		snprintf(err, errlen, "%s: %s", path, m->be->err);
+		errprintf(err, "%s: %s", path, m->be->err.text);
 		goto out;
 	}
 	for (int i = 0; i < n; i++) {
@@ -91,7 +92,7 @@ int nn_save_weights(const struct nn_model *m, const char *path, const char *meta
 			e[i].nbytes = it[i].count * sizeof(float);
 		}
 	}
-	rv = st_write_atomic(path, e, n, metadata_json, err, errlen);
+	rv = st_write_atomic(path, e, n, metadata_json, err);
 out:
 	free(w);
 	free(s);
@@ -128,20 +129,20 @@ static void shape_str(char *buf, size_t n, int ndim, const int64_t *shape)
 		snprintf(buf + k, n - k, "]");
 }
 
-int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errlen)
+int nn_load_weights(struct nn_model *m, const char *path, struct dp_error *err)
 {
 	int rv = -1;
 	struct st_file f;
 	struct io_item *it = NULL;
 	float *w = NULL, *s = NULL;
 	int64_t nbt = -1;
-	if (st_open(&f, path, err, errlen) < 0)
+	if (st_open(&f, path, err) < 0)
 		return -1;
 	int n = list_items(m, &it);
 	w = calloc(m->param_total ? m->param_total : 1, sizeof(float));
 	s = calloc(m->state_total ? m->state_total : 1, sizeof(float));
 	if (n < 0 || !w || !s) {
-		snprintf(err, errlen, "%s: out of memory", path);
+		errprintf(err, "%s: out of memory", path);
 		goto out;
 	}
 	int used = 0;
@@ -150,8 +151,8 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 		if (!t) {
 			if (it[i].is_state == 2)
 				continue; /* older exports omit num_batches_tracked */
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "%s: tensor \"%s\" is missing (the file has %d tensors; is it a %s "
 			    "checkpoint?)",
 			    path, it[i].name, f.n, m->name);
@@ -165,15 +166,15 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 			char a[96], b[96];
 			shape_str(a, sizeof(a), t->ndim, t->shape);
 			shape_str(b, sizeof(b), it[i].ndim, it[i].shape);
-			snprintf(err, errlen, "%s: tensor \"%s\" has shape %s, model %s expects %s",
-				 path, it[i].name, a, m->name, b);
+			errprintf(err, "%s: tensor \"%s\" has shape %s, model %s expects %s", path,
+				  it[i].name, a, m->name, b);
 			goto out;
 		}
 		const unsigned char *src = st_data(&f, t);
 		if (it[i].is_state == 2) {
 			if (strcmp(t->dtype, "I64") != 0) {
-				snprintf(err, errlen, "%s: tensor \"%s\": expected I64, got %s",
-					 path, it[i].name, t->dtype);
+				errprintf(err, "%s: tensor \"%s\": expected I64, got %s", path,
+					  it[i].name, t->dtype);
 				goto out;
 			}
 			memcpy(&nbt, src, sizeof(nbt));
@@ -192,9 +193,9 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 				memcpy(&h, src + 2 * j, 2);
 				dst[j] = half_to_float(h, t->dtype[0] == 'B');
 			} else {
-				snprintf(err, errlen,
-					 "%s: tensor \"%s\": dtype %s is not a floating-point type",
-					 path, it[i].name, t->dtype);
+				errprintf(
+				    err, "%s: tensor \"%s\": dtype %s is not a floating-point type",
+				    path, it[i].name, t->dtype);
 				goto out;
 			}
 		}
@@ -205,8 +206,8 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 			for (int i = 0; i < n && !known; i++)
 				known = strcmp(f.t[j].name, it[i].name) == 0;
 			if (!known) {
-				snprintf(
-				    err, errlen,
+				errprintf(
+				    err,
 				    "%s: tensor \"%s\" is not part of model %s (wrong model or "
 				    "num_classes?)",
 				    path, f.t[j].name, m->name);
@@ -216,7 +217,7 @@ int nn_load_weights(struct nn_model *m, const char *path, char *err, size_t errl
 	}
 	if (m->be->ops->from_host(m->be, m->weights, w, m->param_total * sizeof(float)) < 0 ||
 	    m->be->ops->from_host(m->be, m->state, s, m->state_total * sizeof(float)) < 0) {
-		snprintf(err, errlen, "%s: %s", path, m->be->err);
+		errprintf(err, "%s: %s", path, m->be->err.text);
 		goto out;
 	}
 	if (nbt >= 0)

@@ -2,6 +2,7 @@
  * Owns nothing but struct lr_schedule; must stay a pure function of the step (resume relies
  * on it), so no state may be added here. */
 #include "trainer/optim/lr_schedule.h"
+#include "common/error.h"
 
 #include <limits.h>
 #include <math.h>
@@ -23,57 +24,58 @@ const char *lr_schedule_kind_name(enum lr_schedule_kind kind)
 	return "unknown";
 }
 
-static int check_gamma(const struct lr_schedule_params *p, const char *kn, char *err, size_t errlen)
+static int check_gamma(const struct lr_schedule_params *p, const char *kn, struct dp_error *err)
 {
 	if (!isfinite(p->gamma) || p->gamma <= 0) {
-		snprintf(err, errlen,
-			 "dptrain: lr schedule %s: gamma %g is invalid; use a decay factor > 0 "
-			 "(0.1 is usual)",
-			 kn, p->gamma);
+		errprintf(err,
+			  "dptrain: lr schedule %s: gamma %g is invalid; use a decay factor > 0 "
+			  "(0.1 is usual)",
+			  kn, p->gamma);
 		return -1;
 	}
 	return 0;
 }
 
-int lr_schedule_init(struct lr_schedule *s, const struct lr_schedule_params *p, char *err,
-		     size_t errlen)
+int lr_schedule_init(struct lr_schedule *s, const struct lr_schedule_params *p,
+		     struct dp_error *err)
 {
 	const char *kn = lr_schedule_kind_name(p->kind);
 
 	memset(s, 0, sizeof(*s));
 	if (p->kind != LR_SCHEDULE_CONSTANT && p->kind != LR_SCHEDULE_STEP &&
 	    p->kind != LR_SCHEDULE_MULTISTEP && p->kind != LR_SCHEDULE_COSINE) {
-		snprintf(err, errlen,
-			 "dptrain: lr schedule: unknown kind %d (constant, step, multistep or "
-			 "cosine)",
-			 (int)p->kind);
+		errprintf(err,
+			  "dptrain: lr schedule: unknown kind %d (constant, step, multistep or "
+			  "cosine)",
+			  (int)p->kind);
 		return -1;
 	}
 	if (!isfinite(p->base_lr) || p->base_lr < 0) {
-		snprintf(err, errlen,
-			 "dptrain: lr schedule %s: learning rate %g is invalid; use a "
-			 "finite value >= 0",
-			 kn, p->base_lr);
+		errprintf(err,
+			  "dptrain: lr schedule %s: learning rate %g is invalid; use a "
+			  "finite value >= 0",
+			  kn, p->base_lr);
 		return -1;
 	}
 	if (p->steps_per_epoch < 1) {
-		snprintf(err, errlen,
-			 "dptrain: lr schedule %s: %ld steps per epoch; an epoch needs at least "
-			 "one step (is the dataset smaller than the global batch?)",
-			 kn, p->steps_per_epoch);
+		errprintf(err,
+			  "dptrain: lr schedule %s: %ld steps per epoch; an epoch needs at least "
+			  "one step (is the dataset smaller than the global batch?)",
+			  kn, p->steps_per_epoch);
 		return -1;
 	}
 	if (p->warmup_steps < 0 || p->warmup_epochs < 0 ||
 	    (p->warmup_steps > 0 && p->warmup_epochs > 0)) {
-		snprintf(err, errlen,
-			 "dptrain: lr schedule %s: warmup of %ld steps and %ld epochs; give one of "
-			 "them, >= 0",
-			 kn, p->warmup_steps, p->warmup_epochs);
+		errprintf(
+		    err,
+		    "dptrain: lr schedule %s: warmup of %ld steps and %ld epochs; give one of "
+		    "them, >= 0",
+		    kn, p->warmup_steps, p->warmup_epochs);
 		return -1;
 	}
 	if (p->warmup_epochs > LONG_MAX / p->steps_per_epoch) {
-		snprintf(err, errlen, "dptrain: lr schedule %s: warmup of %ld epochs is too long",
-			 kn, p->warmup_epochs);
+		errprintf(err, "dptrain: lr schedule %s: warmup of %ld epochs is too long", kn,
+			  p->warmup_epochs);
 		return -1;
 	}
 	s->warmup = p->warmup_steps > 0 ? p->warmup_steps : p->warmup_epochs * p->steps_per_epoch;
@@ -82,11 +84,11 @@ int lr_schedule_init(struct lr_schedule *s, const struct lr_schedule_params *p, 
 	case LR_SCHEDULE_CONSTANT:
 		break;
 	case LR_SCHEDULE_STEP:
-		if (check_gamma(p, kn, err, errlen) < 0)
+		if (check_gamma(p, kn, err) < 0)
 			return -1;
 		if (p->step_size < 1) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "dptrain: lr schedule step: step_size %ld is invalid; use the number "
 			    "of epochs between decays, >= 1",
 			    p->step_size);
@@ -94,19 +96,19 @@ int lr_schedule_init(struct lr_schedule *s, const struct lr_schedule_params *p, 
 		}
 		break;
 	case LR_SCHEDULE_MULTISTEP:
-		if (check_gamma(p, kn, err, errlen) < 0)
+		if (check_gamma(p, kn, err) < 0)
 			return -1;
 		if (p->nmilestones < 0 || p->nmilestones > LR_SCHEDULE_MAX_MILESTONES) {
-			snprintf(err, errlen,
-				 "dptrain: lr schedule multistep: %d milestones; give at most %d",
-				 p->nmilestones, LR_SCHEDULE_MAX_MILESTONES);
+			errprintf(err,
+				  "dptrain: lr schedule multistep: %d milestones; give at most %d",
+				  p->nmilestones, LR_SCHEDULE_MAX_MILESTONES);
 			return -1;
 		}
 		for (int i = 0; i < p->nmilestones; i++) {
 			if (p->milestones[i] < 0 ||
 			    (i > 0 && p->milestones[i] <= p->milestones[i - 1])) {
-				snprintf(
-				    err, errlen,
+				errprintf(
+				    err,
 				    "dptrain: lr schedule multistep: milestone %d (epoch %ld) is "
 				    "invalid; milestones are epochs >= 0 in increasing order",
 				    i, p->milestones[i]);
@@ -116,16 +118,16 @@ int lr_schedule_init(struct lr_schedule *s, const struct lr_schedule_params *p, 
 		break;
 	case LR_SCHEDULE_COSINE:
 		if (!isfinite(p->min_lr) || p->min_lr < 0 || p->min_lr > p->base_lr) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "dptrain: lr schedule cosine: min_lr %g is invalid; use a value in "
 			    "[0, learning rate %g]",
 			    p->min_lr, p->base_lr);
 			return -1;
 		}
 		if (p->total_steps <= s->warmup) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "dptrain: lr schedule cosine: the run has %ld steps and warmup takes "
 			    "%ld; shorten the warmup or train longer",
 			    p->total_steps, s->warmup);

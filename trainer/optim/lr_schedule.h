@@ -24,6 +24,7 @@
 #define DPTRAIN_LR_SCHEDULE_H
 
 #include <stddef.h>
+#include "common/error.h"
 
 enum lr_schedule_kind {
 	LR_SCHEDULE_CONSTANT,
@@ -54,8 +55,8 @@ struct lr_schedule {
 };
 
 /* Validates p (every message names the parameter and what to use). 0, or -1 with a message. */
-int lr_schedule_init(struct lr_schedule *s, const struct lr_schedule_params *p, char *err,
-		     size_t errlen);
+int lr_schedule_init(struct lr_schedule *s, const struct lr_schedule_params *p,
+		     struct dp_error *err);
 /* The learning rate of update number step (negative steps count as 0). */
 double lr_at(const struct lr_schedule *s, long step);
 const char *lr_schedule_kind_name(enum lr_schedule_kind kind);

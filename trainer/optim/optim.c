@@ -2,6 +2,7 @@
  * state. Owns nothing outside struct optim; the formulas are stated in optim.h.
  * Must not read the job config or talk to other ranks: the caller all-reduces between phases. */
 #include "trainer/optim/optim.h"
+#include "common/error.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,61 +52,63 @@ const char *optim_kind_name(enum optim_kind kind)
 
 /* ---- validation ------------------------------------------------------------------------- */
 
-static int check_params(const struct optim_params *p, char *err, size_t errlen)
+static int check_params(const struct optim_params *p, struct dp_error *err)
 {
 	const char *kn = optim_kind_name(p->kind);
 	if (p->kind != OPTIM_SGD && p->kind != OPTIM_ADAMW && p->kind != OPTIM_LAMB) {
-		snprintf(err, errlen, "dptrain: optimizer: unknown kind %d (sgd, adamw or lamb)",
-			 (int)p->kind);
+		errprintf(err, "dptrain: optimizer: unknown kind %d (sgd, adamw or lamb)",
+			  (int)p->kind);
 		return -1;
 	}
 	if (!isfinite(p->weight_decay) || p->weight_decay < 0) {
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "dptrain: optimizer %s: weight_decay %g is invalid; use a finite value >= 0",
 		    kn, p->weight_decay);
 		return -1;
 	}
 	if (p->kind == OPTIM_SGD) {
 		if (!isfinite(p->momentum) || p->momentum < 0) {
-			snprintf(err, errlen,
-				 "dptrain: optimizer sgd: momentum %g is invalid; use a value >= 0 "
-				 "(0.9 is usual)",
-				 p->momentum);
+			errprintf(
+			    err,
+			    "dptrain: optimizer sgd: momentum %g is invalid; use a value >= 0 "
+			    "(0.9 is usual)",
+			    p->momentum);
 			return -1;
 		}
 		if (!(p->dampening >= 0 && p->dampening <= 1)) {
-			snprintf(err, errlen,
-				 "dptrain: optimizer sgd: dampening %g is invalid; use a value in "
-				 "[0, 1]",
-				 p->dampening);
+			errprintf(err,
+				  "dptrain: optimizer sgd: dampening %g is invalid; use a value in "
+				  "[0, 1]",
+				  p->dampening);
 			return -1;
 		}
 		if (p->nesterov && (p->momentum <= 0 || p->dampening != 0)) {
-			snprintf(err, errlen,
-				 "dptrain: optimizer sgd: Nesterov momentum needs momentum > 0 and "
-				 "dampening 0 (got momentum %g, dampening %g)",
-				 p->momentum, p->dampening);
+			errprintf(
+			    err,
+			    "dptrain: optimizer sgd: Nesterov momentum needs momentum > 0 and "
+			    "dampening 0 (got momentum %g, dampening %g)",
+			    p->momentum, p->dampening);
 			return -1;
 		}
 		return 0;
 	}
 	if (!(p->beta1 >= 0 && p->beta1 < 1) || !(p->beta2 >= 0 && p->beta2 < 1)) {
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "dptrain: optimizer %s: betas (%g, %g) are invalid; each must be in [0, 1) "
 		    "(0.9 and 0.999 are usual)",
 		    kn, p->beta1, p->beta2);
 		return -1;
 	}
 	if (!isfinite(p->eps) || p->eps < 0) {
-		snprintf(err, errlen, "dptrain: optimizer %s: eps %g is invalid; use a value >= 0",
-			 kn, p->eps);
+		errprintf(err, "dptrain: optimizer %s: eps %g is invalid; use a value >= 0", kn,
+			  p->eps);
 		return -1;
 	}
 	if (p->kind == OPTIM_LAMB && (!isfinite(p->max_grad_norm) || p->max_grad_norm < 0)) {
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "dptrain: optimizer lamb: max_grad_norm %g is invalid; use 0 (no clipping) "
 		    "or a positive norm",
 		    p->max_grad_norm);
@@ -126,21 +129,20 @@ static const char *seg_name(const struct optim_segment *s)
 	return s->name ? s->name : "(unnamed)";
 }
 
-static int check_segments(const struct optim_segment *segs, int nsegs, size_t total, char *err,
-			  size_t errlen)
+static int check_segments(const struct optim_segment *segs, int nsegs, size_t total,
+			  struct dp_error *err)
 {
 	int rv = -1;
 	struct optim_segment *sorted = NULL;
 
 	if (nsegs <= 0 || segs == NULL) {
-		snprintf(err, errlen,
-			 "dptrain: optimizer: the model has no parameters to optimize");
+		errprintf(err, "dptrain: optimizer: the model has no parameters to optimize");
 		goto out;
 	}
 	for (int i = 0; i < nsegs; i++) {
 		if (segs[i].offset > total || segs[i].count > total - segs[i].offset) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "dptrain: optimizer: parameter %d %s [%zu, +%zu) runs past the end "
 			    "of the parameter buffer (%zu floats); this is a bug in the model "
 			    "layout, please report it",
@@ -150,7 +152,7 @@ static int check_segments(const struct optim_segment *segs, int nsegs, size_t to
 	}
 	sorted = malloc(sizeof(*sorted) * (size_t)nsegs);
 	if (!sorted) {
-		snprintf(err, errlen, "dptrain: optimizer: out of memory for %d segments", nsegs);
+		errprintf(err, "dptrain: optimizer: out of memory for %d segments", nsegs);
 		goto out;
 	}
 	memcpy(sorted, segs, sizeof(*sorted) * (size_t)nsegs);
@@ -158,8 +160,8 @@ static int check_segments(const struct optim_segment *segs, int nsegs, size_t to
 	for (int k = 0; k + 1 < nsegs; k++) {
 		const struct optim_segment *a = &sorted[k], *b = &sorted[k + 1];
 		if (a->count > 0 && b->count > 0 && a->offset + a->count > b->offset) {
-			snprintf(
-			    err, errlen,
+			errprintf(
+			    err,
 			    "dptrain: optimizer: parameters %s [%zu, +%zu) and %s [%zu, +%zu) "
 			    "overlap in the parameter buffer; this is a bug in the model layout, "
 			    "please report it",
@@ -177,7 +179,7 @@ out:
 
 int optim_init_shard(struct optim *o, const struct optim_params *p,
 		     const struct optim_segment *segs, int nsegs, size_t total, size_t lo,
-		     size_t hi, char *err, size_t errlen)
+		     size_t hi, struct dp_error *err)
 {
 	static const char *const names[][OPTIM_MAX_STATE] = {
 	    [OPTIM_SGD] = {"momentum_buffer", NULL},
@@ -187,13 +189,13 @@ int optim_init_shard(struct optim *o, const struct optim_params *p,
 	int rv = -1;
 
 	memset(o, 0, sizeof(*o));
-	if (check_params(p, err, errlen) < 0 || check_segments(segs, nsegs, total, err, errlen) < 0)
+	if (check_params(p, err) < 0 || check_segments(segs, nsegs, total, err) < 0)
 		goto out;
 	if (lo > hi || hi > total) {
-		snprintf(err, errlen,
-			 "dptrain: optimizer: shard [%zu, %zu) is not inside the parameter buffer "
-			 "(%zu floats); this is a bug in the optimizer sharding, please report it",
-			 lo, hi, total);
+		errprintf(err,
+			  "dptrain: optimizer: shard [%zu, %zu) is not inside the parameter buffer "
+			  "(%zu floats); this is a bug in the optimizer sharding, please report it",
+			  lo, hi, total);
 		goto out;
 	}
 	o->p = *p;
@@ -221,10 +223,10 @@ int optim_init_shard(struct optim *o, const struct optim_params *p,
 	rv = 0;
 	goto out;
 oom:
-	snprintf(err, errlen,
-		 "dptrain: optimizer %s: out of memory for its state (%d buffers of %zu floats); "
-		 "use a smaller model, or shard the optimizer across ranks",
-		 optim_kind_name(p->kind), o->nstate, hi - lo);
+	errprintf(err,
+		  "dptrain: optimizer %s: out of memory for its state (%d buffers of %zu floats); "
+		  "use a smaller model, or shard the optimizer across ranks",
+		  optim_kind_name(p->kind), o->nstate, hi - lo);
 out:
 	if (rv < 0)
 		optim_free(o);
@@ -232,9 +234,9 @@ out:
 }
 
 int optim_init(struct optim *o, const struct optim_params *p, const struct optim_segment *segs,
-	       int nsegs, size_t total, char *err, size_t errlen)
+	       int nsegs, size_t total, struct dp_error *err)
 {
-	return optim_init_shard(o, p, segs, nsegs, total, 0, total, err, errlen);
+	return optim_init_shard(o, p, segs, nsegs, total, 0, total, err);
 }
 
 void optim_free(struct optim *o)

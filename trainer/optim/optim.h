@@ -33,6 +33,7 @@
 #define DPTRAIN_OPTIM_H
 
 #include <stddef.h>
+#include "common/error.h"
 
 enum optim_kind { OPTIM_SGD, OPTIM_ADAMW, OPTIM_LAMB };
 
@@ -90,10 +91,10 @@ const char *optim_kind_name(enum optim_kind kind);
  * optim_init owns the whole buffer; optim_init_shard only [lo, hi) (ZeRO-1: each rank keeps
  * and updates state for its shard; segments are clipped to it). 0, or -1 with a message. */
 int optim_init(struct optim *o, const struct optim_params *p, const struct optim_segment *segs,
-	       int nsegs, size_t total, char *err, size_t errlen);
+	       int nsegs, size_t total, struct dp_error *err);
 int optim_init_shard(struct optim *o, const struct optim_params *p,
 		     const struct optim_segment *segs, int nsegs, size_t total, size_t lo,
-		     size_t hi, char *err, size_t errlen);
+		     size_t hi, struct dp_error *err);
 void optim_free(struct optim *o);
 
 /* One update of this optimizer's shard with learning rate lr; params and grads are the whole

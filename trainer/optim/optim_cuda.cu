@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 #include "trainer/backend/backend_cuda.h"
 #include "trainer/optim/optim.h"
@@ -224,21 +225,21 @@ static const char *kind_title(enum optim_kind k)
 
 /* "fn (AdamW, 123 parameters): call: error"; call is cut at its argument list. Clears the
  * error so that the next launch check sees its own. */
-static int og_fail(const struct optim_gpu *g, const char *fn, char *err, size_t errlen,
+static int og_fail(const struct optim_gpu *g, const char *fn, struct dp_error *err,
 		   const char *call, cudaError_t e)
 {
 	cudaGetLastError();
-	snprintf(err, errlen, "%s (%s, %zu parameters): %.*s: %s", fn, kind_title(g->kind),
-		 g->nparams, (int)strcspn(call, "("), call, cudaGetErrorString(e));
+	errprintf(err, "%s (%s, %zu parameters): %.*s: %s", fn, kind_title(g->kind), g->nparams,
+		  (int)strcspn(call, "("), call, cudaGetErrorString(e));
 	return -1;
 }
 
-/* In functions with g, fn, err and errlen: fail with -1 and a message naming the call. */
+/* In functions with g, fn and err: fail with -1 and a message naming the call. */
 #define OG_CHECK(call)                                                                             \
 	do {                                                                                       \
 		cudaError_t e_ = (call);                                                           \
 		if (e_ != cudaSuccess)                                                             \
-			return og_fail(g, fn, err, errlen, #call, e_);                             \
+			return og_fail(g, fn, err, #call, e_);                                     \
 	} while (0)
 /* One pass over all chunks on the backend's stream (none when the shard has no parameters).
  * Errors while the kernel runs show up at the next synchronising call. */
@@ -248,23 +249,23 @@ static int og_fail(const struct optim_gpu *g, const char *fn, char *err, size_t 
 			kernel<<<(unsigned)g->nchunks, OG_THREADS, 0, g->stream>>>(__VA_ARGS__);   \
 			cudaError_t e_ = cudaGetLastError();                                       \
 			if (e_ != cudaSuccess)                                                     \
-				return og_fail(g, fn, err, errlen, "launching " #kernel, e_);      \
+				return og_fail(g, fn, err, "launching " #kernel, e_);              \
 		}                                                                                  \
 	} while (0)
 
 /* A struct optim other than the one g was made for would index past g's buffers. */
-static int check_shape(const struct optim_gpu *g, const struct optim *o, const char *fn, char *err,
-		       size_t errlen)
+static int check_shape(const struct optim_gpu *g, const struct optim *o, const char *fn,
+		       struct dp_error *err)
 {
 	if (o->p.kind == g->kind && o->total == g->total && o->lo == g->lo && o->hi == g->hi &&
 	    o->nsegs == g->nsegs && o->nstate == g->nstate)
 		return 0;
-	snprintf(err, errlen,
-		 "%s (%s, %zu parameters): called with an optimizer (%s, shard [%zu, %zu) of %zu "
-		 "floats, %d segments) other than the one it was created for (shard [%zu, %zu) "
-		 "of %zu floats, %d segments); this is a bug in the caller, please report it",
-		 fn, kind_title(g->kind), g->nparams, kind_title(o->p.kind), o->lo, o->hi, o->total,
-		 o->nsegs, g->lo, g->hi, g->total, g->nsegs);
+	errprintf(err,
+		  "%s (%s, %zu parameters): called with an optimizer (%s, shard [%zu, %zu) of %zu "
+		  "floats, %d segments) other than the one it was created for (shard [%zu, %zu) "
+		  "of %zu floats, %d segments); this is a bug in the caller, please report it",
+		  fn, kind_title(g->kind), g->nparams, kind_title(o->p.kind), o->lo, o->hi,
+		  o->total, o->nsegs, g->lo, g->hi, g->total, g->nsegs);
 	return -1;
 }
 
@@ -279,7 +280,7 @@ static int seg_piece(const struct optim *o, const struct optim_segment *s, size_
 
 /* The chunk table of o's shard: segments in index order, each piece in ascending chunks (the
  * order the host adds the chunks' sums in). */
-static int build_chunks(struct optim_gpu *g, const struct optim *o, char *err, size_t errlen)
+static int build_chunks(struct optim_gpu *g, const struct optim *o, struct dp_error *err)
 {
 	size_t n = 0, a, b;
 
@@ -289,10 +290,10 @@ static int build_chunks(struct optim_gpu *g, const struct optim *o, char *err, s
 			g->nparams += b - a;
 		}
 	if (n > INT32_MAX) {
-		snprintf(err, errlen,
-			 "optim_gpu_create (%s, %zu parameters): %zu chunks are more than one "
-			 "launch can take; shard the optimizer across more ranks",
-			 kind_title(g->kind), g->nparams, n);
+		errprintf(err,
+			  "optim_gpu_create (%s, %zu parameters): %zu chunks are more than one "
+			  "launch can take; shard the optimizer across more ranks",
+			  kind_title(g->kind), g->nparams, n);
 		return -1;
 	}
 	g->nchunks = (int)n;
@@ -300,9 +301,9 @@ static int build_chunks(struct optim_gpu *g, const struct optim *o, char *err, s
 		return 0;
 	g->hchunks = (struct og_chunk *)malloc(n * sizeof(*g->hchunks));
 	if (!g->hchunks) {
-		snprintf(err, errlen,
-			 "optim_gpu_create (%s, %zu parameters): out of host memory for %zu chunks",
-			 kind_title(g->kind), g->nparams, n);
+		errprintf(
+		    err, "optim_gpu_create (%s, %zu parameters): out of host memory for %zu chunks",
+		    kind_title(g->kind), g->nparams, n);
 		return -1;
 	}
 	n = 0;
@@ -321,8 +322,8 @@ static int build_chunks(struct optim_gpu *g, const struct optim *o, char *err, s
 }
 
 /* Device memory from the backend's arena, NULL for 0 bytes. */
-static int og_alloc(struct optim_gpu *g, void **p, size_t bytes, const char *what, char *err,
-		    size_t errlen)
+static int og_alloc(struct optim_gpu *g, void **p, size_t bytes, const char *what,
+		    struct dp_error *err)
 {
 	*p = NULL;
 	if (!bytes)
@@ -330,10 +331,10 @@ static int og_alloc(struct optim_gpu *g, void **p, size_t bytes, const char *wha
 	*p = g->be->ops->alloc(g->be, bytes);
 	if (*p)
 		return 0;
-	snprintf(err, errlen,
-		 "optim_gpu_create (%s, %zu parameters): %s (%zu bytes) on the GPU: %s; use a "
-		 "smaller model, or shard the optimizer across ranks",
-		 kind_title(g->kind), g->nparams, what, bytes, g->be->err);
+	errprintf(err,
+		  "optim_gpu_create (%s, %zu parameters): %s (%zu bytes) on the GPU: %s; use a "
+		  "smaller model, or shard the optimizer across ranks",
+		  kind_title(g->kind), g->nparams, what, bytes, g->be->err.text);
 	return -1;
 }
 
@@ -365,13 +366,13 @@ extern "C" void optim_gpu_destroy(struct optim_gpu *g)
 	do {                                                                                       \
 		cudaError_t e_ = (call);                                                           \
 		if (e_ != cudaSuccess) {                                                           \
-			og_fail(g, fn, err, errlen, #call, e_);                                    \
+			og_fail(g, fn, err, #call, e_);                                            \
 			goto fail;                                                                 \
 		}                                                                                  \
 	} while (0)
 
 extern "C" int optim_gpu_create(struct optim_gpu **out, struct backend *be, const struct optim *o,
-				char *err, size_t errlen)
+				struct dp_error *err)
 {
 	const char *fn = "optim_gpu_create";
 	void *stream = be_cuda_stream(be);
@@ -380,15 +381,15 @@ extern "C" int optim_gpu_create(struct optim_gpu **out, struct backend *be, cons
 
 	*out = NULL;
 	if (!stream) {
-		snprintf(err, errlen,
-			 "%s (%s): the backend is %s, not cuda: the GPU optimizer updates "
-			 "parameters in GPU memory; use optim_step with other backends",
-			 fn, kind_title(o->p.kind), be && be->ops ? be->ops->name : "(none)");
+		errprintf(err,
+			  "%s (%s): the backend is %s, not cuda: the GPU optimizer updates "
+			  "parameters in GPU memory; use optim_step with other backends",
+			  fn, kind_title(o->p.kind), be && be->ops ? be->ops->name : "(none)");
 		return -1;
 	}
 	g = (struct optim_gpu *)calloc(1, sizeof(*g));
 	if (!g) {
-		snprintf(err, errlen, "%s (%s): out of host memory", fn, kind_title(o->p.kind));
+		errprintf(err, "%s (%s): out of host memory", fn, kind_title(o->p.kind));
 		return -1;
 	}
 	g->be = be;
@@ -399,23 +400,22 @@ extern "C" int optim_gpu_create(struct optim_gpu **out, struct backend *be, cons
 	g->hi = o->hi;
 	g->nsegs = o->nsegs;
 	g->nstate = o->nstate;
-	if (build_chunks(g, o, err, errlen) < 0)
+	if (build_chunks(g, o, err) < 0)
 		goto fail;
 	for (int k = 0; k < g->nstate; k++)
-		if (og_alloc(g, (void **)&g->state[k], state_bytes, o->state[k].name, err, errlen) <
-		    0)
+		if (og_alloc(g, (void **)&g->state[k], state_bytes, o->state[k].name, err) < 0)
 			goto fail;
-	if (og_alloc(g, (void **)&g->chunks, g->nchunks * sizeof(*g->chunks), "chunk table", err,
-		     errlen) < 0 ||
+	if (og_alloc(g, (void **)&g->chunks, g->nchunks * sizeof(*g->chunks), "chunk table", err) <
+		0 ||
 	    og_alloc(g, (void **)&g->partial, 2 * (size_t)g->nchunks * sizeof(double),
-		     "partial sums", err, errlen) < 0)
+		     "partial sums", err) < 0)
 		goto fail;
 	if (g->nchunks > 0)
 		OG_CREATE(
 		    cudaMallocHost((void **)&g->hpartial, 2 * (size_t)g->nchunks * sizeof(double)));
 	if (g->kind == OPTIM_LAMB) {
-		if (og_alloc(g, (void **)&g->ratio, g->nsegs * sizeof(float), "trust ratios", err,
-			     errlen) < 0)
+		if (og_alloc(g, (void **)&g->ratio, g->nsegs * sizeof(float), "trust ratios", err) <
+		    0)
 			goto fail;
 		OG_CREATE(cudaMallocHost((void **)&g->hratio, g->nsegs * sizeof(float)));
 		OG_CREATE(cudaEventCreateWithFlags(&g->ratio_sent, cudaEventDisableTiming));
@@ -438,11 +438,11 @@ fail:
 
 /* The body of optim_gpu_grad_sumsq, with the caller's name for messages. */
 static int grad_sumsq(struct optim_gpu *g, const struct optim *o, const float *grads, double *out,
-		      const char *fn, char *err, size_t errlen)
+		      const char *fn, struct dp_error *err)
 {
 	double sum = 0.0;
 
-	if (check_shape(g, o, fn, err, errlen) < 0)
+	if (check_shape(g, o, fn, err) < 0)
 		return -1;
 	if (g->nchunks > 0) {
 		OG_LAUNCH(k_sumsq, g->chunks, grads, g->partial);
@@ -479,9 +479,9 @@ static struct og_lamb lamb_consts(const struct optim *o, double grad_norm)
 }
 
 static int prepare(struct optim_gpu *g, struct optim *o, const float *params, const float *grads,
-		   double grad_norm, double *sums, const char *fn, char *err, size_t errlen)
+		   double grad_norm, double *sums, const char *fn, struct dp_error *err)
 {
-	if (check_shape(g, o, fn, err, errlen) < 0)
+	if (check_shape(g, o, fn, err) < 0)
 		return -1;
 	if (g->kind != OPTIM_LAMB)
 		return 0;
@@ -505,7 +505,7 @@ static int prepare(struct optim_gpu *g, struct optim *o, const float *params, co
 
 /* LAMB's per-segment rates from the all-reduced sums (optim.c's lamb_apply), uploaded. */
 static int lamb_ratios(struct optim_gpu *g, const struct optim *o, double lr, const double *sums,
-		       const char *fn, char *err, size_t errlen)
+		       const char *fn, struct dp_error *err)
 {
 	/* The previous step's upload may still be reading hratio (nothing since synchronised
 	 * the stream if the caller skipped prepare). */
@@ -527,11 +527,11 @@ static int lamb_ratios(struct optim_gpu *g, const struct optim *o, double lr, co
 }
 
 static int apply(struct optim_gpu *g, struct optim *o, float *params, const float *grads, double lr,
-		 const double *sums, const char *fn, char *err, size_t errlen)
+		 const double *sums, const char *fn, struct dp_error *err)
 {
 	double t = (double)(o->step + 1);
 
-	if (check_shape(g, o, fn, err, errlen) < 0)
+	if (check_shape(g, o, fn, err) < 0)
 		return -1;
 	switch (g->kind) {
 	case OPTIM_SGD: {
@@ -568,7 +568,7 @@ static int apply(struct optim_gpu *g, struct optim *o, float *params, const floa
 		/* grad_norm only sets the clip divisor, which the moments already absorbed. */
 		struct og_lamb c = lamb_consts(o, 0.0);
 		(void)grads;
-		if (g->nchunks > 0 && lamb_ratios(g, o, lr, sums, fn, err, errlen) < 0)
+		if (g->nchunks > 0 && lamb_ratios(g, o, lr, sums, fn, err) < 0)
 			return -1;
 		OG_LAUNCH(k_lamb_apply, g->chunks, params, g->state[0], g->state[1], g->lo, c,
 			  g->ratio);
@@ -580,50 +580,49 @@ static int apply(struct optim_gpu *g, struct optim *o, float *params, const floa
 }
 
 extern "C" int optim_gpu_grad_sumsq(struct optim_gpu *g, const struct optim *o, const float *grads,
-				    double *out, char *err, size_t errlen)
+				    double *out, struct dp_error *err)
 {
-	return grad_sumsq(g, o, grads, out, "optim_gpu_grad_sumsq", err, errlen);
+	return grad_sumsq(g, o, grads, out, "optim_gpu_grad_sumsq", err);
 }
 
 extern "C" int optim_gpu_prepare(struct optim_gpu *g, struct optim *o, const float *params,
-				 const float *grads, double grad_norm, double *sums, char *err,
-				 size_t errlen)
+				 const float *grads, double grad_norm, double *sums,
+				 struct dp_error *err)
 {
-	return prepare(g, o, params, grads, grad_norm, sums, "optim_gpu_prepare", err, errlen);
+	return prepare(g, o, params, grads, grad_norm, sums, "optim_gpu_prepare", err);
 }
 
 extern "C" int optim_gpu_apply(struct optim_gpu *g, struct optim *o, float *params,
-			       const float *grads, double lr, const double *sums, char *err,
-			       size_t errlen)
+			       const float *grads, double lr, const double *sums,
+			       struct dp_error *err)
 {
-	return apply(g, o, params, grads, lr, sums, "optim_gpu_apply", err, errlen);
+	return apply(g, o, params, grads, lr, sums, "optim_gpu_apply", err);
 }
 
 /* optim_step: the protocol with this shard alone (LAMB's sums are this shard's). */
 extern "C" int optim_gpu_step(struct optim_gpu *g, struct optim *o, float *params,
-			      const float *grads, double lr, char *err, size_t errlen)
+			      const float *grads, double lr, struct dp_error *err)
 {
 	const char *fn = "optim_gpu_step";
 	double grad_norm = 0.0;
 
 	if (optim_needs_grad_norm(o)) {
 		double gsq;
-		if (grad_sumsq(g, o, grads, &gsq, fn, err, errlen) < 0)
+		if (grad_sumsq(g, o, grads, &gsq, fn, err) < 0)
 			return -1;
 		grad_norm = sqrt(gsq);
 	}
-	if (prepare(g, o, params, grads, grad_norm, o->sums, fn, err, errlen) < 0)
+	if (prepare(g, o, params, grads, grad_norm, o->sums, fn, err) < 0)
 		return -1;
-	return apply(g, o, params, grads, lr, o->sums, fn, err, errlen);
+	return apply(g, o, params, grads, lr, o->sums, fn, err);
 }
 
-extern "C" int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, char *err,
-				       size_t errlen)
+extern "C" int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, struct dp_error *err)
 {
 	const char *fn = "optim_gpu_state_to_host";
 	size_t bytes = (g->hi - g->lo) * sizeof(float);
 
-	if (check_shape(g, o, fn, err, errlen) < 0)
+	if (check_shape(g, o, fn, err) < 0)
 		return -1;
 	for (int k = 0; k < g->nstate; k++)
 		if (bytes)
@@ -633,13 +632,13 @@ extern "C" int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, cha
 	return 0;
 }
 
-extern "C" int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o, char *err,
-					 size_t errlen)
+extern "C" int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o,
+					 struct dp_error *err)
 {
 	const char *fn = "optim_gpu_state_from_host";
 	size_t bytes = (g->hi - g->lo) * sizeof(float);
 
-	if (check_shape(g, o, fn, err, errlen) < 0)
+	if (check_shape(g, o, fn, err) < 0)
 		return -1;
 	for (int k = 0; k < g->nstate; k++)
 		if (bytes)

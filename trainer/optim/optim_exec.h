@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 #include "trainer/optim/optim.h"
 
@@ -17,19 +18,19 @@ struct optim_exec;
 struct optim_exec_ops {
 	const char *name; /* "host", "gpu" */
 	/* optim_step */
-	int (*step)(struct optim_exec *x, float *params, const float *grads, double lr, char *err,
-		    size_t errlen);
+	int (*step)(struct optim_exec *x, float *params, const float *grads, double lr,
+		    struct dp_error *err);
 	/* optim.h's protocol across ranks (optim_grad_sumsq, optim_prepare, optim_apply) */
-	int (*grad_sumsq)(struct optim_exec *x, const float *grads, double *sumsq, char *err,
-			  size_t errlen);
+	int (*grad_sumsq)(struct optim_exec *x, const float *grads, double *sumsq,
+			  struct dp_error *err);
 	int (*prepare)(struct optim_exec *x, const float *params, const float *grads,
-		       double grad_norm, double *sums, char *err, size_t errlen);
+		       double grad_norm, double *sums, struct dp_error *err);
 	int (*apply)(struct optim_exec *x, float *params, const float *grads, double lr,
-		     const double *sums, char *err, size_t errlen);
+		     const double *sums, struct dp_error *err);
 	/* the state into o->state[k].data, before a checkpoint is written from there, and back
 	 * after one was read into it */
-	int (*state_to_host)(struct optim_exec *x, char *err, size_t errlen);
-	int (*state_from_host)(struct optim_exec *x, char *err, size_t errlen);
+	int (*state_to_host)(struct optim_exec *x, struct dp_error *err);
+	int (*state_from_host)(struct optim_exec *x, struct dp_error *err);
 };
 
 struct optim_exec {
@@ -41,8 +42,7 @@ struct optim_exec {
 /* For o on the host. */
 void optim_exec_host(struct optim_exec *x, struct optim *o);
 /* For o on the CUDA backend be: device state zeroed like o's (optim_gpu_create). */
-int optim_exec_gpu(struct optim_exec *x, struct optim *o, struct backend *be, char *err,
-		   size_t errlen);
+int optim_exec_gpu(struct optim_exec *x, struct optim *o, struct backend *be, struct dp_error *err);
 /* Frees what optim_exec_gpu made (not o); a zeroed or host exec is a no-op. */
 void optim_exec_free(struct optim_exec *x);
 

@@ -18,6 +18,7 @@
 
 #include <stddef.h>
 
+#include "common/error.h"
 #include "trainer/backend/backend.h"
 #include "trainer/optim/optim.h"
 
@@ -25,25 +26,25 @@ struct optim_gpu;
 
 /* For o (optim_init or optim_init_shard done) on the CUDA backend be: device state zeroed like
  * o's, the segment table uploaded. 0, or -1 with a message naming the call. */
-int optim_gpu_create(struct optim_gpu **g, struct backend *be, const struct optim *o, char *err,
-		     size_t errlen);
+int optim_gpu_create(struct optim_gpu **g, struct backend *be, const struct optim *o,
+		     struct dp_error *err);
 /* Before the backend is destroyed: it frees through the backend and waits on its stream. */
 void optim_gpu_destroy(struct optim_gpu *g);
 
 /* optim_step on device buffers (params, grads: the whole flat buffers in device memory). */
 int optim_gpu_step(struct optim_gpu *g, struct optim *o, float *params, const float *grads,
-		   double lr, char *err, size_t errlen);
+		   double lr, struct dp_error *err);
 
 /* optim.h's protocol across ranks, on device buffers; sums are host doubles as there. */
 int optim_gpu_grad_sumsq(struct optim_gpu *g, const struct optim *o, const float *grads,
-			 double *out, char *err, size_t errlen);
+			 double *out, struct dp_error *err);
 int optim_gpu_prepare(struct optim_gpu *g, struct optim *o, const float *params, const float *grads,
-		      double grad_norm, double *sums, char *err, size_t errlen);
+		      double grad_norm, double *sums, struct dp_error *err);
 int optim_gpu_apply(struct optim_gpu *g, struct optim *o, float *params, const float *grads,
-		    double lr, const double *sums, char *err, size_t errlen);
+		    double lr, const double *sums, struct dp_error *err);
 
 /* The state between the device and o->state[k].data (the checkpoint's copy). */
-int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, char *err, size_t errlen);
-int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o, char *err, size_t errlen);
+int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, struct dp_error *err);
+int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o, struct dp_error *err);
 
 #endif

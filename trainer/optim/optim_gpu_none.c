@@ -3,6 +3,7 @@
  * (trainer/optim/optim_cuda.cu defines them there). */
 #include <stdio.h>
 
+#include "common/error.h"
 #include "trainer/optim/optim_gpu.h"
 
 #ifndef HAVE_CUDA
@@ -11,19 +12,19 @@
 	"this build has no CUDA (no toolkit at build time): rebuild with the CUDA toolkit, or "    \
 	"train with the cpu backend"
 
-static int no_cuda(const char *fn, char *err, size_t errlen)
+static int no_cuda(const char *fn, struct dp_error *err)
 {
-	snprintf(err, errlen, "%s: " NO_CUDA, fn);
+	errprintf(err, "%s: " NO_CUDA, fn);
 	return -1;
 }
 
-int optim_gpu_create(struct optim_gpu **g, struct backend *be, const struct optim *o, char *err,
-		     size_t errlen)
+int optim_gpu_create(struct optim_gpu **g, struct backend *be, const struct optim *o,
+		     struct dp_error *err)
 {
 	(void)be;
 	(void)o;
 	*g = NULL;
-	return no_cuda("optim_gpu_create", err, errlen);
+	return no_cuda("optim_gpu_create", err);
 }
 
 void optim_gpu_destroy(struct optim_gpu *g)
@@ -32,28 +33,28 @@ void optim_gpu_destroy(struct optim_gpu *g)
 }
 
 int optim_gpu_step(struct optim_gpu *g, struct optim *o, float *params, const float *grads,
-		   double lr, char *err, size_t errlen)
+		   double lr, struct dp_error *err)
 {
 	(void)g;
 	(void)o;
 	(void)params;
 	(void)grads;
 	(void)lr;
-	return no_cuda("optim_gpu_step", err, errlen);
+	return no_cuda("optim_gpu_step", err);
 }
 
 int optim_gpu_grad_sumsq(struct optim_gpu *g, const struct optim *o, const float *grads,
-			 double *out, char *err, size_t errlen)
+			 double *out, struct dp_error *err)
 {
 	(void)g;
 	(void)o;
 	(void)grads;
 	*out = 0.0;
-	return no_cuda("optim_gpu_grad_sumsq", err, errlen);
+	return no_cuda("optim_gpu_grad_sumsq", err);
 }
 
 int optim_gpu_prepare(struct optim_gpu *g, struct optim *o, const float *params, const float *grads,
-		      double grad_norm, double *sums, char *err, size_t errlen)
+		      double grad_norm, double *sums, struct dp_error *err)
 {
 	(void)g;
 	(void)o;
@@ -61,11 +62,11 @@ int optim_gpu_prepare(struct optim_gpu *g, struct optim *o, const float *params,
 	(void)grads;
 	(void)grad_norm;
 	(void)sums;
-	return no_cuda("optim_gpu_prepare", err, errlen);
+	return no_cuda("optim_gpu_prepare", err);
 }
 
 int optim_gpu_apply(struct optim_gpu *g, struct optim *o, float *params, const float *grads,
-		    double lr, const double *sums, char *err, size_t errlen)
+		    double lr, const double *sums, struct dp_error *err)
 {
 	(void)g;
 	(void)o;
@@ -73,21 +74,21 @@ int optim_gpu_apply(struct optim_gpu *g, struct optim *o, float *params, const f
 	(void)grads;
 	(void)lr;
 	(void)sums;
-	return no_cuda("optim_gpu_apply", err, errlen);
+	return no_cuda("optim_gpu_apply", err);
 }
 
-int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, char *err, size_t errlen)
+int optim_gpu_state_to_host(struct optim_gpu *g, struct optim *o, struct dp_error *err)
 {
 	(void)g;
 	(void)o;
-	return no_cuda("optim_gpu_state_to_host", err, errlen);
+	return no_cuda("optim_gpu_state_to_host", err);
 }
 
-int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o, char *err, size_t errlen)
+int optim_gpu_state_from_host(struct optim_gpu *g, const struct optim *o, struct dp_error *err)
 {
 	(void)g;
 	(void)o;
-	return no_cuda("optim_gpu_state_from_host", err, errlen);
+	return no_cuda("optim_gpu_state_from_host", err);
 }
 
 #else

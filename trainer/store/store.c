@@ -3,7 +3,8 @@
  * collectives; keeps no global state. */
 #define _GNU_SOURCE
 #include "trainer/store/store_wire.h"
-#include "common/failf.h"
+#include "common/error.h"
+#include "common/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -61,12 +62,12 @@ static void cl_set_abort(struct store *st, const char *msg, int kind)
 	pthread_mutex_unlock(&st->lock);
 }
 
-static int cl_get_abort(struct store *st, char *err, size_t errlen)
+static int cl_get_abort(struct store *st, struct dp_error *err)
 {
 	pthread_mutex_lock(&st->lock);
 	int a = st->aborted;
 	if (a && err)
-		snprintf(err, errlen, "%s", st->abort_msg);
+		errprintf(err, "%s", st->abort_msg);
 	pthread_mutex_unlock(&st->lock);
 	return a;
 }
@@ -82,23 +83,24 @@ static void cl_store_lost(struct store *st, int e)
 	cl_set_abort(st, msg, ABORT_FAILED);
 }
 
-static void cl_mute(struct store *st, double waited, char *err, size_t errlen)
+static void cl_mute(struct store *st, double waited, struct dp_error *err)
 {
 	char name[HOST_MAX + 32];
 	store_rank_name(st, 0, name, sizeof(name));
-	failf(err, errlen,
-	      "rendezvous: the store at %s:%d did not answer within %.3g s: %s is not responding "
-	      "(stalled?)",
-	      st->master, st->port, waited, name);
+	errprintf(
+	    err,
+	    "rendezvous: the store at %s:%d did not answer within %.3g s: %s is not responding "
+	    "(stalled?)",
+	    st->master, st->port, waited, name);
 }
 
 /* Sends a whole frame by the deadline. */
-static int cl_send(struct store *st, struct sbuf *f, double deadline, char *err, size_t errlen)
+static int cl_send(struct store *st, struct sbuf *f, double deadline, struct dp_error *err)
 {
 	int rv = -1;
 	double t0 = now_s();
 	if (f->bad)
-		return failf(err, errlen, "rendezvous: out of memory");
+		return errprintf(err, "rendezvous: out of memory");
 	pthread_mutex_lock(&st->lock);
 	while (f->off < f->len) {
 		ssize_t n =
@@ -113,7 +115,7 @@ static int cl_send(struct store *st, struct sbuf *f, double deadline, char *err,
 			struct pollfd p = {.fd = st->fd, .events = POLLOUT};
 			if (poll(&p, 1, ms_until(deadline)) == 0) {
 				pthread_mutex_unlock(&st->lock);
-				cl_mute(st, now_s() - t0, err, errlen);
+				cl_mute(st, now_s() - t0, err);
 				return -1;
 			}
 			continue;
@@ -121,7 +123,7 @@ static int cl_send(struct store *st, struct sbuf *f, double deadline, char *err,
 		int e = errno;
 		pthread_mutex_unlock(&st->lock);
 		cl_store_lost(st, e);
-		cl_get_abort(st, err, errlen);
+		cl_get_abort(st, err);
 		return -1;
 	}
 	rv = 0;
@@ -176,29 +178,29 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 }
 
 /* During the rendezvous: a stop request (SIGTERM, SIGUSR1) ends the wait. */
-static int cl_stopped(const struct store *st, char *err, size_t errlen)
+static int cl_stopped(const struct store *st, struct dp_error *err)
 {
 	if (!st->opening || !st->stop || !atomic_load(st->stop))
 		return 0;
-	failf(err, errlen, "rendezvous: stopped on request while rank %d waited for the others",
-	      st->rank);
+	errprintf(err, "rendezvous: stopped on request while rank %d waited for the others",
+		  st->rank);
 	return 1;
 }
 
 /* Waits for the reply to id by the deadline. An abort fails it, unless ignore_abort. */
 static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_abort, int *status,
-		   struct rd *body, char *err, size_t errlen)
+		   struct rd *body, struct dp_error *err)
 {
 	double t0 = now_s();
 	for (;;) {
 		int rc = cl_pump(st, id, status, body);
-		if (rc < 0 || (!ignore_abort && cl_get_abort(st, NULL, 0))) {
-			cl_get_abort(st, err, errlen);
+		if (rc < 0 || (!ignore_abort && cl_get_abort(st, NULL))) {
+			cl_get_abort(st, err);
 			return -1;
 		}
 		if (rc > 0)
 			return 0;
-		if (cl_stopped(st, err, errlen))
+		if (cl_stopped(st, err))
 			return -1;
 		struct pollfd p = {.fd = st->fd, .events = POLLIN};
 		int ms = ms_until(deadline);
@@ -206,7 +208,7 @@ static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_ab
 			ms = STOP_POLL_MS;
 		int n = poll(&p, 1, ms);
 		if (n == 0 && now_s() >= deadline) {
-			cl_mute(st, now_s() - t0, err, errlen);
+			cl_mute(st, now_s() - t0, err);
 			return -1;
 		}
 	}
@@ -214,13 +216,13 @@ static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_ab
 
 /* One request: sends the frame in f and waits for its reply by deadline. */
 static int cl_call(struct store *st, struct sbuf *f, uint32_t id, double deadline, int *status,
-		   struct rd *body, char *err, size_t errlen)
+		   struct rd *body, struct dp_error *err)
 {
-	if (cl_get_abort(st, err, errlen))
+	if (cl_get_abort(st, err))
 		return -1;
-	if (cl_send(st, f, deadline, err, errlen) < 0)
+	if (cl_send(st, f, deadline, err) < 0)
 		return -1;
-	return cl_wait(st, id, deadline, 0, status, body, err, errlen);
+	return cl_wait(st, id, deadline, 0, status, body, err);
 }
 
 static uint32_t cl_id(struct store *st)
@@ -238,7 +240,8 @@ static uint32_t cl_id(struct store *st)
 static void cl_announce_stop(struct store *st)
 {
 	struct sbuf f = {0};
-	char name[HOST_MAX + 32], msg[MSG_MAX], err[MSG_MAX];
+	char name[HOST_MAX + 32], msg[MSG_MAX];
+	struct dp_error err;
 	int status, sig = atomic_load(st->stop);
 	struct rd body;
 	rank_label(name, sizeof(name), st->rank,
@@ -253,12 +256,12 @@ static void cl_announce_stop(struct store *st)
 	frame_end(&f, at);
 	st->opening = 0; /* the wait below is not ended by the request it announces */
 	double deadline = now_s() + 2;
-	if (cl_send(st, &f, deadline, err, sizeof(err)) == 0)
-		cl_wait(st, id, deadline, 1, &status, &body, err, sizeof(err));
+	if (cl_send(st, &f, deadline, &err) == 0)
+		cl_wait(st, id, deadline, 1, &status, &body, &err);
 	sbuf_free(&f);
 }
 
-static int cl_connect(struct store *st, double timeout_s, char *err, size_t errlen)
+static int cl_connect(struct store *st, double timeout_s, struct dp_error *err)
 {
 	double deadline = now_s() + timeout_s;
 	char port[16], why[256] = "no answer";
@@ -299,15 +302,15 @@ static int cl_connect(struct store *st, double timeout_s, char *err, size_t errl
 		}
 		if (res)
 			freeaddrinfo(res);
-		if (now_s() >= deadline || cl_stopped(st, err, errlen))
+		if (now_s() >= deadline || cl_stopped(st, err))
 			break;
 		struct timespec ts = {0, 100 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	if (cl_stopped(st, err, errlen))
+	if (cl_stopped(st, err))
 		return -1;
-	return failf(
-	    err, errlen,
+	return errprintf(
+	    err,
 	    "rendezvous: cannot connect to rank 0's store at %s:%d within %g s: %s (rank 0 "
 	    "may not have started yet, or MASTER_ADDR/MASTER_PORT are wrong)",
 	    st->master, st->port, timeout_s, why);
@@ -332,7 +335,7 @@ static void store_free(struct store *st)
 
 /* The barrier request: 0, or -1 with err; missing > 0 when ranks did not arrive. */
 static int cl_barrier(struct store *st, const char *name, double timeout_s, int *missing,
-		      char *list, size_t listlen, char *err, size_t errlen)
+		      char *list, size_t listlen, struct dp_error *err)
 {
 	struct sbuf f = {0};
 	uint32_t id = cl_id(st);
@@ -343,8 +346,7 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 	put_u64(&f, (uint64_t)(timeout_s * 1e3));
 	frame_end(&f, at);
 	*missing = 0;
-	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err, errlen) <
-	    0)
+	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	if (status == REPLY_TIMEOUT) {
 		size_t n;
@@ -354,8 +356,8 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 		if (*missing < 1)
 			*missing = 1;
 	} else if (status != REPLY_OK) {
-		failf(err, errlen, "rendezvous: barrier %s: %.*s", name, (int)body.n,
-		      (const char *)body.p);
+		errprintf(err, "rendezvous: barrier %s: %.*s", name, (int)body.n,
+			  (const char *)body.p);
 		goto out;
 	} else if (strcmp(name, OPEN_BARRIER) == 0) {
 		for (int r = 0; r < st->world; r++) {
@@ -364,7 +366,7 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 			if (body.bad)
 				break;
 			if (!st->hosts[r] && n && !(st->hosts[r] = strndup(h, n))) {
-				failf(err, errlen, "rendezvous: out of memory");
+				errprintf(err, "rendezvous: out of memory");
 				goto out;
 			}
 		}
@@ -400,7 +402,7 @@ static void cl_local_addr(struct store *st)
  * most HELLO_ANSWER_S) with how long the rendezvous stays open (*open_timeout in all,
  * *open_left now). *sent once it is on its way (from there the server will know this rank). */
 static int cl_hello(struct store *st, double left, int *sent, double *open_timeout,
-		    double *open_left, char *err, size_t errlen)
+		    double *open_left, struct dp_error *err)
 {
 	struct sbuf f = {0};
 	int status, rv = -1;
@@ -416,24 +418,22 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 	*sent = 1;
 	if (left > HELLO_ANSWER_S)
 		left = HELLO_ANSWER_S;
-	char why[MSG_MAX];
-	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, why, sizeof(why)) <
-	    0) {
-		if (!cl_stopped(st, err, errlen))
-			failf(
-			    err, errlen,
+	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, err) < 0) {
+		if (!cl_stopped(st, err))
+			errprintf(
+			    err,
 			    "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
 			    "but did not answer as a dptrain store does (%s): another program "
 			    "listens on that port, or rank 0 ended; choose another MASTER_PORT",
-			    st->master, st->port, st->rank, why);
+			    st->master, st->port, st->rank, err->text);
 		goto out;
 	}
 	if (status != REPLY_OK) {
 		size_t n;
 		const char *m = (const char *)body.p;
 		n = body.n;
-		failf(err, errlen, "rendezvous: the store at %s:%d refused rank %d: %.*s",
-		      st->master, st->port, st->rank, (int)n, m);
+		errprintf(err, "rendezvous: the store at %s:%d refused rank %d: %.*s", st->master,
+			  st->port, st->rank, (int)n, m);
 		goto out;
 	}
 	/* From here rank 0's clock decides: the server says how long the rendezvous stays open
@@ -442,10 +442,10 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 	*open_timeout = (double)rd_u64(&body) / 1e3;
 	*open_left = (double)rd_u64(&body) / 1e3;
 	if (body.bad) {
-		failf(err, errlen,
-		      "rendezvous: the store at %s:%d sent a malformed answer to rank "
-		      "%d's hello (another program on MASTER_PORT?)",
-		      st->master, st->port, st->rank);
+		errprintf(err,
+			  "rendezvous: the store at %s:%d sent a malformed answer to rank "
+			  "%d's hello (another program on MASTER_PORT?)",
+			  st->master, st->port, st->rank);
 		goto out;
 	}
 	rv = 0;
@@ -454,7 +454,7 @@ out:
 	return rv;
 }
 
-int store_open(struct store **out, const struct store_opts *o, char *err, size_t errlen)
+int store_open(struct store **out, const struct store_opts *o, struct dp_error *err)
 {
 	struct store *st = NULL;
 	int rv = -1, hello_sent = 0;
@@ -462,16 +462,16 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	double open_timeout, open_left;
 	*out = NULL;
 	if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
-		return failf(err, errlen, "rendezvous: rank %d is out of range for %d ranks",
-			     o->rank, o->world_size);
+		return errprintf(err, "rendezvous: rank %d is out of range for %d ranks", o->rank,
+				 o->world_size);
 	if (o->master_port < 1 || o->master_port > 65535)
-		return failf(err, errlen, "rendezvous: MASTER_PORT %d is not a port (1-65535)",
-			     o->master_port);
+		return errprintf(err, "rendezvous: MASTER_PORT %d is not a port (1-65535)",
+				 o->master_port);
 	if (!o->master_addr || !*o->master_addr)
-		return failf(err, errlen, "rendezvous: no MASTER_ADDR given");
+		return errprintf(err, "rendezvous: no MASTER_ADDR given");
 	st = calloc(1, sizeof(*st));
 	if (!st)
-		return failf(err, errlen, "rendezvous: out of memory");
+		return errprintf(err, "rendezvous: out of memory");
 	st->fd = -1;
 	pthread_mutex_init(&st->lock, NULL);
 	st->rank = o->rank;
@@ -487,33 +487,32 @@ int store_open(struct store **out, const struct store_opts *o, char *err, size_t
 	st->secret = strdup(o->secret ? o->secret : "");
 	st->hosts = calloc((size_t)st->world, sizeof(*st->hosts));
 	if (!st->job || !st->secret || !st->hosts) {
-		failf(err, errlen, "rendezvous: out of memory");
+		errprintf(err, "rendezvous: out of memory");
 		goto out;
 	}
 	if (o->hosts)
 		for (int r = 0; r < st->world; r++)
 			if (o->hosts[r] && !(st->hosts[r] = strdup(o->hosts[r]))) {
-				failf(err, errlen, "rendezvous: out of memory");
+				errprintf(err, "rendezvous: out of memory");
 				goto out;
 			}
-	if (st->rank == 0 && srv_start(&st->srv, o, timeout, err, errlen) < 0)
+	if (st->rank == 0 && srv_start(&st->srv, o, timeout, err) < 0)
 		goto out;
-	if (cl_connect(st, timeout, err, errlen) < 0)
+	if (cl_connect(st, timeout, err) < 0)
 		goto out;
 	int one = 1;
 	setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	cl_local_addr(st);
-	if (cl_hello(st, timeout - (now_s() - t0), &hello_sent, &open_timeout, &open_left, err,
-		     errlen) < 0)
+	if (cl_hello(st, timeout - (now_s() - t0), &hello_sent, &open_timeout, &open_left, err) < 0)
 		goto out;
 	char list[2048];
 	int missing;
 	if (cl_barrier(st, OPEN_BARRIER, open_left > 0.1 ? open_left : 0.1, &missing, list,
-		       sizeof(list), err, errlen) < 0)
+		       sizeof(list), err) < 0)
 		goto out;
 	if (missing) {
-		failf(err, errlen, "rendezvous: %d of %d ranks did not connect within %g s: %s",
-		      missing, st->world, open_timeout, list);
+		errprintf(err, "rendezvous: %d of %d ranks did not connect within %g s: %s",
+			  missing, st->world, open_timeout, list);
 		goto out;
 	}
 
@@ -526,8 +525,8 @@ out:
 		if (hello_sent && st->fd >= 0)
 			cl_announce_stop(st);
 		rv = STORE_STOPPED;
-	} else if (st && cl_get_abort(st, NULL, 0) && st->abort_kind == ABORT_STOPPED) {
-		cl_get_abort(st, err, errlen); /* which rank was asked to stop */
+	} else if (st && cl_get_abort(st, NULL) && st->abort_kind == ABORT_STOPPED) {
+		cl_get_abort(st, err); /* which rank was asked to stop */
 		rv = STORE_STOPPED;
 	}
 	if (st) {
@@ -540,38 +539,37 @@ out:
 	return rv;
 }
 
-static int check_key(const char *key, char *err, size_t errlen)
+static int check_key(const char *key, struct dp_error *err)
 {
 	size_t n = strlen(key);
 	if (n == 0 || n >= STORE_KEY_MAX)
-		return failf(err, errlen, "rendezvous: key '%.64s' must be 1 to %d bytes long", key,
-			     STORE_KEY_MAX - 1);
+		return errprintf(err, "rendezvous: key '%.64s' must be 1 to %d bytes long", key,
+				 STORE_KEY_MAX - 1);
 	return 0;
 }
 
-int store_set(struct store *st, const char *key, const void *val, size_t len, char *err,
-	      size_t errlen)
+int store_set(struct store *st, const char *key, const void *val, size_t len, struct dp_error *err)
 {
 	struct sbuf f = {0};
 	int status, rv = -1;
 	struct rd body;
-	if (check_key(key, err, errlen) < 0)
+	if (check_key(key, err) < 0)
 		return -1;
 	if (len > STORE_VALUE_MAX)
-		return failf(err, errlen, "rendezvous: set %s: %zu bytes is more than %u", key, len,
-			     STORE_VALUE_MAX);
+		return errprintf(err, "rendezvous: set %s: %zu bytes is more than %u", key, len,
+				 STORE_VALUE_MAX);
 	uint32_t id = cl_id(st);
 	size_t at = frame_begin(&f, MSG_SET, id);
 	put_str(&f, key);
 	put_blob(&f, val, len);
 	frame_end(&f, at);
-	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err, errlen) < 0)
+	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	if (status != REPLY_OK) {
 		size_t n;
 		const char *m = (const char *)body.p;
 		n = body.n;
-		failf(err, errlen, "rendezvous: set %s: %.*s", key, (int)n, m);
+		errprintf(err, "rendezvous: set %s: %.*s", key, (int)n, m);
 		goto out;
 	}
 	rv = 0;
@@ -581,36 +579,35 @@ out:
 }
 
 int store_get(struct store *st, const char *key, void **val, size_t *len, double timeout_s,
-	      char *err, size_t errlen)
+	      struct dp_error *err)
 {
 	struct sbuf f = {0};
 	int status, rv = -1;
 	struct rd body;
 	*val = NULL;
 	*len = 0;
-	if (check_key(key, err, errlen) < 0)
+	if (check_key(key, err) < 0)
 		return -1;
 	uint32_t id = cl_id(st);
 	size_t at = frame_begin(&f, MSG_GET, id);
 	put_str(&f, key);
 	put_u64(&f, (uint64_t)(timeout_s * 1e3));
 	frame_end(&f, at);
-	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err, errlen) <
-	    0)
+	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	size_t n = body.n;
 	const char *v = (const char *)body.p;
 	if (status == REPLY_TIMEOUT) {
-		failf(err, errlen, "rendezvous: key %s was not set within %g s", key, timeout_s);
+		errprintf(err, "rendezvous: key %s was not set within %g s", key, timeout_s);
 		goto out;
 	}
 	if (status != REPLY_OK) {
-		failf(err, errlen, "rendezvous: get %s: %.*s", key, (int)n, v);
+		errprintf(err, "rendezvous: get %s: %.*s", key, (int)n, v);
 		goto out;
 	}
 	char *p = malloc(n + 1);
 	if (!p) {
-		failf(err, errlen, "rendezvous: get %s: out of memory (%zu bytes)", key, n);
+		errprintf(err, "rendezvous: get %s: out of memory (%zu bytes)", key, n);
 		goto out;
 	}
 	memcpy(p, v, n);
@@ -623,23 +620,22 @@ out:
 	return rv;
 }
 
-int store_add(struct store *st, const char *key, long delta, long *result, char *err, size_t errlen)
+int store_add(struct store *st, const char *key, long delta, long *result, struct dp_error *err)
 {
 	struct sbuf f = {0};
 	int status, rv = -1;
 	struct rd body;
-	if (check_key(key, err, errlen) < 0)
+	if (check_key(key, err) < 0)
 		return -1;
 	uint32_t id = cl_id(st);
 	size_t at = frame_begin(&f, MSG_ADD, id);
 	put_str(&f, key);
 	put_u64(&f, (uint64_t)(int64_t)delta);
 	frame_end(&f, at);
-	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err, errlen) < 0)
+	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	if (status != REPLY_OK) {
-		failf(err, errlen, "rendezvous: add %s: %.*s", key, (int)body.n,
-		      (const char *)body.p);
+		errprintf(err, "rendezvous: add %s: %.*s", key, (int)body.n, (const char *)body.p);
 		goto out;
 	}
 	long res = (long)(int64_t)rd_u64(&body);
@@ -651,18 +647,17 @@ out:
 	return rv;
 }
 
-int store_barrier(struct store *st, const char *name, double timeout_s, char *err, size_t errlen)
+int store_barrier(struct store *st, const char *name, double timeout_s, struct dp_error *err)
 {
 	char list[2048];
 	int missing;
-	if (check_key(name, err, errlen) < 0)
+	if (check_key(name, err) < 0)
 		return -1;
-	if (cl_barrier(st, name, timeout_s, &missing, list, sizeof(list), err, errlen) < 0)
+	if (cl_barrier(st, name, timeout_s, &missing, list, sizeof(list), err) < 0)
 		return -1;
 	if (missing)
-		return failf(err, errlen,
-			     "barrier %s: %d of %d ranks did not arrive within %g s: %s", name,
-			     missing, st->world, timeout_s, list);
+		return errprintf(err, "barrier %s: %d of %d ranks did not arrive within %g s: %s",
+				 name, missing, st->world, timeout_s, list);
 	return 0;
 }
 
@@ -671,17 +666,17 @@ int store_fd(const struct store *st)
 	return st->fd;
 }
 
-int store_poll_abort(struct store *st, double wait_s, char *err, size_t errlen)
+int store_poll_abort(struct store *st, double wait_s, struct dp_error *err)
 {
 	double deadline = now_s() + wait_s;
 	for (;;) {
 		int status;
 		struct rd body;
-		if (cl_get_abort(st, err, errlen))
+		if (cl_get_abort(st, err))
 			return 1;
 		if (cl_pump(st, 0, &status, &body) < 0)
-			return cl_get_abort(st, err, errlen);
-		if (cl_get_abort(st, err, errlen))
+			return cl_get_abort(st, err);
+		if (cl_get_abort(st, err))
 			return 1;
 		struct pollfd p = {.fd = st->fd, .events = POLLIN};
 		int ms = ms_until(deadline);
@@ -693,11 +688,11 @@ int store_poll_abort(struct store *st, double wait_s, char *err, size_t errlen)
 void store_abort(struct store *st, const char *reason)
 {
 	struct sbuf f = {0};
-	char err[MSG_MAX];
-	if (cl_get_abort(st, NULL, 0))
+	struct dp_error err;
+	if (cl_get_abort(st, NULL))
 		return;
 	frame_abort(&f, reason, ABORT_FAILED);
-	cl_send(st, &f, now_s() + 5, err, sizeof(err));
+	cl_send(st, &f, now_s() + 5, &err);
 	cl_set_abort(st, reason, ABORT_FAILED);
 	sbuf_free(&f);
 }
@@ -711,11 +706,11 @@ int store_rollcall(struct store *st)
 }
 
 void store_report_timeout(struct store *st, unsigned long seq, const char *what, int waiting_for,
-			  double timeout_s, double grace_s, char *err, size_t errlen)
+			  double timeout_s, double grace_s, struct dp_error *err)
 {
 	struct sbuf f = {0};
-	char name[HOST_MAX + 32], zero[HOST_MAX + 32], e2[MSG_MAX];
-	if (cl_get_abort(st, err, errlen))
+	char name[HOST_MAX + 32], zero[HOST_MAX + 32];
+	if (cl_get_abort(st, err))
 		return;
 	if (waiting_for < 0 || waiting_for >= st->world)
 		waiting_for = 0;
@@ -726,21 +721,22 @@ void store_report_timeout(struct store *st, unsigned long seq, const char *what,
 	put_u64(&f, (uint64_t)(timeout_s * 1e3));
 	put_u64(&f, (uint64_t)(grace_s * 1e3));
 	frame_end(&f, at);
-	if (cl_send(st, &f, now_s() + 2, e2, sizeof(e2)) == 0 &&
-	    store_poll_abort(st, grace_s + REPLY_MARGIN_S, err, errlen) == 1)
+	if (cl_send(st, &f, now_s() + 2, err) == 0 &&
+	    store_poll_abort(st, grace_s + REPLY_MARGIN_S, err) == 1)
 		goto out;
-	if (cl_get_abort(st, err, errlen))
+	if (cl_get_abort(st, err))
 		goto out;
 	store_rank_name(st, waiting_for, name, sizeof(name));
 	store_rank_name(st, 0, zero, sizeof(zero));
 	if (waiting_for == 0)
-		snprintf(err, errlen,
-			 "timed out after %g s in %s #%lu waiting for %s, which is not responding: "
-			 "neither is the rendezvous store it runs (is rank 0 stalled?)",
-			 timeout_s, what, seq, name);
+		errprintf(
+		    err,
+		    "timed out after %g s in %s #%lu waiting for %s, which is not responding: "
+		    "neither is the rendezvous store it runs (is rank 0 stalled?)",
+		    timeout_s, what, seq, name);
 	else
-		snprintf(
-		    err, errlen,
+		errprintf(
+		    err,
 		    "timed out after %g s in %s #%lu waiting for %s; the rendezvous store on %s "
 		    "is not responding either (is rank 0 stalled?)",
 		    timeout_s, what, seq, name, zero);
@@ -780,7 +776,7 @@ void store_close(struct store *st, double timeout_s)
 	if (!st)
 		return;
 	struct sbuf f = {0};
-	char err[MSG_MAX];
+	struct dp_error err;
 	int status;
 	struct rd body;
 	uint32_t id = cl_id(st);
@@ -788,8 +784,8 @@ void store_close(struct store *st, double timeout_s)
 	frame_end(&f, at);
 	/* the server's answer: our goodbye arrived before our connection closes */
 	double deadline = now_s() + (timeout_s < 5 ? timeout_s : 5);
-	if (cl_send(st, &f, deadline, err, sizeof(err)) == 0)
-		cl_wait(st, id, deadline, 1, &status, &body, err, sizeof(err));
+	if (cl_send(st, &f, deadline, &err) == 0)
+		cl_wait(st, id, deadline, 1, &status, &body, &err);
 	sbuf_free(&f);
 	struct store_server *srv = st->srv;
 	st->srv = NULL;

@@ -20,6 +20,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include "common/error.h"
 
 #define STORE_KEY_MAX	256
 #define STORE_VALUE_MAX (16u << 20) /* one value; keys hold addresses, ids, small blobs */
@@ -51,30 +52,28 @@ struct store_opts {
  * rank arrived is rank 0's verdict, given to every rank that connected when rank 0's
  * timeout_s has passed: a rank whose own timeout_s is shorter, or started earlier, waits
  * for it (with a margin for a busy server) instead of giving up on its own. */
-int store_open(struct store **st, const struct store_opts *o, char *err, size_t errlen);
+int store_open(struct store **st, const struct store_opts *o, struct dp_error *err);
 /* store_open's answer when the rendezvous ended on a stop request, this rank's (o->stop) or
  * another's: nothing was lost, and the job can simply run again. A rank asked to stop tells
  * the others (err then names it), so that they stop too instead of reporting it dead. */
 #define STORE_STOPPED (-2)
 
 /* Key/value operations. get waits until the key exists (up to timeout_s). */
-int store_set(struct store *st, const char *key, const void *val, size_t len, char *err,
-	      size_t errlen);
+int store_set(struct store *st, const char *key, const void *val, size_t len, struct dp_error *err);
 int store_get(struct store *st, const char *key, void **val, size_t *len, double timeout_s,
-	      char *err, size_t errlen); /* *val is malloc'd, NUL-terminated past len */
+	      struct dp_error *err); /* *val is malloc'd, NUL-terminated past len */
 /* Adds delta to the integer under key (created as 0) and returns the new value. */
-int store_add(struct store *st, const char *key, long delta, long *result, char *err,
-	      size_t errlen);
+int store_add(struct store *st, const char *key, long delta, long *result, struct dp_error *err);
 /* Waits until every rank has entered the barrier called name; a timeout names the ranks
  * that did not arrive: "barrier NAME: 1 of 4 ranks did not arrive within 30 s: rank 2 (n1)". */
-int store_barrier(struct store *st, const char *name, double timeout_s, char *err, size_t errlen);
+int store_barrier(struct store *st, const char *name, double timeout_s, struct dp_error *err);
 
 /* The connection's descriptor: readable when the server sent something unasked (an abort).
  * Collectives poll it beside their own sockets and then call store_poll_abort. */
 int store_fd(const struct store *st);
 /* 1 with the abort message in err if the job was aborted (now or before), 0 if not, waiting
  * up to wait_s for one to arrive. */
-int store_poll_abort(struct store *st, double wait_s, char *err, size_t errlen);
+int store_poll_abort(struct store *st, double wait_s, struct dp_error *err);
 /* Tell every rank this job is aborted with reason (e.g. "rank 1: loss is nan"). */
 void store_abort(struct store *st, const char *reason);
 /* 1 if another rank timed out in a collective and the server asks every rank that is waiting
@@ -87,7 +86,7 @@ int store_rollcall(struct store *st);
  * did not report, i.e. are not taking part (stalled, or elsewhere in the program), or the
  * first abort. Falls back to a message naming waiting_for. */
 void store_report_timeout(struct store *st, unsigned long seq, const char *what, int waiting_for,
-			  double timeout_s, double grace_s, char *err, size_t errlen);
+			  double timeout_s, double grace_s, struct dp_error *err);
 
 /* "rank 2 (n1)" for messages. */
 const char *store_rank_name(const struct store *st, int rank, char *buf, size_t len);

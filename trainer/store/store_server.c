@@ -3,7 +3,8 @@
  * liveness verdicts and the refusal of strangers. The protocol is store_wire.h. */
 #define _GNU_SOURCE
 #include "trainer/store/store_wire.h"
-#include "common/failf.h"
+#include "common/error.h"
+#include "common/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -912,7 +913,7 @@ static void srv_free(struct store_server *s)
 /* Binds the port on the address the ranks were told (MASTER_ADDR) when that is an IP address
  * of this host: a store for a job on one node's loopback is not reachable from the network.
  * Returns the socket, -2 if addr is not an address of this host, -1 with err otherwise. */
-static int srv_listen_addr(int port, const char *addr, const char *host, char *err, size_t errlen)
+static int srv_listen_addr(int port, const char *addr, const char *host, struct dp_error *err)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -931,7 +932,7 @@ static int srv_listen_addr(int port, const char *addr, const char *host, char *e
 	}
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return failf(err, errlen, "rendezvous: socket: %s", strerror(errno));
+		return errprintf(err, "rendezvous: socket: %s", strerror(errno));
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
 	if (bind(fd, (struct sockaddr *)&ss, len) == 0 && listen(fd, SOMAXCONN) == 0)
 		return fd;
@@ -940,20 +941,21 @@ static int srv_listen_addr(int port, const char *addr, const char *host, char *e
 	if (e == EADDRNOTAVAIL)
 		return -2;
 	if (e == EADDRINUSE)
-		return failf(err, errlen,
-			     "rendezvous: port %d on %s (%s) is already in use (another job, or a "
-			     "stale process?): pick another MASTER_PORT or wait",
-			     port, host, addr);
-	return failf(err, errlen, "rendezvous: cannot listen on %s port %d on %s: %s", addr, port,
-		     host, strerror(e));
+		return errprintf(
+		    err,
+		    "rendezvous: port %d on %s (%s) is already in use (another job, or a "
+		    "stale process?): pick another MASTER_PORT or wait",
+		    port, host, addr);
+	return errprintf(err, "rendezvous: cannot listen on %s port %d on %s: %s", addr, port, host,
+			 strerror(e));
 }
 
 /* Binds the port on MASTER_ADDR (above), or, when that is a host name or not an address of
  * this host, on every address: IPv6 with IPv4 mapped where the host has IPv6. */
-static int srv_listen(int port, const char *addr, const char *host, char *err, size_t errlen)
+static int srv_listen(int port, const char *addr, const char *host, struct dp_error *err)
 {
 	int one = 1, zero = 0, e = 0;
-	int fd0 = srv_listen_addr(port, addr, host, err, errlen);
+	int fd0 = srv_listen_addr(port, addr, host, err);
 	if (fd0 != -2)
 		return fd0;
 	for (int pass = 0; pass < 2; pass++) {
@@ -985,22 +987,23 @@ static int srv_listen(int port, const char *addr, const char *host, char *err, s
 			break;
 	}
 	if (e == EADDRINUSE)
-		return failf(err, errlen,
-			     "rendezvous: port %d on %s is already in use (another job, or a stale "
-			     "process?): pick another MASTER_PORT or wait",
-			     port, host);
-	return failf(err, errlen, "rendezvous: cannot listen on port %d on %s: %s", port, host,
-		     strerror(e));
+		return errprintf(
+		    err,
+		    "rendezvous: port %d on %s is already in use (another job, or a stale "
+		    "process?): pick another MASTER_PORT or wait",
+		    port, host);
+	return errprintf(err, "rendezvous: cannot listen on port %d on %s: %s", port, host,
+			 strerror(e));
 }
 
-int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s, char *err,
-	      size_t errlen)
+int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s,
+	      struct dp_error *err)
 {
 	struct store_server *s = calloc(1, sizeof(*s));
 	size_t w = (size_t)o->world_size;
 	int rv = -1;
 	if (!s)
-		return failf(err, errlen, "rendezvous: out of memory");
+		return errprintf(err, "rendezvous: out of memory");
 	s->lfd = s->wake[0] = s->wake[1] = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	s->world = o->world_size;
@@ -1018,31 +1021,31 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	s->hello_host = calloc(w, sizeof(*s->hello_host));
 	if (!s->job || !s->secret || !s->by_rank || !s->left || !s->reported || !s->hello_host ||
 	    ARRAY_ROOM(s->pfd, 2, s->cappfd, 18) < 0) {
-		failf(err, errlen, "rendezvous: out of memory");
+		errprintf(err, "rendezvous: out of memory");
 		goto out;
 	}
 	if (o->hosts) {
 		s->hosts = calloc(w, sizeof(*s->hosts));
 		if (!s->hosts) {
-			failf(err, errlen, "rendezvous: out of memory");
+			errprintf(err, "rendezvous: out of memory");
 			goto out;
 		}
 		for (size_t r = 0; r < w; r++)
 			if (o->hosts[r] && !(s->hosts[r] = strdup(o->hosts[r]))) {
-				failf(err, errlen, "rendezvous: out of memory");
+				errprintf(err, "rendezvous: out of memory");
 				goto out;
 			}
 	}
 	if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
-		failf(err, errlen, "rendezvous: pipe: %s", strerror(errno));
+		errprintf(err, "rendezvous: pipe: %s", strerror(errno));
 		goto out;
 	}
-	s->lfd = srv_listen(o->master_port, o->master_addr, s->hostname, err, errlen);
+	s->lfd = srv_listen(o->master_port, o->master_addr, s->hostname, err);
 	if (s->lfd < 0)
 		goto out;
 	int e = pthread_create(&s->thread, NULL, srv_main, s);
 	if (e) {
-		failf(err, errlen, "rendezvous: cannot start the store thread: %s", strerror(e));
+		errprintf(err, "rendezvous: cannot start the store thread: %s", strerror(e));
 		goto out;
 	}
 	*out = s;

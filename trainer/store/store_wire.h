@@ -8,6 +8,7 @@
 #ifndef DPTRAIN_STORE_WIRE_H
 #define DPTRAIN_STORE_WIRE_H
 
+#include "common/error.h"
 #include "trainer/store/store.h"
 
 #include <stddef.h>
@@ -84,8 +85,8 @@ int array_room(void *arrp, size_t *cap, size_t n, size_t elem, size_t first);
 
 /* Rank 0's server (store_server.c), run by store_open on rank 0 and stopped by store_close. */
 struct store_server;
-int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s, char *err,
-	      size_t errlen);
+int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s,
+	      struct dp_error *err);
 void srv_stop(struct store_server *s, double timeout_s);
 
 #endif
