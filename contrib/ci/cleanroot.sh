@@ -431,7 +431,7 @@ else
 	done
 	phase_end
 	if [ $FULL = 1 ]; then
-		test_phase "make check" 5400 build/ci-check.log "make check"
+		test_phase "make check" 3000 build/ci-check.log "make check"
 	else
 		[ $UNIT = 0 ] || test_phase "make check-unit" 2400 build/ci-unit.log "make check-unit"
 		test_phase "make check-integration SHELL_TESTS='${TESTS[*]}'" 3000 build/ci-integration.log \
