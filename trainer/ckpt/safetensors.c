@@ -48,6 +48,45 @@ static int cmp_begin(const void *a, const void *b)
 	return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
+/* One header entry: tensor t described by v, its data within the file's data_len bytes. */
+static int st_entry(struct st_tensor *t, json_t *v, size_t data_len, struct dp_error *err)
+{
+	json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
+	       *off = json_object_get(v, "data_offsets");
+	if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
+	    json_array_size(off) != 2 || json_array_size(sh) > ST_MAX_DIMS ||
+	    !json_is_integer(json_array_get(off, 0)) || !json_is_integer(json_array_get(off, 1)))
+		return errprintf(
+		    err, "expected {dtype, shape (at most %d dims), data_offsets [begin, end]}",
+		    ST_MAX_DIMS);
+	snprintf(t->dtype, sizeof(t->dtype), "%s", json_string_value(dt));
+	size_t esize = st_dtype_size(t->dtype);
+	if (!esize)
+		return errprintf(err, "unknown dtype \"%s\"", json_string_value(dt));
+	unsigned __int128 count = 1;
+	t->ndim = (int)json_array_size(sh);
+	for (int d = 0; d < t->ndim; d++) {
+		json_t *e = json_array_get(sh, (size_t)d);
+		if (!json_is_integer(e) || json_integer_value(e) < 0)
+			return errprintf(err, "shape[%d] is not a size", d);
+		t->shape[d] = json_integer_value(e);
+		count *= (unsigned __int128)t->shape[d];
+	}
+	json_int_t b = json_integer_value(json_array_get(off, 0)),
+		   e = json_integer_value(json_array_get(off, 1));
+	if (b < 0 || e < b || (uint64_t)e > data_len)
+		return errprintf(err,
+				 "data_offsets [%lld, %lld] outside the %zu data bytes (truncated "
+				 "file?)",
+				 (long long)b, (long long)e, data_len);
+	t->begin = (size_t)b;
+	t->end = (size_t)e;
+	if (count * esize != (unsigned __int128)(t->end - t->begin))
+		return errprintf(err, "%zu bytes of data for a %s tensor of that shape",
+				 t->end - t->begin, t->dtype);
+	return 0;
+}
+
 int st_open(struct st_file *f, const char *path, struct dp_error *err)
 {
 	int fd = -1, rv = -1;
@@ -110,56 +149,10 @@ int st_open(struct st_file *f, const char *path, struct dp_error *err)
 			continue;
 		}
 		struct st_tensor *t = &f->t[f->n];
-		json_t *dt = json_object_get(v, "dtype"), *sh = json_object_get(v, "shape"),
-		       *off = json_object_get(v, "data_offsets");
-		if (!json_is_string(dt) || !json_is_array(sh) || !json_is_array(off) ||
-		    json_array_size(off) != 2 || json_array_size(sh) > ST_MAX_DIMS ||
-		    !json_is_integer(json_array_get(off, 0)) ||
-		    !json_is_integer(json_array_get(off, 1))) {
-			errprintf(err,
-				  "%s: tensor \"%s\": expected {dtype, shape (at most %d dims), "
-				  "data_offsets [begin, end]}",
-				  path, key, ST_MAX_DIMS);
-			goto out;
-		}
 		t->name = strdup(key);
 		f->n++;
-		snprintf(t->dtype, sizeof(t->dtype), "%s", json_string_value(dt));
-		size_t esize = st_dtype_size(t->dtype);
-		if (!esize) {
-			errprintf(err, "%s: tensor \"%s\": unknown dtype \"%s\"", path, key,
-				  json_string_value(dt));
-			goto out;
-		}
-		unsigned __int128 count = 1;
-		t->ndim = (int)json_array_size(sh);
-		for (int d = 0; d < t->ndim; d++) {
-			json_t *e = json_array_get(sh, (size_t)d);
-			if (!json_is_integer(e) || json_integer_value(e) < 0) {
-				errprintf(err, "%s: tensor \"%s\": shape[%d] is not a size", path,
-					  key, d);
-				goto out;
-			}
-			t->shape[d] = json_integer_value(e);
-			count *= (unsigned __int128)t->shape[d];
-		}
-		json_int_t b = json_integer_value(json_array_get(off, 0)),
-			   e = json_integer_value(json_array_get(off, 1));
-		if (b < 0 || e < b || (uint64_t)e > data_len) {
-			errprintf(
-			    err,
-			    "%s: tensor \"%s\": data_offsets [%lld, %lld] outside the %zu data "
-			    "bytes (truncated file?)",
-			    path, key, (long long)b, (long long)e, data_len);
-			goto out;
-		}
-		t->begin = (size_t)b;
-		t->end = (size_t)e;
-		if (count * esize != (unsigned __int128)(t->end - t->begin)) {
-			errprintf(
-			    err,
-			    "%s: tensor \"%s\": %zu bytes of data for a %s tensor of that shape",
-			    path, key, t->end - t->begin, t->dtype);
+		if (st_entry(t, v, data_len, err) < 0) {
+			errprefix(err, "%s: tensor \"%s\"", path, key);
 			goto out;
 		}
 	}
