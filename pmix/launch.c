@@ -271,7 +271,7 @@ static void read_settings(struct settings *st)
 	st->opts.verbose = env_flag("DPTRAIN_VERBOSE");
 	if (cfg_path && *cfg_path) {
 		memset(&c, 0, sizeof(c));
-		if (cfg_load(&c, cfg_path, 0, NULL, &err) != 0)
+		if (cfg_load_launch(&c, cfg_path, &err) != 0)
 			die("DPTRAIN_CONFIG: %s", err.text);
 		if (c.output.dir && c.output.dir[0])
 			snprintf(st->outdir, sizeof(st->outdir), "%s", c.output.dir);

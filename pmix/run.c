@@ -27,13 +27,15 @@
 #define RUN_GRACE_S   10 /* after SIGTERM, before SIGKILL, when a rank failed */
 
 static const char usage_text[] =
-    "usage: dptrain-run -n N [-o DIR] [--timeout S] [--grace S] [-v] CONFIG [COMMAND "
+    "usage: dptrain-run -n N [-o DIR] [--timeout S] [--grace S] [-v] [CONFIG.json] [COMMAND "
     "[ARGS...]]\n"
     "\n"
     "Runs N ranks of a data-parallel job on this machine, each through dptrain-launch, so\n"
     "they get RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free\n"
     "port), a rank table and device directories as under Slurm. COMMAND defaults to the\n"
     "bundled trainer `dptrain` (found next to dptrain-run, else on PATH), which gets CONFIG.\n"
+    "Any other COMMAND needs no config; one (its name ends in .json) sets the output\n"
+    "directory, timeouts and devices, and needs no model or data.\n"
     "\n"
     "  -n, --nranks N    number of ranks (1-4096)\n"
     "  -o, --output DIR  output directory (default: DPTRAIN_OUTPUT_DIR, the config's\n"
@@ -56,6 +58,20 @@ struct rank_proc {
 	pid_t pgid; /* the rank's process group (its first pid) */
 	int status;
 };
+
+/* CONFIG is the first argument when its name ends in .json: a command never does. */
+static int is_config_name(const char *s)
+{
+	size_t n = strlen(s);
+	return n > 5 && strcmp(s + n - 5, ".json") == 0;
+}
+
+/* The bundled trainer: the default command, or a command named dptrain. */
+static int is_bundled_trainer(const char *cmd)
+{
+	const char *slash = strrchr(cmd, '/');
+	return strcmp(slash ? slash + 1 : cmd, "dptrain") == 0;
+}
 
 /* The program's one context. */
 static struct {
@@ -260,21 +276,35 @@ int main(int argc, char **argv)
 	if (run.nranks == 0)
 		die(2, "say how many ranks to run with -n N (see --help)");
 	if (optind >= argc)
-		die(2, "no CONFIG given (usage: dptrain-run -n N CONFIG [COMMAND...])");
+		die(2, "no CONFIG or COMMAND given (usage: dptrain-run -n N [CONFIG.json] "
+		       "[COMMAND...]; see --help)");
+	const char *cfg_path = NULL;
+	if (is_config_name(argv[optind]))
+		cfg_path = argv[optind++];
+	cmd = optind < argc ? argv + optind : default_cmd;
+	int bundled = is_bundled_trainer(cmd[0]);
+	if (bundled && !cfg_path)
+		die(2, "the bundled trainer needs a job config: dptrain-run -n N CONFIG.json "
+		       "(see dptrain.json(5)); any other command runs without one");
 
-	/* The config is checked here, once, so a typo fails before N ranks start. */
+	/* The config is checked here, once, so a typo fails before N ranks start: all of it for
+	 * the bundled trainer, what the launch uses for any other command. */
 	memset(&c, 0, sizeof(c));
-	if (cfg_load(&c, argv[optind], 0, NULL, &err) != 0)
-		die(1, "%s", err.text);
-	set("DPTRAIN_CONFIG", c.path);
-	per_rank_logs = c.output.per_rank_logs;
+	if (cfg_path) {
+		if ((bundled ? cfg_load(&c, cfg_path, 0, NULL, &err)
+			     : cfg_load_launch(&c, cfg_path, &err)) != 0)
+			die(1, "%s", err.text);
+		set("DPTRAIN_CONFIG", c.path);
+	} else {
+		unsetenv("DPTRAIN_CONFIG"); /* one from an outer job is not this run's */
+	}
+	per_rank_logs = cfg_path ? c.output.per_rank_logs : 1; /* the launcher's default */
 	s = getenv("DPTRAIN_OUTPUT_DIR");
 	snprintf(pattern, sizeof(pattern), "%s",
 		 outdir_opt			 ? outdir_opt
 		 : s && *s			 ? s
 		 : c.output.dir && *c.output.dir ? c.output.dir
 						 : LAUNCH_DEFAULT_OUTDIR);
-	cmd = optind + 1 < argc ? argv + optind + 1 : default_cmd;
 
 	launcher = sibling("dptrain-launch");
 	if (!launcher)

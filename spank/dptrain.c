@@ -29,9 +29,10 @@ static int dp_option_cb(int val, const char *optarg, int remote)
 static struct spank_option dp_option = {
     .name = "dptrain",
     .arginfo = "FILE",
-    .usage = "[dptrain] run every task as one rank of the data-parallel training job "
-	     "configured in FILE (JSON); none: this step without dptrain; see dptrain(8)",
-    .has_arg = 1,
+    .usage = "[dptrain] run every task as one rank of a data-parallel job: its variables, "
+	     "rank table and device directory; FILE: the job config (JSON; the bundled "
+	     "trainer needs one); none: this step without dptrain; see dptrain(8)",
+    .has_arg = 2, /* optional: --dptrain alone wires up any command without a config */
     .val = 0,
     .cb = dp_option_cb,
 };
@@ -96,6 +97,16 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 	default:
 		return 0;
 	}
+}
+
+/* srun, once the command is known: the bundled trainer's config is checked whole here. */
+int slurm_spank_local_user_init(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	if (spank_context() != S_CTX_LOCAL)
+		return 0;
+	return dp_local_user_init(&dp, sp);
 }
 
 int slurm_spank_task_init(spank_t sp, int ac, char **av)

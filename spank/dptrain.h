@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stddef.h>
+#include <string.h>
 #include <slurm/spank.h>
 #include "common/error.h"
 
@@ -19,6 +20,13 @@
 /* --dptrain=none: this step without dptrain, in a job submitted with --dptrain (a file of
  * that name is ./none). */
 #define DP_OPTION_NONE "none"
+
+/* --dptrain without a file: the wire-up alone, no config. srun and slurmstepd see the option
+ * an sbatch/salloc got without a value as "(null)" (Slurm formats the missing value so). */
+static inline int dp_option_nofile(const char *option)
+{
+	return option && (!option[0] || !strcmp(option, "(null)"));
+}
 
 /* plugstack.conf arguments; "" means not given (launcher and trainer have defaults). */
 struct dp_args {
@@ -37,9 +45,9 @@ struct dp_plugin {
 	 * (every other job must run as if the plugin were not there); "" when none. */
 	char args_error[4096];
 
-	/* slurmstepd side, decided in init_post_opt for the whole step */
-	int active;		    /* this step's tasks go through the launcher */
-	char config[PATH_MAX];	    /* absolute path of the job config */
+	/* decided in init_post_opt (srun: for local_user_init; slurmstepd: for the whole step) */
+	int active;		    /* slurmstepd: this step's tasks go through the launcher */
+	char config[PATH_MAX];	    /* absolute path of the job config; "": a step without one */
 	char error[PATH_MAX + 512]; /* remembered for task_init, where the user sees it */
 };
 
@@ -47,8 +55,10 @@ struct dp_plugin {
  * with a message starting "dptrain: " in err. */
 int dp_args_parse(struct dp_args *a, int ac, char **av, struct dp_error *err);
 
-/* local.c: srun, sbatch and salloc. Validates the config and exports its absolute path. */
+/* local.c: srun, sbatch and salloc. Validates the config as the launch reads it and exports
+ * its absolute path; then (srun) checks it whole when the command is the bundled trainer. */
 int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp);
+int dp_local_user_init(struct dp_plugin *dp, spank_t sp);
 
 /* remote.c: slurmstepd. Decides whether the step is a dptrain step; then, per task, has the
  * launcher's helper wire the rank up and sets what it answers in the task. */

@@ -80,6 +80,7 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 
 	(void)sp;
 	memset(&c, 0, sizeof(c));
+	dp->config[0] = '\0';
 	if (given && strcmp(given, DP_OPTION_NONE) == 0) {
 		/* One step of a --dptrain job run without dptrain: its tasks must not see the
 		 * config either (a script that reads DPTRAIN_CONFIG). */
@@ -98,28 +99,34 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 			    dp->args_error);
 		goto out;
 	}
-	if (!*given) {
-		slurm_error("dptrain: --dptrain needs a job config file: --dptrain=FILE.json");
-		goto out;
+	if (dp_option_nofile(given)) {
+		/* --dptrain without a file: the wire-up alone, for any command (a config of an
+		 * enclosing job is not this step's) */
+		unsetenv(DP_ENV_CONFIG);
+	} else {
+		if (dp_inherited(given, path, sizeof(path))) {
+			from = "--dptrain of the job's sbatch or salloc";
+		} else if (dp_absolute(given, path, sizeof(path)) < 0) {
+			goto out;
+		}
+		/* what the launch uses; the rest when the command is the bundled trainer
+		 * (dp_local_user_init) */
+		if (cfg_load_launch(&c, path, &err) < 0) {
+			slurm_error("dptrain: %s (from %s=%s); nothing was launched", err.text,
+				    from, given);
+			goto out;
+		}
+		for (i = 0; i < c.nwarnings; i++)
+			slurm_spank_log("dptrain: %s: warning: %s", path, c.warnings[i]);
+		/* srun and sbatch pass their environment to the job: this is how the tasks (and
+		 * the sruns of a batch script) learn the absolute path. */
+		if (setenv(DP_ENV_CONFIG, path, 1) < 0) {
+			slurm_error("dptrain: cannot set %s: %s", DP_ENV_CONFIG, strerror(errno));
+			goto out;
+		}
+		snprintf(dp->config, sizeof(dp->config), "%s", path);
 	}
-	if (dp_inherited(given, path, sizeof(path))) {
-		from = "--dptrain of the job's sbatch or salloc";
-	} else if (dp_absolute(given, path, sizeof(path)) < 0) {
-		goto out;
-	}
-	if (cfg_load(&c, path, 0, NULL, &err) < 0) {
-		slurm_error("dptrain: %s (from %s=%s); nothing was launched", err.text, from,
-			    given);
-		goto out;
-	}
-	for (i = 0; i < c.nwarnings; i++)
-		slurm_spank_log("dptrain: %s: warning: %s", path, c.warnings[i]);
-	/* srun and sbatch pass their environment to the job: this is how the tasks (and the
-	 * sruns of a batch script) learn the absolute path. */
-	if (setenv(DP_ENV_CONFIG, path, 1) < 0) {
-		slurm_error("dptrain: cannot set %s: %s", DP_ENV_CONFIG, strerror(errno));
-		goto out;
-	}
+	dp->active = 1;
 	/* Each srun --dptrain (a step) gets its own secret, passed to its tasks with the rest of
 	 * srun's environment: the ranks' rendezvous store and collectives let in only who has
 	 * it. sbatch and salloc make none: their sruns do. */
@@ -134,9 +141,41 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 			goto out;
 		}
 	}
-	slurm_verbose("dptrain: job config %s is valid", path);
+	if (dp->config[0])
+		slurm_verbose("dptrain: job config %s is valid", path);
 	rv = 0;
 out:
+	cfg_free(&c);
+	return rv;
+}
+
+/* The bundled trainer is the command (`dptrain`, or a path ending in /dptrain): it needs a
+ * config with its model and data, checked here so that a mistake fails srun before any task
+ * starts. Any other command runs with what init_post_opt checked. */
+int dp_local_user_init(struct dp_plugin *dp, spank_t sp)
+{
+	char **argv = NULL;
+	int argc = 0, rv;
+	struct dp_error err;
+	struct cfg c;
+
+	if (!dp->active)
+		return 0;
+	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 || !argv[0])
+		return 0;
+	const char *slash = strrchr(argv[0], '/');
+	if (strcmp(slash ? slash + 1 : argv[0], "dptrain") != 0)
+		return 0;
+	if (!dp->config[0]) {
+		slurm_error("dptrain: the bundled trainer needs a job config: "
+			    "--dptrain=JOB.json (see dptrain.json(5)); nothing was launched");
+		return -1;
+	}
+	memset(&c, 0, sizeof(c));
+	rv = cfg_load(&c, dp->config, 0, NULL, &err);
+	if (rv < 0)
+		slurm_error("dptrain: %s (the bundled trainer's config); nothing was launched",
+			    err.text);
 	cfg_free(&c);
 	return rv;
 }

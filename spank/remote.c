@@ -76,7 +76,13 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 		return 0;
 	}
 	/* srun exported the absolute path of --dptrain (or of DPTRAIN_CONFIG) in the job's
-	 * environment after validating it; a relative option value is the user's spelling. */
+	 * environment after validating it; a relative option value is the user's spelling.
+	 * --dptrain without a file: the wire-up alone, no config. */
+	dp->config[0] = '\0';
+	if (dp_option_nofile(dp->option)) {
+		dp->active = 1;
+		return 0;
+	}
 	if (dp->option && dp->option[0] == '/') {
 		if (strlen(dp->option) >= sizeof(dp->config)) {
 			snprintf(dp->error, sizeof(dp->error),
@@ -133,8 +139,10 @@ static int dp_task_env(struct dp_plugin *dp, spank_t sp)
 {
 	const struct dp_args *a = &dp->args;
 
-	if (dp_setenv(sp, DP_ENV_CONFIG, dp->config, 1) ||
-	    dp_setenv(sp, DP_ENV_TRAINER, a->trainer, 1))
+	if (dp->config[0] ? dp_setenv(sp, DP_ENV_CONFIG, dp->config, 1)
+			  : spank_unsetenv(sp, DP_ENV_CONFIG) != ESPANK_SUCCESS)
+		return -1;
+	if (dp_setenv(sp, DP_ENV_TRAINER, a->trainer, 1))
 		return -1;
 #if defined(DPTRAIN_PMIX_MAJOR) && DPTRAIN_PMIX_MAJOR < 5
 	/* PMIx 4: without it a second PMIx client in the rank (OpenMPI's MPI_Init after the

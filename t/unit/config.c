@@ -928,6 +928,60 @@ static void test_models(void)
 	is_int(cfg_model_arg(CFG_MODEL_RESNET50), 50, "a resnet's depth comes with it");
 }
 
+/* cfg_load_launch: a config for any command needs no model or data; what it has is checked. */
+static void test_launch_only(void)
+{
+	char dir[] = "/tmp/dptrain-cfg-launch-XXXXXX", p[PATH_MAX];
+	struct cfg c;
+	static const struct {
+		const char *json, *err; /* err NULL: valid */
+		int trainer;
+	} cases[] = {
+	    {"{}", NULL, 0},
+	    {"{\"output\": {\"dir\": \"out/%j\", \"per_rank_logs\": false}, \"timeouts\": "
+	     "{\"rendezvous_s\": 30}, \"device\": {\"kind\": \"cpu\"}}",
+	     NULL, 0},
+	    {"{" MIN "}", NULL, 1},
+	    {"{" MODEL "}", NULL, 0},
+	    {"{" DATA "}", NULL, 0},
+	    {"{\"output\": {\"dir\": 5}}", "output.dir: expected a non-empty string, got 5", 0},
+	    {"{\"timeouts\": {\"rendezvous_s\": -1}}", "timeouts.rendezvous_s: ", 0},
+	    {"{\"model\": {\"name\": \"nope\"}}", "model.name: expected one of \"mlp\"", 0},
+	    {"{\"modle\": {}}", "modle: unknown key; did you mean \"model\"?", 0},
+	    {"{" MODEL ", \"data\": {\"format\": \"synthetic\"}}", "data.train: missing", 0},
+	};
+	if (!mkdtemp(dir))
+		bail_out("mkdtemp: %s", strerror(errno));
+	snprintf(p, sizeof(p), "%s/launch.json", dir);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		FILE *f = fopen(p, "w");
+		if (!f)
+			bail_out("%s: %s", p, strerror(errno));
+		fputs(cases[i].json, f);
+		fclose(f);
+		int rv = cfg_load_launch(&c, p, &err);
+		if (!cases[i].err) {
+			ok(rv == 0, "launch-only %zu is valid: %s", i, rv ? err.text : "");
+			ok(rv == 0 && c.trainer == cases[i].trainer, "launch-only %zu: trainer %d",
+			   i, cases[i].trainer);
+			if (rv == 0)
+				cfg_free(&c);
+		} else {
+			ok(rv == -1, "launch-only %zu is refused", i);
+			like(err.text, cases[i].err, "launch-only %zu: message", i);
+		}
+		/* the bundled trainer's reading still wants both */
+		int full = cfg_load(&c, p, 0, NULL, &err);
+		ok(full == (cases[i].trainer ? 0 : -1), "cfg_load %zu: %s", i,
+		   full ? err.text : "valid");
+		if (full == 0)
+			cfg_free(&c);
+	}
+	ok(cfg_load(&c, p, 0, NULL, &err) == -1, "cfg_load of a config without model");
+	unlink(p);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_defaults();
@@ -938,5 +992,6 @@ int main(void)
 	test_overrides();
 	test_paths();
 	test_load();
+	test_launch_only();
 	return done_testing();
 }

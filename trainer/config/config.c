@@ -574,6 +574,10 @@ static int decode_object(struct cfg_ctx *x, const struct cfg_key *keys, void *ba
 	for (const struct cfg_key *k = keys; k->name; k++) {
 		if (obj && json_object_get(obj, k->name))
 			continue;
+		/* a launch-only config: no trainer part to check */
+		if (x->launch && !path[0] &&
+		    (!strcmp(k->name, "model") || !strcmp(k->name, "data")))
+			continue;
 		cfg_join_path(sub, path, k->name);
 		if (k->flags & CFG_F_REQUIRED) {
 			char want[512];
@@ -685,13 +689,14 @@ static int all_space(const char *s, size_t len)
 
 /* abspath: the config's absolute path, or NULL for name made absolute against the cwd. */
 static int parse(struct cfg *c, const char *text, size_t len, const char *name, const char *abspath,
-		 int noverrides, char *const overrides[], struct dp_error *err)
+		 int noverrides, char *const overrides[], int launch, struct dp_error *err)
 {
 	struct cfg_ctx x = {.c = c,
 			    .name = name && name[0] ? name : "config",
 			    .noverrides = noverrides > 0 && overrides ? noverrides : 0,
 			    .overrides = overrides,
-			    .err = err};
+			    .err = err,
+			    .launch = launch};
 	char cwd[PATH_MAX], got[128], msg[256] = "";
 	json_error_t jerr;
 	int rv = -1;
@@ -736,6 +741,7 @@ static int parse(struct cfg *c, const char *text, size_t len, const char *name, 
 	for (int i = 0; i < x.noverrides; i++)
 		if (apply_override(&x, x.root, i) < 0)
 			goto out;
+	c->trainer = json_object_get(x.root, "model") && json_object_get(x.root, "data");
 	if (decode_object(&x, cfg_schema, c, x.root, "") < 0 || cfg_check(&x) < 0)
 		goto out;
 	rv = 0;
@@ -750,7 +756,7 @@ out:
 int cfg_parse(struct cfg *c, const char *text, size_t len, const char *name, int noverrides,
 	      char *const overrides[], struct dp_error *err)
 {
-	return parse(c, text, len, name, NULL, noverrides, overrides, err);
+	return parse(c, text, len, name, NULL, noverrides, overrides, 0, err);
 }
 
 /* The file's directory through realpath (so "../jobs/x.json" gives a clean path), joined
@@ -779,8 +785,8 @@ static char *file_abspath(const char *path)
 	return r;
 }
 
-int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[],
-	     struct dp_error *err)
+static int load(struct cfg *c, const char *path, int noverrides, char *const overrides[],
+		int launch, struct dp_error *err)
 {
 	char *abspath = NULL;
 	char *buf = NULL;
@@ -850,13 +856,24 @@ int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overri
 		}
 	}
 	abspath = file_abspath(path);
-	rv = parse(c, buf, len, path, abspath, noverrides, overrides, err);
+	rv = parse(c, buf, len, path, abspath, noverrides, overrides, launch, err);
 out:
 	free(abspath);
 	if (fd >= 0)
 		close(fd);
 	free(buf);
 	return rv;
+}
+
+int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[],
+	     struct dp_error *err)
+{
+	return load(c, path, noverrides, overrides, 0, err);
+}
+
+int cfg_load_launch(struct cfg *c, const char *path, struct dp_error *err)
+{
+	return load(c, path, 0, NULL, 1, err);
 }
 
 int cfg_expand_output_dir(const char *pattern, const char *jobid, const char *stepid, char *buf,

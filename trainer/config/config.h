@@ -215,6 +215,9 @@ struct cfg {
 	 * prints them, prefixed by its program name and the config name. */
 	int nwarnings;
 	char **warnings;
+	/* The config has a model and data: the bundled trainer can run it. Always true from
+	 * cfg_load and cfg_parse; cfg_load_launch accepts a config without them. */
+	bool trainer;
 };
 
 /* Read and validate the config file at path, then apply the overrides ("path.to.key=VALUE",
@@ -224,6 +227,11 @@ struct cfg {
  * holding nothing to free. */
 int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overrides[],
 	     struct dp_error *err);
+
+/* cfg_load as the launchers and the plugin read a config, whose command may be any program:
+ * "model" and "data" may be absent (a launch-only config: output.*, timeouts.*, device.*);
+ * what is there is checked as cfg_load checks it, and c->trainer says whether both are. */
+int cfg_load_launch(struct cfg *c, const char *path, struct dp_error *err);
 
 /* The same on text[0..len), named name in messages; c->path becomes name made absolute. */
 int cfg_parse(struct cfg *c, const char *text, size_t len, const char *name, int noverrides,

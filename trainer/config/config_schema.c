@@ -845,8 +845,8 @@ int cfg_check(struct cfg_ctx *x)
 		c->precision.dynamic_loss_scale = c->precision.mode == CFG_PREC_FP16;
 
 	if (drop_unused(x, cfg_schema, c, &d, x->root, "") < 0 || derived_defaults(x) < 0 ||
-	    check_model_data(x) < 0 || check_training(x) < 0 || check_runtime(x) < 0 ||
-	    suspicious(x) < 0)
+	    (c->trainer && check_model_data(x) < 0) || check_training(x) < 0 ||
+	    check_runtime(x) < 0 || suspicious(x) < 0)
 		goto out;
 	rv = 0;
 out:

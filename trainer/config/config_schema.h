@@ -78,6 +78,7 @@ struct cfg_ctx {
 	int noverrides;
 	char *const *overrides;
 	struct dp_error *err; /* where cfg_fail writes; may be NULL */
+	int launch;	      /* cfg_load_launch: model and data may be absent */
 };
 
 /* Messages (config_msg.c). Append s (at most max bytes) to out with control characters

@@ -1,0 +1,141 @@
+#!/bin/sh
+# t0325-any-command.t — --dptrain for any command, with no trainer config: srun --dptrain
+# alone, a launch-only config (no model, no data), #SBATCH --dptrain, dptrain-run; a PyTorch
+# DDP script (gloo, env://) under srun --dptrain with no config; and the bundled trainer
+# refused at srun, before anything runs, when its config is missing or lacks model/data.
+# Owns its trash directory and cluster.
+
+test_description='--dptrain without a trainer config'
+
+. "$(dirname "$0")/sharness.sh"
+
+if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
+	skip_all='the plugin or dptrain-launch is not built'
+	test_done
+fi
+if ! test_have_prereq LOCALCLUSTER; then
+	skip_all='needs root, slurm-wlm and munge for a local Slurm (make deps)'
+	test_done
+fi
+
+# newest PATTERN: the most recent step directory matching PATTERN
+newest() {
+	ls -dt $1 | head -n 1
+}
+
+test_expect_success 'setup: a two-node Slurm with the plugin, a probe, a launch-only config' '
+	dp_cluster_start -N 2 &&
+	dp_write_probe probe.sh &&
+	cat >launch.json <<-\EOF
+	{"output": {"dir": "steps/%j.%s"}, "timeouts": {"rendezvous_s": 60}}
+	EOF
+'
+
+test_expect_success 'srun --dptrain (no file) -N2 -n4 --mpi=pmix: every rank wired up, no config' '
+	timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain ./probe.sh >out &&
+	d=$(newest "dptrain.*") &&
+	dp_check_ranks "$d" 4 pmix &&
+	for r in 0 1 2 3; do
+		grep "^RANK=$r$" "$d/device$r/env.log" &&
+		! grep "^DPTRAIN_CONFIG=" "$d/device$r/env.log" || return 1
+	done
+'
+
+test_expect_success 'srun --dptrain (no file) --mpi=none: the SLURM_* source, no config' '
+	MASTER_ADDR=127.0.0.1 timeout 60 srun --mpi=none -N2 --ntasks-per-node=2 --dptrain \
+		./probe.sh >out &&
+	dp_check_ranks "$(newest "dptrain.*")" 4 slurm
+'
+
+test_expect_success 'srun --dptrain=launch.json: a config without model or data is valid for a command' '
+	timeout 60 srun --mpi=pmix -n2 --dptrain=launch.json ./probe.sh >out 2>err &&
+	d=$(newest "steps/*") &&
+	dp_check_ranks "$d" 2 pmix &&
+	grep "^DPTRAIN_CONFIG=$PWD/launch.json$" "$d/device1/env.log"
+'
+
+test_expect_success 'a launch-only config is still checked: a wrong key fails srun, naming it' '
+	echo "{\"output\": {\"dir\": 5}}" >bad.json &&
+	test_must_fail timeout 60 srun -n1 --dptrain=bad.json ./probe.sh >out 2>err &&
+	grep "output.dir: expected a non-empty string, got 5" err &&
+	grep "nothing was launched" err &&
+	! grep -q "^probe" out
+'
+
+test_expect_success 'srun --dptrain dptrain (no file): refused at srun, nothing runs' '
+	ls -d dptrain.* steps/* >before &&
+	test_must_fail timeout 60 srun -n2 --dptrain dptrain >out 2>err &&
+	grep "the bundled trainer needs a job config: --dptrain=JOB.json" err &&
+	ls -d dptrain.* steps/* >after &&
+	test_cmp before after
+'
+
+test_expect_success 'srun --dptrain=launch.json dptrain: the trainer wants its model, said at srun' '
+	test_must_fail timeout 60 srun -n2 --dptrain=launch.json dptrain >out 2>err &&
+	grep "launch.json: model.name: missing" err &&
+	grep "nothing was launched" err &&
+	ls -d dptrain.* steps/* >after &&
+	test_cmp before after
+'
+
+test_expect_success 'sbatch with #SBATCH --dptrain (no file): its srun goes through dptrain' '
+	cat >batch.sh <<-\EOF &&
+	#!/bin/sh
+	#SBATCH --dptrain
+	#SBATCH -n 2
+	echo "batch script ran: RANK=${RANK:-unset}" >batch.out
+	srun ./probe.sh
+	EOF
+	job=$(sbatch --parsable -o slurm-%j.out batch.sh) &&
+	for i in $(seq 3000); do
+		squeue -h -j "$job" 2>/dev/null | grep -q . || break
+		sleep 0.1
+	done &&
+	grep "batch script ran: RANK=unset" batch.out &&
+	d=$(newest "dptrain.*") &&
+	dp_check_ranks "$d" 2 pmix &&
+	! grep "^DPTRAIN_CONFIG=" "$d/device0/env.log"
+'
+
+test_expect_success 'dptrain-run -n 2 COMMAND: no config needed' '
+	timeout 60 dptrain-run -n 2 -o run.%j ./probe.sh >out 2>err &&
+	d=$(newest "run.*") &&
+	test -s "$d/rank_table.json" &&
+	grep "^RANK=1$" "$d/device1/env.log" &&
+	! grep "^DPTRAIN_CONFIG=" "$d/device1/env.log" &&
+	dptrain-ranktable validate "$d/rank_table.json"
+'
+
+test_expect_success 'dptrain-run -n 2 without a config: the bundled trainer is refused' '
+	test_must_fail dptrain-run -n 2 >out 2>err &&
+	grep "no CONFIG or COMMAND given" err &&
+	test_must_fail dptrain-run -n 2 dptrain >out 2>err &&
+	grep "the bundled trainer needs a job config" err &&
+	test_must_fail dptrain-run -n 1 launch.json >out 2>err &&
+	grep "launch.json: model.name: missing" err
+'
+
+test_expect_success TORCH 'a PyTorch DDP script (gloo, env://) under srun --dptrain with no config' '
+	cat >ddp.py <<-\EOF &&
+	import os, torch, torch.distributed as dist
+	dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+	r, w = dist.get_rank(), dist.get_world_size()
+	assert r == int(os.environ["RANK"]) and w == int(os.environ["WORLD_SIZE"])
+	model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1, bias=False))
+	with torch.no_grad():
+	    model.module.weight.fill_(1.0)
+	x = torch.full((1, 4), float(r + 1))
+	model(x).sum().backward()  # grad on rank r: r + 1 per weight; DDP averages them
+	g = model.module.weight.grad
+	want = sum(range(1, w + 1)) / w
+	assert torch.allclose(g, torch.full_like(g, want)), (g, want)
+	print("ddp rank %d of %d local %s: grad %.3f" % (r, w, os.environ["LOCAL_RANK"], g[0, 0]))
+	dist.destroy_process_group()
+	EOF
+	timeout 120 srun --mpi=pmix -N1 -n2 --dptrain /usr/bin/python3 ddp.py >out 2>err &&
+	d=$(newest "dptrain.*") &&
+	grep "ddp rank 0 of 2 local 0: grad 1.500" "$d/device0/train.log" &&
+	grep "ddp rank 1 of 2 local 1: grad 1.500" "$d/device1/train.log"
+'
+
+test_done
