@@ -7,6 +7,8 @@
 
 #include <stddef.h>
 
+#include <net/if.h>
+
 #include "common/error.h"
 #include "ranktable/ranktable.h"
 
@@ -151,6 +153,9 @@ int alloc_gpu_count_devices(const char *dev_dir);
 /* The address of `iface` (IPv4, else a non-link-local IPv6), or with iface NULL/"" the first
  * non-loopback IPv4 of an interface that is up, else 127.0.0.1. */
 int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], struct dp_error *err);
+/* The interface that holds addr (as alloc_iface_addr writes it): 1 with its name, 0 when no
+ * interface of this node has it, -1 when the interfaces cannot be listed. */
+int alloc_addr_iface(const char *addr, char name[IF_NAMESIZE]);
 
 /* This node's name: PMIx/Slurm's when known (SLURMD_NODENAME), else gethostname(). */
 void alloc_hostname(char host[RT_HOST_MAX]);

@@ -81,7 +81,56 @@ int launch_env_export(const struct alloc *a, const struct ranktable *rt,
 	for (i = 0; i < sizeof(strs) / sizeof(strs[0]); i++)
 		if (set_str(strs[i].name, strs[i].value, err) != 0)
 			return -1;
-	return 0;
+	return launch_env_frameworks(a, p, err);
+}
+
+/* name=value unless the user set name: theirs wins. */
+static int set_default(const char *name, const char *value, struct dp_error *err)
+{
+	const char *v = getenv(name);
+	return v && *v ? 0 : set_str(name, value, err);
+}
+
+int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p, struct dp_error *err)
+{
+	char buf[2 * RT_ID_MAX + 2], ifname[IF_NAMESIZE];
+	int threads;
+
+	/* The CPUs Slurm gave the task, shared as dptrain's own trainer shares them: OpenMP,
+	 * MKL and OpenBLAS threads of a foreign command must not oversubscribe the node. */
+	if (rt_task_threads(a->local_size, &threads, err) < 0)
+		return -1;
+	snprintf(buf, sizeof(buf), "%d", threads);
+	if (set_default("OMP_NUM_THREADS", buf, err) < 0)
+		return -1;
+	/* Gloo and NCCL pick their interface from the host name, which can resolve to
+	 * loopback: the interface of this rank's address, the one its peers reach it on. */
+	if (alloc_addr_iface(a->ranks[a->rank].addr, ifname) == 1 &&
+	    (set_default("GLOO_SOCKET_IFNAME", ifname, err) < 0 ||
+	     set_default("NCCL_SOCKET_IFNAME", ifname, err) < 0))
+		return -1;
+	/* torchrun's set: torch.distributed.is_torchelastic_launched() is true, and a rank that
+	 * dies in a function decorated with @record writes its exception to the error file. */
+	snprintf(buf, sizeof(buf), "%s%s%s", a->job_id, a->step_id[0] ? "." : "", a->step_id);
+	char errfile[sizeof(p->devdir) + 16];
+	snprintf(errfile, sizeof(errfile), "%s/error.json", p->devdir);
+	const struct {
+		const char *name;
+		const char *value;
+	} elastic[] = {
+	    {"TORCHELASTIC_RUN_ID", buf[0] ? buf : "none"},
+	    {"TORCHELASTIC_RESTART_COUNT", "0"},
+	    {"TORCHELASTIC_MAX_RESTARTS", "0"},
+	    {"TORCHELASTIC_USE_AGENT_STORE", "False"}, /* the rendezvous is dptrain's */
+	    {"TORCHELASTIC_ERROR_FILE", errfile},
+	    {"ROLE_NAME", "default"},
+	};
+	for (size_t i = 0; i < sizeof(elastic) / sizeof(elastic[0]); i++)
+		if (set_str(elastic[i].name, elastic[i].value, err) != 0)
+			return -1;
+	return set_int("ROLE_RANK", a->rank, err) || set_int("ROLE_WORLD_SIZE", a->world_size, err)
+		   ? -1
+		   : 0;
 }
 
 static int by_string(const void *x, const void *y)

@@ -67,6 +67,14 @@ int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, stru
  * DPTRAIN_DEVICE_DIR DPTRAIN_OUTPUT_DIR DPTRAIN_SOURCE DPTRAIN_GPU. */
 int launch_env_export(const struct alloc *a, const struct ranktable *rt,
 		      const struct launch_paths *p, struct dp_error *err);
+/* Part of launch_env_export: what frameworks read besides those, each unless the user set it
+ * (their value wins): OMP_NUM_THREADS (rt_task_threads), GLOO_SOCKET_IFNAME and
+ * NCCL_SOCKET_IFNAME (the interface of this rank's address); and torchrun's
+ * TORCHELASTIC_RUN_ID (JOB.STEP), TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
+ * TORCHELASTIC_USE_AGENT_STORE (False), TORCHELASTIC_ERROR_FILE (DEVDIR/error.json),
+ * ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE. */
+int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p,
+			  struct dp_error *err);
 
 /* The whole environment, sorted, one VAR=value per line, written atomically to path. */
 int launch_env_log(const char *path, struct dp_error *err);

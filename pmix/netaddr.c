@@ -50,6 +50,26 @@ static void iface_names(const struct ifaddrs *list, char *buf, size_t len)
 	}
 }
 
+int alloc_addr_iface(const char *addr, char name[IF_NAMESIZE])
+{
+	struct ifaddrs *list = NULL, *i;
+	char text[RT_ADDR_MAX];
+	int found = 0;
+
+	if (getifaddrs(&list) != 0)
+		return -1;
+	for (i = list; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr ||
+		    (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6) ||
+		    sa_text(i->ifa_addr, text) != 0 || strcmp(text, addr) != 0)
+			continue;
+		snprintf(name, IF_NAMESIZE, "%s", i->ifa_name);
+		found = 1;
+	}
+	freeifaddrs(list);
+	return found;
+}
+
 int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], struct dp_error *err)
 {
 	struct ifaddrs *list = NULL, *i, *v6 = NULL;

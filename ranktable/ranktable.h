@@ -120,6 +120,12 @@ int rt_default_port(const char *job_id, const char *step_id, const char *secret)
  * of integer variables, dptrain-launch's too. */
 int rt_env_int(const char *name, int min, int max, int *out, struct dp_error *err);
 
+/* The threads one rank's compute should use: SLURM_CPUS_PER_TASK (what Slurm gave the
+ * task), else SLURM_CPUS_ON_NODE (the job's CPUs on this node) shared by the node's
+ * local_ranks, else this process's CPUs shared likewise; never more than the CPUs the
+ * process may run on, at least 1. 0, or -1 with err for a malformed variable. */
+int rt_task_threads(int local_ranks, int *threads, struct dp_error *err);
+
 /* Where Slurm put every rank, from the node-level part of SLURM_DISTRIBUTION (block when
  * unset, cyclic, plane=N) and the tasks per node: node_of[r], local_of[r] for world ranks.
  * -1 with err for a distribution whose layout cannot be derived (arbitrary). */

@@ -1,8 +1,9 @@
 /* rt_env.c — a rank table from a job step's environment: Slurm's SLURM_* variables (the
  * step's nodes and SLURM_DISTRIBUTION's layout) or torchrun-style WORLD_SIZE/MASTER_* on one
  * host, plus host-name resolution, the default master port, and the integer-variable parser
- * and Slurm layout that dptrain-launch uses too. Reads variables only: no Slurm or PMIx
- * library, no files. */
+ * and Slurm layout that dptrain-launch uses too, and the threads a rank should run. Reads
+ * variables only: no Slurm or PMIx library, no files. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "common/error.h"
 #include "ranktable/hostlist.h"
 #include "ranktable/rt_internal.h"
@@ -11,6 +12,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,4 +368,28 @@ int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_US
 	if (source == RT_ENV_SLURM)
 		return rt_from_slurm(rt, used, err);
 	return rt_from_torchrun(rt, used, err);
+}
+
+int rt_task_threads(int local_ranks, int *threads, struct dp_error *err)
+{
+	int per_task = 0, on_node = 0, n;
+	cpu_set_t set;
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	int mine = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+		   : online > 0					? (int)online
+								: 1;
+
+	if (rt_env_int("SLURM_CPUS_PER_TASK", 1, 1 << 20, &per_task, err) < 0 ||
+	    rt_env_int("SLURM_CPUS_ON_NODE", 1, 1 << 20, &on_node, err) < 0)
+		return -1;
+	if (local_ranks < 1)
+		local_ranks = 1;
+	if (per_task)
+		n = per_task;
+	else
+		n = (on_node ? on_node : mine) / local_ranks;
+	if (n > mine) /* bound to fewer CPUs than that */
+		n = mine;
+	*threads = n < 1 ? 1 : n;
+	return 0;
 }

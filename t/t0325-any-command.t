@@ -138,4 +138,51 @@ test_expect_success TORCH 'a PyTorch DDP script (gloo, env://) under srun --dptr
 	grep "ddp rank 1 of 2 local 1: grad 1.500" "$d/device1/train.log"
 '
 
+test_expect_success TORCH 'the same script on two nodes: Gloo finds the interface dptrain chose' '
+	timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=1 --dptrain /usr/bin/python3 ddp.py \
+		>out 2>err &&
+	d=$(newest "dptrain.*") &&
+	grep "ddp rank 0 of 2 local 0: grad 1.500" "$d/device0/train.log" &&
+	grep "ddp rank 1 of 2 local 0: grad 1.500" "$d/device1/train.log"
+'
+
+test_expect_success 'framework variables: threads, interface, torchelastic; a user value wins' '
+	cat >ifprobe.sh <<-\EOF &&
+	#!/bin/sh
+	echo "ifaddr $(ip -o addr show dev "$GLOO_SOCKET_IFNAME" | awk "{print \$4}" | cut -d/ -f1 | tr "\n" " ")"
+	EOF
+	chmod +x ifprobe.sh &&
+	timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=1 --dptrain ./ifprobe.sh >out &&
+	d=$(newest "dptrain.*") &&
+	for r in 0 1; do
+		addr=$(/usr/bin/python3 -c "import json, sys; print([d[\"device_ip\"] for s in json.load(open(sys.argv[1]))[\"server_list\"] for d in s[\"device\"] if d[\"rank_id\"] == sys.argv[2]][0])" "$d/rank_table.json" $r) &&
+		grep "^ifaddr .*\<$addr " "$d/device$r/train.log" || return 1
+	done &&
+	# -c 3: SLURM_CPUS_PER_TASK, but never more threads than the CPUs a rank may run on
+	cpus=$(nproc) && want=$((cpus < 3 ? cpus : 3)) &&
+	timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 -c 3 --dptrain ./probe.sh >out &&
+	d=$(newest "dptrain.*") &&
+	for r in 0 1 2 3; do
+		e="$d/device$r/env.log" &&
+		grep "^OMP_NUM_THREADS=$want$" "$e" &&
+		ifname=$(sed -n "s/^GLOO_SOCKET_IFNAME=//p" "$e") &&
+		test -n "$ifname" &&
+		grep "^NCCL_SOCKET_IFNAME=$ifname$" "$e" &&
+		grep "^TORCHELASTIC_RUN_ID=[0-9][0-9]*\.[0-9][0-9]*$" "$e" &&
+		grep "^TORCHELASTIC_ERROR_FILE=$PWD/$d/device$r/error.json$" "$e" &&
+		grep "^TORCHELASTIC_USE_AGENT_STORE=False$" "$e" &&
+		grep "^ROLE_RANK=$r$" "$e" && grep "^ROLE_WORLD_SIZE=4$" "$e" || return 1
+	done &&
+	OMP_NUM_THREADS=7 GLOO_SOCKET_IFNAME=mine timeout 60 srun -n2 --dptrain ./probe.sh >out &&
+	d=$(newest "dptrain.*") &&
+	grep "^OMP_NUM_THREADS=7$" "$d/device1/env.log" &&
+	grep "^GLOO_SOCKET_IFNAME=mine$" "$d/device1/env.log"
+'
+
+test_expect_success TORCH 'torch sees a torchelastic launch' '
+	echo "import torch.distributed as d; print(\"elastic\", d.is_torchelastic_launched())" >el.py &&
+	timeout 60 srun -n1 --dptrain /usr/bin/python3 el.py >out &&
+	grep "elastic True" "$(newest "dptrain.*")/device0/train.log"
+'
+
 test_done

@@ -86,7 +86,7 @@ test_expect_success '--help, --version and usage errors' '
 	test_expect_code 2 dptrain-run -n 0 job.json 2>err &&
 	grep "dptrain-run: -n .0. is not a number from 1 to 4096" err &&
 	test_expect_code 2 dptrain-run -n 2 2>err &&
-	grep "no CONFIG given" err &&
+	grep "no CONFIG or COMMAND given" err &&
 	test_expect_code 2 dptrain-run -n 2 --bogus job.json 2>err
 '
 

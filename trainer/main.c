@@ -17,7 +17,6 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -487,22 +486,22 @@ static void dist_close(struct dist *d, const struct cfg *c, int clean)
 	d->st = NULL;
 }
 
-/* train.threads 0 and no OMP_NUM_THREADS: the CPUs this rank may run on, shared with the
- * other ranks of the node when nothing bound the ranks to CPUs of their own (torchrun sets
- * OMP_NUM_THREADS=1 for the same reason: oversubscribed OpenMP threads spin against each
- * other). */
+/* train.threads 0 and no OMP_NUM_THREADS (dptrain-launch sets it from the same source): the
+ * CPUs Slurm gave this rank, shared with the node's other ranks when they are not its own
+ * (rt_task_threads; torchrun sets OMP_NUM_THREADS=1 for the same reason: oversubscribed
+ * OpenMP threads spin against each other). 0: OpenMP's own default. */
 static int default_threads(void)
 {
-	cpu_set_t set;
 	const char *omp = getenv("OMP_NUM_THREADS");
-	int local = env_int("LOCAL_WORLD_SIZE", 1);
-	long online = sysconf(_SC_NPROCESSORS_ONLN);
-	if ((omp && *omp) || sched_getaffinity(0, sizeof(set), &set) < 0)
+	struct dp_error err;
+	int threads;
+	if (omp && *omp)
 		return 0;
-	int mine = CPU_COUNT(&set);
-	if (local > 1 && mine >= online)
-		mine /= local;
-	return mine < 1 ? 1 : mine;
+	if (rt_task_threads(env_int("LOCAL_WORLD_SIZE", 1), &threads, &err) < 0) {
+		fprintf(stderr, "dptrain: warning: %s; threads: OpenMP's default\n", err.text);
+		return 0;
+	}
+	return threads;
 }
 
 /* A stop request before training began (while loading the config, during the rendezvous):

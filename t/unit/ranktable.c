@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 /* ranktable.c (test) — building, writing and re-reading rank tables: round trips of 1, 8 and
  * 4096 ranks in all three schemas, rt_build's checks with their exact messages, atomic writes
  * under a concurrent reader, and tables from Slurm/torchrun-style environments.
@@ -8,6 +9,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -624,6 +626,44 @@ static void test_helpers(void)
 	is(rt_schema_name(RT_SCHEMA_DPTRAIN), "dptrain", "schema name of dptrain");
 }
 
+/* rt_task_threads for local ranks, -1 when it fails */
+static int threads_for(int local)
+{
+	struct dp_error err;
+	int t;
+	return rt_task_threads(local, &t, &err) == 0 ? t : -1;
+}
+
+/* rt_task_threads: Slurm's CPUs for the task, shared by the node's ranks, never more than the
+ * CPUs this process may run on. */
+static void test_task_threads(void)
+{
+	cpu_set_t set;
+	struct dp_error err;
+	int t, mine = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+#define CAP(n) ((n) < mine ? (n) : mine)
+	unsetenv("SLURM_CPUS_PER_TASK");
+	unsetenv("SLURM_CPUS_ON_NODE");
+	is_int(threads_for(1), mine, "no Slurm, one rank: the CPUs it may run on");
+	is_int(threads_for(2), mine / 2 ? mine / 2 : 1, "no Slurm, two ranks: half each");
+	is_int(threads_for(4 * mine), 1, "more ranks than CPUs: 1 each");
+	is_int(threads_for(0), mine, "0 ranks counts as 1");
+	setenv("SLURM_CPUS_ON_NODE", "1", 1);
+	is_int(threads_for(2), 1, "SLURM_CPUS_ON_NODE=1, two ranks: 1");
+	setenv("SLURM_CPUS_ON_NODE", "64", 1);
+	is_int(threads_for(4), CAP(16), "SLURM_CPUS_ON_NODE=64, four ranks: 16, or fewer CPUs");
+	setenv("SLURM_CPUS_PER_TASK", "1", 1);
+	is_int(threads_for(4), 1, "SLURM_CPUS_PER_TASK=1 wins");
+	setenv("SLURM_CPUS_PER_TASK", "1000", 1);
+	is_int(threads_for(1), mine, "SLURM_CPUS_PER_TASK=1000: no more than the CPUs");
+	setenv("SLURM_CPUS_PER_TASK", "two", 1);
+	ok(rt_task_threads(1, &t, &err) == -1, "a malformed SLURM_CPUS_PER_TASK fails");
+	like(err.text, "SLURM_CPUS_PER_TASK='two'", "... naming it and its value");
+	unsetenv("SLURM_CPUS_PER_TASK");
+	unsetenv("SLURM_CPUS_ON_NODE");
+#undef CAP
+}
+
 int main(void)
 {
 	/* Memory-backed where there is one: the 1000 rewrites below would otherwise spend ~10 s in
@@ -649,6 +689,7 @@ int main(void)
 	}
 	test_concurrent();
 	test_from_env();
+	test_task_threads();
 	test_helpers();
 	rmdir(tmpdir);
 	return done_testing();
