@@ -18,6 +18,8 @@ static int dp_option_cb(int val, const char *optarg, int remote)
 	(void)val;
 	(void)remote;
 	free(dp.option);
+	/* "--dptrain=" (an empty value: an unset variable?) is not "--dptrain" alone */
+	dp.option_empty = optarg && !*optarg;
 	dp.option = strdup(optarg ? optarg : "");
 	if (!dp.option) {
 		slurm_error("dptrain: out of memory storing --dptrain");

@@ -40,7 +40,8 @@ struct dp_args {
 /* The plugin's state in one process (srun, sbatch, salloc or one slurmstepd). */
 struct dp_plugin {
 	struct dp_args args;
-	char *option; /* --dptrain value as given; NULL when the option was not used */
+	char *option;	  /* --dptrain value as given; NULL when the option was not used */
+	int option_empty; /* it was given as "--dptrain=", with an empty value */
 	/* A plugstack.conf mistake, with the line's arguments: it fails --dptrain jobs only
 	 * (every other job must run as if the plugin were not there); "" when none. */
 	char args_error[4096];

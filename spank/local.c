@@ -99,6 +99,12 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 			    dp->args_error);
 		goto out;
 	}
+	if (dp->option_empty && given == dp->option) {
+		slurm_error("dptrain: --dptrain= has an empty value: give the job config "
+			    "(--dptrain=JOB.json), or no value for a command without one "
+			    "(--dptrain alone)");
+		goto out;
+	}
 	if (dp_option_nofile(given)) {
 		/* --dptrain without a file: the wire-up alone, for any command (a config of an
 		 * enclosing job is not this step's) */

@@ -122,9 +122,10 @@ test_expect_success 'a FIFO as the config is refused at once, not waited on' '
 	test -z "$(ls -A probe)"
 '
 
-test_expect_success '--dptrain with no file is refused' '
+test_expect_success '--dptrain= with an empty value is refused (--dptrain alone is not)' '
 	test_expect_code 1 timeout 30 srun -n1 --dptrain= true 2>err &&
-	grep "error: dptrain: --dptrain needs a job config file" err
+	grep "error: dptrain: --dptrain= has an empty value: give the job config" err &&
+	test -z "$(ls -A probe)"
 '
 
 test_expect_success 'DPTRAIN_CONFIG is the fallback, validated the same way' '
