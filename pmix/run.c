@@ -3,6 +3,7 @@
  * device directories the SPANK plugin would make (like torchrun or msrun). Owns the ranks'
  * process groups: forwards signals to them and stops them all when one fails. */
 #define _GNU_SOURCE /* sigabbrev_np */
+#include "common/errfile.h"
 #include "common/error.h"
 #include "pmix/alloc.h"
 #include "trainer/config/config.h"
@@ -406,6 +407,12 @@ int main(int argc, char **argv)
 				if (bad && per_rank_logs)
 					fprintf(stderr, " (its output: %s/device%d/train.log)",
 						outdir, r);
+				char ef[LAUNCH_PATH_MAX + 32], rec[768];
+				snprintf(ef, sizeof(ef), "%s/device%d/error.json", outdir, r);
+				if (bad && dp_errfile_message(ef, rec, sizeof(rec)))
+					fprintf(stderr,
+						"; it recorded: %s (the traceback is in %s)", rec,
+						ef);
 			}
 			if (bad && failed < 0) {
 				failed = r;

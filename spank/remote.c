@@ -24,6 +24,7 @@
 
 #include <slurm/slurm.h>
 
+#include "common/errfile.h"
 #include "spank/dptrain.h"
 #include "pmix/tee.h"
 
@@ -460,19 +461,24 @@ static int dp_failed(int status)
  * its own, not waited for, so this task's status reaches Slurm at once. */
 static void dp_end_step(const char *launcher, char **env, const char *ident, int status)
 {
-	char code[32], msg[512];
+	char code[32], msg[1536], what[128], cause[1024] = "", recorded[768];
+	const char *errfile = NULL;
 	pid_t pid;
 
 	if (WIFEXITED(status))
-		snprintf(msg, sizeof(msg),
-			 "dptrain: %s: the command exited with status %d; "
-			 "ending the step",
-			 ident, WEXITSTATUS(status));
+		snprintf(what, sizeof(what), "exited with status %d", WEXITSTATUS(status));
 	else
-		snprintf(msg, sizeof(msg),
-			 "dptrain: %s: the command was killed by signal %d (%s); "
-			 "ending the step",
-			 ident, WTERMSIG(status), strsignal(WTERMSIG(status)));
+		snprintf(what, sizeof(what), "was killed by signal %d (%s)", WTERMSIG(status),
+			 strsignal(WTERMSIG(status)));
+	/* The root cause, where the rank recorded it (PyTorch's @record): said once, here. */
+	for (char **e = env; e && *e && !errfile; e++)
+		if (!strncmp(*e, "TORCHELASTIC_ERROR_FILE=", 24))
+			errfile = *e + 24;
+	if (errfile && dp_errfile_message(errfile, recorded, sizeof(recorded)))
+		snprintf(cause, sizeof(cause), " (it recorded: %s; the traceback is in %s)",
+			 recorded, errfile);
+	snprintf(msg, sizeof(msg), "dptrain: %s: the command %s%s; ending the step", ident, what,
+		 cause);
 	snprintf(code, sizeof(code), "--abort=%d",
 		 WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 	dprintf(STDERR_FILENO, "%s\n", msg);

@@ -185,4 +185,36 @@ test_expect_success TORCH 'torch sees a torchelastic launch' '
 	grep "elastic True" "$(newest "dptrain.*")/device0/train.log"
 '
 
+test_expect_success TORCH 'a rank that fails in a @record function: its exception, said once' '
+	cat >fail.py <<-\EOF &&
+	import os, time
+	from torch.distributed.elastic.multiprocessing.errors import record
+	@record
+	def main():
+	    if os.environ["RANK"] == "1":
+	        raise ValueError("boom at rank 1")
+	    time.sleep(120)  # ended with the step
+	main()
+	EOF
+	test_must_fail timeout 100 srun --mpi=pmix -n2 --dptrain /usr/bin/python3 fail.py \
+		>out 2>err &&
+	d=$(newest "dptrain.*") &&
+	test "$(grep -c "it recorded: ValueError: boom at rank 1; the traceback is in $PWD/$d/device1/error.json" err)" = 1 &&
+	grep "rank 1 on n1: the command exited with status 1 (it recorded" err &&
+	grep "Traceback" "$d/device1/error.json" &&
+	test_must_fail timeout 100 dptrain-run -n 2 -o failrun.%j /usr/bin/python3 fail.py \
+		>out 2>err &&
+	d=$(newest "failrun.*") &&
+	grep "dptrain-run: rank 1 exited with status 1 .*; it recorded: ValueError: boom at rank 1 (the traceback is in $PWD/$d/device1/error.json)" err
+'
+
+test_expect_success 'an error file of an earlier run is not this run'"'"'s' '
+	timeout 60 dptrain-run -n 2 -o failrun.%j sh -c "test ! -e \"\$TORCHELASTIC_ERROR_FILE\" && echo ok-\$RANK" >out 2>err &&
+	d=$(newest "failrun.*") &&
+	echo "{\"message\": {\"message\": \"OldError: stale\"}}" >"$d/device1/error.json" &&
+	test_must_fail timeout 60 dptrain-run -n 2 -o "$d" sh -c "exit \$RANK" >out 2>err &&
+	grep "dptrain-run: rank 1 exited with status 1" err &&
+	! grep "OldError" err
+'
+
 test_done
