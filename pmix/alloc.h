@@ -12,7 +12,6 @@
 #include "common/error.h"
 #include "ranktable/ranktable.h"
 
-#define ALLOC_ERR_MAX	 1024
 #define ALLOC_GPU_ID_MAX 96   /* one CUDA_VISIBLE_DEVICES entry: an index, GPU-<uuid>, MIG-... */
 #define ALLOC_GPU_MAX	 4096 /* most entries CUDA_VISIBLE_DEVICES may list */
 

@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include "common/error.h"
 
-#define DATA_ERR_MAX  1024
 #define DATA_NAME_MAX 512
 
 /* Plausibility limits: a header asking for more is refused before anything is allocated. */

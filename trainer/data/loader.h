@@ -25,8 +25,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define LOADER_ERR_MAX DATA_ERR_MAX
-
 struct loader_batch {
 	float *x;   /* n x C x H x W, float32 NCHW */
 	int32_t *y; /* n labels */

@@ -34,8 +34,6 @@
 #include <stdint.h>
 #include "common/error.h"
 
-#define SAMPLER_ERR_MAX 512
-
 enum sampler_mode {
 	SAMPLER_TRAIN, /* DistributedSampler */
 	SAMPLER_EVAL,  /* each sample exactly once across ranks, in order */

@@ -23,7 +23,6 @@
 #include <stdint.h>
 #include "common/error.h"
 
-#define TF_ERR_MAX	512
 #define TF_MAX_CHANNELS 4
 
 /* What the user asks for. Zero values mean "off": crop 0 keeps the input size (pad must then

@@ -18,8 +18,6 @@
 #include <string.h>
 #include <time.h>
 
-#define DDP_COMM_ERR_MAX 960 /* room for the bucket prefix */
-
 struct ddp {
 	struct nn_model *m;
 	struct comm *c;
