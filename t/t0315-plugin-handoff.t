@@ -9,14 +9,7 @@ test_description='the plugin hands tasks over the way its Slurm and PMIx version
 
 . "$(dirname "$0")/sharness.sh"
 
-if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
-	skip_all='the plugin or dptrain-launch is not built'
-	test_done
-fi
-if ! test_have_prereq LOCALCLUSTER; then
-	skip_all='needs root, slurm-wlm and munge for a local Slurm (make deps)'
-	test_done
-fi
+dp_need_cluster
 
 PLUGIN_SO=$DPTRAIN_BUILD_DIR/lib/dptrain.so
 slurm_version=$(slurmd -V | awk '{print $NF}')

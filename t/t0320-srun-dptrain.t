@@ -8,14 +8,7 @@ test_description='srun --dptrain end to end: plugin, launcher, trainer'
 
 . "$(dirname "$0")/sharness.sh"
 
-if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
-	skip_all='the plugin or dptrain-launch is not built'
-	test_done
-fi
-if ! test_have_prereq LOCALCLUSTER; then
-	skip_all='needs root, slurm-wlm and munge for a local Slurm (make deps)'
-	test_done
-fi
+dp_need_cluster
 
 # newest DIR: the most recent step directory under DIR
 newest() {

@@ -8,14 +8,7 @@ test_description='SIGUSR1/SIGTERM from Slurm: checkpoint, exit 4, requeue resume
 
 . "$(dirname "$0")/sharness.sh"
 
-if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
-	skip_all='the plugin or dptrain-launch is not built'
-	test_done
-fi
-if ! test_have_prereq LOCALCLUSTER || ! test_have_prereq FMNIST; then
-	skip_all='needs root, slurm-wlm, munge (make deps) and dataset-fashion-mnist'
-	test_done
-fi
+dp_need_cluster FMNIST
 
 # wait_for FILE PATTERN SECONDS
 wait_for() {

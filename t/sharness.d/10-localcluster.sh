@@ -6,6 +6,9 @@
 #                                                       then source DIR/env.sh (SLURM_CONF)
 #   dp_cluster_stop [DIR]                               stop it (default: trash/cluster)
 #   dp_cluster COMMAND [ARGS]                           run contrib/localcluster/cluster
+#   dp_need_cluster [PREREQ]...                         skip the whole file unless the
+#                                                       plugin, dptrain-launch, a local Slurm
+#                                                       and each PREREQ are there
 DP_CLUSTER_SCRIPT="$DPTRAIN_SRC_DIR/contrib/localcluster/cluster"
 DP_CLUSTERS=""
 
@@ -14,6 +17,27 @@ if test_have_prereq SLURM && test_have_prereq ROOT && test -x "$DP_CLUSTER_SCRIP
 	command -v pgrep >/dev/null 2>&1; then
 	test_set_prereq LOCALCLUSTER
 fi
+
+dp_need_cluster() {
+	if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
+		skip_all='the plugin or dptrain-launch is not built'
+		test_done
+	fi
+	if ! test_have_prereq LOCALCLUSTER; then
+		skip_all='needs root, slurm-wlm and munge for a local Slurm (make deps)'
+		test_done
+	fi
+	for p in "$@"; do
+		if ! test_have_prereq "$p"; then
+			case $p in
+			FMNIST) skip_all='needs dataset-fashion-mnist (make deps)' ;;
+			TORCH) skip_all='needs python3-torch (make deps)' ;;
+			*) skip_all="needs $p" ;;
+			esac
+			test_done
+		fi
+	done
+}
 
 dp_cluster() {
 	"$DP_CLUSTER_SCRIPT" "$@"
