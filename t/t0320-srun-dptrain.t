@@ -60,10 +60,7 @@ test_expect_success 'sbatch with #SBATCH --dptrain: the script runs as itself, i
 	srun ./probe.sh
 	EOF
 	job=$(sbatch --parsable -o slurm-%j.out batch.sh) &&
-	for i in $(seq 3000); do
-		squeue -h -j "$job" 2>/dev/null | grep -q . || break
-		sleep 0.1
-	done &&
+	dp_job_wait "$job" &&
 	grep "batch script ran: RANK=unset" batch.out &&
 	dp_check_ranks "$(newest steps)" 2 pmix
 '

@@ -80,10 +80,7 @@ test_expect_success 'sbatch with #SBATCH --dptrain (no file): its srun goes thro
 	srun ./probe.sh
 	EOF
 	job=$(sbatch --parsable -o slurm-%j.out batch.sh) &&
-	for i in $(seq 3000); do
-		squeue -h -j "$job" 2>/dev/null | grep -q . || break
-		sleep 0.1
-	done &&
+	dp_job_wait "$job" &&
 	grep "batch script ran: RANK=unset" batch.out &&
 	d=$(newest "dptrain.*") &&
 	dp_check_ranks "$d" 2 pmix &&

@@ -6,6 +6,8 @@
 #                                                       then source DIR/env.sh (SLURM_CONF)
 #   dp_cluster_stop [DIR]                               stop it (default: trash/cluster)
 #   dp_cluster COMMAND [ARGS]                           run contrib/localcluster/cluster
+#   dp_job_wait JOB [SECONDS]                           wait until a batch job has left the
+#                                                       queue (default 300 s); 1 if it has not
 #   dp_need_cluster [PREREQ]...                         skip the whole file unless the
 #                                                       plugin, dptrain-launch, a local Slurm
 #                                                       and each PREREQ are there
@@ -17,6 +19,15 @@ if test_have_prereq SLURM && test_have_prereq ROOT && test -x "$DP_CLUSTER_SCRIP
 	command -v pgrep >/dev/null 2>&1; then
 	test_set_prereq LOCALCLUSTER
 fi
+
+dp_job_wait() {
+	for i in $(seq $((${2:-300} * 10))); do
+		squeue -h -j "$1" 2>/dev/null | grep -q . || return 0
+		sleep 0.1
+	done
+	echo "job $1 is still in the queue after ${2:-300} s" >&2
+	return 1
+}
 
 dp_need_cluster() {
 	if ! test_have_prereq PLUGIN || ! test_have_prereq LAUNCH; then
