@@ -18,7 +18,9 @@ int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, stru
 	    snprintf(p->rank_table, sizeof(p->rank_table), "%s/rank_table.json", outdir) >=
 		(int)sizeof(p->rank_table) ||
 	    snprintf(p->devdir, sizeof(p->devdir), "%s/device%d", outdir, rank) >=
-		(int)sizeof(p->devdir)) {
+		(int)sizeof(p->devdir) ||
+	    snprintf(p->errfile, sizeof(p->errfile), "%s/error.json", p->devdir) >=
+		(int)sizeof(p->errfile)) {
 		errprintf(err, "output directory is too long: '%.80s...'", outdir);
 		return -1;
 	}
@@ -112,8 +114,6 @@ int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p, s
 	/* torchrun's set: torch.distributed.is_torchelastic_launched() is true, and a rank that
 	 * dies in a function decorated with @record writes its exception to the error file. */
 	snprintf(buf, sizeof(buf), "%s%s%s", a->job_id, a->step_id[0] ? "." : "", a->step_id);
-	char errfile[sizeof(p->devdir) + 16];
-	snprintf(errfile, sizeof(errfile), "%s/error.json", p->devdir);
 	const struct {
 		const char *name;
 		const char *value;
@@ -122,7 +122,7 @@ int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p, s
 	    {"TORCHELASTIC_RESTART_COUNT", "0"},
 	    {"TORCHELASTIC_MAX_RESTARTS", "0"},
 	    {"TORCHELASTIC_USE_AGENT_STORE", "False"}, /* the rendezvous is dptrain's */
-	    {"TORCHELASTIC_ERROR_FILE", errfile},
+	    {"TORCHELASTIC_ERROR_FILE", p->errfile},
 	    {"ROLE_NAME", "default"},
 	};
 	for (size_t i = 0; i < sizeof(elastic) / sizeof(elastic[0]); i++)

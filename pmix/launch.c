@@ -573,10 +573,9 @@ int main(int argc, char **argv)
 	    launch_mkdir_p(paths.devdir, &err) != 0 || launch_dir_owned(paths.devdir, &err) != 0)
 		die("%s", err.text);
 	/* TORCHELASTIC_ERROR_FILE: one from an earlier run is not this run's root cause */
-	char errfile[sizeof(paths.devdir) + 16];
-	snprintf(errfile, sizeof(errfile), "%s/error.json", paths.devdir);
-	if (unlink(errfile) != 0 && errno != ENOENT)
-		die("cannot remove %s, an earlier run's error file: %s", errfile, strerror(errno));
+	if (unlink(paths.errfile) != 0 && errno != ENOENT)
+		die("cannot remove %s, an earlier run's error file: %s", paths.errfile,
+		    strerror(errno));
 	memset(&rt, 0, sizeof(rt));
 	if (alloc_rank_table(&a, &rt, &err) != 0)
 		die("%s", err.text);

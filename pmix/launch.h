@@ -57,6 +57,7 @@ struct launch_paths {
 	char outdir[LAUNCH_PATH_MAX];
 	char rank_table[LAUNCH_PATH_MAX]; /* outdir/rank_table.json */
 	char devdir[LAUNCH_PATH_MAX];	  /* outdir/device<RANK> */
+	char errfile[LAUNCH_PATH_MAX];	  /* devdir/error.json: TORCHELASTIC_ERROR_FILE */
 };
 
 int launch_paths_init(struct launch_paths *p, const char *outdir, int rank, struct dp_error *err);

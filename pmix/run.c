@@ -407,12 +407,13 @@ int main(int argc, char **argv)
 				if (bad && per_rank_logs)
 					fprintf(stderr, " (its output: %s/device%d/train.log)",
 						outdir, r);
-				char ef[LAUNCH_PATH_MAX + 32], rec[768];
-				snprintf(ef, sizeof(ef), "%s/device%d/error.json", outdir, r);
-				if (bad && dp_errfile_message(ef, rec, sizeof(rec)))
+				struct launch_paths rp; /* the rank's, as its launcher made them */
+				char rec[768];
+				if (bad && launch_paths_init(&rp, outdir, r, &err) == 0 &&
+				    dp_errfile_message(rp.errfile, rec, sizeof(rec)))
 					fprintf(stderr,
 						"; it recorded: %s (the traceback is in %s)", rec,
-						ef);
+						rp.errfile);
 			}
 			if (bad && failed < 0) {
 				failed = r;
