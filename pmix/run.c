@@ -67,13 +67,6 @@ static int is_config_name(const char *s)
 	return n > 5 && strcmp(s + n - 5, ".json") == 0;
 }
 
-/* The bundled trainer: the default command, or a command named dptrain. */
-static int is_bundled_trainer(const char *cmd)
-{
-	const char *slash = strrchr(cmd, '/');
-	return strcmp(slash ? slash + 1 : cmd, "dptrain") == 0;
-}
-
 /* The program's one context. */
 static struct {
 	int nranks;
@@ -283,7 +276,7 @@ int main(int argc, char **argv)
 	if (is_config_name(argv[optind]))
 		cfg_path = argv[optind++];
 	cmd = optind < argc ? argv + optind : default_cmd;
-	int bundled = is_bundled_trainer(cmd[0]);
+	int bundled = cfg_is_trainer_command(cmd[0]);
 	if (bundled && !cfg_path)
 		die(2, "the bundled trainer needs a job config: dptrain-run -n N CONFIG.json "
 		       "(see dptrain.json(5)); any other command runs without one");

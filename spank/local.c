@@ -169,8 +169,7 @@ int dp_local_user_init(struct dp_plugin *dp, spank_t sp)
 		return 0;
 	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 || !argv[0])
 		return 0;
-	const char *slash = strrchr(argv[0], '/');
-	if (strcmp(slash ? slash + 1 : argv[0], "dptrain") != 0)
+	if (!cfg_is_trainer_command(argv[0]))
 		return 0;
 	if (!dp->config[0]) {
 		slurm_error("dptrain: the bundled trainer needs a job config: "

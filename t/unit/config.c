@@ -978,6 +978,10 @@ static void test_launch_only(void)
 			cfg_free(&c);
 	}
 	ok(cfg_load(&c, p, 0, NULL, &err) == -1, "cfg_load of a config without model");
+	ok(cfg_is_trainer_command("dptrain") && cfg_is_trainer_command("/opt/bin/dptrain") &&
+	       !cfg_is_trainer_command("python3") && !cfg_is_trainer_command("dptrain-run") &&
+	       !cfg_is_trainer_command("/opt/dptrain/bin/train"),
+	   "the bundled trainer is dptrain or a path ending in /dptrain");
 	unlink(p);
 	rmdir(dir);
 }

@@ -876,6 +876,12 @@ int cfg_load_launch(struct cfg *c, const char *path, struct dp_error *err)
 	return load(c, path, 0, NULL, 1, err);
 }
 
+int cfg_is_trainer_command(const char *cmd)
+{
+	const char *slash = strrchr(cmd, '/');
+	return strcmp(slash ? slash + 1 : cmd, "dptrain") == 0;
+}
+
 int cfg_expand_output_dir(const char *pattern, const char *jobid, const char *stepid, char *buf,
 			  size_t buflen)
 {

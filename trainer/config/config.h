@@ -233,6 +233,10 @@ int cfg_load(struct cfg *c, const char *path, int noverrides, char *const overri
  * what is there is checked as cfg_load checks it, and c->trainer says whether both are. */
 int cfg_load_launch(struct cfg *c, const char *path, struct dp_error *err);
 
+/* Whether a command is the bundled trainer (dptrain, or a path ending in /dptrain), whose
+ * config must be read whole with cfg_load; any other command's with cfg_load_launch. */
+int cfg_is_trainer_command(const char *cmd);
+
 /* The same on text[0..len), named name in messages; c->path becomes name made absolute. */
 int cfg_parse(struct cfg *c, const char *text, size_t len, const char *name, int noverrides,
 	      char *const overrides[], struct dp_error *err);
