@@ -155,18 +155,15 @@ test_expect_success 'srun exits with the command'"'"'s status' '
 	grep "dptrain-launch: rank [01] on n[12]: cannot run .no-such-cmd-t0400.: No such file or directory" err
 '
 
-# The bounds on the elapsed time below only tell "gave up after DPTRAIN_TIMEOUT" from "waited
-# for the stalled rank" (srun's timeout, 60 s), whatever the load.
+# A rank that waited for the stalled one instead of giving up after DPTRAIN_TIMEOUT would be
+# ended by srun's timeout without the message looked for: no bound on the elapsed time needed.
 test_expect_success 'a rank that never arrives: the others time out naming it, nothing left' '
-	start=$(date +%s) &&
 	# srun reports the ranks Slurm killed (137): any failure will do
 	! env DPTRAIN_TIMEOUT=3 DPTRAIN_TEST_STALL_RANK=2 DPTRAIN_OUTPUT_DIR=stall \
-		timeout 60 srun --mpi=pmix -N2 -n4 dptrain-launch ./probe.sh 2>err &&
-	end=$(date +%s) &&
+		timeout 120 srun --mpi=pmix -N2 -n4 dptrain-launch ./probe.sh 2>err &&
 	cat err >&2 &&
 	grep "rank 2: test hook DPTRAIN_TEST_STALL_RANK" err &&
 	grep "dptrain-launch: rank [0-3] on n[12]: PMIx fence (rendezvous of all ranks) timed out after 3 s: 1 of 4 ranks did not arrive: rank 2 on n1" err &&
-	test $((end - start)) -lt 50 &&
 	nothing_left
 '
 
@@ -216,14 +213,11 @@ test_expect_success 'every task of a node ends before the rendezvous: no rank na
 '
 
 test_expect_success 'without PMIx: a rank 0 that never opens the store is named' '
-	start=$(date +%s) &&
 	! env MASTER_ADDR=127.0.0.1 DPTRAIN_TIMEOUT=2 DPTRAIN_TEST_STALL_RANK=0 \
 		DPTRAIN_TEST_STALL_SECONDS=60 DPTRAIN_OUTPUT_DIR=stall2 \
-		timeout 60 srun --mpi=none -K -n3 dptrain-launch ./probe.sh 2>err &&
-	end=$(date +%s) &&
+		timeout 120 srun --mpi=none -K -n3 dptrain-launch ./probe.sh 2>err &&
 	grep "dptrain-launch: rank [12] on n[12]: rendezvous: cannot connect to rank 0.s store at 127.0.0.1:[0-9]* within 2 s" err &&
 	test ! -e stall2 &&
-	test $((end - start)) -lt 50 &&
 	nothing_left
 '
 
