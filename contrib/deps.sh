@@ -10,7 +10,8 @@ set -euo pipefail
 BUILD="gcc libc6-dev binutils make pkg-config libjansson-dev zlib1g-dev libslurm-dev libpmix-dev
        libdnnl-dev libopenblas-dev clang @CLANG_RT@"
 TEST="perl sharness slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
-      python3 python3-torch python3-torchvision python3-numpy libopenblas0-openmp dataset-fashion-mnist
+      python3 python3-torch python3-torchvision python3-numpy python3-mpi4py libopenblas0-openmp
+      dataset-fashion-mnist
       iproute2 procps psmisc util-linux man-db groff-base time clang-format"
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then

@@ -242,6 +242,45 @@ out:
 	return rv;
 }
 
+int alloc_gpu_advice(const struct alloc *a, char *self, size_t self_len, char *all, size_t all_len)
+{
+	const struct alloc_rank *me = &a->ranks[a->rank];
+	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	char list[256];
+	int *off = NULL, n = 0, r;
+
+	self[0] = all[0] = '\0';
+	if (me->gpu.index >= 0 && me->gpu.index != a->local_rank)
+		snprintf(self, self_len,
+			 "LOCAL_RANK is %d but this rank sees %d GPU%s (CUDA_VISIBLE_DEVICES=%s): "
+			 "torch.cuda.set_device(LOCAL_RANK) names a device it does not have; "
+			 "use DPTRAIN_GPU (%d here) or LOCAL_RANK %% torch.cuda.device_count()",
+			 a->local_rank, me->gpu.count, me->gpu.count == 1 ? "" : "s",
+			 cvd ? cvd : "", me->gpu.index);
+	if (a->rank != 0)
+		return 0;
+	off = malloc((size_t)a->world_size * sizeof(*off));
+	if (!off)
+		return -1;
+	/* A rank's choice is LOCAL_RANK modulo what it sees: another index means fewer GPUs. */
+	for (r = 0; r < a->world_size; r++)
+		if (a->ranks[r].gpu.index >= 0 && a->ranks[r].gpu.index != a->ranks[r].local_rank)
+			off[n++] = r;
+	if (n > 0) {
+		alloc_format_ranks(off, n, list, sizeof(list));
+		snprintf(all, all_len,
+			 "%s %s %s a LOCAL_RANK at or above the number of GPUs %s (rank %d "
+			 "sees %d; Slurm gives each task GPUs of its own under --gpus-per-task "
+			 "and --gpu-bind): torch.cuda.set_device(LOCAL_RANK) fails there; use "
+			 "DPTRAIN_GPU (each rank's device among those it sees) or LOCAL_RANK %% "
+			 "torch.cuda.device_count(); their train.log says more",
+			 n == 1 ? "rank" : "ranks", list, n == 1 ? "has" : "have",
+			 n == 1 ? "it sees" : "they see", off[0], a->ranks[off[0]].gpu.count);
+	}
+	free(off);
+	return 0;
+}
+
 int alloc_discover(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	enum alloc_source src = o->source;

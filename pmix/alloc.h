@@ -127,6 +127,12 @@ void alloc_free(struct alloc *a);
 /* Build the rank table of this allocation (rt_build). 0 or -1 with err. */
 int alloc_rank_table(const struct alloc *a, struct ranktable *rt, struct dp_error *err);
 
+/* What a script that calls torch.cuda.set_device(LOCAL_RANK) needs to know: in `self`, when
+ * this rank's LOCAL_RANK is not its device index (it sees fewer GPUs, as under
+ * --gpus-per-task); on rank 0 in `all`, which ranks that holds for. "" where all is well.
+ * Reads CUDA_VISIBLE_DEVICES for the message. -1 only when out of memory. */
+int alloc_gpu_advice(const struct alloc *a, char *self, size_t self_len, char *all, size_t all_len);
+
 /* Two ranks of one node on the same physical GPU: -1 with a message naming them and the
  * GPU, unless allowed. Ranks whose GPU is unknown are not compared. */
 int alloc_check_shared_gpu(const struct alloc *a, int allow, struct dp_error *err);

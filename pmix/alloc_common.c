@@ -50,8 +50,8 @@ void alloc_stall(const struct alloc_opts *o, int rank, const char *where)
 
 void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port)
 {
-	snprintf(buf, len, "1 %s %s %d %d %d %s %d", x->host, x->addr, nodeid, x->local_rank,
-		 x->gpu.index, x->gpu.id[0] ? x->gpu.id : "-", port);
+	snprintf(buf, len, "2 %s %s %d %d %d %d %s %d", x->host, x->addr, nodeid, x->local_rank,
+		 x->gpu.index, x->gpu.count, x->gpu.id[0] ? x->gpu.id : "-", port);
 }
 
 int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port)
@@ -59,9 +59,9 @@ int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *
 	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], gid[ALLOC_GPU_ID_MAX];
 	int version, n;
 
-	if (sscanf(rec, "%d %255s %63s %d %d %d %95s %d%n", &version, host, addr, nodeid,
-		   &x->local_rank, &x->gpu.index, gid, port, &n) != 8 ||
-	    version != 1 || rec[n] != '\0')
+	if (sscanf(rec, "%d %255s %63s %d %d %d %d %95s %d%n", &version, host, addr, nodeid,
+		   &x->local_rank, &x->gpu.index, &x->gpu.count, gid, port, &n) != 9 ||
+	    version != 2 || rec[n] != '\0')
 		return -1;
 	snprintf(x->host, sizeof(x->host), "%s", host);
 	snprintf(x->addr, sizeof(x->addr), "%s", addr);

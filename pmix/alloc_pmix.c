@@ -68,7 +68,7 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, struct dp_err
 #include <pthread.h>
 #include <time.h>
 
-#define KEY_RANK      "dptrain.rank"  /* "1 host addr nodeid local_rank gpu gpu_id|- port" */
+#define KEY_RANK      "dptrain.rank"  /* "2 host addr nodeid local_rank gpu gpus gpu_id|- port" */
 #define KEY_READY     "dptrain.ready" /* published after the rank table is written */
 #define KEY_GATE      "dptrain.gate"  /* published once rank 0 holds the output directory */
 #define PROBE_S	      1		      /* how long a rank that missed a fence gets to answer a Get */

@@ -29,7 +29,8 @@ int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_
 void alloc_stall(const struct alloc_opts *o, int rank, const char *where);
 
 /* One rank's record as the ranks exchange it (PMIx, or the launcher's store without PMIx):
- * "1 host addr nodeid local_rank gpu gpu_id|- port"; parse: 0, or -1 when malformed. */
+ * "2 host addr nodeid local_rank gpu gpus gpu_id|- port" (gpus: how many it sees); parse: 0,
+ * or -1 when malformed or of another version. */
 #define ALLOC_RECORD_MAX 512
 void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port);
 int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port);

@@ -1,6 +1,7 @@
 /* gpu.c — which GPU a rank uses, from CUDA_VISIBLE_DEVICES as Slurm (or the user) set it.
  * Pure string work plus counting device nodes; must not load CUDA or change the environment:
- * the variable is left as it is so LOCAL_RANK-indexing scripts keep working. */
+ * the variable is left as it is so LOCAL_RANK-indexing scripts keep working where they can
+ * (alloc_gpu_advice in alloc.c says where they cannot). */
 #include "common/error.h"
 #include "pmix/alloc.h"
 

@@ -454,7 +454,8 @@ int main(int argc, char **argv)
 	struct launch_exec ex;
 	struct dp_error err;
 	char outdir[LAUNCH_PATH_MAX];
-	char header[1024], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
+	char header[4096], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
+	char gpu_self[512], gpu_all[1024];
 	const char *trainer, *restart, *base;
 	char **cmd;
 	char when[LAUNCH_TIME_MAX];
@@ -612,6 +613,13 @@ int main(int argc, char **argv)
 	base = strrchr(cmd[0], '/');
 	ex.pass_stop = strcmp(base ? base + 1 : cmd[0], "dptrain") == 0;
 	tee = st.console == CFG_CONSOLE_ALL || (st.console == CFG_CONSOLE_RANK0 && a.rank == 0);
+	/* The bundled trainer takes DPTRAIN_GPU; any other command may index by LOCAL_RANK. */
+	gpu_self[0] = gpu_all[0] = '\0';
+	if (!ex.pass_stop &&
+	    alloc_gpu_advice(&a, gpu_self, sizeof(gpu_self), gpu_all, sizeof(gpu_all)) != 0)
+		die("out of memory");
+	if (gpu_all[0])
+		fprintf(stderr, "dptrain-launch: %s: warning: %s\n", ctx.ident, gpu_all);
 	if (st.per_rank_logs) {
 		snprintf(train_log, sizeof(train_log), "%s/train.log", paths.devdir);
 		ex.train_log = train_log;
@@ -627,6 +635,12 @@ int main(int argc, char **argv)
 		for (i = 0; cmd[i] && used > 0 && used < (int)sizeof(header) - 8; i++)
 			used +=
 			    snprintf(header + used, sizeof(header) - (size_t)used, " %s", cmd[i]);
+		if (gpu_self[0] && used > 0 && used < (int)sizeof(header))
+			used += snprintf(header + used, sizeof(header) - (size_t)used,
+					 "\ndptrain-launch: %s: warning: %s", ctx.ident, gpu_self);
+		if (gpu_all[0] && used > 0 && used < (int)sizeof(header))
+			used += snprintf(header + used, sizeof(header) - (size_t)used,
+					 "\ndptrain-launch: %s: warning: %s", ctx.ident, gpu_all);
 		ex.header = header;
 	}
 	rt_free(&rt);

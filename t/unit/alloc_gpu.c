@@ -184,11 +184,89 @@ static void test_shared_gpu(void)
 	is_int(alloc_check_shared_gpu(&a, 0, &err), 0, "CPU ranks (no GPU) never share");
 }
 
+/* What a LOCAL_RANK-indexing script is told, per binding (the local cluster's --gpus emulates
+ * them end to end in t0330). */
+static void test_advice(void)
+{
+	struct alloc_rank ranks[4];
+	struct alloc a;
+	char self[512], all[1024];
+	int r;
+
+	memset(&a, 0, sizeof(a));
+	a.world_size = 4;
+	a.ranks = ranks;
+	/* --gpus-per-node=2, two ranks a node: LOCAL_RANK is the device */
+	for (r = 0; r < 4; r++) {
+		set_rank(&ranks[r], r < 2 ? "n1" : "n2", r / 2, r % 2, r % 2, r % 2 ? "1" : "0");
+		ranks[r].gpu.count = 2;
+	}
+	setenv("CUDA_VISIBLE_DEVICES", "0,1", 1);
+	for (r = 0; r < 4; r++) {
+		a.rank = r;
+		a.local_rank = r % 2;
+		is_int(alloc_gpu_advice(&a, self, sizeof(self), all, sizeof(all)), 0,
+		       "--gpus-per-node: rank %d advised", r);
+		ok(self[0] == '\0' && all[0] == '\0', "... nothing to say");
+	}
+	/* --gpus-per-task=1: each sees one, its index 0 */
+	for (r = 0; r < 4; r++) {
+		set_rank(&ranks[r], r < 2 ? "n1" : "n2", r / 2, r % 2, 0, r % 2 ? "1" : "0");
+		ranks[r].gpu.count = 1;
+	}
+	setenv("CUDA_VISIBLE_DEVICES", "1", 1);
+	a.rank = 3;
+	a.local_rank = 1;
+	is_int(alloc_gpu_advice(&a, self, sizeof(self), all, sizeof(all)), 0,
+	       "--gpus-per-task: rank 3 advised");
+	like(self, "LOCAL_RANK is 1 but this rank sees 1 GPU (CUDA_VISIBLE_DEVICES=1)",
+	     "... it is told why LOCAL_RANK fails");
+	like(self, "use DPTRAIN_GPU (0 here) or LOCAL_RANK % torch.cuda.device_count()",
+	     "... and what to use");
+	is(all, "", "... and only rank 0 speaks for all");
+	setenv("CUDA_VISIBLE_DEVICES", "0", 1);
+	a.rank = 0;
+	a.local_rank = 0;
+	alloc_gpu_advice(&a, self, sizeof(self), all, sizeof(all));
+	is(self, "", "rank 0 (LOCAL_RANK 0) itself is fine");
+	like(all,
+	     "ranks 1, 3 have a LOCAL_RANK at or above the number of GPUs they see (rank 1 sees 1;",
+	     "rank 0 names the ranks it fails on");
+	/* CPU ranks: nothing to say */
+	for (r = 0; r < 4; r++)
+		set_rank(&ranks[r], r < 2 ? "n1" : "n2", r / 2, r % 2, -1, "");
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	alloc_gpu_advice(&a, self, sizeof(self), all, sizeof(all));
+	ok(self[0] == '\0' && all[0] == '\0', "no GPUs: nothing to say");
+}
+
+/* The record the ranks exchange carries how many GPUs each sees. */
+static void test_record(void)
+{
+	struct alloc_rank x, y;
+	char buf[ALLOC_RECORD_MAX];
+	int nodeid, port;
+
+	memset(&x, 0, sizeof(x));
+	set_rank(&x, "n2", 1, 3, 1, "GPU-aaaa");
+	x.gpu.count = 2;
+	alloc_record_format(buf, sizeof(buf), &x, 1, 29500);
+	memset(&y, 0, sizeof(y));
+	is_int(alloc_record_parse(buf, &y, &nodeid, &port), 0, "a record parses: %s", buf);
+	ok(strcmp(y.host, "n2") == 0 && y.local_rank == 3 && y.gpu.index == 1 && y.gpu.count == 2 &&
+	       strcmp(y.gpu.id, "GPU-aaaa") == 0 && nodeid == 1 && port == 29500,
+	   "... back to what was written");
+	is_int(alloc_record_parse("1 n2 127.0.0.1 1 3 1 GPU-aaaa 29500", &y, &nodeid, &port), -1,
+	       "a record of version 1 (another dptrain) is refused");
+}
+
 int main(void)
 {
 	test_patterns();
 	test_negative_local_rank();
 	test_count_devices();
 	test_shared_gpu();
+	test_advice();
+	test_record();
 	return done_testing();
 }

@@ -1,0 +1,191 @@
+#!/bin/sh
+# t0330-frameworks.t — real clients on two nodes in network namespaces (each its own address),
+# with emulated GPUs Slurm binds as it binds real ones: what LOCAL_RANK, DPTRAIN_GPU and
+# CUDA_VISIBLE_DEVICES are under --gpus-per-node, --gres=gpu:N and --gpus-per-task, and the
+# warning a LOCAL_RANK-indexing script gets where that cannot work; a PyTorch DDP script under
+# --mpi=pmix, --mpi=none and dptrain-run; mpi4py beside torch in one rank; MindSpore's
+# dynamic-cluster (msrun) variables and scheduler, and device_ip from hccn.conf.
+# Owns its trash directory and cluster.
+
+test_description='framework scripts under --dptrain: GPU binding, PyTorch, MPI, MindSpore'
+
+. "$(dirname "$0")/sharness.sh"
+
+dp_need_cluster
+
+/usr/bin/python3 -c 'import mpi4py' 2>/dev/null && test_set_prereq MPI4PY
+
+newest() {
+	ls -dt $1 | head -n 1
+}
+
+# gpu_check DIR N: every rank's gpuprobe line: DPTRAIN_GPU is a device the rank sees, and it
+# is what LOCAL_RANK % (the number it sees) gives, as the warning advises.
+gpu_check() {
+	for r in $(seq 0 $(($2 - 1))); do
+		line=$(grep "^gpu " "$1/device$r/train.log") &&
+		eval "${line#gpu }" &&
+		test "$visible" -ge 1 && test "$dptrain_gpu" -lt "$visible" &&
+		test "$dptrain_gpu" = $((local % visible)) || return 1
+	done
+}
+
+test_expect_success 'setup: two nodes in their own namespaces, two emulated GPUs each' '
+	dp_cluster_start -N 2 -c 4 --gpus 2 --netns &&
+	cat >gpuprobe.sh <<-\EOF &&
+	#!/bin/sh
+	n=$(printf "%s" "$CUDA_VISIBLE_DEVICES" | tr "," "\n" | grep -c .)
+	echo "gpu rank=$RANK local=$LOCAL_RANK dptrain_gpu=$DPTRAIN_GPU visible=$n cvd=$CUDA_VISIBLE_DEVICES"
+	EOF
+	chmod +x gpuprobe.sh
+'
+
+test_expect_success '--gpus-per-node=2: each rank sees both; LOCAL_RANK is its GPU, no warning' '
+	timeout 60 srun -N2 --ntasks-per-node=2 --gpus-per-node=2 --dptrain ./gpuprobe.sh \
+		>out 2>err &&
+	d=$(newest "dptrain.*") &&
+	gpu_check "$d" 4 &&
+	for r in 0 1 2 3; do
+		grep "^gpu rank=$r local=$((r % 2)) dptrain_gpu=$((r % 2)) visible=2 cvd=0,1$" \
+			"$d/device$r/train.log" || return 1
+	done &&
+	! grep -i warning err $d/device*/train.log
+'
+
+test_expect_success '--gres=gpu:2: the same binding, no warning' '
+	timeout 60 srun -N2 --ntasks-per-node=2 --gres=gpu:2 --dptrain ./gpuprobe.sh >out 2>err &&
+	d=$(newest "dptrain.*") &&
+	gpu_check "$d" 4 &&
+	grep "^gpu rank=3 local=1 dptrain_gpu=1 visible=2" "$d/device3/train.log" &&
+	! grep -i warning err $d/device*/train.log
+'
+
+test_expect_success '--gpus-per-task=1: LOCAL_RANK 1 has no device 1; said once on the console, and in its log' '
+	timeout 60 srun -N2 --ntasks-per-node=2 --gpus-per-task=1 --dptrain ./gpuprobe.sh \
+		>out 2>err &&
+	cat err >&2 &&
+	d=$(newest "dptrain.*") &&
+	gpu_check "$d" 4 &&
+	grep "^gpu rank=1 local=1 dptrain_gpu=0 visible=1" "$d/device1/train.log" &&
+	test "$(grep -c warning err)" = 1 &&
+	grep "^dptrain-launch: rank 0 on n1: warning: ranks 1, 3 have a LOCAL_RANK at or above the number of GPUs they see (rank 1 sees 1; .*torch.cuda.set_device(LOCAL_RANK) fails there; use DPTRAIN_GPU .* or LOCAL_RANK % torch.cuda.device_count()" err &&
+	grep "ranks 1, 3 have a LOCAL_RANK" "$d/device0/train.log" &&
+	for r in 1 3; do
+		grep "^dptrain-launch: rank $r on n[12]: warning: LOCAL_RANK is 1 but this rank sees 1 GPU (CUDA_VISIBLE_DEVICES=[01]): .*use DPTRAIN_GPU (0 here) or LOCAL_RANK % torch.cuda.device_count()" \
+			"$d/device$r/train.log" || return 1
+	done &&
+	! grep -i warning "$d/device2/train.log"
+'
+
+test_expect_success 'the same binding under dptrain-run: the warning comes from the launcher there too' '
+	cat >ok.json <<-\EOF &&
+	{"device": {"allow_shared_gpu": true}}
+	EOF
+	CUDA_VISIBLE_DEVICES=0 timeout 60 dptrain-run -n 2 -o shared ok.json ./gpuprobe.sh \
+		>out 2>err &&
+	grep "warning: rank 1 has a LOCAL_RANK at or above the number of GPUs it sees (rank 1 sees 1" err &&
+	grep "warning: LOCAL_RANK is 1 but this rank sees 1 GPU (CUDA_VISIBLE_DEVICES=0)" shared/device1/train.log
+'
+
+cat >ddp.py <<\EOF
+# A DDP script as the PyTorch tutorials write it: env://, the local rank picks the device.
+import os, torch, torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    local = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local % torch.cuda.device_count())
+    dist.init_process_group("gloo")  # env://: MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE
+    r, w = dist.get_rank(), dist.get_world_size()
+    assert r == int(os.environ["RANK"]) and w == int(os.environ["WORLD_SIZE"])
+    assert local < int(os.environ["LOCAL_WORLD_SIZE"])
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1, bias=False))
+    with torch.no_grad():
+        model.module.weight.fill_(1.0)
+    model(torch.full((1, 4), float(r + 1))).sum().backward()
+    g = model.module.weight.grad
+    want = sum(range(1, w + 1)) / w  # DDP averages r + 1 over the ranks
+    assert torch.allclose(g, torch.full_like(g, want)), (g, want)
+    print("ddp rank %d of %d local %d on %s: grad %.3f"
+          % (r, w, local, os.environ.get("SLURMD_NODENAME", "-"), g[0, 0]))
+    dist.destroy_process_group()
+
+main()
+EOF
+
+# ddp_check DIR: the four ranks of two nodes trained and agree
+ddp_check() {
+	for r in 0 1 2 3; do
+		grep "^ddp rank $r of 4 local $((r % 2)) on n$((r / 2 + 1)): grad 2.500$" \
+			"$1/device$r/train.log" || return 1
+	done
+}
+
+# USE_LIBUV=0: Debian 13's torch 2.6 lacks the libuv TCPStore torch asks for by default
+test_expect_success TORCH 'a DDP script on two nodes under srun --mpi=pmix --dptrain' '
+	USE_LIBUV=0 timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain \
+		/usr/bin/python3 ddp.py >out 2>err &&
+	ddp_check "$(newest "dptrain.*")"
+'
+
+test_expect_success TORCH 'the same under --mpi=none: the SLURM_* source finds master and interface' '
+	USE_LIBUV=0 timeout 120 srun --mpi=none -N2 --ntasks-per-node=2 --dptrain \
+		/usr/bin/python3 ddp.py >out 2>err &&
+	d=$(newest "dptrain.*") &&
+	ddp_check "$d" &&
+	grep "^DPTRAIN_SOURCE=slurm$" "$d/device3/env.log" &&
+	grep "^MASTER_ADDR=10.251.0.2$" "$d/device3/env.log"
+'
+
+test_expect_success TORCH 'the same under dptrain-run on one node, and dptrain-run inside a step' '
+	USE_LIBUV=0 timeout 120 dptrain-run -n 2 -o run1 /usr/bin/python3 ddp.py >out 2>err &&
+	grep "^ddp rank 1 of 2 local 1 on -: grad 1.500$" run1/device1/train.log &&
+	USE_LIBUV=0 timeout 120 srun -N1 -n1 -c 2 dptrain-run -n 2 -o run2 \
+		/usr/bin/python3 ddp.py >out 2>err &&
+	grep "^ddp rank 0 of 2 local 0 on n1: grad 1.500$" run2/device0/train.log &&
+	grep "^ddp rank 1 of 2 local 1 on n1: grad 1.500$" run2/device1/train.log
+'
+
+cat >mpitorch.py <<\EOF
+# mpi4py and torch.distributed in one rank: MPI from PMIx, gloo from dptrain's variables.
+import os
+from mpi4py import MPI
+import torch, torch.distributed as dist
+c = MPI.COMM_WORLD
+s = c.allreduce(c.Get_rank() + 1)
+dist.init_process_group("gloo")
+t = torch.tensor([float(dist.get_rank() + 1)])
+dist.all_reduce(t)
+assert c.Get_rank() == dist.get_rank() == int(os.environ["RANK"]), "ranks differ"
+assert c.Get_size() == dist.get_world_size() == int(os.environ["WORLD_SIZE"]), "sizes differ"
+print("mpi rank %d of %d sum %d, torch sum %d" % (c.Get_rank(), c.Get_size(), s, int(t.item())))
+dist.destroy_process_group()
+EOF
+
+test_expect_success TORCH,MPI4PY 'mpi4py beside torch in one rank (OMPI_MCA_btl=self,tcp)' '
+	OMPI_MCA_btl=self,tcp USE_LIBUV=0 timeout 120 srun --mpi=pmix -N1 -n2 --dptrain \
+		/usr/bin/python3 mpitorch.py >out 2>err &&
+	d=$(newest "dptrain.*") &&
+	grep "^mpi rank 0 of 2 sum 3, torch sum 3$" "$d/device0/train.log" &&
+	grep "^mpi rank 1 of 2 sum 3, torch sum 3$" "$d/device1/train.log"
+'
+
+# OpenMPI 5 (Debian 13) may not start across emulated nodes at all; where plain mpi4py does,
+# so must it under --dptrain.
+if test_have_prereq TORCH,MPI4PY &&
+	OMPI_MCA_btl=self,tcp timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=1 \
+		/usr/bin/python3 -c "from mpi4py import MPI; MPI.COMM_WORLD.Barrier()" \
+		>plain.out 2>&1; then
+	test_set_prereq MPI_NODES
+fi
+
+test_expect_success TORCH,MPI4PY,MPI_NODES 'mpi4py beside torch on two nodes' '
+	OMPI_MCA_btl=self,tcp USE_LIBUV=0 timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 \
+		--dptrain /usr/bin/python3 mpitorch.py >out 2>err &&
+	d=$(newest "dptrain.*") &&
+	grep "^mpi rank 3 of 4 sum 10, torch sum 10$" "$d/device3/train.log"
+'
+
+test_done
