@@ -162,11 +162,12 @@ RT_LIB_SRC  := ranktable/hostlist.c ranktable/ranktable.c ranktable/rt_env.c ran
 	ranktable/rt_json.c ranktable/rt_validate.c
 COMMON_SRC  := common/atomic_file.c common/errfile.c common/error.c common/secret.c
 LAUNCH_LIB_SRC := pmix/alloc.c pmix/alloc_common.c pmix/alloc_env.c pmix/alloc_pmix.c \
-	pmix/alloc_store.c pmix/env_export.c pmix/exec.c pmix/gpu.c pmix/netaddr.c pmix/nodeaddr.c \
-	pmix/outdir.c pmix/port.c pmix/tee.c
+	pmix/alloc_store.c pmix/env_export.c pmix/exec.c pmix/gpu.c pmix/hccn.c pmix/netaddr.c \
+	pmix/nodeaddr.c pmix/outdir.c pmix/port.c pmix/sched.c pmix/tee.c
 SPANK_SRC   := spank/args.c spank/dptrain.c spank/local.c spank/remote.c
-# What the plugin shares with dptrain-launch: the tee of a rank's output (no PMIx in it).
-PLUGIN_SHARED_SRC := pmix/tee.c $(COMMON_SRC)
+# What the plugin shares with dptrain-launch: the tee of a rank's output and MindSpore's
+# scheduler (no PMIx in them).
+PLUGIN_SHARED_SRC := pmix/tee.c pmix/sched.c $(COMMON_SRC)
 TAP_SRC     := t/lib/tap.c t/lib/ranks.c
 UNIT_SRC    := $(wildcard t/unit/*.c)
 # The trainer's own code (what the optimizer flags below apply to)

@@ -485,6 +485,7 @@ int alloc_rank_table(const struct alloc *a, struct ranktable *rt, struct dp_erro
 	for (r = 0; r < a->world_size; r++) {
 		ranks[r].host = a->ranks[r].host;
 		ranks[r].addr = a->ranks[r].addr;
+		ranks[r].device_ip = a->ranks[r].device_ip;
 		ranks[r].node_rank = a->ranks[r].node_rank;
 		ranks[r].local_rank = a->ranks[r].local_rank;
 		ranks[r].gpu = a->ranks[r].gpu.index;

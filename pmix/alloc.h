@@ -36,7 +36,8 @@ struct alloc_rank {
 	char addr[RT_ADDR_MAX]; /* the rank's interface address */
 	int node_rank;
 	int local_rank;
-	struct alloc_gpu gpu; /* index -1 and id "" when unknown (peers without PMIx) */
+	struct alloc_gpu gpu;	     /* index -1 and id "" when unknown (peers without PMIx) */
+	char device_ip[RT_ADDR_MAX]; /* its device's address from hccn.conf; "" for none */
 };
 
 struct alloc_pmix; /* an open PMIx session (alloc_pmix.c) */
@@ -70,8 +71,10 @@ struct alloc_opts {
 	int verbose;
 	int stall_rank; /* test hook DPTRAIN_TEST_STALL_RANK: this rank sleeps before it joins */
 	int stall_s;	/* ... for this long (the watchdog or Slurm ends it first) */
-	const char *dev_dir; /* where GPU device nodes are counted when CUDA_VISIBLE_DEVICES is
-				unset (env source only); NULL = /dev */
+	const char *dev_dir;   /* where GPU device nodes are counted when CUDA_VISIBLE_DEVICES is
+				  unset (env source only); NULL = /dev */
+	const char *hccn_conf; /* the node's NPU addresses (address_N=IP); NULL = /etc/hccn.conf,
+				  which may be absent; a file named here must exist */
 };
 
 /* Discover the allocation. With PMIx this initialises PMIx, exchanges every rank's host,
@@ -152,6 +155,14 @@ int alloc_gpu_select(const char *cvd, int local_rank, struct alloc_gpu *g, struc
 /* GPU device nodes (nvidia0, nvidia1, ...) in dev_dir: how many GPUs a process sees when
  * nobody set CUDA_VISIBLE_DEVICES. */
 int alloc_gpu_count_devices(const char *dev_dir);
+
+/* --- NPU addresses (hccn.c) ------------------------------------------------------------ */
+
+/* The address of NPU `device` from hccn.conf at path (NULL or "": /etc/hccn.conf): 1 with it
+ * in out; 0 when the default file does not exist (no NPUs: HCCL's device_ip is then the host
+ * address); -1 with err naming the file (and line) when a named file is missing, a line is
+ * malformed, or the device has no address_N line. */
+int alloc_hccn_lookup(const char *path, int device, char out[RT_ADDR_MAX], struct dp_error *err);
 
 /* --- addresses and ports (netaddr.c, port.c) ------------------------------------------ */
 

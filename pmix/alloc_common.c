@@ -33,6 +33,23 @@ int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_
 	return alloc_gpu_select(cvd, local_rank, g, err);
 }
 
+int alloc_self_device_ip(const struct alloc_opts *o, struct alloc_rank *x, struct dp_error *err)
+{
+	char path[4096];
+	const char *n = o->hccn_conf ? strstr(o->hccn_conf, "%n") : NULL;
+	int device = x->local_rank;
+
+	if (x->gpu.index >= 0 && x->gpu.id[0] >= '0' && x->gpu.id[0] <= '9')
+		device = atoi(x->gpu.id);
+	/* %n: the node's name, for a file per node on a shared file system */
+	if (n && snprintf(path, sizeof(path), "%.*s%s%s", (int)(n - o->hccn_conf), o->hccn_conf,
+			  x->host, n + 2) >= (int)sizeof(path)) {
+		errprintf(err, "mindspore.hccn_conf is too long");
+		return -1;
+	}
+	return alloc_hccn_lookup(n ? path : o->hccn_conf, device, x->device_ip, err) < 0 ? -1 : 0;
+}
+
 void alloc_stall(const struct alloc_opts *o, int rank, const char *where)
 {
 	struct timespec ts;
@@ -50,19 +67,21 @@ void alloc_stall(const struct alloc_opts *o, int rank, const char *where)
 
 void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port)
 {
-	snprintf(buf, len, "2 %s %s %d %d %d %d %s %d", x->host, x->addr, nodeid, x->local_rank,
-		 x->gpu.index, x->gpu.count, x->gpu.id[0] ? x->gpu.id : "-", port);
+	snprintf(buf, len, "2 %s %s %d %d %d %d %s %s %d", x->host, x->addr, nodeid, x->local_rank,
+		 x->gpu.index, x->gpu.count, x->gpu.id[0] ? x->gpu.id : "-",
+		 x->device_ip[0] ? x->device_ip : "-", port);
 }
 
 int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port)
 {
-	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], gid[ALLOC_GPU_ID_MAX];
+	char host[RT_HOST_MAX], addr[RT_ADDR_MAX], gid[ALLOC_GPU_ID_MAX], dip[RT_ADDR_MAX];
 	int version, n;
 
-	if (sscanf(rec, "%d %255s %63s %d %d %d %d %95s %d%n", &version, host, addr, nodeid,
-		   &x->local_rank, &x->gpu.index, &x->gpu.count, gid, port, &n) != 9 ||
+	if (sscanf(rec, "%d %255s %63s %d %d %d %d %95s %63s %d%n", &version, host, addr, nodeid,
+		   &x->local_rank, &x->gpu.index, &x->gpu.count, gid, dip, port, &n) != 10 ||
 	    version != 2 || rec[n] != '\0')
 		return -1;
+	snprintf(x->device_ip, sizeof(x->device_ip), "%s", strcmp(dip, "-") == 0 ? "" : dip);
 	snprintf(x->host, sizeof(x->host), "%s", host);
 	snprintf(x->addr, sizeof(x->addr), "%s", addr);
 	snprintf(x->gpu.id, sizeof(x->gpu.id), "%s", strcmp(gid, "-") == 0 ? "" : gid);

@@ -130,7 +130,8 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 			x->gpu.index = -1;
 		}
 	}
-	if (alloc_self_gpu(o, ALLOC_SRC_SLURM, local, &a->ranks[rank].gpu, err) != 0)
+	if (alloc_self_gpu(o, ALLOC_SRC_SLURM, local, &a->ranks[rank].gpu, err) != 0 ||
+	    alloc_self_device_ip(o, &a->ranks[rank], err) != 0)
 		goto out;
 	/* Every rank must reach the same master: all of them resolve the first node's name the
 	 * same way (on that node too, where an interface address could differ), else take the
@@ -247,7 +248,8 @@ int alloc_from_env(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 			/* The ranks of one node share the launcher's environment (dptrain-run,
 			 * torchrun), so their GPUs are known too. */
 			if (k == node &&
-			    alloc_self_gpu(o, ALLOC_SRC_ENV, x->local_rank, &x->gpu, err) != 0)
+			    (alloc_self_gpu(o, ALLOC_SRC_ENV, x->local_rank, &x->gpu, err) != 0 ||
+			     alloc_self_device_ip(o, x, err) != 0))
 				goto out;
 		}
 	}

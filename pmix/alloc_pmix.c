@@ -68,7 +68,7 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, struct dp_err
 #include <pthread.h>
 #include <time.h>
 
-#define KEY_RANK      "dptrain.rank"  /* "2 host addr nodeid local_rank gpu gpus gpu_id|- port" */
+#define KEY_RANK      "dptrain.rank"  /* alloc_record_format's */
 #define KEY_READY     "dptrain.ready" /* published after the rank table is written */
 #define KEY_GATE      "dptrain.gate"  /* published once rank 0 holds the output directory */
 #define PROBE_S	      1		      /* how long a rank that missed a fence gets to answer a Get */
@@ -771,6 +771,8 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	}
 	alloc_stall(o, a->rank, "before publishing its PMIx record");
 	self.local_rank = local;
+	if (alloc_self_device_ip(o, &self, err) != 0)
+		goto out;
 	alloc_record_format(rec, sizeof(rec), &self, mynode, myport);
 	if (put_string(KEY_RANK, rec, err) != 0)
 		goto out;

@@ -25,12 +25,17 @@ int alloc_from_env(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_rank,
 		   struct alloc_gpu *g, struct dp_error *err);
 
+/* x's device_ip from hccn.conf (alloc_hccn_lookup), for the device its rank uses: the GPU's
+ * physical index where the rank has one by index, else its local rank (the NPU nodes, with no
+ * CUDA device). 0, or -1 with err. */
+int alloc_self_device_ip(const struct alloc_opts *o, struct alloc_rank *x, struct dp_error *err);
+
 /* The test hook: rank o->stall_rank sleeps o->stall_s seconds here. */
 void alloc_stall(const struct alloc_opts *o, int rank, const char *where);
 
 /* One rank's record as the ranks exchange it (PMIx, or the launcher's store without PMIx):
- * "2 host addr nodeid local_rank gpu gpus gpu_id|- port" (gpus: how many it sees); parse: 0,
- * or -1 when malformed or of another version. */
+ * "2 host addr nodeid local_rank gpu gpus gpu_id|- device_ip|- port" (gpus: how many it sees;
+ * device_ip: hccn.conf's); parse: 0, or -1 when malformed or of another version. */
 #define ALLOC_RECORD_MAX 512
 void alloc_record_format(char *buf, size_t len, const struct alloc_rank *x, int nodeid, int port);
 int alloc_record_parse(const char *rec, struct alloc_rank *x, int *nodeid, int *port);

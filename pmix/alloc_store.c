@@ -114,6 +114,7 @@ static int take_records(struct alloc *a, const char *all, struct dp_error *err)
 		snprintf(a->ranks[r].addr, sizeof(a->ranks[r].addr), "%s", x.addr);
 		a->ranks[r].gpu.index = x.gpu.index;
 		a->ranks[r].gpu.count = x.gpu.count;
+		snprintf(a->ranks[r].device_ip, sizeof(a->ranks[r].device_ip), "%s", x.device_ip);
 		snprintf(a->ranks[r].gpu.id, sizeof(a->ranks[r].gpu.id), "%s", x.gpu.id);
 	}
 	return 0;

@@ -133,6 +133,26 @@ int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p, s
 		   : 0;
 }
 
+int launch_env_mindspore(const struct alloc *a, int timeout_s, struct dp_error *err)
+{
+	char host[RT_ADDR_MAX], buf[32];
+	struct dp_error why;
+
+	/* MindSpore wants an address: msrun resolves its --master_addr the same way */
+	if (rt_resolve_host(a->master_addr, host, &why) != 0) {
+		errprintf(err, "MS_SCHED_HOST: %s", why.text);
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%d", timeout_s);
+	return set_str("MS_ROLE", "MS_WORKER", err) || set_str("MS_SCHED_HOST", host, err) ||
+		       set_int("MS_SCHED_PORT", a->master_port, err) ||
+		       set_int("MS_WORKER_NUM", a->world_size, err) ||
+		       set_int("MS_NODE_ID", a->rank, err) ||
+		       set_default("MS_TOPO_TIMEOUT", buf, err)
+		   ? -1
+		   : 0;
+}
+
 static int by_string(const void *x, const void *y)
 {
 	return strcmp(*(char *const *)x, *(char *const *)y);

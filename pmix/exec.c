@@ -3,6 +3,7 @@
  * console, then exec of the command. Owns the tee; must not touch the environment. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "pmix/launch.h"
+#include "pmix/sched.h"
 #include "pmix/tee.h"
 
 #include <errno.h>
@@ -12,7 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 int launch_exec_status(int errnum)
 {
@@ -67,12 +71,14 @@ int launch_open_log(const struct launch_exec *e)
 	return fd;
 }
 
-/* The command as our child, we copy its output (tee.h) and leave with its status. */
-static int run_with_tee(const struct launch_exec *e, int log_fd)
+/* The command as our child, we copy its output (tee.h) and leave with its status, after the
+ * scheduler (sched, or 0) has ended. */
+static int run_with_tee(const struct launch_exec *e, int log_fd, pid_t sched)
 {
 	struct sigaction old[TEE_NIGNORED];
 	int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
 	pid_t pid, parent = getppid(), tee = getpid();
+	int status;
 	sigset_t pending;
 
 	if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) {
@@ -107,21 +113,36 @@ static int run_with_tee(const struct launch_exec *e, int log_fd)
 	tee_pass_pending(pid, e->stop, &pending);
 	tee_copy(pid, out_p[0], err_p[0], log_fd, e->ident, e->train_log, parent);
 	close(log_fd);
-	tee_finish(pid, e->ident);
+	if (tee_wait(pid, e->ident, &status) != 0) {
+		fflush(NULL);
+		_exit(1);
+	}
+	sched_finish(sched, WIFEXITED(status) && WEXITSTATUS(status) == 0, e->sched_log, e->ident);
+	tee_leave(status);
 }
 
 int launch_exec(const struct launch_exec *e)
 {
 	int log_fd, console_err = -1, rc;
+	pid_t sched = 0;
 
 	fflush(NULL);
+	if (e->cwd && chdir(e->cwd) != 0) {
+		fprintf(stderr, "dptrain-launch: %s: cannot change to %s: %s\n", e->ident, e->cwd,
+			strerror(errno));
+		return 1;
+	}
+	/* Without the tee it stays the child of this process, which becomes the command: it
+	 * then ends when the command does (its parent-death signal). */
+	if (e->sched_log && (sched = sched_start(e->argv, environ, e->sched_log, e->ident)) < 0)
+		return 1;
 	if (!e->train_log)
 		return do_exec(e, STDERR_FILENO, -1);
 	log_fd = launch_open_log(e);
 	if (log_fd < 0)
 		return 1;
 	if (e->tee)
-		return run_with_tee(e, log_fd);
+		return run_with_tee(e, log_fd, sched);
 	/* Keep the console's stderr (close-on-exec) to report a failed exec there too. */
 	console_err = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
 	if (dup2(log_fd, STDOUT_FILENO) < 0 || dup2(log_fd, STDERR_FILENO) < 0) {

@@ -254,6 +254,10 @@ struct settings {
 	char outdir[LAUNCH_PATH_MAX]; /* pattern */
 	int per_rank_logs;
 	enum cfg_console console;
+	enum cfg_device_dirs device_dirs;
+	int run_in_device_dir;
+	int ms_dynamic;			 /* mindspore.dynamic_cluster */
+	char hccn_conf[LAUNCH_PATH_MAX]; /* mindspore.hccn_conf, or "" */
 	struct alloc_opts opts;
 };
 
@@ -284,6 +288,11 @@ static void read_settings(struct settings *st)
 		if (st->opts.timeout_s < c.timeouts.rendezvous_s)
 			st->opts.timeout_s++;
 		st->opts.allow_shared_gpu = c.device.allow_shared_gpu;
+		st->device_dirs = c.output.device_dirs;
+		st->run_in_device_dir = c.output.run_in_device_dir;
+		st->ms_dynamic = c.mindspore.dynamic_cluster;
+		if (c.mindspore.hccn_conf)
+			snprintf(st->hccn_conf, sizeof(st->hccn_conf), "%s", c.mindspore.hccn_conf);
 		cfg_free(&c);
 	}
 	s = getenv("DPTRAIN_OUTPUT_DIR");
@@ -297,6 +306,7 @@ static void read_settings(struct settings *st)
 	if (st->opts.timeout_s < 1)
 		st->opts.timeout_s = 1;
 	st->opts.iface = getenv("DPTRAIN_IFACE");
+	st->opts.hccn_conf = st->hccn_conf[0] ? st->hccn_conf : NULL;
 	if (alloc_source_from_name(getenv("DPTRAIN_SOURCE"), &st->opts.source) != 0)
 		die("DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",
 		    getenv("DPTRAIN_SOURCE"));
@@ -305,6 +315,32 @@ static void read_settings(struct settings *st)
 	st->opts.stall_s = 3600;
 	if (rt_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, INT_MAX, &st->opts.stall_s, &err) < 0)
 		die("%s", err.text);
+}
+
+/* The rank's output directory (the pattern with %j %s %n expanded) and device directory:
+ * device<RANK>, or device<DEVICE_ID> (output.device_dirs "device", as MindSpore's scripts
+ * name them), which repeats on every node: refused on several nodes unless %n gives each
+ * node its own directory. */
+static int setup_paths(const struct settings *st, const struct alloc *a, const struct ranktable *rt,
+		       struct launch_paths *paths, struct dp_error *err)
+{
+	char outdir[LAUNCH_PATH_MAX];
+	int per_node = strstr(st->outdir, "%n") != NULL;
+
+	if (st->device_dirs == CFG_DEVDIRS_DEVICE && a->node_count > 1 && !per_node) {
+		errprintf(err,
+			  "output.device_dirs \"device\" names directories device<DEVICE_ID>, "
+			  "which repeat on each of the %d nodes: put %%n (the node's name) in "
+			  "output.dir, e.g. \"dptrain.%%j.%%s/%%n\", or use \"rank\"",
+			  a->node_count);
+		return -1;
+	}
+	if (launch_outdir_expand(st->outdir, a->job_id, a->step_id, a->ranks[a->rank].host, outdir,
+				 err) != 0)
+		return -1;
+	return launch_paths_init(
+	    paths, outdir,
+	    st->device_dirs == CFG_DEVDIRS_DEVICE ? rt->ranks[a->rank].device_id : a->rank, err);
 }
 
 /* --wire-up=FD: dptrain-launch as the SPANK plugin's helper. The plugin starts it from
@@ -316,6 +352,8 @@ static void read_settings(struct settings *st)
  *   L<path>       the rank's train.log (created, header written): the task's output goes there
  *   T<0|1>        with L: also keep the output on the console (the task tees)
  *   S<0|1>        the command is the bundled trainer: start it with SIGTERM/SIGUSR1 blocked
+ *   C<dir>        run the command there (output.run_in_device_dir)
+ *   M<path>       start MindSpore's scheduler beside the command, its output in path
  *   Z             last: everything was sent (without it the plugin fails the task)
  * Slurm then runs the command itself, with everything it does after task_init (dptrain(8)). */
 static int wire_fd = -1;
@@ -453,9 +491,8 @@ int main(int argc, char **argv)
 	struct launch_paths paths;
 	struct launch_exec ex;
 	struct dp_error err;
-	char outdir[LAUNCH_PATH_MAX];
 	char header[4096], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
-	char gpu_self[512], gpu_all[1024];
+	char gpu_self[512], gpu_all[1024], sched_log[LAUNCH_PATH_MAX + 16];
 	const char *trainer, *restart, *base;
 	char **cmd;
 	char when[LAUNCH_TIME_MAX];
@@ -506,6 +543,9 @@ int main(int argc, char **argv)
 	ctx.limit_s = LAUNCH_FIRST_LIMIT;
 	guard_start();
 	read_settings(&st);
+	if (st.ms_dynamic && cfg_is_trainer_command(cmd[0]))
+		die("mindspore.dynamic_cluster is for MindSpore scripts: the bundled trainer would "
+		    "also run as the scheduler; remove it from the config");
 	pthread_mutex_lock(&ctx.lock);
 	ctx.limit_s = 2 * st.opts.timeout_s + 30;
 	pthread_mutex_unlock(&ctx.lock);
@@ -548,8 +588,8 @@ int main(int argc, char **argv)
 			a.master_port);
 
 	set_step("writing the output directory");
-	if (launch_outdir_expand(st.outdir, a.job_id, a.step_id, outdir, &err) != 0 ||
-	    launch_paths_init(&paths, outdir, a.rank, &err) != 0)
+	memset(&rt, 0, sizeof(rt));
+	if (alloc_rank_table(&a, &rt, &err) != 0 || setup_paths(&st, &a, &rt, &paths, &err) != 0)
 		die("%s", err.text);
 	/* The lock dptrain-run holds for its ranks is rank 0's alone to pass on: another rank's
 	 * command (and whatever it leaves behind) must not hold the directory. */
@@ -577,16 +617,14 @@ int main(int argc, char **argv)
 	if (unlink(paths.errfile) != 0 && errno != ENOENT)
 		die("cannot remove %s, an earlier run's error file: %s", paths.errfile,
 		    strerror(errno));
-	memset(&rt, 0, sizeof(rt));
-	if (alloc_rank_table(&a, &rt, &err) != 0)
-		die("%s", err.text);
 	/* Every node needs a copy where the output directory is node-local (alloc.h). */
 	rc = alloc_write_table(&a, &rt, paths.rank_table, &err);
 	if (rc < 0)
 		die("%s", err.text);
 	if (rc > 0 && st.opts.verbose)
 		fprintf(stderr, "dptrain-launch: %s: wrote %s\n", ctx.ident, paths.rank_table);
-	if (launch_env_export(&a, &rt, &paths, &err) != 0)
+	if (launch_env_export(&a, &rt, &paths, &err) != 0 ||
+	    (st.ms_dynamic && launch_env_mindspore(&a, st.opts.timeout_s, &err) != 0))
 		die("%s", err.text);
 	snprintf(envlog, sizeof(envlog), "%s/env.log", paths.devdir);
 	if (launch_env_log(envlog, &err) != 0)
@@ -612,6 +650,13 @@ int main(int argc, char **argv)
 	ex.stop = &ctx.stop;
 	base = strrchr(cmd[0], '/');
 	ex.pass_stop = strcmp(base ? base + 1 : cmd[0], "dptrain") == 0;
+	if (st.run_in_device_dir)
+		ex.cwd = paths.devdir;
+	/* msrun starts the scheduler where the master is: rank 0's node */
+	if (st.ms_dynamic && a.rank == 0) {
+		snprintf(sched_log, sizeof(sched_log), "%s/scheduler.log", paths.outdir);
+		ex.sched_log = sched_log;
+	}
 	tee = st.console == CFG_CONSOLE_ALL || (st.console == CFG_CONSOLE_RANK0 && a.rank == 0);
 	/* The bundled trainer takes DPTRAIN_GPU; any other command may index by LOCAL_RANK. */
 	gpu_self[0] = gpu_all[0] = '\0';
@@ -662,6 +707,10 @@ int main(int argc, char **argv)
 		wire_put('T', ex.tee ? "1" : "0");
 	}
 	wire_put('S', ex.pass_stop ? "1" : "0");
+	if (ex.cwd)
+		wire_put('C', ex.cwd);
+	if (ex.sched_log)
+		wire_put('M', ex.sched_log);
 	if (lock_fd >= 0)
 		wire_put_fd('K', lock_fd);
 	wire_put('Z', "");

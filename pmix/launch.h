@@ -17,9 +17,10 @@
 
 /* --- output directory and files (outdir.c) -------------------------------------------- */
 
-/* Expand %j (job id), %s (step id) and %% in an output directory pattern; a relative result
- * is made absolute against the working directory. Any other %-sequence is an error. */
-int launch_outdir_expand(const char *pattern, const char *job, const char *step,
+/* Expand %j (job id), %s (step id), %n (node name) and %% in an output directory pattern; a
+ * relative result is made absolute against the working directory. Any other %-sequence is an
+ * error. */
+int launch_outdir_expand(const char *pattern, const char *job, const char *step, const char *node,
 			 char out[LAUNCH_PATH_MAX], struct dp_error *err);
 
 /* mkdir -p with mode 0755; safe when other ranks create the same directories at once. */
@@ -74,6 +75,12 @@ int launch_env_export(const struct alloc *a, const struct ranktable *rt,
  * TORCHELASTIC_RUN_ID (JOB.STEP), TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS,
  * TORCHELASTIC_USE_AGENT_STORE (False), TORCHELASTIC_ERROR_FILE (DEVDIR/error.json),
  * ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE. */
+/* MindSpore's dynamic cluster, as msrun sets it for a worker (mindspore.dynamic_cluster):
+ * MS_ROLE=MS_WORKER, MS_SCHED_HOST (the master's address), MS_SCHED_PORT (MASTER_PORT),
+ * MS_WORKER_NUM, MS_NODE_ID (the rank), and MS_TOPO_TIMEOUT (timeout_s) unless the user set
+ * it. 0, or -1 with err. */
+int launch_env_mindspore(const struct alloc *a, int timeout_s, struct dp_error *err);
+
 int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p,
 			  struct dp_error *err);
 
@@ -92,6 +99,9 @@ struct launch_exec {
 	const sigset_t *stop;  /* signals blocked in this process (NULL: none) */
 	int pass_stop;	       /* exec the command with them still blocked, and pending ones
 				* pending; else unblocked (a pending one is then delivered) */
+	const char *cwd;       /* run the command there (output.run_in_device_dir), or NULL */
+	const char *sched_log; /* start MindSpore's scheduler beside it, its output here (sched.h),
+				* or NULL */
 };
 
 /* Run the command. Without tee this execs and returns only on failure (with the exit status a

@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-int launch_outdir_expand(const char *pattern, const char *job, const char *step,
+int launch_outdir_expand(const char *pattern, const char *job, const char *step, const char *node,
 			 char out[LAUNCH_PATH_MAX], struct dp_error *err)
 {
 	char buf[LAUNCH_PATH_MAX], cwd[LAUNCH_PATH_MAX];
@@ -38,6 +38,9 @@ int launch_outdir_expand(const char *pattern, const char *job, const char *step,
 		} else if (p[1] == 's') {
 			add = step;
 			p++;
+		} else if (p[1] == 'n') {
+			add = node;
+			p++;
 		} else if (p[1] == '%') {
 			add = "%";
 			p++;
@@ -45,7 +48,7 @@ int launch_outdir_expand(const char *pattern, const char *job, const char *step,
 			errprintf(
 			    err,
 			    "output directory '%s': unknown pattern '%%%.1s' (known: %%j job id, "
-			    "%%s step id, %%%% a percent sign)",
+			    "%%s step id, %%n node name, %%%% a percent sign)",
 			    pattern, p[1] ? p + 1 : "");
 			return -1;
 		}

@@ -228,7 +228,7 @@ int main(int argc, char **argv)
 	char *launcher = NULL, *trainer = NULL, **cmd, *default_cmd[] = {"dptrain", NULL};
 	struct dp_error err;
 	char outdir[LAUNCH_PATH_MAX], pattern[LAUNCH_PATH_MAX], job[64], secret[DP_SECRET_LEN + 1],
-	    what[128];
+	    what[128], node[RT_HOST_MAX];
 	sigset_t block, oldmask;
 	struct timespec wait_ts;
 	struct cfg c;
@@ -309,7 +309,8 @@ int main(int argc, char **argv)
 		set("DPTRAIN_TRAINER", trainer);
 
 	snprintf(job, sizeof(job), "local.%ld", (long)getpid());
-	if (launch_outdir_expand(pattern, job, "0", outdir, &err) != 0)
+	alloc_hostname(node);
+	if (launch_outdir_expand(pattern, job, "0", node, outdir, &err) != 0)
 		die(1, "%s", err.text);
 	/* held until the ranks are done: no other program takes it before rank 0 binds it */
 	if (alloc_port_hold("127.0.0.1", &port, &port_fd, &err) != 0)

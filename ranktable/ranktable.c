@@ -143,6 +143,8 @@ int rt_build(struct ranktable *rt, const struct rt_alloc *a, struct dp_error *er
 				  x->addr ? "longer than 63 characters" : "missing");
 			goto out;
 		}
+		/* for now the host address: the server_id is derived from it below */
+		rt_copy(y->server_id, sizeof(y->server_id), y->addr);
 		if (x->node_rank < 0 || x->node_rank >= n) {
 			errprintf(
 			    err,
@@ -170,7 +172,17 @@ int rt_build(struct ranktable *rt, const struct rt_alloc *a, struct dp_error *er
 	for (int r = 0; r < n; r++) {
 		struct rt_rank *y = &rt->ranks[r];
 		int z = zero[y->node_rank];
-		memcpy(y->server_id, z >= 0 ? rt->ranks[z].addr : y->addr, RT_ADDR_MAX);
+		if (z >= 0)
+			memcpy(y->server_id, rt->ranks[z].addr, RT_ADDR_MAX);
+	}
+	/* device_ip: the NPU's own address where the node has one (hccn.conf) */
+	for (int r = 0; r < n; r++) {
+		const char *d = a->ranks[r].device_ip;
+		if (d && *d && rt_copy(rt->ranks[r].addr, sizeof(rt->ranks[r].addr), d) < 0) {
+			errprintf(err,
+				  "dptrain.ranks[%d]: device address longer than 63 characters", r);
+			goto out;
+		}
 	}
 	if (rt_derive_devices(rt) < 0) {
 		errprintf(err, "out of memory building a table of %d ranks", n);

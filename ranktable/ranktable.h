@@ -59,10 +59,11 @@ struct rt_alloc {
 	 * node has a GPU of its own, else the local rank (HCCL needs it unique per server). */
 	const struct rt_alloc_rank {
 		const char *host;
-		const char *addr;
+		const char *addr; /* the rank's host address (its node's server_id) */
 		int node_rank;
 		int local_rank;
 		int gpu;
+		const char *device_ip; /* HCCL's device_ip (hccn.conf); NULL or "": addr */
 	} * ranks;
 };
 

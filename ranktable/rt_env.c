@@ -275,8 +275,8 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_USED_MAX], struct dp
 	if (rt_slurm_layout(dist, nhosts, counts, world, node_of, local_of, err) < 0)
 		goto out;
 	for (int r = 0; r < world; r++)
-		ranks[r] = (struct rt_alloc_rank){hosts[node_of[r]], addrs[node_of[r]], node_of[r],
-						  local_of[r], -1};
+		ranks[r] = (struct rt_alloc_rank){
+		    hosts[node_of[r]], addrs[node_of[r]], node_of[r], local_of[r], -1, NULL};
 	a = (struct rt_alloc){world, addrs[0], 0, job, step, ranks};
 	a.master_port = rt_default_port(job, step, getenv("DPTRAIN_STORE_SECRET"));
 	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
@@ -337,7 +337,7 @@ static int rt_from_torchrun(struct ranktable *rt, char used[RT_USED_MAX], struct
 	if (!(ranks = calloc((size_t)world, sizeof(*ranks))))
 		return errprintf(err, "out of memory for %d ranks", world);
 	for (int r = 0; r < world; r++)
-		ranks[r] = (struct rt_alloc_rank){host, addr, 0, r, -1};
+		ranks[r] = (struct rt_alloc_rank){host, addr, 0, r, -1, NULL};
 	a.world_size = world;
 	a.ranks = ranks;
 	snprintf(used, RT_USED_MAX,

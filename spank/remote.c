@@ -26,6 +26,7 @@
 
 #include "common/errfile.h"
 #include "spank/dptrain.h"
+#include "pmix/sched.h"
 #include "pmix/tee.h"
 
 /* Remember an error for task_init: failing here would fail the step with a message that
@@ -207,11 +208,13 @@ struct dp_wire {
 	char *buf;
 	size_t len, cap;
 	pid_t pid;
-	int status;	  /* the helper's wait status, once reaped */
-	int complete;	  /* its last record was Z */
-	const char *log;  /* L, or NULL */
-	int tee, blocked; /* T, S */
-	int lock_fd;	  /* K: the output directory's lock (rank 0), held by the task; or -1 */
+	int status;	       /* the helper's wait status, once reaped */
+	int complete;	       /* its last record was Z */
+	const char *log;       /* L, or NULL */
+	int tee, blocked;      /* T, S */
+	const char *cwd;       /* C, or NULL */
+	const char *sched_log; /* M, or NULL */
+	int lock_fd; /* K: the output directory's lock (rank 0), held by the task; or -1 */
 };
 
 #define DP_WIRE_MAX	(1 << 20)
@@ -422,6 +425,12 @@ static int dp_apply(spank_t sp, const char *ident, struct dp_wire *w)
 		case 'S':
 			w->blocked = rec[1] == '1';
 			break;
+		case 'C':
+			w->cwd = rec + 1;
+			break;
+		case 'M':
+			w->sched_log = rec + 1;
+			break;
 		case 'Z':
 			w->complete = 1;
 			break;
@@ -498,13 +507,17 @@ static void dp_end_step(const char *launcher, char **env, const char *ident, int
  * (as srun -K would, for any command), then leaves with the command's status. Returns in the
  * command's process only. */
 static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t *stop,
-		     const char *launcher, char **env, int can_end_step)
+		     const char *launcher, char **argv, char **env, int can_end_step)
 {
 	struct sigaction old[TEE_NIGNORED];
 	int fd = -1, out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, status;
-	pid_t pid, parent = getppid(), watcher = getpid();
+	pid_t pid, parent = getppid(), watcher = getpid(), sched = 0;
 	sigset_t pending;
 
+	if (w->cwd && chdir(w->cwd) != 0) {
+		slurm_error("dptrain: %s: cannot change to %s: %s", ident, w->cwd, strerror(errno));
+		return -1;
+	}
 	if (w->log) {
 		fd = open(w->log, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
 		if (fd < 0) {
@@ -513,7 +526,7 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 			return -1;
 		}
 	}
-	if (!(w->log && w->tee) && !can_end_step) {
+	if (!(w->log && w->tee) && !can_end_step && !w->sched_log) {
 		/* no watcher: the command itself holds the output directory's lock */
 		if (w->lock_fd >= 0 && fcntl(w->lock_fd, F_SETFD, 0) != 0) {
 			slurm_error("dptrain: %s: cannot keep the output directory's lock: %s",
@@ -560,6 +573,12 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		close(out_p[1]);
 		close(err_p[1]);
 	}
+	/* MindSpore's scheduler: the watcher's child, not the command's */
+	if (w->sched_log && (sched = sched_start(argv, env, w->sched_log, ident)) < 0) {
+		kill(pid, SIGKILL);
+		fflush(NULL);
+		_exit(1);
+	}
 	tee_ignore(old);
 	tee_pass_pending(pid, stop, &pending);
 	if (out_p[0] >= 0)
@@ -570,6 +589,7 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		fflush(NULL);
 		_exit(1);
 	}
+	sched_finish(sched, WIFEXITED(status) && WEXITSTATUS(status) == 0, w->sched_log, ident);
 	if (can_end_step && dp_failed(status))
 		dp_end_step(launcher, env, ident, status);
 	tee_leave(status);
@@ -595,7 +615,8 @@ static void __attribute__((noreturn)) dp_fail_task(void)
 
 int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 {
-	char launcher[PATH_MAX], ident[300], pmix_rank[32], **env = NULL;
+	char launcher[PATH_MAX], ident[300], pmix_rank[32], **env = NULL, **argv = NULL;
+	int argc = 0;
 	struct dp_wire w;
 	sigset_t stop, old;
 	int rc;
@@ -630,7 +651,8 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 	}
 	if (rc < 0 || dp_apply(sp, ident, &w) < 0 ||
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS ||
-	    dp_output(ident, &w, &stop, launcher, env,
+	    spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
+	    dp_output(ident, &w, &stop, launcher, argv, env,
 		      spank_getenv(sp, "PMIX_RANK", pmix_rank, sizeof(pmix_rank)) ==
 			  ESPANK_SUCCESS) < 0) {
 		free(w.buf);

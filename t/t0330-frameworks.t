@@ -188,4 +188,170 @@ test_expect_success TORCH,MPI4PY,MPI_NODES 'mpi4py beside torch on two nodes' '
 	grep "^mpi rank 3 of 4 sum 10, torch sum 10$" "$d/device3/train.log"
 '
 
+cat >ms.py <<\EOF
+# A stand-in for a MindSpore script started as msrun starts it (dynamic cluster): the scheduler
+# role (MS_ROLE=MS_SCHED) accepts MS_WORKER_NUM workers on MS_SCHED_HOST:MS_SCHED_PORT; each
+# worker (MS_ROLE=MS_WORKER) joins with its MS_NODE_ID. T0330_LINGER: the scheduler stays on.
+import os, socket, sys, time
+role = os.environ["MS_ROLE"]
+host, port = os.environ["MS_SCHED_HOST"], int(os.environ["MS_SCHED_PORT"])
+n = int(os.environ["MS_WORKER_NUM"])
+socket.inet_aton(host)  # an address, as MindSpore needs
+if role == "MS_SCHED":
+    assert "MS_NODE_ID" not in os.environ and os.environ["RANK_ID"] == "0", "scheduler env"
+    s = socket.create_server((host, port))
+    s.settimeout(int(os.environ["MS_TOPO_TIMEOUT"]))
+    ids = []
+    for _ in range(n):
+        c, _ = s.accept()
+        ids.append(int(c.recv(64).decode()))
+        c.sendall(b"ok")
+        c.close()
+    print("scheduler pid %d: workers %s joined, cwd %s" % (os.getpid(), sorted(ids), os.getcwd()),
+          flush=True)
+    if os.environ.get("T0330_LINGER"):
+        time.sleep(3600)
+    sys.exit(0 if sorted(ids) == list(range(n)) else 1)
+assert role == "MS_WORKER", role
+me = int(os.environ["MS_NODE_ID"])
+assert me == int(os.environ["RANK_ID"]) == int(os.environ["RANK"]), "MS_NODE_ID is the rank"
+assert n == int(os.environ["RANK_SIZE"]) == int(os.environ["WORLD_SIZE"]), "MS_WORKER_NUM"
+deadline = time.time() + int(os.environ["MS_TOPO_TIMEOUT"])
+while True:
+    try:
+        c = socket.create_connection((host, port), timeout=5)
+        break
+    except OSError:
+        if time.time() > deadline:
+            raise
+        time.sleep(0.1)
+c.sendall(str(me).encode())
+assert c.recv(64) == b"ok"
+print("worker %d of %d joined %s:%d device %s cwd %s"
+      % (me, n, host, port, os.environ["DEVICE_ID"], os.getcwd()), flush=True)
+EOF
+
+# ms_check DIR N: every worker joined the scheduler that rank 0's launcher started, at the
+# master's address and port, and the scheduler saw them all
+ms_check() {
+	master=$(sed -n "s/^MASTER_ADDR=//p" "$1/device0/env.log") &&
+	port=$(sed -n "s/^MASTER_PORT=//p" "$1/device0/env.log") &&
+	for r in $(seq 0 $(($2 - 1))); do
+		e="$1/device$r/env.log" &&
+		grep "^MS_ROLE=MS_WORKER$" "$e" && grep "^MS_NODE_ID=$r$" "$e" &&
+		grep "^MS_WORKER_NUM=$2$" "$e" && grep "^MS_SCHED_HOST=$master$" "$e" &&
+		grep "^MS_SCHED_PORT=$port$" "$e" && grep "^MS_TOPO_TIMEOUT=60$" "$e" &&
+		grep "^worker $r of $2 joined $master:$port " "$1/device$r/train.log" || return 1
+	done &&
+	grep "^scheduler pid [0-9]*: workers \[$(seq -s ", " 0 $(($2 - 1)))\] joined" \
+		"$1/scheduler.log" &&
+	test $(ls "$1"/device*/train.log | wc -l) = $2
+}
+
+test_expect_success 'mindspore.dynamic_cluster under srun --mpi=pmix: MS_* and a scheduler, as msrun' '
+	cat >ms.json <<-\EOF &&
+	{"output": {"dir": "ms.%j"}, "mindspore": {"dynamic_cluster": true},
+	 "timeouts": {"rendezvous_s": 60}}
+	EOF
+	timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=ms.json \
+		/usr/bin/python3 ms.py >out 2>err &&
+	d=$(newest "ms.*") &&
+	ms_check "$d" 4 &&
+	grep "^MASTER_ADDR=10.251.0.2$" "$d/device3/env.log" &&
+	! pgrep -f "python3 ms.py"
+'
+
+test_expect_success 'the same under --mpi=none (the port rank 0 served the rendezvous on)' '
+	timeout 120 srun --mpi=none -N2 --ntasks-per-node=2 --dptrain=ms.json \
+		/usr/bin/python3 ms.py >out 2>err &&
+	ms_check "$(newest "ms.*")" 4
+'
+
+test_expect_success 'the same under dptrain-run' '
+	timeout 120 dptrain-run -n 3 -o msrun ms.json /usr/bin/python3 ms.py >out 2>err &&
+	ms_check msrun 3
+'
+
+test_expect_success 'a scheduler that does not end by itself is ended after rank 0, with the step' '
+	T0330_LINGER=1 timeout 200 srun --mpi=pmix -N2 --ntasks-per-node=1 --dptrain=ms.json \
+		/usr/bin/python3 ms.py >out 2>err &&
+	d=$(newest "ms.*") &&
+	pid=$(sed -n "s/^scheduler pid \([0-9]*\):.*/\1/p" "$d/scheduler.log") &&
+	test -n "$pid" &&
+	! kill -0 "$pid" 2>/dev/null &&
+	! pgrep -f "python3 ms.py"
+'
+
+test_expect_success 'without mindspore.dynamic_cluster: no MS_* and no scheduler' '
+	timeout 60 srun --mpi=pmix -N1 -n2 --dptrain ./gpuprobe.sh >out 2>err &&
+	d=$(newest "dptrain.*") &&
+	! grep "^MS_" "$d"/device*/env.log &&
+	test ! -e "$d/scheduler.log"
+'
+
+test_expect_success 'device_ip from each node'"'"'s hccn.conf (%n: a file per emulated node)' '
+	printf "address_0=192.168.100.11\nnetmask_0=255.255.255.0\naddress_1=192.168.101.11\n" \
+		>hccn.n1.conf &&
+	printf "# hccn_tool -i 1 -ip -s\naddress_0=192.168.100.12\naddress_1 = 192.168.101.12\n" \
+		>hccn.n2.conf &&
+	cat >hccn.json <<-\EOF &&
+	{"output": {"dir": "hccn.%j"}, "mindspore": {"hccn_conf": "hccn.%n.conf"}}
+	EOF
+	for mpi in pmix none; do
+		timeout 60 srun --mpi=$mpi -N2 --ntasks-per-node=2 --dptrain=hccn.json true \
+			>out 2>err &&
+		d=$(newest "hccn.*") &&
+		/usr/bin/python3 - "$d/rank_table.json" <<-\EOF || return 1
+		import json, sys
+		t = json.load(open(sys.argv[1]))
+		got = [(s["server_id"], d["device_id"], d["device_ip"], d["rank_id"])
+		       for s in t["server_list"] for d in s["device"]]
+		want = [("10.251.0.2", "0", "192.168.100.11", "0"), ("10.251.0.2", "1", "192.168.101.11", "1"),
+		        ("10.251.0.3", "0", "192.168.100.12", "2"), ("10.251.0.3", "1", "192.168.101.12", "3")]
+		assert got == want, got
+		EOF
+	done &&
+	printf "address_0=192.168.100.11\n" >short.conf &&
+	echo "{\"mindspore\": {\"hccn_conf\": \"short.conf\"}}" >short.json &&
+	test_must_fail timeout 60 srun --mpi=pmix -N1 -n2 --dptrain=short.json true >out 2>err &&
+	grep "rank 1 on n1: $PWD/short.conf has no address_1, this rank.s device" err &&
+	echo "{\"mindspore\": {\"hccn_conf\": \"none.conf\"}}" >none.json &&
+	test_must_fail timeout 60 srun --mpi=pmix -N1 -n1 --dptrain=none.json true >out 2>err &&
+	grep "$PWD/none.conf: cannot read it: No such file or directory (mindspore.hccn_conf names it)" err
+'
+
+test_expect_success 'output.device_dirs "device" and run_in_device_dir: MindSpore'"'"'s layout' '
+	cat >dev.json <<-\EOF &&
+	{"output": {"dir": "dev.%j", "device_dirs": "device"}}
+	EOF
+	test_must_fail timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=dev.json true \
+		>out 2>err &&
+	grep "output.device_dirs \"device\" names directories device<DEVICE_ID>, which repeat on each of the 2 nodes: put %n" err &&
+	cat >devn.json <<-\EOF &&
+	{"output": {"dir": "devn.%j/%n", "device_dirs": "device", "run_in_device_dir": true},
+	 "mindspore": {"dynamic_cluster": true}, "timeouts": {"rendezvous_s": 60}}
+	EOF
+	timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=devn.json \
+		/usr/bin/python3 ../../../ms.py >out 2>err &&
+	d=$(newest "devn.*") &&
+	for r in 0 1 2 3; do
+		n=n$((r / 2 + 1)) && dev=$((r % 2)) &&
+		grep "^worker $r of 4 joined .* device $dev cwd $PWD/$d/$n/device$dev$" \
+			"$d/$n/device$dev/train.log" &&
+		grep "^DPTRAIN_DEVICE_DIR=$PWD/$d/$n/device$dev$" "$d/$n/device$dev/env.log" &&
+		test -s "$d/$n/rank_table.json" || return 1
+	done &&
+	grep "cwd $PWD/$d/n1/device0$" "$d/n1/scheduler.log"
+'
+
+test_expect_success 'mindspore.dynamic_cluster with the bundled trainer: refused before it starts' '
+	cat >trainer-ms.json <<-\EOF &&
+	{"model": {"name": "lenet"}, "data": {"format": "synthetic", "train": {"size": 64}},
+	 "output": {"dir": "trainer-ms.%j"}, "mindspore": {"dynamic_cluster": true}}
+	EOF
+	test_must_fail timeout 60 srun -N1 -n1 --dptrain=trainer-ms.json dptrain >out 2>err &&
+	grep "rank 0 on n1: mindspore.dynamic_cluster is for MindSpore scripts: the bundled trainer would also run as the scheduler" err &&
+	! ls -d trainer-ms.* 2>/dev/null
+'
+
 test_done

@@ -40,7 +40,8 @@ int main(int argc, char **argv)
 		snprintf(hosts[i], 32, "gpu%04d", node);
 		snprintf(addrs[i], 32, "10.%d.%d.%d", node >> 16 & 255, node >> 8 & 255,
 			 node & 255);
-		r[i] = (struct rt_alloc_rank){hosts[i], addrs[i], node, i % per_node, i % per_node};
+		r[i] = (struct rt_alloc_rank){hosts[i],	    addrs[i],	  node,
+					      i % per_node, i % per_node, NULL};
 	}
 	struct rt_alloc a = {.world_size = world,
 			     .master_addr = addrs[0],

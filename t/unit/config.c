@@ -449,9 +449,11 @@ static const struct {
     {"{" MIN ", \"device\": {\"allow_shared_gpus\": true}}",
      "job.json: device.allow_shared_gpus: unknown key; did you mean \"allow_shared_gpu\"?"},
     {"{" MIN ", \"output\": {\"dir\": \"run.%u\"}}",
-     "job.json: output.dir: \"%u\" is not expanded; only %j (job id), %s (step id) and %% are"},
+     "job.json: output.dir: \"%u\" is not expanded; only %j (job id), %s (step id), %n (node name) "
+     "and %% are"},
     {"{" MIN ", \"output\": {\"dir\": \"run.%\"}}",
-     "job.json: output.dir: \"%\" is not expanded; only %j (job id), %s (step id) and %% are"},
+     "job.json: output.dir: \"%\" is not expanded; only %j (job id), %s (step id), %n (node name) "
+     "and %% are"},
     {"{" MIN ", \"output\": {\"console\": \"rank1\"}}",
      "job.json: output.console: expected one of \"rank0\", \"all\", \"none\", got \"rank1\"; "
      "did you mean \"rank0\"?"},
@@ -467,11 +469,11 @@ static const struct {
     {"{" MIN ", \"comment\": \"x\"}",
      "job.json: comment: unknown key; the keys here are: description, seed, model, data, "
      "optimizer, lr_schedule, train, parallel, precision, checkpoint, device, output, "
-     "timeouts"},
+     "mindspore, timeouts"},
     {"{" MIN ", \"x\\n\\\"\": 1}",
      "job.json: x\\u000a\\\": unknown key; the keys here are: description, seed, model, data, "
      "optimizer, lr_schedule, train, parallel, precision, checkpoint, device, output, "
-     "timeouts"},
+     "mindspore, timeouts"},
     {"{" MIN ", \"optimizer\": {\"lr\": 0.1, \"lr\": 0.2}}",
      "job.json: line 1 column 115: invalid JSON: duplicate object key near '\"lr\"'"},
     {"{" MIN ", \"seed\": 99999999999999999999}",
@@ -689,9 +691,10 @@ static void test_overrides(void)
 	    {"=1", "job.json: bad override \"=1\": expected path.to.key=VALUE"},
 	    {"train.epochs", "job.json: bad override \"train.epochs\": expected "
 			     "path.to.key=VALUE"},
-	    {"bogus=1", "job.json: bogus: unknown key; the keys here are: description, seed, "
-			"model, data, optimizer, lr_schedule, train, parallel, precision, "
-			"checkpoint, device, output, timeouts (from the override bogus=1)"},
+	    {"bogus=1",
+	     "job.json: bogus: unknown key; the keys here are: description, seed, "
+	     "model, data, optimizer, lr_schedule, train, parallel, precision, "
+	     "checkpoint, device, output, mindspore, timeouts (from the override bogus=1)"},
 	    {"description=\xff", "job.json: description: the value is not valid UTF-8 (from the "
 				 "override description=\xff)"},
 	};

@@ -42,26 +42,31 @@ static void test_expand(void)
 
 	if (!getcwd(cwd, sizeof(cwd)))
 		bail_out("getcwd: %s", strerror(errno));
-	ok(launch_outdir_expand("dptrain.%j.%s", "123", "4", out, &err) == 0,
+	ok(launch_outdir_expand("dptrain.%j.%s", "123", "4", "n1", out, &err) == 0,
 	   "default pattern expands");
 	snprintf(want, sizeof(want), "%s/dptrain.123.4", cwd);
 	is(out, want, "relative to the working directory, %%j and %%s replaced");
-	ok(launch_outdir_expand("/abs/%j/x%%y%s", "local", "0", out, &err) == 0,
+	ok(launch_outdir_expand("/abs/%j/x%%y%s", "local", "0", "n1", out, &err) == 0,
 	   "absolute pattern with %%%%");
 	is(out, "/abs/local/x%y0", "%%%% is a percent sign; absolute stays absolute");
-	ok(launch_outdir_expand("runs/%j%j", "7", "0", out, &err) == 0, "%%j twice");
+	ok(launch_outdir_expand("runs/%j%j", "7", "0", "n1", out, &err) == 0, "%%j twice");
 	snprintf(want, sizeof(want), "%s/runs/77", cwd);
 	is(out, want, "... both replaced");
 
-	ok(launch_outdir_expand("out.%x", "1", "0", out, &err) == -1, "%%x is refused");
+	ok(launch_outdir_expand("runs/%j/%n", "7", "0", "gpu-node-12", out, &err) == 0, "%%n");
+	snprintf(want, sizeof(want), "%s/runs/7/gpu-node-12", cwd);
+	is(out, want, "... is the node's name");
+
+	ok(launch_outdir_expand("out.%x", "1", "0", "n1", out, &err) == -1, "%%x is refused");
 	like(err.text, "unknown pattern '%x'", "... naming it");
 	like(err.text, "%j job id", "... and listing what is known");
-	ok(launch_outdir_expand("out%", "1", "0", out, &err) == -1, "a trailing %% is refused");
-	ok(launch_outdir_expand("", "1", "0", out, &err) == -1, "empty is refused");
+	ok(launch_outdir_expand("out%", "1", "0", "n1", out, &err) == -1,
+	   "a trailing %% is refused");
+	ok(launch_outdir_expand("", "1", "0", "n1", out, &err) == -1, "empty is refused");
 	like(err.text, "empty", "... as empty");
 	memset(longp, 'a', sizeof(longp) - 1);
 	longp[sizeof(longp) - 1] = '\0';
-	ok(launch_outdir_expand(longp, "1", "0", out, &err) == -1,
+	ok(launch_outdir_expand(longp, "1", "0", "n1", out, &err) == -1,
 	   "an over-long pattern is refused");
 	like(err.text, "too long", "... as too long");
 }

@@ -49,8 +49,8 @@ static void fixture_make(struct fixture *f, int world, int nodes, int gpus, int 
 	for (int i = 0, r = 0; i < nodes; i++) {
 		int here = world / nodes + (i < world % nodes);
 		for (int l = 0; l < here; l++, r++)
-			f->ranks[r] = (struct rt_alloc_rank){f->host[i], f->addr[i], i, l,
-							     gpus ? here - 1 - l : -1};
+			f->ranks[r] = (struct rt_alloc_rank){
+			    f->host[i], f->addr[i], i, l, gpus ? here - 1 - l : -1, NULL};
 	}
 	f->a = (struct rt_alloc){world, f->addr[0], 29500, "123456", "0", f->ranks};
 }
@@ -141,14 +141,16 @@ static void build_fails(const struct rt_alloc *a, const char *want, const char *
 
 static void test_build(void)
 {
-	struct rt_alloc_rank r2[2] = {{"a", "10.0.0.1", 0, 0, -1}, {"a", "10.0.0.1", 0, 1, -1}};
+	struct rt_alloc_rank r2[2] = {{"a", "10.0.0.1", 0, 0, -1, NULL},
+				      {"a", "10.0.0.1", 0, 1, -1, NULL}};
 	struct rt_alloc a = {2, "10.0.0.1", 29500, "1", "0", r2};
 	struct ranktable rt;
 	struct dp_error err;
 
 	/* device_id: the GPU when each rank of the node has its own, else the local rank. */
-	struct rt_alloc_rank g[3] = {
-	    {"a", "10.0.0.1", 0, 0, 3}, {"a", "10.0.0.1", 0, 1, 1}, {"b", "10.0.0.2", 1, 0, 0}};
+	struct rt_alloc_rank g[3] = {{"a", "10.0.0.1", 0, 0, 3, NULL},
+				     {"a", "10.0.0.1", 0, 1, 1, NULL},
+				     {"b", "10.0.0.2", 1, 0, 0, NULL}};
 	struct rt_alloc ga = {3, "10.0.0.1", 29500, NULL, NULL, g};
 	ok(rt_build(&rt, &ga, &err) == 0, "GPUs 3 and 1 on node a: built");
 	is_int(rt.ranks[0].device_id, 3, "device_id = GPU 3");
@@ -163,7 +165,8 @@ static void test_build(void)
 	rt_free(&rt);
 
 	/* A node's server_id is its local rank 0's address, even when that is not rank 0. */
-	struct rt_alloc_rank sw[2] = {{"a", "10.0.0.7", 0, 1, -1}, {"a", "10.0.0.8", 0, 0, -1}};
+	struct rt_alloc_rank sw[2] = {{"a", "10.0.0.7", 0, 1, -1, NULL},
+				      {"a", "10.0.0.8", 0, 0, -1, NULL}};
 	struct rt_alloc swa = {2, "10.0.0.8", 1, NULL, NULL, sw};
 	ok(rt_build(&rt, &swa, &err) == 0, "local ranks in reverse: built");
 	is(rt.ranks[0].server_id, "10.0.0.8", "server_id from local rank 0");
@@ -197,12 +200,13 @@ static void test_build(void)
 	r2[1].node_rank = -1;
 	build_fails(&a, "dptrain.ranks[1].node_rank: node rank -1 is out of range (0..1)",
 		    "a negative node rank");
-	struct rt_alloc_rank r3[3] = {
-	    {"a", "10.0.0.1", 0, 0, -1}, {"c", "10.0.0.3", 2, 0, -1}, {"c", "10.0.0.3", 2, 1, -1}};
+	struct rt_alloc_rank r3[3] = {{"a", "10.0.0.1", 0, 0, -1, NULL},
+				      {"c", "10.0.0.3", 2, 0, -1, NULL},
+				      {"c", "10.0.0.3", 2, 1, -1, NULL}};
 	struct rt_alloc a3 = {3, "10.0.0.1", 29500, NULL, NULL, r3};
 	build_fails(&a3, "node 1 has no ranks (node ranks must be 0..2, each with a rank)",
 		    "a gap in node ranks");
-	r2[1] = (struct rt_alloc_rank){"a", "10.0.0.x", 0, 1, -1};
+	r2[1] = (struct rt_alloc_rank){"a", "10.0.0.x", 0, 1, -1, NULL};
 	build_fails(
 	    &a, "server_list[0].device[1].device_ip: \"10.0.0.x\" is not an IPv4 or IPv6 address",
 	    "a bad address");
@@ -268,7 +272,8 @@ static int count_dir_entries(const char *dir)
 
 static void test_write_errors(void)
 {
-	struct rt_alloc_rank r2[2] = {{"n1", "127.0.0.1", 0, 0, -1}, {"n2", "127.0.0.1", 1, 0, -1}};
+	struct rt_alloc_rank r2[2] = {{"n1", "127.0.0.1", 0, 0, -1, NULL},
+				      {"n2", "127.0.0.1", 1, 0, -1, NULL}};
 	struct rt_alloc a = {2, "127.0.0.1", 29500, "1", "0", r2};
 	struct ranktable rt;
 	struct dp_error err;

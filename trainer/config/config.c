@@ -898,6 +898,8 @@ int cfg_expand_output_dir(const char *pattern, const char *jobid, const char *st
 				piece = jobid;
 			else if (*p == 's')
 				piece = stepid;
+			else if (*p == 'n')
+				piece = "local";
 			else if (*p == '%')
 				piece = "%";
 			else

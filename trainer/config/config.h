@@ -62,6 +62,8 @@ enum cfg_resume { CFG_RESUME_AUTO, CFG_RESUME_NEVER, CFG_RESUME_PATH };
 enum cfg_device_kind { CFG_DEVICE_AUTO, CFG_DEVICE_CPU, CFG_DEVICE_CUDA };
 
 enum cfg_console { CFG_CONSOLE_RANK0, CFG_CONSOLE_ALL, CFG_CONSOLE_NONE };
+/* output.device_dirs: device<RANK> (global rank) or device<DEVICE_ID> (node-local device) */
+enum cfg_device_dirs { CFG_DEVDIRS_RANK, CFG_DEVDIRS_DEVICE };
 
 struct cfg_int_list {
 	int *v;
@@ -198,11 +200,18 @@ struct cfg {
 	} device;
 
 	struct cfg_output {
-		char *dir; /* as given, with %j %s %% (see cfg_expand_output_dir) */
+		char *dir; /* as given, with %j %s %n %% (see cfg_expand_output_dir) */
 		bool per_rank_logs;
 		enum cfg_console console;
 		bool metrics;
+		enum cfg_device_dirs device_dirs;
+		bool run_in_device_dir; /* the command starts in its device directory */
 	} output;
+
+	struct cfg_mindspore {
+		bool dynamic_cluster; /* msrun's startup: MS_* variables and a scheduler */
+		char *hccn_conf;      /* absolute; NULL: /etc/hccn.conf */
+	} mindspore;
 
 	struct cfg_timeouts {
 		double rendezvous_s;
@@ -251,8 +260,9 @@ int cfg_equal(const struct cfg *a, const struct cfg *b);
 /* Frees what c holds and zeroes it; safe on a zeroed or already freed struct. */
 void cfg_free(struct cfg *c);
 
-/* Expand output.dir: %j -> jobid, %s -> stepid, %% -> %. Returns the length written, or -1
- * when buf is too small or pattern holds another % sequence (cfg_parse refuses those). */
+/* Expand output.dir: %j -> jobid, %s -> stepid, %n -> "local" (run by hand), %% -> %. Returns
+ * the length written, or -1 when buf is too small or pattern holds another % sequence
+ * (cfg_parse refuses those). */
 int cfg_expand_output_dir(const char *pattern, const char *jobid, const char *stepid, char *buf,
 			  size_t buflen);
 

@@ -108,6 +108,12 @@ static const struct cfg_enum_name device_names[] = {
     {NULL, 0, NULL},
 };
 
+static const struct cfg_enum_name device_dirs_names[] = {
+    {"rank", CFG_DEVDIRS_RANK, NULL},
+    {"device", CFG_DEVDIRS_DEVICE, NULL},
+    {NULL, 0, NULL},
+};
+
 static const struct cfg_enum_name console_names[] = {
     {"rank0", CFG_CONSOLE_RANK0, NULL},
     {"all", CFG_CONSOLE_ALL, NULL},
@@ -428,6 +434,17 @@ static const struct cfg_key output_keys[] = {
 	{.name = "console", .kind = CFG_K_ENUM, .off = OFF(struct cfg_output, console),
 	 .names = console_names},
 	{.name = "metrics", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, metrics)},
+	{.name = "device_dirs", .kind = CFG_K_ENUM, .off = OFF(struct cfg_output, device_dirs),
+	 .names = device_dirs_names},
+	{.name = "run_in_device_dir", .kind = CFG_K_BOOL,
+	 .off = OFF(struct cfg_output, run_in_device_dir)},
+	{.name = NULL},
+};
+
+static const struct cfg_key mindspore_keys[] = {
+	{.name = "dynamic_cluster", .kind = CFG_K_BOOL,
+	 .off = OFF(struct cfg_mindspore, dynamic_cluster)},
+	{.name = "hccn_conf", .kind = CFG_K_PATH, .off = OFF(struct cfg_mindspore, hccn_conf)},
 	{.name = NULL},
 };
 
@@ -460,6 +477,7 @@ const struct cfg_key cfg_schema[] = {
 	SECTION(checkpoint, checkpoint_keys),
 	SECTION(device, device_keys),
 	SECTION(output, output_keys),
+	SECTION(mindspore, mindspore_keys),
 	SECTION(timeouts, timeouts_keys),
 	{.name = NULL},
 };
@@ -775,11 +793,11 @@ static int check_output_dir(struct cfg_ctx *x)
 		if (*p != '%')
 			continue;
 		p++;
-		if (*p == 'j' || *p == 's' || *p == '%')
+		if (*p == 'j' || *p == 's' || *p == 'n' || *p == '%')
 			continue;
 		return cfg_fail(x, "output.dir",
-				"\"%%%.1s\" is not expanded; only %%j (job id), %%s (step id) and "
-				"%%%% are",
+				"\"%%%.1s\" is not expanded; only %%j (job id), %%s (step id), %%n "
+				"(node name) and %%%% are",
 				p);
 	}
 	return 0;
