@@ -351,7 +351,7 @@ test_expect_success 'mindspore.dynamic_cluster with the bundled trainer: refused
 	EOF
 	test_must_fail timeout 60 srun -N1 -n1 --dptrain=trainer-ms.json dptrain >out 2>err &&
 	grep "rank 0 on n1: mindspore.dynamic_cluster is for MindSpore scripts: the bundled trainer would also run as the scheduler" err &&
-	! ls -d trainer-ms.* 2>/dev/null
+	! ls -d trainer-ms.[0-9]* 2>/dev/null
 '
 
 test_done
