@@ -139,11 +139,13 @@ test_expect_success TORCH 'the same under --mpi=none: the SLURM_* source finds m
 	grep "^MASTER_ADDR=10.251.0.2$" "$d/device3/env.log"
 '
 
+# (the step itself needs no PMIx: --mpi=none)
 test_expect_success TORCH 'the same under dptrain-run on one node, and dptrain-run inside a step' '
-	USE_LIBUV=0 timeout 120 dptrain-run -n 2 -o run1 /usr/bin/python3 ddp.py >out 2>err &&
+	{ USE_LIBUV=0 timeout 120 dptrain-run -n 2 -o run1 /usr/bin/python3 ddp.py >out 2>err ||
+		{ cat err >&2; false; }; } &&
 	grep "^ddp rank 1 of 2 local 1 on -: grad 1.500$" run1/device1/train.log &&
-	USE_LIBUV=0 timeout 120 srun -N1 -n1 -c 2 dptrain-run -n 2 -o run2 \
-		/usr/bin/python3 ddp.py >out 2>err &&
+	{ USE_LIBUV=0 timeout 120 srun --mpi=none -N1 -n1 -c 2 dptrain-run -n 2 -o run2 \
+		/usr/bin/python3 ddp.py >out 2>err || { cat err >&2; false; }; } &&
 	grep "^ddp rank 0 of 2 local 0 on n1: grad 1.500$" run2/device0/train.log &&
 	grep "^ddp rank 1 of 2 local 1 on n1: grad 1.500$" run2/device1/train.log
 '
