@@ -19,6 +19,17 @@ newest() {
 	ls -dt $1 | head -n 1
 }
 
+# show COMMAND...: run it with its output in out and err; when it fails, say so with its
+# error output (which the test's log would not otherwise have)
+show() {
+	"$@" >out 2>err || {
+		_rc=$?
+		echo "failed with status $_rc: $*" >&2
+		cat err >&2
+		return $_rc
+	}
+}
+
 # gpu_check DIR N: every rank's gpuprobe line: DPTRAIN_GPU is a device the rank sees, and it
 # is what LOCAL_RANK % (the number it sees) gives, as the warning advises.
 gpu_check() {
@@ -41,8 +52,7 @@ test_expect_success 'setup: two nodes in their own namespaces, two emulated GPUs
 '
 
 test_expect_success '--gpus-per-node=2: each rank sees both; LOCAL_RANK is its GPU, no warning' '
-	timeout 60 srun -N2 --ntasks-per-node=2 --gpus-per-node=2 --dptrain ./gpuprobe.sh \
-		>out 2>err &&
+	show timeout 60 srun -N2 --ntasks-per-node=2 --gpus-per-node=2 --dptrain ./gpuprobe.sh &&
 	d=$(newest "dptrain.*") &&
 	gpu_check "$d" 4 &&
 	for r in 0 1 2 3; do
@@ -53,7 +63,7 @@ test_expect_success '--gpus-per-node=2: each rank sees both; LOCAL_RANK is its G
 '
 
 test_expect_success '--gres=gpu:2: the same binding, no warning' '
-	timeout 60 srun -N2 --ntasks-per-node=2 --gres=gpu:2 --dptrain ./gpuprobe.sh >out 2>err &&
+	show timeout 60 srun -N2 --ntasks-per-node=2 --gres=gpu:2 --dptrain ./gpuprobe.sh &&
 	d=$(newest "dptrain.*") &&
 	gpu_check "$d" 4 &&
 	grep "^gpu rank=3 local=1 dptrain_gpu=1 visible=2" "$d/device3/train.log" &&
@@ -61,8 +71,7 @@ test_expect_success '--gres=gpu:2: the same binding, no warning' '
 '
 
 test_expect_success '--gpus-per-task=1: LOCAL_RANK 1 has no device 1; said once on the console, and in its log' '
-	timeout 60 srun -N2 --ntasks-per-node=2 --gpus-per-task=1 --dptrain ./gpuprobe.sh \
-		>out 2>err &&
+	show timeout 60 srun -N2 --ntasks-per-node=2 --gpus-per-task=1 --dptrain ./gpuprobe.sh &&
 	cat err >&2 &&
 	d=$(newest "dptrain.*") &&
 	gpu_check "$d" 4 &&
@@ -81,8 +90,7 @@ test_expect_success 'the same binding under dptrain-run: the warning comes from 
 	cat >ok.json <<-\EOF &&
 	{"device": {"allow_shared_gpu": true}}
 	EOF
-	CUDA_VISIBLE_DEVICES=0 timeout 60 dptrain-run -n 2 -o shared ok.json ./gpuprobe.sh \
-		>out 2>err &&
+	show env CUDA_VISIBLE_DEVICES=0 timeout 60 dptrain-run -n 2 -o shared ok.json ./gpuprobe.sh &&
 	grep "warning: rank 1 has a LOCAL_RANK at or above the number of GPUs it sees (rank 1 sees 1" err &&
 	grep "warning: LOCAL_RANK is 1 but this rank sees 1 GPU (CUDA_VISIBLE_DEVICES=0)" shared/device1/train.log
 '
@@ -125,14 +133,14 @@ ddp_check() {
 
 # USE_LIBUV=0: Debian 13's torch 2.6 lacks the libuv TCPStore torch asks for by default
 test_expect_success TORCH 'a DDP script on two nodes under srun --mpi=pmix --dptrain' '
-	USE_LIBUV=0 timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain \
-		/usr/bin/python3 ddp.py >out 2>err &&
+	show env USE_LIBUV=0 timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain \
+		/usr/bin/python3 ddp.py &&
 	ddp_check "$(newest "dptrain.*")"
 '
 
 test_expect_success TORCH 'the same under --mpi=none: the SLURM_* source finds master and interface' '
-	USE_LIBUV=0 timeout 120 srun --mpi=none -N2 --ntasks-per-node=2 --dptrain \
-		/usr/bin/python3 ddp.py >out 2>err &&
+	show env USE_LIBUV=0 timeout 120 srun --mpi=none -N2 --ntasks-per-node=2 --dptrain \
+		/usr/bin/python3 ddp.py &&
 	d=$(newest "dptrain.*") &&
 	ddp_check "$d" &&
 	grep "^DPTRAIN_SOURCE=slurm$" "$d/device3/env.log" &&
@@ -141,11 +149,10 @@ test_expect_success TORCH 'the same under --mpi=none: the SLURM_* source finds m
 
 # (the step itself needs no PMIx: --mpi=none)
 test_expect_success TORCH 'the same under dptrain-run on one node, and dptrain-run inside a step' '
-	{ USE_LIBUV=0 timeout 120 dptrain-run -n 2 -o run1 /usr/bin/python3 ddp.py >out 2>err ||
-		{ cat err >&2; false; }; } &&
+	show env USE_LIBUV=0 timeout 120 dptrain-run -n 2 -o run1 /usr/bin/python3 ddp.py &&
 	grep "^ddp rank 1 of 2 local 1 on -: grad 1.500$" run1/device1/train.log &&
-	{ USE_LIBUV=0 timeout 120 srun --mpi=none -N1 -n1 -c 2 dptrain-run -n 2 -o run2 \
-		/usr/bin/python3 ddp.py >out 2>err || { cat err >&2; false; }; } &&
+	show env USE_LIBUV=0 timeout 120 srun --mpi=none -N1 -n1 -c 2 dptrain-run -n 2 -o run2 \
+		/usr/bin/python3 ddp.py &&
 	grep "^ddp rank 0 of 2 local 0 on n1: grad 1.500$" run2/device0/train.log &&
 	grep "^ddp rank 1 of 2 local 1 on n1: grad 1.500$" run2/device1/train.log
 '
@@ -167,8 +174,8 @@ dist.destroy_process_group()
 EOF
 
 test_expect_success TORCH,MPI4PY 'mpi4py beside torch in one rank (OMPI_MCA_btl=self,tcp)' '
-	OMPI_MCA_btl=self,tcp USE_LIBUV=0 timeout 120 srun --mpi=pmix -N1 -n2 --dptrain \
-		/usr/bin/python3 mpitorch.py >out 2>err &&
+	show env OMPI_MCA_btl=self,tcp USE_LIBUV=0 timeout 120 srun --mpi=pmix -N1 -n2 --dptrain \
+		/usr/bin/python3 mpitorch.py &&
 	d=$(newest "dptrain.*") &&
 	grep "^mpi rank 0 of 2 sum 3, torch sum 3$" "$d/device0/train.log" &&
 	grep "^mpi rank 1 of 2 sum 3, torch sum 3$" "$d/device1/train.log"
@@ -184,13 +191,15 @@ if test_have_prereq TORCH,MPI4PY &&
 fi
 
 test_expect_success TORCH,MPI4PY,MPI_NODES 'mpi4py beside torch on two nodes' '
-	OMPI_MCA_btl=self,tcp USE_LIBUV=0 timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 \
-		--dptrain /usr/bin/python3 mpitorch.py >out 2>err &&
+	show env OMPI_MCA_btl=self,tcp USE_LIBUV=0 timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 \
+		--dptrain /usr/bin/python3 mpitorch.py &&
 	d=$(newest "dptrain.*") &&
 	grep "^mpi rank 3 of 4 sum 10, torch sum 10$" "$d/device3/train.log"
 '
 
-cat >ms.py <<\EOF
+# Its name is this run's own, so that a look for leftovers sees no one else's processes.
+MS=ms-t0330-$$.py
+cat >"$MS" <<\EOF
 # A stand-in for a MindSpore script started as msrun starts it (dynamic cluster): the scheduler
 # role (MS_ROLE=MS_SCHED) accepts MS_WORKER_NUM workers on MS_SCHED_HOST:MS_SCHED_PORT; each
 # worker (MS_ROLE=MS_WORKER) joins with its MS_NODE_ID. T0330_LINGER: the scheduler stays on.
@@ -255,37 +264,37 @@ test_expect_success 'mindspore.dynamic_cluster under srun --mpi=pmix: MS_* and a
 	{"output": {"dir": "ms.%j"}, "mindspore": {"dynamic_cluster": true},
 	 "timeouts": {"rendezvous_s": 60}}
 	EOF
-	timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=ms.json \
-		/usr/bin/python3 ms.py >out 2>err &&
+	show timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=ms.json \
+		/usr/bin/python3 "$MS" &&
 	d=$(newest "ms.*") &&
 	ms_check "$d" 4 &&
 	grep "^MASTER_ADDR=10.251.0.2$" "$d/device3/env.log" &&
-	! pgrep -f "python3 ms.py"
+	! pgrep -f "python3 $MS"
 '
 
 test_expect_success 'the same under --mpi=none (the port rank 0 served the rendezvous on)' '
-	timeout 120 srun --mpi=none -N2 --ntasks-per-node=2 --dptrain=ms.json \
-		/usr/bin/python3 ms.py >out 2>err &&
+	show timeout 120 srun --mpi=none -N2 --ntasks-per-node=2 --dptrain=ms.json \
+		/usr/bin/python3 "$MS" &&
 	ms_check "$(newest "ms.*")" 4
 '
 
 test_expect_success 'the same under dptrain-run' '
-	timeout 120 dptrain-run -n 3 -o msrun ms.json /usr/bin/python3 ms.py >out 2>err &&
+	show timeout 120 dptrain-run -n 3 -o msrun ms.json /usr/bin/python3 "$MS" &&
 	ms_check msrun 3
 '
 
 test_expect_success 'a scheduler that does not end by itself is ended after rank 0, with the step' '
-	T0330_LINGER=1 timeout 200 srun --mpi=pmix -N2 --ntasks-per-node=1 --dptrain=ms.json \
-		/usr/bin/python3 ms.py >out 2>err &&
+	show env T0330_LINGER=1 timeout 200 srun --mpi=pmix -N2 --ntasks-per-node=1 --dptrain=ms.json \
+		/usr/bin/python3 "$MS" &&
 	d=$(newest "ms.*") &&
 	pid=$(sed -n "s/^scheduler pid \([0-9]*\):.*/\1/p" "$d/scheduler.log") &&
 	test -n "$pid" &&
 	! kill -0 "$pid" 2>/dev/null &&
-	! pgrep -f "python3 ms.py"
+	! pgrep -f "python3 $MS"
 '
 
 test_expect_success 'without mindspore.dynamic_cluster: no MS_* and no scheduler' '
-	timeout 60 srun --mpi=pmix -N1 -n2 --dptrain ./gpuprobe.sh >out 2>err &&
+	show timeout 60 srun --mpi=pmix -N1 -n2 --dptrain ./gpuprobe.sh &&
 	d=$(newest "dptrain.*") &&
 	! grep "^MS_" "$d"/device*/env.log &&
 	test ! -e "$d/scheduler.log"
@@ -300,8 +309,7 @@ test_expect_success 'device_ip from each node'"'"'s hccn.conf (%n: a file per em
 	{"output": {"dir": "hccn.%j"}, "mindspore": {"hccn_conf": "hccn.%n.conf"}}
 	EOF
 	for mpi in pmix none; do
-		timeout 60 srun --mpi=$mpi -N2 --ntasks-per-node=2 --dptrain=hccn.json true \
-			>out 2>err &&
+		show timeout 60 srun --mpi=$mpi -N2 --ntasks-per-node=2 --dptrain=hccn.json true &&
 		d=$(newest "hccn.*") &&
 		/usr/bin/python3 - "$d/rank_table.json" <<-\EOF || return 1
 		import json, sys
@@ -333,8 +341,8 @@ test_expect_success 'output.device_dirs "device" and run_in_device_dir: MindSpor
 	{"output": {"dir": "devn.%j/%n", "device_dirs": "device", "run_in_device_dir": true},
 	 "mindspore": {"dynamic_cluster": true}, "timeouts": {"rendezvous_s": 60}}
 	EOF
-	timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=devn.json \
-		/usr/bin/python3 ../../../ms.py >out 2>err &&
+	show timeout 120 srun --mpi=pmix -N2 --ntasks-per-node=2 --dptrain=devn.json \
+		/usr/bin/python3 "../../../$MS" &&
 	d=$(newest "devn.*") &&
 	for r in 0 1 2 3; do
 		n=n$((r / 2 + 1)) && dev=$((r % 2)) &&
