@@ -43,7 +43,7 @@ static const char usage_text[] =
     "\n"
     "Environment:\n"
     "  DPTRAIN_CONFIG      job config (output.*, timeouts.rendezvous_s, device.*,\n"
-    "                      mindspore.*); optional\n"
+    "                      network.interface, mindspore.*); optional\n"
     "  DPTRAIN_OUTPUT_DIR  output directory, %j job id, %s step id, %n node name\n"
     "                      (default dptrain.%j.%s)\n"
     "  DPTRAIN_IFACE       network interface whose address this rank publishes\n"
@@ -261,6 +261,7 @@ struct settings {
 	int run_in_device_dir;
 	int ms_dynamic;			 /* mindspore.dynamic_cluster */
 	char hccn_conf[LAUNCH_PATH_MAX]; /* mindspore.hccn_conf, or "" */
+	char iface[64];			 /* network.interface, or "" */
 	struct alloc_opts opts;
 };
 
@@ -296,6 +297,11 @@ static void read_settings(struct settings *st)
 		st->ms_dynamic = c.mindspore.dynamic_cluster;
 		if (c.mindspore.hccn_conf)
 			snprintf(st->hccn_conf, sizeof(st->hccn_conf), "%s", c.mindspore.hccn_conf);
+		if (c.network.interface && snprintf(st->iface, sizeof(st->iface), "%s",
+						    c.network.interface) >= (int)sizeof(st->iface))
+			die("DPTRAIN_CONFIG: network.interface '%.40s...' is longer than an "
+			    "interface name can be",
+			    c.network.interface);
 		cfg_free(&c);
 	}
 	s = getenv("DPTRAIN_OUTPUT_DIR");
@@ -308,7 +314,8 @@ static void read_settings(struct settings *st)
 		st->opts.timeout_s = v;
 	if (st->opts.timeout_s < 1)
 		st->opts.timeout_s = 1;
-	st->opts.iface = getenv("DPTRAIN_IFACE");
+	s = getenv("DPTRAIN_IFACE");
+	st->opts.iface = s && *s ? s : st->iface[0] ? st->iface : NULL;
 	st->opts.hccn_conf = st->hccn_conf[0] ? st->hccn_conf : NULL;
 	if (alloc_source_from_name(getenv("DPTRAIN_SOURCE"), &st->opts.source) != 0)
 		die("DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",

@@ -115,7 +115,7 @@ int alloc_iface_addr(const char *iface, char addr[RT_ADDR_MAX], struct dp_error 
 			errprintf(
 			    err,
 			    "no interface '%s' on this node (interfaces: %s); set DPTRAIN_IFACE "
-			    "to one of them",
+			    "or the config's network.interface to one of them",
 			    iface, names);
 		goto out;
 	}

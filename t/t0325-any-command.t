@@ -172,6 +172,24 @@ test_expect_success 'framework variables: threads, interface, torchelastic; a us
 	grep "^GLOO_SOCKET_IFNAME=mine$" "$d/device1/env.log"
 '
 
+test_expect_success 'network.interface in a launch-only config; DPTRAIN_IFACE wins; a wrong one is named' '
+	cat >lo.json <<-\EOF &&
+	{"output": {"dir": "lo.%j"}, "network": {"interface": "lo"}}
+	EOF
+	timeout 60 srun --mpi=pmix -n2 --dptrain=lo.json ./probe.sh >out &&
+	d=$(newest "lo.*") &&
+	grep "^GLOO_SOCKET_IFNAME=lo$" "$d/device1/env.log" &&
+	test "$(dp_json "$d/rank_table.json" "d[\"server_list\"][0][\"device\"][1][\"device_ip\"]")" = 127.0.0.1 &&
+	DPTRAIN_IFACE=eth0 timeout 60 srun --mpi=pmix -n2 --dptrain=lo.json ./probe.sh >out &&
+	d=$(newest "lo.*") &&
+	grep "^GLOO_SOCKET_IFNAME=eth0$" "$d/device1/env.log" &&
+	cat >bad-if.json <<-\EOF &&
+	{"network": {"interface": "nosuch0"}}
+	EOF
+	test_must_fail timeout 60 srun --mpi=pmix -n1 --dptrain=bad-if.json ./probe.sh >out 2>err &&
+	grep "rank 0 on n1: no interface .nosuch0. on this node (interfaces: .*lo.*); set DPTRAIN_IFACE or the config.s network.interface to one of them" err
+'
+
 test_expect_success TORCH 'torch sees a torchelastic launch' '
 	echo "import torch.distributed as d; print(\"elastic\", d.is_torchelastic_launched())" >el.py &&
 	timeout 60 srun -n1 --dptrain /usr/bin/python3 el.py >out &&

@@ -469,11 +469,11 @@ static const struct {
     {"{" MIN ", \"comment\": \"x\"}",
      "job.json: comment: unknown key; the keys here are: description, seed, model, data, "
      "optimizer, lr_schedule, train, parallel, precision, checkpoint, device, output, "
-     "mindspore, timeouts"},
+     "network, mindspore, timeouts"},
     {"{" MIN ", \"x\\n\\\"\": 1}",
      "job.json: x\\u000a\\\": unknown key; the keys here are: description, seed, model, data, "
      "optimizer, lr_schedule, train, parallel, precision, checkpoint, device, output, "
-     "mindspore, timeouts"},
+     "network, mindspore, timeouts"},
     {"{" MIN ", \"optimizer\": {\"lr\": 0.1, \"lr\": 0.2}}",
      "job.json: line 1 column 115: invalid JSON: duplicate object key near '\"lr\"'"},
     {"{" MIN ", \"seed\": 99999999999999999999}",
@@ -691,10 +691,10 @@ static void test_overrides(void)
 	    {"=1", "job.json: bad override \"=1\": expected path.to.key=VALUE"},
 	    {"train.epochs", "job.json: bad override \"train.epochs\": expected "
 			     "path.to.key=VALUE"},
-	    {"bogus=1",
-	     "job.json: bogus: unknown key; the keys here are: description, seed, "
-	     "model, data, optimizer, lr_schedule, train, parallel, precision, "
-	     "checkpoint, device, output, mindspore, timeouts (from the override bogus=1)"},
+	    {"bogus=1", "job.json: bogus: unknown key; the keys here are: description, seed, "
+			"model, data, optimizer, lr_schedule, train, parallel, precision, "
+			"checkpoint, device, output, network, mindspore, timeouts (from the "
+			"override bogus=1)"},
 	    {"description=\xff", "job.json: description: the value is not valid UTF-8 (from the "
 				 "override description=\xff)"},
 	};

@@ -208,6 +208,10 @@ struct cfg {
 		bool run_in_device_dir; /* the command starts in its device directory */
 	} output;
 
+	struct cfg_network {
+		char *interface; /* whose address a rank publishes; NULL: the first non-loopback */
+	} network;
+
 	struct cfg_mindspore {
 		bool dynamic_cluster; /* msrun's startup: MS_* variables and a scheduler */
 		char *hccn_conf;      /* absolute; NULL: /etc/hccn.conf */

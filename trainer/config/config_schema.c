@@ -441,6 +441,12 @@ static const struct cfg_key output_keys[] = {
 	{.name = NULL},
 };
 
+static const struct cfg_key network_keys[] = {
+	{.name = "interface", .kind = CFG_K_STRING, .off = OFF(struct cfg_network, interface),
+	 .flags = CFG_F_NONEMPTY},
+	{.name = NULL},
+};
+
 static const struct cfg_key mindspore_keys[] = {
 	{.name = "dynamic_cluster", .kind = CFG_K_BOOL,
 	 .off = OFF(struct cfg_mindspore, dynamic_cluster)},
@@ -477,6 +483,7 @@ const struct cfg_key cfg_schema[] = {
 	SECTION(checkpoint, checkpoint_keys),
 	SECTION(device, device_keys),
 	SECTION(output, output_keys),
+	SECTION(network, network_keys),
 	SECTION(mindspore, mindspore_keys),
 	SECTION(timeouts, timeouts_keys),
 	{.name = NULL},
