@@ -503,7 +503,7 @@ int main(int argc, char **argv)
 	struct dp_error err;
 	char header[4096], train_log[LAUNCH_PATH_MAX + 16], envlog[LAUNCH_PATH_MAX + 16];
 	char gpu_self[512], gpu_all[1024], sched_log[LAUNCH_PATH_MAX + 16];
-	const char *trainer, *restart, *base;
+	const char *trainer, *restart;
 	char **cmd;
 	char when[LAUNCH_TIME_MAX];
 	int i, used, tee, rc;
@@ -658,8 +658,7 @@ int main(int argc, char **argv)
 	 * mask, and a request that came meanwhile, pending. Any other command gets them as it
 	 * would without us. */
 	ex.stop = &ctx.stop;
-	base = strrchr(cmd[0], '/');
-	ex.pass_stop = strcmp(base ? base + 1 : cmd[0], "dptrain") == 0;
+	ex.pass_stop = cfg_is_trainer_command(cmd[0]);
 	if (st.run_in_device_dir)
 		ex.cwd = paths.devdir;
 	/* msrun starts the scheduler where the master is: rank 0's node */
@@ -690,12 +689,12 @@ int main(int argc, char **argv)
 		for (i = 0; cmd[i] && used > 0 && used < (int)sizeof(header) - 8; i++)
 			used +=
 			    snprintf(header + used, sizeof(header) - (size_t)used, " %s", cmd[i]);
-		if (gpu_self[0] && used > 0 && used < (int)sizeof(header))
-			used += snprintf(header + used, sizeof(header) - (size_t)used,
-					 "\ndptrain-launch: %s: warning: %s", ctx.ident, gpu_self);
-		if (gpu_all[0] && used > 0 && used < (int)sizeof(header))
-			used += snprintf(header + used, sizeof(header) - (size_t)used,
-					 "\ndptrain-launch: %s: warning: %s", ctx.ident, gpu_all);
+		const char *warnings[] = {gpu_self, gpu_all};
+		for (i = 0; i < 2; i++)
+			if (warnings[i][0] && used > 0 && used < (int)sizeof(header))
+				used += snprintf(header + used, sizeof(header) - (size_t)used,
+						 "\ndptrain-launch: %s: warning: %s", ctx.ident,
+						 warnings[i]);
 		ex.header = header;
 	}
 	rt_free(&rt);
