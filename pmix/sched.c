@@ -1,6 +1,8 @@
 /* sched.c — MindSpore's scheduler process (sched.h). */
 #define _GNU_SOURCE
 #include "pmix/sched.h"
+#include "common/path_search.h"
+#include "pmix/tee.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +13,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static const char *env_get(char *const envp[], const char *name)
@@ -22,28 +23,6 @@ static const char *env_get(char *const envp[], const char *name)
 		if (strncmp(*envp, name, n) == 0 && (*envp)[n] == '=')
 			return *envp + n + 1;
 	return NULL;
-}
-
-/* argv[0] as execvp would find it, but on envp's PATH (the task's, not ours). */
-static int resolve(const char *cmd, char *const envp[], char out[PATH_MAX])
-{
-	const char *path = env_get(envp, "PATH"), *p, *end;
-
-	if (strchr(cmd, '/')) {
-		snprintf(out, PATH_MAX, "%s", cmd);
-		return 0;
-	}
-	for (p = path ? path : "/usr/local/bin:/usr/bin:/bin"; *p; p = *end ? end + 1 : end) {
-		end = strchr(p, ':');
-		if (!end)
-			end = p + strlen(p);
-		if (snprintf(out, PATH_MAX, "%.*s%s%s", (int)(end - p), p, end > p ? "/" : "",
-			     cmd) < PATH_MAX &&
-		    access(out, X_OK) == 0)
-			return 0;
-	}
-	errno = ENOENT;
-	return -1;
 }
 
 /* envp with MS_ROLE=MS_SCHED, RANK_ID=0 and without MS_NODE_ID; NULL when out of memory. */
@@ -73,7 +52,7 @@ pid_t sched_start(char *const argv[], char *const envp[], const char *log, const
 	pid_t pid, parent = getpid();
 	int fd, in;
 
-	if (resolve(argv[0], envp, path) != 0) {
+	if (path_search(argv[0], env_get(envp, "PATH"), path, sizeof(path)) != 0) {
 		fprintf(stderr, "dptrain: %s: cannot start the MindSpore scheduler: '%s': %s\n",
 			ident, argv[0], strerror(errno));
 		return -1;
@@ -115,33 +94,16 @@ pid_t sched_start(char *const argv[], char *const envp[], const char *log, const
 	return pid;
 }
 
-/* waitpid for up to secs seconds: 1 when reaped */
-static int reap_within(pid_t pid, int *status, double secs)
-{
-	struct timespec nap = {0, 20 * 1000 * 1000};
-	double waited = 0;
-
-	for (;;) {
-		pid_t r = waitpid(pid, status, WNOHANG);
-		if (r == pid || (r < 0 && errno != EINTR))
-			return r == pid;
-		if (waited >= secs)
-			return 0;
-		nanosleep(&nap, NULL);
-		waited += 0.02;
-	}
-}
-
 void sched_finish(pid_t pid, int ok, const char *log, const char *ident)
 {
 	int status = 0, reaped;
 
 	if (pid <= 0)
 		return;
-	reaped = reap_within(pid, &status, ok ? SCHED_GRACE_S : 0);
+	reaped = tee_reap_within(pid, &status, ok ? SCHED_GRACE_S : 0);
 	if (!reaped) {
 		kill(pid, SIGTERM);
-		reaped = reap_within(pid, &status, SCHED_KILL_S);
+		reaped = tee_reap_within(pid, &status, SCHED_KILL_S);
 	}
 	if (!reaped) {
 		kill(pid, SIGKILL);

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "pmix/tee.h"
 #include "common/atomic_file.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -123,6 +125,32 @@ void tee_copy(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
 	for (i = 0; i < 2; i++)
 		if (pf[i].fd >= 0)
 			close(pf[i].fd);
+}
+
+int tee_reap_within(pid_t child, int *status, double secs)
+{
+	double end = now_s() + secs;
+	int pfd = (int)syscall(SYS_pidfd_open, child, 0), done = 0;
+	pid_t r;
+
+	for (;;) {
+		r = waitpid(child, status, WNOHANG);
+		if (r == child || (r < 0 && errno != EINTR)) {
+			done = 1;
+			break;
+		}
+		if (now_s() >= end)
+			break;
+		if (pfd >= 0) {
+			struct pollfd pf = {pfd, POLLIN, 0};
+			(void)poll(&pf, 1, ms_until(end));
+		} else {
+			usleep(5000);
+		}
+	}
+	if (pfd >= 0)
+		close(pfd);
+	return done;
 }
 
 int tee_wait(pid_t child, const char *ident, int *status)

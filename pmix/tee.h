@@ -36,6 +36,11 @@ void tee_pass_pending(pid_t child, const sigset_t *stop, const sigset_t *before)
 void tee_copy(pid_t child, int out_r, int err_r, int log_fd, const char *ident,
 	      const char *log_path, pid_t parent);
 
+/* Wait up to secs seconds for the child to end (on a pidfd where the kernel has them, 5.3 and
+ * later, else polling every 5 ms): 1 when it was reaped (or cannot be: not our child), with
+ * its wait status in *status; 0 when it still runs. */
+int tee_reap_within(pid_t child, int *status, double secs);
+
 /* Wait for the child: its wait status, or -1 with the reason on stderr. */
 int tee_wait(pid_t child, const char *ident, int *status);
 

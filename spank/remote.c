@@ -24,7 +24,9 @@
 
 #include <slurm/slurm.h>
 
+#include "common/clock.h"
 #include "common/errfile.h"
+#include "common/path_search.h"
 #include "spank/dptrain.h"
 #include "pmix/sched.h"
 #include "pmix/tee.h"
@@ -118,23 +120,11 @@ static int dp_setenv(spank_t sp, const char *var, const char *val, int overwrite
  * PATH (a plugin built without DPTRAIN_BINDIR). */
 static int dp_find_launcher(spank_t sp, const char *name, char *out, size_t outlen)
 {
-	char path[8192], *dir, *save = NULL;
+	char path[8192];
 
-	if (strchr(name, '/')) {
-		snprintf(out, outlen, "%s", name);
-		return access(out, X_OK) == 0 ? 0 : -1;
-	}
-	if (spank_getenv(sp, "PATH", path, sizeof(path)) != ESPANK_SUCCESS)
-		snprintf(path, sizeof(path), "/usr/local/bin:/usr/bin:/bin");
-	for (dir = strtok_r(path, ":", &save); dir; dir = strtok_r(NULL, ":", &save)) {
-		int n = snprintf(out, outlen, "%s/%s", dir, name);
-
-		if (n > 0 && (size_t)n < outlen && access(out, X_OK) == 0)
-			return 0;
-	}
-	snprintf(out, outlen, "%s", name);
-	errno = ENOENT;
-	return -1;
+	return path_search(
+	    name, spank_getenv(sp, "PATH", path, sizeof(path)) == ESPANK_SUCCESS ? path : NULL, out,
+	    outlen);
 }
 
 static int dp_task_env(struct dp_plugin *dp, spank_t sp)
@@ -220,41 +210,14 @@ struct dp_wire {
 #define DP_WIRE_MAX	(1 << 20)
 #define DP_FIRST_WORD_S 90 /* until the helper says its limit (D): it gives up at 60 */
 
-static double dp_now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-/* Reap the helper within `secs` seconds, else kill it. Waits on a pidfd where the kernel has
- * them (5.3 and later), else polls every 5 ms. */
+/* Reap the helper within `secs` seconds, else kill it. */
 static void dp_reap(struct dp_wire *w, double secs)
 {
-	double end = dp_now() + secs;
-	int pfd = (int)syscall(SYS_pidfd_open, w->pid, 0);
-	pid_t r;
-
-	for (;;) {
-		r = waitpid(w->pid, &w->status, WNOHANG);
-		if (r == w->pid || (r < 0 && errno != EINTR))
-			break;
-		if (dp_now() >= end) {
-			kill(w->pid, SIGKILL);
-			while (waitpid(w->pid, &w->status, 0) < 0 && errno == EINTR)
-				;
-			break;
-		}
-		if (pfd >= 0) {
-			struct pollfd pf = {pfd, POLLIN, 0};
-			(void)poll(&pf, 1, (int)((end - dp_now()) * 1000) + 1);
-		} else {
-			usleep(5000);
-		}
-	}
-	if (pfd >= 0)
-		close(pfd);
+	if (tee_reap_within(w->pid, &w->status, secs))
+		return;
+	kill(w->pid, SIGKILL);
+	while (waitpid(w->pid, &w->status, 0) < 0 && errno == EINTR)
+		;
 }
 
 /* read(2) from the helper's socket, keeping the first descriptor it sends (close-on-exec)
@@ -304,7 +267,7 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 	char **argv = NULL, **env = NULL, **nargv;
 	char fdarg[32];
 	int argc = 0, p[2], i, limit = -1;
-	double start = dp_now();
+	double start = now_s();
 
 	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS) {
@@ -346,7 +309,7 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 	}
 	for (;;) {
 		struct pollfd pf = {p[0], POLLIN, 0};
-		double left = (limit < 0 ? DP_FIRST_WORD_S : limit + 30) - (dp_now() - start);
+		double left = (limit < 0 ? DP_FIRST_WORD_S : limit + 30) - (now_s() - start);
 		ssize_t n;
 
 		if (left <= 0) {
