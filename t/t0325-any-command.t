@@ -210,13 +210,18 @@ test_expect_success TORCH 'a rank that fails in a @record function: its exceptio
 	test_must_fail timeout 100 srun --mpi=pmix -n2 --dptrain /usr/bin/python3 fail.py \
 		>out 2>err &&
 	d=$(newest "dptrain.*") &&
-	test "$(grep -c "it recorded: ValueError: boom at rank 1; the traceback is in $PWD/$d/device1/error.json" err)" = 1 &&
-	grep "rank 1 on n1: the command exited with status 1 (it recorded" err &&
-	grep "Traceback" "$d/device1/error.json" &&
+	{
+		test "$(grep -c "it recorded: ValueError: boom at rank 1; the traceback is in $PWD/$d/device1/error.json" err)" = 1 &&
+		grep "rank 1 on n1: the command exited with status 1 (it recorded" err &&
+		grep "Traceback" "$d/device1/error.json" || { cat err >&2; false; }
+	} &&
 	test_must_fail timeout 100 dptrain-run -n 2 -o failrun.%j /usr/bin/python3 fail.py \
 		>out 2>err &&
 	d=$(newest "failrun.*") &&
-	grep "dptrain-run: rank 1 exited with status 1 .*; it recorded: ValueError: boom at rank 1 (the traceback is in $PWD/$d/device1/error.json)" err
+	{
+		grep "dptrain-run: rank 1 exited with status 1 .*; it recorded: ValueError: boom at rank 1 (the traceback is in $PWD/$d/device1/error.json)" err ||
+			{ cat err >&2; false; }
+	}
 '
 
 test_expect_success 'an error file of an earlier run is not this run'"'"'s' '
