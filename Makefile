@@ -119,9 +119,12 @@ HAVE_FUZZCC   := $(call probe_link_with,$(FUZZCC),int LLVMFuzzerTestOneInput(con
 # so no $(error) here: the probes above stay quiet when even the compiler is missing.
 HAVE_CC   := $(call probe_link,int main(void){return 0;}\n,)
 HAVE_ZLIB := $(call probe_link,$(hash)include <zlib.h>\nint main(void){return zlibVersion()==0;}\n,-lz)
+HAVE_JPEG := $(call probe_link,$(hash)include <stdio.h>\n$(hash)include <jpeglib.h>\nint main(void){struct jpeg_decompress_struct d;jpeg_crop_scanline(&d,0,0);return 0;}\n,-ljpeg)
+HAVE_PNG  := $(call probe_link,$(hash)include <png.h>\nint main(void){png_image i={0};return png_image_begin_read_from_memory(&i,0,0);}\n,-lpng)
 need = $(if $(filter yes,$(1)),,$(2);)
 MISSING_DEPS := $(strip $(call need,$(HAVE_CC),a C compiler '$(CC)' (Debian: gcc libc6-dev)) \
-	$(call need,$(HAVE_JANSSON),jansson (Debian: libjansson-dev)) $(call need,$(HAVE_ZLIB),zlib (Debian: zlib1g-dev)))
+	$(call need,$(HAVE_JANSSON),jansson (Debian: libjansson-dev)) $(call need,$(HAVE_ZLIB),zlib (Debian: zlib1g-dev)) \
+	$(call need,$(HAVE_JPEG),libjpeg-turbo (Debian: libjpeg62-turbo-dev)) $(call need,$(HAVE_PNG),libpng (Debian: libpng-dev)))
 
 # Print what was found once per top-level make (not for 'clean').
 ifeq ($(filter clean distclean deps demo help format,$(MAKECMDGOALS)),)
@@ -129,6 +132,7 @@ $(info dptrain $(VERSION): build directory $(O)$(if $(filter 1,$(SAN)), (Address
 $(info $(space) cc:        $(HAVE_CC) ($(CC))$(if $(filter yes,$(HAVE_CC)),, -- required (Debian: gcc libc6-dev)))
 $(info $(space) jansson:   $(HAVE_JANSSON)$(if $(filter yes,$(HAVE_JANSSON)), ($(JANSSON_VERSION)), -- required (Debian: libjansson-dev)))
 $(info $(space) zlib:      $(HAVE_ZLIB)$(if $(filter yes,$(HAVE_ZLIB)),, -- required (Debian: zlib1g-dev)))
+$(info $(space) jpeg/png:  $(HAVE_JPEG)/$(HAVE_PNG)$(if $(filter yesyes,$(HAVE_JPEG)$(HAVE_PNG)),, -- required (Debian: libjpeg62-turbo-dev libpng-dev)))
 $(info $(space) slurm:     $(HAVE_SLURM)$(if $(filter yes,$(HAVE_SLURM)), ($(SLURM_VERSION)), -- skipping the SPANK plugin (Debian: libslurm-dev)))
 $(info $(space) pmix:      $(HAVE_PMIX)$(if $(filter yes,$(HAVE_PMIX)), ($(PMIX_VERSION)), -- dptrain-launch uses the SLURM_*/torchrun fallback only (Debian: libpmix-dev)))
 $(info $(space) onednn:    $(HAVE_DNNL)$(if $(filter yes,$(HAVE_DNNL)), ($(DNNL_VERSION)), (Debian: libdnnl-dev)))
@@ -151,7 +155,9 @@ NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/
 OPTIM_SRC   := trainer/optim/optim.c trainer/optim/optim_exec.c trainer/optim/lr_schedule.c \
 	trainer/optim/optim_gpu_none.c
 DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_idx.c \
-	trainer/data/data_synth.c trainer/data/loader.c trainer/data/sampler.c trainer/data/transform.c
+	trainer/data/data_synth.c trainer/data/data_folder.c trainer/data/data_index.c \
+	trainer/data/data_shards.c trainer/data/image.c trainer/data/loader.c \
+	trainer/data/sampler.c trainer/data/transform.c
 CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
 BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_ref.c \
 	trainer/backend/backend_cuda_none.c
@@ -199,10 +205,11 @@ BIN_RANKTABLE := $(O)/bin/dptrain-ranktable
 BIN_TRAINER   := $(O)/bin/dptrain
 BIN_LAUNCH    := $(O)/bin/dptrain-launch
 BIN_RUN       := $(O)/bin/dptrain-run
+BIN_DATA      := $(O)/bin/dptrain-data
 SPANK_SO      := $(O)/lib/dptrain.so
 UNIT_TESTS    := $(patsubst t/unit/%.c,$(O)/t/%.t,$(UNIT_SRC))
 
-PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER) $(BIN_LAUNCH) $(BIN_RUN)
+PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER) $(BIN_LAUNCH) $(BIN_RUN) $(BIN_DATA)
 ifeq ($(HAVE_PMIX),yes)
 LAUNCH_CPPFLAGS := -DHAVE_PMIX=1 $(PMIX_CFLAGS)
 LAUNCH_LIBS     := $(PMIX_LIBS)
@@ -261,7 +268,7 @@ link = @mkdir -p $(@D); $(if $(filter 0,$(V)),echo "  LD      $@";,) $(CC) $(CFL
 $(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT) $(LIBCOMMON)
 	$(link) $^ -ljansson
 
-TRAINER_LIBS := -ljansson -lz -lm
+TRAINER_LIBS := -ljansson -ljpeg -lpng -lz -lm
 ifeq ($(HAVE_DNNL),yes)
 CPPFLAGS     += -DHAVE_DNNL=1
 TRAINER_LIBS += -ldnnl
@@ -296,6 +303,10 @@ endif
 
 $(BIN_TRAINER): $(call obj,trainer/main.c) $(TRAINER_LIBS_A)
 	$(link) $^ $(TRAINER_LIBS)
+
+# Image folders and packed shards: index, pack, verify, and the transforms for tests.
+$(BIN_DATA): $(call obj,trainer/data_main.c) $(LIBDATA) $(LIBCOMMON)
+	$(link) $^ -ljpeg -lpng -lz -lm
 
 # The rendezvous store is the trainer's; the launchers meet in it too without PMIx.
 LAUNCH_LIBS_A := $(LIBLAUNCH) $(LIBSTORE) $(LIBCFG) $(LIBRT) $(LIBCOMMON)

@@ -7,10 +7,11 @@ set -euo pipefail
 # A bare Debian (debootstrap --variant=minbase, a minimal container) has make only if the user
 # installed it to run 'make deps': everything else the build and the tests call is here.
 # contrib/ci/cleanroot.sh checks that on such a root of each release.
-BUILD="gcc libc6-dev binutils make pkg-config libjansson-dev zlib1g-dev libslurm-dev libpmix-dev
+BUILD="gcc libc6-dev binutils make pkg-config libjansson-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev
+       libslurm-dev libpmix-dev
        libdnnl-dev libopenblas-dev clang @CLANG_RT@"
 TEST="perl sharness slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
-      python3 python3-torch python3-torchvision python3-numpy python3-mpi4py libopenblas0-openmp
+      python3 python3-torch python3-torchvision python3-numpy python3-pil python3-mpi4py libopenblas0-openmp
       dataset-fashion-mnist
       iproute2 procps psmisc util-linux man-db groff-base time clang-format"
 

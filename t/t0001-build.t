@@ -36,8 +36,12 @@ test_expect_success 'make install DESTDIR= puts programs, plugin, man pages, exa
 	ln -sfn "$dest" root &&
 	test -x root/usr/local/bin/dptrain &&
 	test -x root/usr/local/bin/dptrain-ranktable &&
+	test -x root/usr/local/bin/dptrain-data &&
 	ls root/usr/local/share/man/man1/dptrain-ranktable.1 root/usr/local/share/man/man1/dptrain-run.1 \
-		root/usr/local/share/man/man1/dptrain-launch.1 root/usr/local/share/man/man1/dptrain.1 &&
+		root/usr/local/share/man/man1/dptrain-launch.1 root/usr/local/share/man/man1/dptrain.1 \
+		root/usr/local/share/man/man1/dptrain-data.1 &&
+	ls root/usr/local/share/dptrain/examples/resnet50.json \
+		root/usr/local/share/dptrain/examples/resnet18.json &&
 	ls root/usr/local/share/man/man5/dptrain.json.5 &&
 	ls root/usr/local/share/dptrain/examples/lenet-fmnist.json &&
 	test -f root/etc/slurm/plugstack.conf.d/dptrain.conf.example &&

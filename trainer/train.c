@@ -36,6 +36,7 @@
 struct split {
 	struct data_set ds;
 	struct tf tf;
+	struct imtf imtf; /* encoded sets */
 	struct sampler s;
 	struct loader *l;
 	int have_ds, have_s;
@@ -52,10 +53,16 @@ static void split_free(struct split *sp)
 }
 
 static int load_set(struct data_set *ds, const struct cfg *c, const struct cfg_data_source *src,
-		    const char *what, struct dp_error *err)
+		    const char *what, const char *cache_dir, struct dp_error *err)
 {
 	int rv = -1;
 	switch (c->data.format) {
+	case CFG_DATA_IMAGEFOLDER:
+		rv = data_load_imagefolder(ds, src->root, src->index, cache_dir, err);
+		break;
+	case CFG_DATA_SHARDS:
+		rv = data_load_shards(ds, src->root, err);
+		break;
 	case CFG_DATA_IDX:
 		rv = data_load_idx(ds, src->images, src->labels, err);
 		break;
@@ -71,8 +78,9 @@ static int load_set(struct data_set *ds, const struct cfg *c, const struct cfg_d
 	}
 	if (rv < 0)
 		return errprefix(err, "data.%s", what);
-	if (ds->channels != c->model.input_shape[0] || ds->height != c->model.input_shape[1] ||
-	    ds->width != c->model.input_shape[2]) {
+	if (!ds->encoded &&
+	    (ds->channels != c->model.input_shape[0] || ds->height != c->model.input_shape[1] ||
+	     ds->width != c->model.input_shape[2])) {
 		errprintf(
 		    err,
 		    "data.%s: %s holds %dx%dx%d images but model.input_shape is [%d, %d, %d]; "
@@ -107,13 +115,36 @@ static void pinned_free(void *ctx, void *p)
 	be->ops->host_free(be, p);
 }
 
-static int split_open(struct split *sp, const struct cfg *c, const struct train_env *env,
-		      struct backend *be, int train, struct dp_error *err)
+/* Images of any size: RandomResizedCrop + flip (train) or Resize + CenterCrop (eval). */
+static int image_tf(struct imtf *t, const struct cfg *c, int train, struct dp_error *err)
 {
-	const char *what = train ? "train" : "eval";
-	if (load_set(&sp->ds, c, train ? &c->data.train : &c->data.eval, what, err) < 0)
-		return -1;
-	sp->have_ds = 1;
+	const struct cfg_transforms *tr = &c->data.transforms;
+	struct imtf_spec s = {
+	    .mode = train ? IMTF_TRAIN : IMTF_EVAL,
+	    .channels = c->model.input_shape[0],
+	    .size = c->model.input_shape[1],
+	    .resize = tr->eval_resize,
+	    .scale = {tr->random_resized_crop.scale.v[0], tr->random_resized_crop.scale.v[1]},
+	    .ratio = {tr->random_resized_crop.ratio.v[0], tr->random_resized_crop.ratio.v[1]},
+	    .flip_p = train && tr->horizontal_flip ? 0.5 : 0,
+	    /* eval stays torchvision's pixels: full-size decode */
+	    .dct_scaling = train && tr->dct_scaling,
+	    .seed = (uint64_t)c->data.seed,
+	};
+	if (tr->normalize.enabled)
+		for (int i = 0; i < tr->normalize.mean.n && i < IMG_MAX_CHANNELS; i++) {
+			s.mean[i] = (float)tr->normalize.mean.v[i];
+			s.std[i] = (float)tr->normalize.std.v[i];
+		}
+	if (imtf_init(t, &s, err) < 0)
+		return errprefix(err, "data.transforms");
+	return 0;
+}
+
+static int split_transform(struct split *sp, const struct cfg *c, int train, struct dp_error *err)
+{
+	if (sp->ds.encoded)
+		return image_tf(&sp->imtf, c, train, err);
 	struct tf_spec ts = {.seed = (uint64_t)c->data.seed};
 	const struct cfg_transforms *t = &c->data.transforms;
 	if (train && t->random_crop.enabled) {
@@ -129,6 +160,19 @@ static int split_open(struct split *sp, const struct cfg *c, const struct train_
 		}
 	if (tf_init(&sp->tf, &ts, sp->ds.channels, sp->ds.height, sp->ds.width, err) < 0)
 		return errprefix(err, "data.transforms");
+	return 0;
+}
+
+static int split_open(struct split *sp, const struct cfg *c, const struct train_env *env,
+		      struct backend *be, int train, struct dp_error *err)
+{
+	const char *what = train ? "train" : "eval";
+	if (load_set(&sp->ds, c, train ? &c->data.train : &c->data.eval, what, env->output_dir,
+		     err) < 0)
+		return -1;
+	sp->have_ds = 1;
+	if (split_transform(sp, c, train, err) < 0)
+		return -1;
 	int rv =
 	    train ? sampler_init(&sp->s, sp->ds.count, env->world_size, env->rank, c->data.shuffle,
 				 (uint64_t)c->data.seed, c->data.drop_remainder, err)
@@ -141,11 +185,14 @@ static int split_open(struct split *sp, const struct cfg *c, const struct train_
 	    .drop_remainder = train ? c->data.drop_remainder : false,
 	    .workers = c->data.workers,
 	    .prefetch = c->data.prefetch,
+	    .imtf = sp->ds.encoded ? &sp->imtf : NULL,
+	    .max_bad = c->data.max_bad,
+	    .what = train ? "data.train" : "data.eval",
 	};
 	if (be->ops->host_alloc)
 		lo.alloc =
 		    (struct loader_alloc){.alloc = pinned_alloc, .free = pinned_free, .ctx = be};
-	if (loader_create(&sp->l, &sp->ds, &sp->s, &sp->tf, &lo, err) < 0)
+	if (loader_create(&sp->l, &sp->ds, &sp->s, sp->ds.encoded ? NULL : &sp->tf, &lo, err) < 0)
 		return errprefix(err, "data.%s", what);
 	return 0;
 }

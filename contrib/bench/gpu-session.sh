@@ -453,7 +453,7 @@ if stage_on profile && [ $have_gpu = yes ] && command -v ncu >/dev/null 2>&1; th
 	run_stage "${PROFILE_CAP:-150}" "$OUT/bench.log" env DPTRAIN_PROFILE_STEP=6 \
 		ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
 		--csv --log-file "$OUT/profile.csv" \
-		"$BUILD_DIR/bin/dptrain" contrib/examples/resnet50.json device.kind=cuda \
+		"$BUILD_DIR/bin/dptrain" contrib/examples/resnet50-synthetic.json device.kind=cuda \
 		precision.mode="$pm" data.batch_size="$pb" train.epochs=0 train.max_steps=7 \
 		train.log_every=1 data.eval=null output.dir="$work/prof" checkpoint.resume=never \
 		checkpoint.every_epochs=0 checkpoint.every_steps=0 lr_schedule=null optimizer.lr=0.01 \

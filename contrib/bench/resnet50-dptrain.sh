@@ -1,6 +1,6 @@
 #!/bin/bash
 # resnet50-dptrain.sh — dptrain's side of the GPU training benchmark, the peer of
-# resnet50-torch.py: contrib/examples/resnet50.json (ResNet-50, 3x224x224, 1000 classes) on its
+# resnet50-torch.py: contrib/examples/resnet50-synthetic.json (ResNet-50, 3x224x224, 1000 classes) on its
 # synthetic data, with PyTorch's step (SGD momentum 0.9, lr 0.01, no weight decay, no label
 # smoothing, no lr schedule), one dptrain process per precision and batch. Writes only a
 # temporary directory it removes; prints a markdown table and a JSON line.
@@ -33,7 +33,7 @@ set -u -o pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
 prog=resnet50-dptrain
-config=$top/contrib/examples/resnet50.json
+config=$top/contrib/examples/resnet50-synthetic.json
 GFLOP_PER_IMAGE=24.5
 
 die() {
@@ -131,7 +131,7 @@ run() {
 		checkpoint.every_steps=0 lr_schedule=null optimizer.lr=0.01 optimizer.weight_decay=0
 		train.label_smoothing=0)
 	[ $smoke = 1 ] && args+=("model.input_shape=[3,32,32]")
-	echo "\$ dptrain resnet50.json ${args[*]}" >"$3.log"
+	echo "\$ dptrain resnet50-synthetic.json ${args[*]}" >"$3.log"
 	# one tiny step first: a mode dptrain does not implement yet says so at once, and its
 	# full run would only measure another mode
 	timeout -k 10 120 "$DPTRAIN" "$config" "${args[@]}" "model.input_shape=[3,32,32]" \
@@ -267,7 +267,7 @@ image = [3, 32, 32] if smoke == "1" else [3, 224, 224]
 report = {"benchmark": "resnet50-train", "implementation": "dptrain",
           "gflop_per_image": gflop, "image": image,
           "classes": 1000, "optimizer": "SGD momentum 0.9",
-          "data": "synthetic (contrib/examples/resnet50.json), made on the host by the loader",
+          "data": "synthetic (contrib/examples/resnet50-synthetic.json), made on the host by the loader",
           "env": env, "results": results}
 if json_only == "1":
     print(json.dumps(report))

@@ -204,7 +204,7 @@ static const struct {
     {"{}", "job.json: model.name: missing; expected one of \"mlp\", \"lenet\", \"resnet18\", "
 	   "\"resnet34\", \"resnet50\", \"resnet101\", \"resnet152\""},
     {"{" MODEL "}", "job.json: data.format: missing; expected one of \"idx\", \"cifar10\", "
-		    "\"synthetic\""},
+		    "\"synthetic\", \"imagefolder\", \"shards\""},
     {"{\"model\": 1, " DATA "}", "job.json: model: expected an object, got 1"},
     {"{\"model\": {\"name\": \"lenat\"}, " DATA "}",
      "job.json: model.name: expected one of \"mlp\", \"lenet\", \"resnet18\", \"resnet34\", "
@@ -326,7 +326,7 @@ static const struct {
     {"{" MODEL ", \"data\": {\"format\": \"synthetic\", \"train\": {\"size\": 5}, "
      "\"transforms\": {\"flip\": true}}}",
      "job.json: data.transforms.flip: unknown key; the keys here are: random_crop, "
-     "horizontal_flip, normalize"},
+     "random_resized_crop, eval_resize, dct_scaling, horizontal_flip, normalize"},
     {"{" MIN ", \"optimizer\": {\"name\": \"adam\"}}",
      "job.json: optimizer.name: expected one of \"sgd\", \"momentum\", \"adamw\", \"lamb\", got "
      "\"adam\"; did you mean \"adamw\"?"},
@@ -989,9 +989,86 @@ static void test_launch_only(void)
 	rmdir(dir);
 }
 
+/* imagefolder and shards: torchvision's ImageNet recipe unless told otherwise, and the checks
+ * of what only they have. */
+static void test_image_formats(void)
+{
+	struct cfg c;
+	const char *r224 = "\"model\": {\"name\": \"resnet18\", \"input_shape\": [3, 224, 224]}";
+	char j[1024];
+
+	snprintf(j, sizeof(j), "{%s, \"data\": {\"format\": \"imagefolder\", \"dir\": \"/d/in\"}}",
+		 r224);
+	ok(parse(&c, j) == 0, "imagefolder with data.dir: %s", err.text);
+	is(c.data.train.root, "/d/in/train", "data.dir gives train/");
+	is(c.data.eval.root, "/d/in/val", "and val/ (ImageNet's layout)");
+	ok(c.data.transforms.random_resized_crop.enabled &&
+	       c.data.transforms.random_resized_crop.scale.n == 2 &&
+	       c.data.transforms.random_resized_crop.scale.v[0] == 0.08 &&
+	       c.data.transforms.random_resized_crop.scale.v[1] == 1 &&
+	       c.data.transforms.random_resized_crop.ratio.v[0] == 0.75 &&
+	       c.data.transforms.random_resized_crop.ratio.v[1] == 4.0 / 3.0,
+	   "RandomResizedCrop's defaults: scale [0.08, 1], ratio [3/4, 4/3]");
+	ok(c.data.transforms.horizontal_flip && c.data.transforms.normalize.enabled &&
+	       c.data.transforms.normalize.mean.n == 3 &&
+	       c.data.transforms.normalize.std.v[2] == 0.225,
+	   "flip and ImageNet's normalisation by default");
+	is_int(c.data.transforms.eval_resize, 256, "eval_resize 256 for 224");
+	ok(c.data.transforms.dct_scaling && c.data.max_bad == 100, "dct_scaling on, max_bad 100");
+	cfg_free(&c);
+
+	snprintf(j, sizeof(j),
+		 "{\"model\": {\"name\": \"lenet\", \"input_shape\": [3, 32, 32]}, \"data\": "
+		 "{\"format\": \"shards\", \"train\": {\"root\": \"/s\"}, \"transforms\": "
+		 "{\"horizontal_flip\": false, \"random_resized_crop\": {\"scale\": [0.5, 1]}}}}");
+	ok(parse(&c, j) == 0, "shards with a root: %s", err.text);
+	ok(!c.data.transforms.horizontal_flip &&
+	       c.data.transforms.random_resized_crop.scale.v[0] == 0.5 &&
+	       c.data.transforms.random_resized_crop.ratio.n == 2,
+	   "flip false and scale given win; ratio takes its default");
+	is_int(c.data.transforms.eval_resize, 37, "eval_resize 37 for 32 (32 * 256 / 224)");
+	cfg_free(&c);
+
+	static const struct {
+		const char *data, *err;
+	} refused[] = {
+	    {"\"format\": \"imagefolder\"",
+	     "data.train: missing; data.format \"imagefolder\" needs {\"root\": DIR} or data.dir "
+	     "(DIR/train, DIR/val)"},
+	    {"\"format\": \"imagefolder\", \"train\": {}",
+	     "data.train.root: missing; data.format \"imagefolder\" needs \"root\": the folder "
+	     "holding one folder per class"},
+	    {"\"format\": \"shards\", \"train\": {\"root\": \"/s\"}, \"transforms\": "
+	     "{\"random_resized_crop\": {\"scale\": [0.5, 0.4]}}",
+	     "data.transforms.random_resized_crop.scale: [0.5, 0.4]: min is larger than max"},
+	    {"\"format\": \"shards\", \"train\": {\"root\": \"/s\"}, \"transforms\": "
+	     "{\"random_resized_crop\": {\"ratio\": [0.5, 1, 2]}}",
+	     "data.transforms.random_resized_crop.ratio: expected 2 values [min, max], got 3"},
+	    {"\"format\": \"shards\", \"train\": {\"root\": \"/s\"}, \"transforms\": "
+	     "{\"eval_resize\": 200}",
+	     "data.transforms.eval_resize: 200 is smaller than the 224-pixel crop "
+	     "(model.input_shape)"},
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		char want[512];
+		snprintf(j, sizeof(j), "{%s, \"data\": {%s}}", r224, refused[i].data);
+		snprintf(want, sizeof(want), "job.json: %s", refused[i].err);
+		ok(parse(&c, j) == -1, "image config %zu refused", i);
+		is(err.text, want, "image config %zu: message", i);
+		cfg_free(&c);
+	}
+	snprintf(j, sizeof(j),
+		 "{\"model\": {\"name\": \"resnet18\", \"input_shape\": [3, 224, 200]}, "
+		 "\"data\": {\"format\": \"imagefolder\", \"train\": {\"root\": \"/r\"}}}");
+	ok(parse(&c, j) == -1, "a non-square input with images: refused");
+	like(err.text, "model.input_shape: images are decoded to RGB [3, N, N]", "%s", err.text);
+	cfg_free(&c);
+}
+
 int main(void)
 {
 	test_defaults();
+	test_image_formats();
 	test_models();
 	test_derived_defaults();
 	test_bad();

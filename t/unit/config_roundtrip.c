@@ -176,8 +176,9 @@ static void test_printed(void)
 static void test_examples(void)
 {
 	const char *src = getenv("DPTRAIN_SRC_DIR");
-	const char *names[] = {"resnet50.json", "mlp-fmnist.json", "lenet-fmnist.json",
-			       "resnet18-fmnist.json"};
+	const char *names[] = {"resnet50.json",	    "resnet50-synthetic.json",
+			       "resnet18.json",	    "mlp-fmnist.json",
+			       "lenet-fmnist.json", "resnet18-fmnist.json"};
 	char path[PATH_MAX];
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {

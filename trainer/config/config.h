@@ -44,7 +44,13 @@ int cfg_model_arg(enum cfg_model_name m);
  * imagenet: 7x7 stride-2 conv + 3x3 stride-2 max pool (torchvision). */
 enum cfg_stem { CFG_STEM_SMALL, CFG_STEM_IMAGENET };
 
-enum cfg_data_format { CFG_DATA_IDX, CFG_DATA_CIFAR10, CFG_DATA_SYNTHETIC };
+enum cfg_data_format {
+	CFG_DATA_IDX,
+	CFG_DATA_CIFAR10,
+	CFG_DATA_SYNTHETIC,
+	CFG_DATA_IMAGEFOLDER,
+	CFG_DATA_SHARDS,
+};
 
 /* MindSpore's "momentum" optimizer is parsed as CFG_OPT_SGD with momentum > 0. */
 enum cfg_optimizer_name { CFG_OPT_SGD, CFG_OPT_ADAMW, CFG_OPT_LAMB };
@@ -88,6 +94,8 @@ struct cfg_data_source {
 	char *labels;		      /* idx */
 	struct cfg_string_list files; /* cifar10: binary batch files, read in this order */
 	int size;		      /* synthetic: number of samples */
+	char *root;		      /* imagefolder: the class folders' parent; shards: the dir */
+	char *index;		      /* imagefolder: a `dptrain-data index` file, or NULL */
 };
 
 struct cfg {
@@ -120,6 +128,14 @@ struct cfg {
 				int size; /* 0: the input size; else equal to H and W */
 				int padding;
 			} random_crop;
+			struct cfg_random_resized_crop { /* imagefolder, shards (always on) */
+				bool enabled;
+				struct cfg_double_list scale; /* 2 values: area fraction range */
+				struct cfg_double_list ratio; /* 2 values: aspect ratio range */
+			} random_resized_crop;
+			int eval_resize; /* imagefolder, shards: the shorter side before the crop */
+			bool dct_scaling; /* imagefolder, shards: decode training JPEGs at reduced
+					     size */
 			bool horizontal_flip;
 			struct cfg_normalize {
 				bool enabled;
@@ -129,6 +145,7 @@ struct cfg {
 		} transforms;
 		int workers;  /* prefetch threads; 0 = load in the training thread */
 		int prefetch; /* batches prepared ahead */
+		int max_bad;  /* imagefolder, shards: undecodable images skipped before stopping */
 	} data;
 
 	struct cfg_optimizer {

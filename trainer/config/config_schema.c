@@ -64,6 +64,8 @@ static const struct cfg_enum_name format_names[] = {
     {"idx", CFG_DATA_IDX, NULL},
     {"cifar10", CFG_DATA_CIFAR10, NULL},
     {"synthetic", CFG_DATA_SYNTHETIC, NULL},
+    {"imagefolder", CFG_DATA_IMAGEFOLDER, NULL},
+    {"shards", CFG_DATA_SHARDS, NULL},
     {NULL, 0, NULL},
 };
 
@@ -164,6 +166,18 @@ static bool is_synthetic(const struct cfg *c)
 {
 	return c->data.format == CFG_DATA_SYNTHETIC;
 }
+static bool is_image(const struct cfg *c)
+{
+	return c->data.format == CFG_DATA_IMAGEFOLDER || c->data.format == CFG_DATA_SHARDS;
+}
+static bool is_imagefolder(const struct cfg *c)
+{
+	return c->data.format == CFG_DATA_IMAGEFOLDER;
+}
+static bool is_decoded(const struct cfg *c)
+{
+	return !is_image(c);
+}
 static bool is_sgd(const struct cfg *c)
 {
 	return c->optimizer.name == CFG_OPT_SGD;
@@ -237,6 +251,18 @@ static const struct cfg_key source_keys[] = {
 	 .applies = is_cifar10, .only = "only used by data.format \"cifar10\""},
 	{.name = "size", .kind = CFG_K_INT, .off = OFF(struct cfg_data_source, size), .min = 1,
 	 .applies = is_synthetic, .only = "only used by data.format \"synthetic\""},
+	{.name = "root", .kind = CFG_K_PATH, .off = OFF(struct cfg_data_source, root),
+	 .applies = is_image, .only = "only used by data.format \"imagefolder\" and \"shards\""},
+	{.name = "index", .kind = CFG_K_PATH, .off = OFF(struct cfg_data_source, index),
+	 .applies = is_imagefolder, .only = "only used by data.format \"imagefolder\""},
+	{.name = NULL},
+};
+
+static const struct cfg_key rrc_keys[] = {
+	{.name = "scale", .kind = CFG_K_NUMBER_LIST, .off = OFF(struct cfg_random_resized_crop, scale),
+	 .flags = MIN_GT | RANGE | CFG_F_NONEMPTY, .min = 0, .max = 1},
+	{.name = "ratio", .kind = CFG_K_NUMBER_LIST, .off = OFF(struct cfg_random_resized_crop, ratio),
+	 .flags = MIN_GT | RANGE | CFG_F_NONEMPTY, .min = 0, .max = 1000},
 	{.name = NULL},
 };
 
@@ -259,7 +285,18 @@ static const struct cfg_key normalize_keys[] = {
 static const struct cfg_key transforms_keys[] = {
 	{.name = "random_crop", .kind = CFG_K_OBJECT, .off = OFF(struct cfg_transforms, random_crop),
 	 .off2 = OFF(struct cfg_transforms, random_crop.enabled), .flags = CFG_F_OPTIONAL,
-	 .sub = random_crop_keys},
+	 .sub = random_crop_keys, .applies = is_decoded,
+	 .only = "images of any size get random_resized_crop instead"},
+	{.name = "random_resized_crop", .kind = CFG_K_OBJECT,
+	 .off = OFF(struct cfg_transforms, random_resized_crop),
+	 .off2 = OFF(struct cfg_transforms, random_resized_crop.enabled), .flags = CFG_F_OPTIONAL,
+	 .sub = rrc_keys, .applies = is_image,
+	 .only = "only used by data.format \"imagefolder\" and \"shards\""},
+	{.name = "eval_resize", .kind = CFG_K_INT, .off = OFF(struct cfg_transforms, eval_resize),
+	 .flags = RANGE | CFG_F_OMIT_ZERO, .min = 1, .max = 16384, .applies = is_image,
+	 .only = "only used by data.format \"imagefolder\" and \"shards\""},
+	{.name = "dct_scaling", .kind = CFG_K_BOOL, .off = OFF(struct cfg_transforms, dct_scaling),
+	 .applies = is_image, .only = "only used by data.format \"imagefolder\" and \"shards\""},
 	{.name = "horizontal_flip", .kind = CFG_K_BOOL,
 	 .off = OFF(struct cfg_transforms, horizontal_flip)},
 	{.name = "normalize", .kind = CFG_K_OBJECT, .off = OFF(struct cfg_transforms, normalize),
@@ -289,6 +326,9 @@ static const struct cfg_key data_keys[] = {
 	 .flags = RANGE, .min = 0, .max = 256},
 	{.name = "prefetch", .kind = CFG_K_INT, .off = OFF(struct cfg_data, prefetch),
 	 .flags = RANGE, .min = 1, .max = 1024},
+	{.name = "max_bad", .kind = CFG_K_INT, .off = OFF(struct cfg_data, max_bad),
+	 .flags = RANGE, .min = 0, .max = 1 << 30, .applies = is_image,
+	 .only = "only used by data.format \"imagefolder\" and \"shards\""},
 	{.name = NULL},
 };
 
@@ -517,6 +557,8 @@ int cfg_set_defaults(struct cfg *c)
 	c->data.transforms.random_crop.padding = 4;
 	c->data.workers = 1;
 	c->data.prefetch = 2;
+	c->data.max_bad = 100;
+	c->data.transforms.dct_scaling = true;
 
 	c->optimizer.name = CFG_OPT_SGD;
 	c->optimizer.lr = 0.001;
@@ -620,6 +662,11 @@ static int source_from_dir(struct cfg_ctx *x, struct cfg_data_source *s, bool tr
 	struct cfg_data *d = &x->c->data;
 
 	s->present = true;
+	if (d->format == CFG_DATA_IMAGEFOLDER || d->format == CFG_DATA_SHARDS) {
+		/* ImageNet's layout: DIR/train and DIR/val */
+		s->root = dir_file(x, train ? "train" : "val", false);
+		return s->root ? 0 : -1;
+	}
 	if (d->format == CFG_DATA_IDX) {
 		s->images =
 		    dir_file(x, train ? "train-images-idx3-ubyte" : "t10k-images-idx3-ubyte", true);
@@ -641,6 +688,48 @@ static int source_from_dir(struct cfg_ctx *x, struct cfg_data_source *s, bool tr
 		if (!(s->files.v[i] = dir_file(x, name, false)))
 			return -1;
 	}
+	return 0;
+}
+
+static int set_pair(struct cfg_double_list *l, double a, double b)
+{
+	if (!(l->v = malloc(2 * sizeof(double))))
+		return -1;
+	l->v[0] = a;
+	l->v[1] = b;
+	l->n = 2;
+	return 0;
+}
+
+/* Images of any size: torchvision's ImageNet recipe unless said otherwise (RandomResizedCrop
+ * with its default scale and ratio, flip, ImageNet's mean and std for RGB). */
+static int image_defaults(struct cfg_ctx *x)
+{
+	struct cfg_transforms *t = &x->c->data.transforms;
+
+	if (!is_image(x->c))
+		return 0;
+	t->random_resized_crop.enabled = true;
+	if ((!t->random_resized_crop.scale.n &&
+	     set_pair(&t->random_resized_crop.scale, 0.08, 1) < 0) ||
+	    (!t->random_resized_crop.ratio.n &&
+	     set_pair(&t->random_resized_crop.ratio, 3.0 / 4.0, 4.0 / 3.0) < 0))
+		return cfg_fail(x, NULL, "out of memory");
+	if (!given(x, "data.transforms.horizontal_flip"))
+		t->horizontal_flip = true;
+	if (!given(x, "data.transforms.normalize") && x->c->model.input_shape[0] == 3) {
+		static const double mean[3] = {0.485, 0.456, 0.406}, std[3] = {0.229, 0.224, 0.225};
+		t->normalize.mean.v = malloc(3 * sizeof(double));
+		t->normalize.std.v = malloc(3 * sizeof(double));
+		if (!t->normalize.mean.v || !t->normalize.std.v)
+			return cfg_fail(x, NULL, "out of memory");
+		memcpy(t->normalize.mean.v, mean, sizeof(mean));
+		memcpy(t->normalize.std.v, std, sizeof(std));
+		t->normalize.mean.n = t->normalize.std.n = 3;
+		t->normalize.enabled = true;
+	}
+	if (!t->eval_resize)
+		t->eval_resize = (int)((double)x->c->model.input_shape[1] * 256 / 224 + 0.5);
 	return 0;
 }
 
@@ -671,7 +760,7 @@ static int derived_defaults(struct cfg_ctx *x)
 		if (!c->data.eval.present && source_from_dir(x, &c->data.eval, false) < 0)
 			return cfg_fail(x, NULL, "out of memory");
 	}
-	return 0;
+	return image_defaults(x);
 }
 
 static int check_source(struct cfg_ctx *x, const struct cfg_data_source *s, const char *path)
@@ -695,6 +784,17 @@ static int check_source(struct cfg_ctx *x, const struct cfg_data_source *s, cons
 					"batch files]");
 		}
 		break;
+	case CFG_DATA_IMAGEFOLDER:
+	case CFG_DATA_SHARDS:
+		if (!s->root) {
+			cfg_join_path(p, path, "root");
+			return cfg_fail(x, p, "missing; data.format \"%s\" needs \"root\": the %s",
+					cfg_enum_canonical(format_names, (int)x->c->data.format),
+					x->c->data.format == CFG_DATA_SHARDS
+					    ? "directory dptrain-data pack wrote"
+					    : "folder holding one folder per class");
+		}
+		break;
 	case CFG_DATA_SYNTHETIC:
 		if (s->size == 0) {
 			cfg_join_path(p, path, "size");
@@ -704,6 +804,38 @@ static int check_source(struct cfg_ctx *x, const struct cfg_data_source *s, cons
 		}
 		break;
 	}
+	return 0;
+}
+
+static int check_pair(struct cfg_ctx *x, const struct cfg_double_list *l, const char *path)
+{
+	if (l->n != 2)
+		return cfg_fail(x, path, "expected 2 values [min, max], got %d", l->n);
+	if (l->v[0] > l->v[1])
+		return cfg_fail(x, path, "[%g, %g]: min is larger than max", l->v[0], l->v[1]);
+	return 0;
+}
+
+static int check_image(struct cfg_ctx *x)
+{
+	const struct cfg *c = x->c;
+	const int *s = c->model.input_shape;
+	const struct cfg_transforms *t = &c->data.transforms;
+
+	if ((s[0] != 1 && s[0] != 3) || s[1] != s[2])
+		return cfg_fail(x, "model.input_shape",
+				"images are decoded to RGB [3, N, N] or gray [1, N, N] (square "
+				"crops), got [%d, %d, %d]",
+				s[0], s[1], s[2]);
+	if (check_pair(x, &t->random_resized_crop.scale,
+		       "data.transforms.random_resized_crop.scale") < 0 ||
+	    check_pair(x, &t->random_resized_crop.ratio,
+		       "data.transforms.random_resized_crop.ratio") < 0)
+		return -1;
+	if (t->eval_resize < s[1])
+		return cfg_fail(x, "data.transforms.eval_resize",
+				"%d is smaller than the %d-pixel crop (model.input_shape)",
+				t->eval_resize, s[1]);
 	return 0;
 }
 
@@ -726,11 +858,12 @@ static int check_model_data(struct cfg_ctx *x)
 				"cifar10 images are [3, 32, 32], got [%d, %d, %d]", s[0], s[1],
 				s[2]);
 	if (!c->data.train.present) {
-		const char *need = c->data.format == CFG_DATA_IDX
-				       ? "{\"images\": FILE, \"labels\": FILE} or data.dir"
-				   : c->data.format == CFG_DATA_CIFAR10
-				       ? "{\"files\": [FILE, ...]} or data.dir"
-				       : "{\"size\": N}";
+		const char *need =
+		    c->data.format == CFG_DATA_IDX
+			? "{\"images\": FILE, \"labels\": FILE} or data.dir"
+		    : c->data.format == CFG_DATA_CIFAR10 ? "{\"files\": [FILE, ...]} or data.dir"
+		    : is_image(c) ? "{\"root\": DIR} or data.dir (DIR/train, DIR/val)"
+				  : "{\"size\": N}";
 		return cfg_fail(x, "data.train", "missing; data.format \"%s\" needs %s",
 				cfg_enum_canonical(format_names, (int)c->data.format), need);
 	}
@@ -752,6 +885,8 @@ static int check_model_data(struct cfg_ctx *x)
 			    "got %d",
 			    s[0], s[0] == 1 ? "" : "s", t->normalize.std.n);
 	}
+	if (is_image(c) && check_image(x) < 0)
+		return -1;
 	if (t->random_crop.enabled && t->random_crop.size &&
 	    (t->random_crop.size != s[1] || t->random_crop.size != s[2]))
 		return cfg_fail(x, "data.transforms.random_crop.size",

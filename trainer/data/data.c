@@ -25,13 +25,44 @@ int data_get(const struct data_set *ds, size_t i, uint8_t *scratch, const uint8_
 			  ds->count);
 		return -1;
 	}
+	if (!ds->ops->get) {
+		errprintf(err, "%s: holds encoded images; they are read with data_read", ds->name);
+		return -1;
+	}
 	return ds->ops->get(ds, i, scratch, pixels, label, err);
+}
+
+int data_read(const struct data_set *ds, size_t i, struct data_bytes *b, int *label,
+	      struct dp_error *err)
+{
+	if (i >= ds->count) {
+		errprintf(err, "%s: sample %zu is out of range (the set has %zu)", ds->name, i,
+			  ds->count);
+		return -1;
+	}
+	if (!ds->ops->read) {
+		errprintf(err, "%s: holds decoded images; they are read with data_get", ds->name);
+		return -1;
+	}
+	return ds->ops->read(ds, i, b, label, err);
+}
+
+void data_describe(const struct data_set *ds, size_t i, char *buf, size_t n)
+{
+	if (ds->ops && ds->ops->describe)
+		ds->ops->describe(ds, i, buf, n);
+	else
+		snprintf(buf, n, "%s: sample %zu", ds->name, i);
 }
 
 void data_free(struct data_set *ds)
 {
 	if (ds->ops && ds->ops->free)
 		ds->ops->free(ds);
+	if (ds->class_names)
+		for (int k = 0; k < ds->num_classes; k++)
+			free(ds->class_names[k]);
+	free(ds->class_names);
 	free(ds->buf[0]);
 	free(ds->buf[1]);
 	memset(ds, 0, sizeof(*ds));

@@ -35,7 +35,11 @@ struct loader {
 
 	int nslots;
 	struct slot *slots;
-	uint8_t **scratch; /* one data_get scratch buffer per worker (one for workers = 0) */
+	uint8_t **scratch;	 /* one data_get scratch buffer per worker (one for workers = 0) */
+	struct enc_scratch *enc; /* encoded sets: one per worker (one for workers = 0) */
+	uint8_t *bad;		 /* encoded sets: a bit per sample, set once warned about */
+	long nbad;		 /* samples skipped */
+	pthread_mutex_t bad_mu;	 /* guards bad and nbad (fill may run under mu) */
 	pthread_t *threads;
 	int nthreads; /* started */
 
@@ -47,6 +51,11 @@ struct loader {
 	bool failed; /* a batch failed: produce nothing more this epoch */
 	size_t nbatches, next_fill, next_take;
 	int64_t epoch, first_step;
+};
+
+struct enc_scratch {
+	struct data_bytes bytes;
+	struct imtf_scratch im;
 };
 
 struct worker_arg {
@@ -69,9 +78,66 @@ static void xfree(const struct loader *l, void *p)
 		free(p);
 }
 
+/* Warn about sample idx once; count it when it is skipped. -1 with err past max_bad. */
+static int note_bad(struct loader *l, size_t idx, bool skipped, const char *why,
+		    struct dp_error *err)
+{
+	char name[DATA_NAME_MAX + 64];
+	bool first;
+	long nbad;
+
+	data_describe(l->ds, idx, name, sizeof(name));
+	/* a reader's message may already start with the file's name */
+	if (strncmp(why, name, strlen(name)) == 0 && strncmp(why + strlen(name), ": ", 2) == 0)
+		why += strlen(name) + 2;
+	pthread_mutex_lock(&l->bad_mu);
+	first = !(l->bad[idx / 8] & (1u << (idx % 8)));
+	l->bad[idx / 8] |= (uint8_t)(1u << (idx % 8));
+	if (first && skipped)
+		l->nbad++;
+	nbad = l->nbad;
+	if (first)
+		fprintf(l->o.warn ? l->o.warn : stderr, "dptrain: warning: %s: %s: %s%s\n",
+			l->o.what ? l->o.what : "data", name, why,
+			skipped ? "; skipped (the next sample takes its place)"
+				: "; decoded what was there");
+	pthread_mutex_unlock(&l->bad_mu);
+	if (skipped && nbad > l->o.max_bad)
+		return errprintf(err,
+				 "%s: %ld images could not be read or decoded, more than "
+				 "data.max_bad %ld (the last: %s: %s); repair or remove them "
+				 "(dptrain-data verify lists them all) or raise data.max_bad",
+				 l->o.what ? l->o.what : "data", nbad, l->o.max_bad, name, why);
+	return 0;
+}
+
+/* An encoded sample: read, decode and augment; a bad one is replaced by the next good one. */
+static int fill_encoded(struct loader *l, size_t idx, struct enc_scratch *es, float *x, int *label,
+			struct dp_error *err)
+{
+	size_t n = l->ds->count;
+
+	for (size_t tries = 0; tries <= n; tries++, idx = (idx + 1) % n) {
+		struct dp_error why;
+		bool warned = false;
+
+		if (data_read(l->ds, idx, &es->bytes, label, &why) == 0 &&
+		    imtf_apply(l->o.imtf, l->epoch, idx, es->bytes.p, es->bytes.len, &es->im, x,
+			       &warned, &why) == 0) {
+			if (warned && note_bad(l, idx, false, why.text, err) < 0)
+				return -1;
+			return 0;
+		}
+		if (note_bad(l, idx, true, why.text, err) < 0)
+			return -1;
+	}
+	return errprintf(err, "%s: no sample of %s can be read or decoded",
+			 l->o.what ? l->o.what : "data", l->ds->name);
+}
+
 /* Produce batch `b` into slot `sl`. Reads only what start_epoch froze (sampler, epoch),
  * so it runs without the lock. */
-static int fill(struct loader *l, struct slot *sl, size_t b, uint8_t *scratch, struct dp_error *err)
+static int fill(struct loader *l, struct slot *sl, size_t b, int wid, struct dp_error *err)
 {
 	size_t B = (size_t)l->o.batch_size, first = b * B, len = sampler_len(l->s);
 	size_t n = len - first < B ? len - first : B;
@@ -81,9 +147,15 @@ static int fill(struct loader *l, struct slot *sl, size_t b, uint8_t *scratch, s
 		const uint8_t *px;
 		int label;
 
-		if (data_get(l->ds, idx, scratch, &px, &label, err) != 0)
-			return -1;
-		tf_apply(l->tf, l->epoch, idx, px, sl->b.x + i * l->elems);
+		if (l->ds->encoded) {
+			if (fill_encoded(l, idx, &l->enc[wid], sl->b.x + i * l->elems, &label,
+					 err) != 0)
+				return -1;
+		} else {
+			if (data_get(l->ds, idx, l->scratch[wid], &px, &label, err) != 0)
+				return -1;
+			tf_apply(l->tf, l->epoch, idx, px, sl->b.x + i * l->elems);
+		}
 		sl->b.y[i] = label;
 	}
 	sl->b.n = (int)n;
@@ -103,7 +175,7 @@ static bool claimable(const struct loader *l)
 static void *worker(void *arg)
 {
 	struct loader *l = ((struct worker_arg *)arg)->l;
-	uint8_t *scratch = l->scratch[((struct worker_arg *)arg)->id];
+	int wid = ((struct worker_arg *)arg)->id;
 
 	free(arg);
 	pthread_mutex_lock(&l->mu);
@@ -121,7 +193,7 @@ static void *worker(void *arg)
 		sl->state = SLOT_FILLING;
 		sl->batch = b;
 		pthread_mutex_unlock(&l->mu);
-		rc = fill(l, sl, b, scratch, &sl->err);
+		rc = fill(l, sl, b, wid, &sl->err);
 		pthread_mutex_lock(&l->mu);
 		sl->state = rc == 0 ? SLOT_READY : SLOT_FAILED;
 		if (rc != 0)
@@ -157,7 +229,15 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 			  opts->batch_size, opts->workers, opts->prefetch);
 		return -1;
 	}
-	if (tf->channels != ds->channels || tf->in_h != ds->height || tf->in_w != ds->width) {
+	if (ds->encoded ? !opts->imtf || opts->imtf->spec.channels > 3
+			: !tf || tf->channels != ds->channels || tf->in_h != ds->height ||
+			      tf->in_w != ds->width) {
+		if (ds->encoded || !tf) {
+			errprintf(err, "loader: %s needs %s", ds->name,
+				  ds->encoded ? "an image transform (imtf)"
+					      : "a transform for decoded images (tf)");
+			return -1;
+		}
 		errprintf(err,
 			  "loader: the transform is set up for %dx%dx%d images but %s has %dx%dx%d",
 			  tf->channels, tf->in_h, tf->in_w, ds->name, ds->channels, ds->height,
@@ -189,9 +269,10 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 	l->s = s;
 	l->tf = tf;
 	l->o = *opts;
-	l->elems = tf_out_elems(tf);
+	l->elems = ds->encoded ? imtf_out_elems(opts->imtf) : tf_out_elems(tf);
 	l->nslots = opts->prefetch ? opts->prefetch : opts->workers < 2 ? 2 : opts->workers + 1;
 	pthread_mutex_init(&l->mu, NULL);
+	pthread_mutex_init(&l->bad_mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
 	x_bytes = (size_t)opts->batch_size * l->elems * sizeof(float);
 	y_bytes = (size_t)opts->batch_size * sizeof(int32_t);
@@ -205,6 +286,12 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 	l->threads = calloc((size_t)nscratch, sizeof(*l->threads));
 	if (!l->slots || !l->scratch || !l->threads)
 		goto oom;
+	if (ds->encoded) {
+		l->enc = calloc((size_t)nscratch, sizeof(*l->enc));
+		l->bad = calloc(ds->count / 8 + 1, 1);
+		if (!l->enc || !l->bad)
+			goto oom;
+	}
 	for (int i = 0; i < l->nslots; i++) {
 		l->slots[i].b.x = xalloc(l, x_bytes);
 		l->slots[i].b.y = xalloc(l, y_bytes);
@@ -319,8 +406,7 @@ int loader_next(struct loader *l, struct loader_batch **b, struct dp_error *err)
 		/* No workers: produce it here (the lock keeps loader_release coherent). */
 		sl->state = SLOT_FILLING;
 		sl->batch = l->next_take;
-		sl->state = fill(l, sl, l->next_take, l->scratch[0], &sl->err) == 0 ? SLOT_READY
-										    : SLOT_FAILED;
+		sl->state = fill(l, sl, l->next_take, 0, &sl->err) == 0 ? SLOT_READY : SLOT_FAILED;
 	}
 	while (
 	    !((sl->state == SLOT_READY || sl->state == SLOT_FAILED) && sl->batch == l->next_take))
@@ -370,10 +456,18 @@ void loader_destroy(struct loader *l)
 	if (l->scratch)
 		for (int i = 0; i < (l->o.workers ? l->o.workers : 1); i++)
 			free(l->scratch[i]);
+	if (l->enc)
+		for (int i = 0; i < (l->o.workers ? l->o.workers : 1); i++) {
+			free(l->enc[i].bytes.p);
+			imtf_scratch_free(&l->enc[i].im);
+		}
+	free(l->enc);
+	free(l->bad);
 	free(l->scratch);
 	free(l->threads);
 	free(l->slots);
 	pthread_mutex_destroy(&l->mu);
+	pthread_mutex_destroy(&l->bad_mu);
 	pthread_cond_destroy(&l->cv);
 	free(l);
 }

@@ -18,12 +18,14 @@
 
 #include "common/error.h"
 #include "trainer/data/data.h"
+#include "trainer/data/image.h"
 #include "trainer/data/sampler.h"
 #include "trainer/data/transform.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct loader_batch {
 	float *x;   /* n x C x H x W, float32 NCHW */
@@ -47,13 +49,23 @@ struct loader_opts {
 	int workers;	     /* prefetch threads; 0 = produce batches in loader_next itself */
 	int prefetch;	     /* batch buffers (>= 1; 0: max(2, workers + 1)) */
 	struct loader_alloc alloc;
+
+	/* Encoded sets (ds->encoded): the decode-and-augment transform (tf is then NULL). An
+	 * image that cannot be read or decoded is warned about once (on `warn`, NULL: stderr,
+	 * naming the file and `what`, e.g. "data.train") and replaced by the next good sample in
+	 * dataset order (index + 1, + 2, ...: the same whatever the workers); more than max_bad
+	 * such images on this rank stop the epoch with an error naming the last. */
+	const struct imtf *imtf;
+	long max_bad;
+	FILE *warn;
+	const char *what;
 };
 
 struct loader;
 
-/* ds, s and tf must outlive the loader; the loader alone changes the sampler's epoch and
- * start from here on. -1 with err: bad options, a transform that does not fit the images, a
- * batch size larger than this rank's samples per epoch with drop_remainder, out of memory,
+/* ds, s and tf (or opts->imtf) must outlive the loader; the loader alone changes the sampler's
+ * epoch and start from here on. -1 with err: bad options, a transform that does not fit the images,
+ * a batch size larger than this rank's samples per epoch with drop_remainder, out of memory,
  * threads that cannot be started. */
 int loader_create(struct loader **out, const struct data_set *ds, struct sampler *s,
 		  const struct tf *tf, const struct loader_opts *opts, struct dp_error *err);
