@@ -133,6 +133,42 @@ test_expect_success FMNIST 'lenet fp32, 30 steps: GPU = CPU within 1e-3 for 10 s
 	decreases ag.loss && decreases ac.loss
 '
 
+# JPEGs: the GPU is sent the decoded images as bytes (uint8 NHWC) and normalises them itself
+# (backend input_u8); the CPU gets the loader's floats. The inputs are the same bits, so the
+# losses are as close as the idx ones above.
+"$py" -c 'import PIL, numpy' 2>/dev/null && test_have_prereq FMNIST && test_set_prereq JPEGS
+test_expect_success JPEGS 'lenet on a JPEG image folder, 10 steps: GPU (uint8 upload) = CPU within 1e-3' '
+	cat >fm2jpeg.py <<-\EOF &&
+	import gzip, os, sys, numpy as np
+	from PIL import Image
+	src = sys.argv[1]
+	def read(name, skip):
+	    with gzip.open(os.path.join(src, name)) as f:
+	        return np.frombuffer(f.read()[skip:], np.uint8)
+	x = read("train-images-idx3-ubyte.gz", 16).reshape(-1, 28, 28)[:1280]
+	y = read("train-labels-idx1-ubyte.gz", 8)[:1280]
+	for i in range(len(x)):
+	    d = "jpg/c%d" % y[i]
+	    os.makedirs(d, exist_ok=True)
+	    Image.fromarray(x[i]).resize((36, 36), Image.Resampling.BILINEAR).convert("RGB").save(
+	        "%s/%05d.jpg" % (d, i), quality=90)
+	EOF
+	"$py" fm2jpeg.py "$fm" &&
+	cat >jpg.json <<-EOF &&
+	{"seed": 3, "model": {"name": "lenet", "num_classes": 10, "input_shape": [3, 32, 32]},
+	 "data": {"format": "imagefolder", "train": {"root": "$PWD/jpg"}, "batch_size": 64,
+	          "workers": 2},
+	 "optimizer": {"name": "momentum", "lr": 0.02, "momentum": 0.9},
+	 "train": {"epochs": 0, "max_steps": 10, "log_every": 1}, "precision": {"mode": "fp32"}}
+	EOF
+	dptrain jpg.json device.kind=cuda output.dir=jg >jg.out 2>&1 &&
+	dptrain jpg.json device.kind=cpu output.dir=jc >jc.out 2>&1 &&
+	grep "backend cuda$" jg.out &&
+	losses jg >jg.loss && losses jc >jc.loss &&
+	test $(wc -l <jg.loss) = 10 &&
+	close jg.loss jc.loss 1e-3 10
+'
+
 # Under the sanitizers everything runs several times slower: fewer steps, a lower bar (as t0900).
 if test "$DPTRAIN_SAN" = 1; then
 	lenet_args="train.epochs=0 train.max_steps=300" lenet_min=0.70

@@ -26,7 +26,8 @@
 # t/sharness.sh in the temporary directory, DPTRAIN_FMNIST_DIR), e.g. made here with
 #   mkdir -p .gpudeps && cp /var/cache/apt/archives/libjansson-dev_*.deb \
 #       /var/cache/apt/archives/sharness_*.deb /var/cache/apt/archives/dataset-fashion-mnist_*.deb \
-#       .gpudeps/ && (cd .gpudeps && apt-get download libjansson4)
+#       .gpudeps/ && (cd .gpudeps && apt-get download libjansson4 libjpeg62-turbo-dev \
+#       libjpeg62-turbo libpng-dev libpng16-16)
 # and carried ('carry': [".gpudeps"]; about 31 MB with the dataset).
 # At most 8 files come back from a device run, so OUT holds exactly these: summary.md, env.log,
 # build.log, tests.log (every test stage, one after the other), bench.log (both benchmarks),
@@ -208,6 +209,8 @@ for tool in ${CC:-gcc} make prove timeout; do
 done
 probe jansson '#include <jansson.h>\nint main(void){return json_object()==0;}\n' -ljansson || missing_req="$missing_req jansson(libjansson-dev)"
 probe zlib '#include <zlib.h>\nint main(void){return zlibVersion()==0;}\n' -lz || missing_req="$missing_req zlib(zlib1g-dev)"
+probe libjpeg '#include <stdio.h>\n#include <jpeglib.h>\nint main(void){struct jpeg_decompress_struct d;jpeg_crop_scanline(&d,0,0);return 0;}\n' -ljpeg || missing_req="$missing_req libjpeg-turbo(libjpeg62-turbo-dev)"
+probe libpng '#include <png.h>\nint main(void){png_image i={0};return png_image_begin_read_from_memory(&i,0,0);}\n' -lpng || missing_req="$missing_req libpng(libpng-dev)"
 probe openmp 'int main(void){return 0;}\n' -fopenmp || missing_req="$missing_req libgomp"
 probe onednn '#include <oneapi/dnnl/dnnl.h>\nint main(void){return dnnl_version()==0;}\n' -ldnnl || missing_opt="$missing_opt onednn(libdnnl-dev)"
 probe openblas '#include <cblas.h>\nint main(void){return openblas_get_num_threads()<0;}\n' $(pkg-config --cflags openblas 2>/dev/null) -lopenblas || missing_opt="$missing_opt openblas(libopenblas-dev)"

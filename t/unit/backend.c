@@ -8,6 +8,7 @@
 
 #include "trainer/backend/backend.h"
 #include "trainer/backend/backend_ref.h"
+#include "trainer/data/image.h"
 #include "t/unit/backend_check.h"
 #include "t/lib/tap.h"
 
@@ -758,6 +759,44 @@ static void run_suite(struct pair *p, int convs_only)
 	test_errors(p->be[1]);
 }
 
+/* input_u8: every byte value in every channel, NHWC in, NCHW out, exactly the loader's table
+ * (trainer/data/image.c's lut: what the host path gives the model). */
+static void test_input_u8(struct backend *be)
+{
+	enum { N = 2, C = 3, H = 16, W = 16 };
+	struct imtf_spec s = {.mode = IMTF_EVAL,
+			      .channels = C,
+			      .size = 4,
+			      .resize = 4,
+			      .mean = {0.485f, 0.456f, 0.406f},
+			      .std = {0.229f, 0.224f, 0.225f}};
+	struct imtf t;
+	struct dp_error err;
+	static uint8_t src[N * H * W * C];
+	static float dst[N * C * H * W];
+	int bad = 0;
+
+	if (imtf_init(&t, &s, &err) != 0)
+		bail_out("imtf_init: %s", err.text);
+	for (size_t i = 0; i < sizeof(src); i++)
+		src[i] = (uint8_t)(i * 7 + i / 256);
+	if (!ok(be->ops->input_u8 &&
+		    be->ops->input_u8(be, src, dst, N, C, H, W, t.mean, t.std) == 0,
+		"%s input_u8 runs", be->ops->name))
+		return;
+	for (int n = 0; n < N; n++)
+		for (int c = 0; c < C; c++)
+			for (int p = 0; p < H * W; p++) {
+				uint8_t v = src[((size_t)n * H * W + p) * C + c];
+				bad += memcmp(&dst[((size_t)n * C + c) * H * W + p], &t.lut[c][v],
+					      sizeof(float)) != 0;
+			}
+	is_int(bad, 0, "%s input_u8: NHWC bytes to NCHW floats, the loader's table bit for bit",
+	       be->ops->name);
+	ok(be->ops->input_u8(be, src, dst, N, 5, H, W, t.mean, t.std) == -1,
+	   "%s input_u8 with 5 channels: refused", be->ops->name);
+}
+
 int main(void)
 {
 	struct dp_error err;
@@ -775,6 +814,8 @@ int main(void)
 	if (!ok(cpu != NULL, "be_cpu_create(0): %s", cpu ? cpu->ops->name : err.text))
 		goto out;
 	diag("cpu backend: %s, %d threads", cpu->ops->name, cpu->threads);
+	test_input_u8(ref);
+	test_input_u8(cpu);
 	struct pair p = {{ref, cpu}, {NULL, NULL}, &rng, cpu->ops->name};
 	run_suite(&p, 0);
 

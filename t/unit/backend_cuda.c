@@ -811,6 +811,32 @@ out:
 	dfree(t, gdx), dfree(t, gs);
 }
 
+/* input_u8 on the device against the CPU's: bytes in, the same floats out. */
+static void test_input_u8(struct t *t, int n, int c, int h, int w)
+{
+	struct backend *cb = t->cpu, *g = t->gpu;
+	size_t bytes = (size_t)n * c * h * w, words = (bytes + 3) / 4;
+	float *raw = chk_alloc(words), *want = chk_alloc(bytes);
+	uint8_t *src = (uint8_t *)raw;
+	const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+	char what[64];
+
+	for (size_t i = 0; i < bytes; i++)
+		src[i] = (uint8_t)((i * 2654435761u) >> 13);
+	snprintf(what, sizeof(what), "input_u8(n=%d c=%d h=%d w=%d)", n, c, h, w);
+	float *gsrc = up(t, raw, words), *gdst = dpoison(t, bytes);
+	cb->ops->input_u8(cb, src, want, n, c, h, w, mean, std);
+	if (ran(t, g, g->ops->input_u8(g, (const uint8_t *)gsrc, gdst, n, c, h, w, mean, std),
+		what)) {
+		float *got = down(t, gdst, bytes);
+		ok(memcmp(got, want, bytes * sizeof(float)) == 0, "%s %s: bit for bit", t->name,
+		   what);
+		free(got);
+	}
+	dfree(t, gsrc), dfree(t, gdst);
+	free(raw), free(want);
+}
+
 static void test_gap(struct t *t, int n, int c, int hw)
 {
 	struct backend *cp = t->cpu, *g = t->gpu;
@@ -1264,6 +1290,8 @@ static void run_suite(struct t *t, int convs_only)
 		test_linear(t, lins[i]);
 	test_eltwise(t, 1);
 	test_eltwise(t, 1000003);
+	test_input_u8(t, 3, 3, 224, 224);
+	test_input_u8(t, 1, 1, 5, 7);
 	test_gap(t, 2, 3, 5);
 	test_gap(t, 4, 64, 49);
 	test_xent(t, 1, 10, 0.0f, 1.0f);

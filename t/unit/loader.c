@@ -1,7 +1,8 @@
 /* loader.c — unit tests for trainer/data/loader.c: batches identical for 0, 1 and 3 workers, their
  * content from sampler + dataset + transform, drop_remainder, resume mid-epoch, N ranks ==
  * 1 rank, shutdown at any point, errors from workers, held buffers, the caller's allocator,
- * and one epoch of the real Fashion-MNIST. `loader.t --bench` times Fashion-MNIST loading. */
+ * encoded images (a bad one replaced by the next, warned about once, data.max_bad), and one
+ * epoch of the real Fashion-MNIST. `loader.t --bench` times Fashion-MNIST loading. */
 #include "common/error.h"
 #include "trainer/data/loader.h"
 #include "t/lib/tap.h"
@@ -11,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <png.h>
 
 #define FMNIST "/usr/share/datasets/fashion-mnist"
 
@@ -575,6 +578,208 @@ static void bench_synthetic(void)
 	data_free(&ds);
 }
 
+/* An encoded set beside the real ones (t0530 trains on a real folder): sample i is a 4x4 PNG
+ * of one grey level, 10 + i, label i % 3; the samples in `bad` are not images. */
+struct fake {
+	uint8_t *png[64];
+	size_t len[64];
+	int bad[64];
+};
+
+static int fake_read(const struct data_set *ds, size_t i, struct data_bytes *b, int *label,
+		     struct dp_error *err)
+{
+	const struct fake *f = ds->priv;
+
+	if (f->bad[i]) {
+		static const uint8_t junk[] = "not an image at all";
+		if (b->cap < sizeof(junk) && !(b->p = realloc(b->p, b->cap = sizeof(junk))))
+			return errprintf(err, "out of memory");
+		memcpy(b->p, junk, sizeof(junk));
+		b->len = sizeof(junk);
+	} else {
+		if (b->cap < f->len[i] && !(b->p = realloc(b->p, b->cap = f->len[i])))
+			return errprintf(err, "out of memory");
+		memcpy(b->p, f->png[i], f->len[i]);
+		b->len = f->len[i];
+	}
+	*label = (int)(i % 3);
+	return 0;
+}
+
+static void fake_describe(const struct data_set *ds, size_t i, char *buf, size_t n)
+{
+	(void)ds;
+	snprintf(buf, n, "fake/%02zu.png", i);
+}
+
+static const struct data_ops fake_ops = {.read = fake_read, .describe = fake_describe};
+
+static void fake_set(struct data_set *ds, struct fake *f, int n)
+{
+	memset(ds, 0, sizeof(*ds));
+	ds->ops = &fake_ops;
+	ds->kind = "fake";
+	snprintf(ds->name, sizeof(ds->name), "fake");
+	ds->count = (size_t)n;
+	ds->channels = 3;
+	ds->num_classes = 3;
+	ds->encoded = true;
+	ds->priv = f;
+	for (int i = 0; i < n; i++) {
+		uint8_t px[4 * 4];
+		png_image im = {.version = PNG_IMAGE_VERSION,
+				.width = 4,
+				.height = 4,
+				.format = PNG_FORMAT_GRAY};
+		png_alloc_size_t len = 0;
+
+		memset(px, 10 + i, sizeof(px));
+		if (!png_image_write_to_memory(&im, NULL, &len, 0, px, 0, NULL) ||
+		    !(f->png[i] = malloc(len)) ||
+		    !png_image_write_to_memory(&im, f->png[i], &len, 0, px, 0, NULL))
+			bail_out("png: %s", im.message);
+		f->len[i] = len;
+	}
+}
+
+/* Two epochs in order (no shuffle), batch 4: the grey level of each output sample. */
+static int encoded_epoch(const struct data_set *ds, int workers, long max_bad, FILE *warn,
+			 int *levels, int *labels, struct dp_error *err)
+{
+	struct imtf_spec spec = {.mode = IMTF_EVAL, .channels = 3, .size = 4, .resize = 4};
+	struct imtf t;
+	struct sampler s;
+	struct loader *l;
+	struct loader_batch *b;
+	struct loader_opts o = {.batch_size = 4,
+				.workers = workers,
+				.imtf = &t,
+				.max_bad = max_bad,
+				.warn = warn,
+				.what = "data.train"};
+	int k = 0, rc;
+
+	if (imtf_init(&t, &spec, err) != 0 ||
+	    sampler_init(&s, ds->count, 1, 0, false, 0, false, err) != 0)
+		bail_out("setup: %s", err->text);
+	if (loader_create(&l, ds, &s, NULL, &o, err) != 0)
+		bail_out("loader_create: %s", err->text);
+	for (int e = 0; e < 2; e++) {
+		if (loader_start_epoch(l, e, 0, err) != 0)
+			bail_out("start: %s", err->text);
+		k = 0;
+		while ((rc = loader_next(l, &b, err)) == 1) {
+			for (int i = 0; i < b->n; i++, k++) {
+				levels[k] = (int)(b->x[(size_t)i * 48] * 255.0f + 0.5f);
+				labels[k] = b->y[i];
+			}
+			loader_release(l, b);
+		}
+		if (rc != 0)
+			break;
+	}
+	loader_destroy(l);
+	sampler_free(&s);
+	return rc;
+}
+
+static void test_encoded(void)
+{
+	struct fake f = {0};
+	struct data_set ds;
+	struct dp_error err;
+	int lv0[16], lb0[16], lv3[16], lb3[16], ok_levels = 1;
+	char *text = NULL;
+	size_t tlen = 0;
+	FILE *w;
+
+	fake_set(&ds, &f, 16);
+	f.bad[5] = f.bad[6] = f.bad[15] = 1;
+	w = open_memstream(&text, &tlen);
+	ok(encoded_epoch(&ds, 0, 3, w, lv0, lb0, &err) == 0, "an encoded set with 3 bad samples, "
+							     "max_bad 3: two epochs complete");
+	fclose(w);
+	w = fopen("/dev/null", "w");
+	ok(encoded_epoch(&ds, 3, 3, w, lv3, lb3, &err) == 0, "and with 3 workers");
+	fclose(w);
+	for (int i = 0; i < 16; i++) {
+		int want = i == 5 || i == 6 ? 7 : i == 15 ? 0 : i; /* the next good one, wrapping */
+		ok_levels &= lv0[i] == 10 + want && lb0[i] == want % 3;
+	}
+	ok(ok_levels, "each bad sample is replaced by the next good one (5, 6 -> 7; 15 -> 0), its "
+		      "label with it");
+	ok(memcmp(lv0, lv3, sizeof(lv0)) == 0 && memcmp(lb0, lb3, sizeof(lb0)) == 0,
+	   "the same samples with 0 and 3 workers");
+	is_int((long long)(strstr(text, "fake/05.png") != NULL) +
+		   (strstr(text, "fake/06.png") != NULL) + (strstr(text, "fake/15.png") != NULL),
+	       3, "a warning names each bad sample");
+	like(text, "dptrain: warning: data.train: fake/05.png: neither a JPEG nor a PNG",
+	     "with the reason");
+	ok(strstr(strstr(text, "fake/05.png") + 1, "fake/05.png") == NULL,
+	   "once, although both epochs met it");
+	free(text);
+
+	/* uint8 batches: the same images before normalisation */
+	{
+		struct imtf_spec spec = {.mode = IMTF_TRAIN,
+					 .channels = 3,
+					 .size = 4,
+					 .scale = {0.5, 1},
+					 .ratio = {0.75, 4.0 / 3},
+					 .flip_p = 0.5};
+		struct imtf t;
+		struct sampler sf, su;
+		struct loader *lf, *lu;
+		struct loader_batch *bf, *bu;
+		struct loader_opts of = {.batch_size = 4,
+					 .workers = 2,
+					 .imtf = &t,
+					 .max_bad = 9,
+					 .warn = NULL},
+				   ou = of;
+		int same = 1, batches = 0;
+
+		f.bad[5] = f.bad[6] = f.bad[15] = 0;
+		ou.u8 = true;
+		if (imtf_init(&t, &spec, &err) != 0 ||
+		    sampler_init(&sf, 16, 1, 0, true, 3, false, &err) != 0 ||
+		    sampler_init(&su, 16, 1, 0, true, 3, false, &err) != 0 ||
+		    loader_create(&lf, &ds, &sf, NULL, &of, &err) != 0 ||
+		    loader_create(&lu, &ds, &su, NULL, &ou, &err) != 0 ||
+		    loader_start_epoch(lf, 1, 0, &err) != 0 ||
+		    loader_start_epoch(lu, 1, 0, &err) != 0)
+			bail_out("u8 setup: %s", err.text);
+		while (loader_next(lf, &bf, &err) == 1 && loader_next(lu, &bu, &err) == 1) {
+			batches++;
+			same &= bu->x == NULL && bf->u8 == NULL && bf->n == bu->n;
+			for (int i = 0; i < bf->n * 16; i++)
+				for (int c = 0; c < 3; c++)
+					same &= bf->x[(size_t)(i / 16 * 3 + c) * 16 + i % 16] ==
+						t.lut[c][bu->u8[(size_t)i * 3 + c]];
+			same &= memcmp(bf->y, bu->y, (size_t)bf->n * sizeof(int32_t)) == 0;
+			loader_release(lf, bf);
+			loader_release(lu, bu);
+		}
+		ok(same && batches == 4,
+		   "uint8 NHWC batches are the float batches before normalisation (%d batches)",
+		   batches);
+		loader_destroy(lf), loader_destroy(lu);
+		sampler_free(&sf), sampler_free(&su);
+		f.bad[5] = f.bad[6] = f.bad[15] = 1;
+	}
+
+	w = fopen("/dev/null", "w");
+	ok(encoded_epoch(&ds, 2, 2, w, lv0, lb0, &err) == -1, "3 bad samples, max_bad 2: refused");
+	fclose(w);
+	like(err.text,
+	     "data.train: 3 images could not be read or decoded, more than data.max_bad 2 "
+	     "(the last: fake/15.png: neither a JPEG nor a PNG",
+	     "naming the limit and the last file");
+	for (int i = 0; i < 16; i++)
+		free(f.png[i]);
+}
+
 int main(int argc, char **argv)
 {
 	struct data_set ds;
@@ -588,6 +793,7 @@ int main(int argc, char **argv)
 	test_shutdown(&ds);
 	test_errors(&ds);
 	test_allocator(&ds);
+	test_encoded();
 	test_fmnist(argc > 1 && strcmp(argv[1], "--bench") == 0);
 	if (argc > 1 && strcmp(argv[1], "--bench") == 0)
 		bench_synthetic();

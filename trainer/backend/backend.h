@@ -181,6 +181,14 @@ struct backend_ops {
 	/* Starts (on=1) or stops (on=0) the vendor profiler's capture range (ncu
 	 * --profile-from-start off): DPTRAIN_PROFILE_STEP in dptrain(1). */
 	int (*profile)(struct backend *be, int on);
+
+	/* Optional. An input batch of n x h x w x c bytes (NHWC, decoded images as the loader
+	 * hands them over) to float32 NCHW, both in backend memory: each value becomes
+	 * ((float)v / 255 - mean[ch]) / std[ch] in float32 (ToTensor + Normalize; the
+	 * loader's own arithmetic, bit for bit). A device backend is then sent a quarter of
+	 * the bytes. c <= 4; mean and std are host arrays of c values. */
+	int (*input_u8)(struct backend *be, const uint8_t *src, float *dst, int n, int c, int h,
+			int w, const float *mean, const float *std);
 };
 
 struct backend {

@@ -866,6 +866,16 @@ static int cpu_relu_bwd(struct backend *be, const float *y, const float *dy, flo
 	return 0;
 }
 
+static int cpu_input_u8(struct backend *be, const uint8_t *src, float *dst, int n, int c, int h,
+			int w, const float *mean, const float *std)
+{
+	if (n < 0 || c < 1 || c > 4 || h < 1 || w < 1)
+		return be_errf(be, "input_u8(n=%d c=%d h=%d w=%d): bad shape (1..4 channels)", n, c,
+			       h, w);
+	be_ref_input_u8(src, dst, n, c, h, w, mean, std, 1);
+	return 0;
+}
+
 static int cpu_add(struct backend *be, const float *a, const float *b, float *y, size_t n)
 {
 	(void)be;
@@ -992,6 +1002,7 @@ static const struct backend_ops cpu_ops = {
     .xent = cpu_xent,
     .sumsq = cpu_sumsq,
     .destroy = cpu_destroy,
+    .input_u8 = cpu_input_u8,
 };
 
 struct backend *be_cpu_create(int threads, struct dp_error *err)

@@ -2079,6 +2079,26 @@ static int cu_profile(struct backend *be, int on)
 	return 0;
 }
 
+static int cu_input_u8(struct backend *be, const uint8_t *src, float *dst, int n, int c, int h,
+		       int w, const float *mean, const float *std)
+{
+	const char *fn = "input_u8";
+	char shape[64];
+	struct u8_norm p;
+	size_t total = (size_t)n * c * h * w;
+
+	snprintf(shape, sizeof(shape), "n=%d c=%d h=%d w=%d", n, c, h, w);
+	if (n < 0 || c < 1 || c > 4 || h < 1 || w < 1)
+		return be_errf(be, "%s(%s): bad shape (1..4 channels)", fn, shape);
+	memset(&p, 0, sizeof(p));
+	for (int i = 0; i < c; i++)
+		p.mean[i] = mean[i], p.std[i] = std[i];
+	if (total)
+		LAUNCH(k_input_u8, grid_for(total), CU_THREADS, src, dst, total, c, (size_t)h * w,
+		       p);
+	return 0;
+}
+
 /* The op table, in backend.h's order (C++ has no designated initializers here). Float32
  * mode leaves act_import, act_export and act_accum NULL: an act is then a float array, and nn.c
  * uses its input batch and axpby directly instead of copies. */
@@ -2091,7 +2111,7 @@ static int cu_profile(struct backend *be, int on)
 		    cu_linear_bwd_weights, cu_op_destroy, cu_relu_fwd, cu_relu_bwd, cu_add,        \
 		    cu_axpby, cu_gap_fwd, cu_gap_bwd, cu_xent, cu_sumsq, cu_destroy, import,       \
 		    export_, accum, cu_host_alloc, cu_host_free, cu_upload, cu_mark, cu_mark_wait, \
-		    cu_mark_free, cu_profile,                                                      \
+		    cu_mark_free, cu_profile, cu_input_u8,                                         \
 	}
 
 static const struct backend_ops cu_ops = CU_OPS("cuda", NULL, NULL, NULL);

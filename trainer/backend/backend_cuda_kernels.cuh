@@ -214,6 +214,24 @@ __global__ static void k_axpby(float alpha, const float *x, float beta, float *y
 	y[i] = blend_f(__fmul_rn(alpha, x[i]), beta, &y[i]);
 }
 
+/* input_u8: NHWC bytes to normalised float32 NCHW, element i of the output; the loader's
+ * arithmetic in float32 with explicit rounding (no contraction). */
+struct u8_norm {
+	float mean[4], std[4];
+};
+__global__ static void k_input_u8(const uint8_t *src, float *dst, size_t n, int c, size_t hw,
+				  struct u8_norm p)
+{
+	GRID_LOOP(i, n)
+	{
+		size_t pix = i % hw, t = i / hw;
+		int ch = (int)(t % (size_t)c);
+		size_t img = t / (size_t)c;
+		float v = (float)src[(img * hw + pix) * (size_t)c + (size_t)ch];
+		dst[i] = __fdiv_rn(__fsub_rn(__fdiv_rn(v, 255.0f), p.mean[ch]), p.std[ch]);
+	}
+}
+
 /* float32 <-> act (act_import, act_export, and the per-call half copy of conv and linear
  * weights). */
 template <typename T> __global__ static void k_import(const float *x, T *y, size_t n)

@@ -174,6 +174,21 @@ void be_ref_fill(float *x, float value, size_t n, int par)
 		x[i] = value;
 }
 
+void be_ref_input_u8(const uint8_t *src, float *dst, int n, int c, int h, int w, const float *mean,
+		     const float *std, int par)
+{
+	size_t hw = (size_t)h * w;
+
+#pragma omp parallel for schedule(static) if (par)
+	for (int i = 0; i < n; i++)
+		for (int ch = 0; ch < c; ch++) {
+			const uint8_t *in = src + (size_t)i * hw * c + ch;
+			float *out = dst + ((size_t)i * c + ch) * hw;
+			for (size_t p = 0; p < hw; p++)
+				out[p] = ((float)in[p * c] / 255.0f - mean[ch]) / std[ch];
+		}
+}
+
 void be_ref_relu_fwd(const float *x, float *y, size_t n, int par)
 {
 #pragma omp parallel for simd schedule(static) if (par)
@@ -710,6 +725,16 @@ int be_host_op_copy(struct backend *be, void *dst, const void *src, size_t bytes
 	return 0;
 }
 
+static int ref_input_u8(struct backend *be, const uint8_t *src, float *dst, int n, int c, int h,
+			int w, const float *mean, const float *std)
+{
+	if (n < 0 || c < 1 || c > 4 || h < 1 || w < 1)
+		return be_errf(be, "input_u8(n=%d c=%d h=%d w=%d): bad shape (1..4 channels)", n, c,
+			       h, w);
+	be_ref_input_u8(src, dst, n, c, h, w, mean, std, par_of(be));
+	return 0;
+}
+
 static int ref_fill(struct backend *be, float *x, float value, size_t n)
 {
 	be_ref_fill(x, value, n, par_of(be));
@@ -1035,7 +1060,7 @@ static void ref_destroy(struct backend *be)
 	.linear_bwd_data = ref_linear_bwd_data, .linear_bwd_weights = ref_linear_bwd_weights,      \
 	.op_destroy = ref_op_destroy, .relu_fwd = ref_relu_fwd, .relu_bwd = ref_relu_bwd,          \
 	.add = ref_add, .axpby = ref_axpby, .gap_fwd = ref_gap_fwd, .gap_bwd = ref_gap_bwd,        \
-	.xent = ref_xent, .sumsq = ref_sumsq, .destroy = ref_destroy
+	.xent = ref_xent, .sumsq = ref_sumsq, .destroy = ref_destroy, .input_u8 = ref_input_u8
 
 static const struct backend_ops ref_ops = {.name = "ref", REF_OPS_INIT};
 static const struct backend_ops ref_parallel_ops = {.name = "cpu (no oneDNN)", REF_OPS_INIT};

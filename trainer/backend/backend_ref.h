@@ -39,6 +39,9 @@ int be_host_op_copy(struct backend *be, void *dst, const void *src, size_t bytes
  * reduction is summed in a fixed order, so results do not depend on the thread count.
  * beta: 0 overwrites the output without reading it, otherwise out = result + beta * out. */
 void be_ref_fill(float *x, float value, size_t n, int par);
+/* backend.h's input_u8: NHWC bytes to normalised float32 NCHW. */
+void be_ref_input_u8(const uint8_t *src, float *dst, int n, int c, int h, int w, const float *mean,
+		     const float *std, int par);
 void be_ref_relu_fwd(const float *x, float *y, size_t n, int par);
 void be_ref_relu_bwd(const float *y, const float *dy, float *dx, size_t n, float beta, int par);
 void be_ref_add(const float *a, const float *b, float *y, size_t n, int par);

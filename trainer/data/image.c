@@ -74,6 +74,8 @@ int imtf_init(struct imtf *t, const struct imtf_spec *spec, struct dp_error *err
 					 "image transform: std[%d] is %g; every channel's std "
 					 "must be > 0",
 					 c, (double)std);
+		t->mean[c] = mean;
+		t->std[c] = std;
 		for (int v = 0; v < 256; v++)
 			t->lut[c][v] = ((float)v / 255.0f - mean) / std;
 	}

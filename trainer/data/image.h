@@ -62,7 +62,8 @@ struct imtf_spec {
 
 struct imtf {
 	struct imtf_spec spec;
-	float lut[IMG_MAX_CHANNELS][256]; /* ((float)v / 255 - mean) / std */
+	float lut[IMG_MAX_CHANNELS][256];		     /* ((float)v / 255 - mean) / std */
+	float mean[IMG_MAX_CHANNELS], std[IMG_MAX_CHANNELS]; /* what lut uses (0 and 1: none) */
 };
 
 /* Where a sample's pixels come from, in the image's own full-size coordinates. */

@@ -111,9 +111,10 @@ static int note_bad(struct loader *l, size_t idx, bool skipped, const char *why,
 	return 0;
 }
 
-/* An encoded sample: read, decode and augment; a bad one is replaced by the next good one. */
-static int fill_encoded(struct loader *l, size_t idx, struct enc_scratch *es, float *x, int *label,
-			struct dp_error *err)
+/* An encoded sample: read, decode and augment (into x, or u8 when the loader hands over
+ * bytes); a bad one is replaced by the next good one. */
+static int fill_encoded(struct loader *l, size_t idx, struct enc_scratch *es, float *x, uint8_t *u8,
+			int *label, struct dp_error *err)
 {
 	size_t n = l->ds->count;
 
@@ -122,8 +123,10 @@ static int fill_encoded(struct loader *l, size_t idx, struct enc_scratch *es, fl
 		bool warned = false;
 
 		if (data_read(l->ds, idx, &es->bytes, label, &why) == 0 &&
-		    imtf_apply(l->o.imtf, l->epoch, idx, es->bytes.p, es->bytes.len, &es->im, x,
-			       &warned, &why) == 0) {
+		    (u8 ? imtf_apply_u8(l->o.imtf, l->epoch, idx, es->bytes.p, es->bytes.len,
+					&es->im, u8, &warned, &why)
+			: imtf_apply(l->o.imtf, l->epoch, idx, es->bytes.p, es->bytes.len, &es->im,
+				     x, &warned, &why)) == 0) {
 			if (warned && note_bad(l, idx, false, why.text, err) < 0)
 				return -1;
 			return 0;
@@ -148,8 +151,9 @@ static int fill(struct loader *l, struct slot *sl, size_t b, int wid, struct dp_
 		int label;
 
 		if (l->ds->encoded) {
-			if (fill_encoded(l, idx, &l->enc[wid], sl->b.x + i * l->elems, &label,
-					 err) != 0)
+			if (fill_encoded(
+				l, idx, &l->enc[wid], l->o.u8 ? NULL : sl->b.x + i * l->elems,
+				l->o.u8 ? sl->b.u8 + i * l->elems : NULL, &label, err) != 0)
 				return -1;
 		} else {
 			if (data_get(l->ds, idx, l->scratch[wid], &px, &label, err) != 0)
@@ -217,7 +221,7 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 	struct loader *l;
 	struct sampler whole;
 	sigset_t all, old;
-	size_t per_epoch, x_bytes, y_bytes;
+	size_t per_epoch, x_bytes, y_bytes, esize;
 	int nscratch, rc;
 
 	*out = NULL;
@@ -242,6 +246,11 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 			  "loader: the transform is set up for %dx%dx%d images but %s has %dx%dx%d",
 			  tf->channels, tf->in_h, tf->in_w, ds->name, ds->channels, ds->height,
 			  ds->width);
+		return -1;
+	}
+	if (opts->u8 && !ds->encoded) {
+		errprintf(err, "loader: %s is decoded already; uint8 batches are for encoded sets",
+			  ds->name);
 		return -1;
 	}
 	if (s->n != ds->count) {
@@ -274,9 +283,10 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_mutex_init(&l->bad_mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
-	x_bytes = (size_t)opts->batch_size * l->elems * sizeof(float);
+	esize = opts->u8 ? 1 : sizeof(float);
+	x_bytes = (size_t)opts->batch_size * l->elems * esize;
 	y_bytes = (size_t)opts->batch_size * sizeof(int32_t);
-	if (x_bytes / sizeof(float) / l->elems != (size_t)opts->batch_size) {
+	if (x_bytes / esize / l->elems != (size_t)opts->batch_size) {
 		errprintf(err, "loader: a batch of %d is too large", opts->batch_size);
 		goto fail;
 	}
@@ -293,9 +303,12 @@ int loader_create(struct loader **out, const struct data_set *ds, struct sampler
 			goto oom;
 	}
 	for (int i = 0; i < l->nslots; i++) {
-		l->slots[i].b.x = xalloc(l, x_bytes);
+		if (opts->u8)
+			l->slots[i].b.u8 = xalloc(l, x_bytes);
+		else
+			l->slots[i].b.x = xalloc(l, x_bytes);
 		l->slots[i].b.y = xalloc(l, y_bytes);
-		if (!l->slots[i].b.x || !l->slots[i].b.y)
+		if ((!l->slots[i].b.x && !l->slots[i].b.u8) || !l->slots[i].b.y)
 			goto oom;
 	}
 	for (int i = 0; i < nscratch; i++)
@@ -450,6 +463,7 @@ void loader_destroy(struct loader *l)
 	if (l->slots) {
 		for (int i = 0; i < l->nslots; i++) {
 			xfree(l, l->slots[i].b.x);
+			xfree(l, l->slots[i].b.u8);
 			xfree(l, l->slots[i].b.y);
 		}
 	}

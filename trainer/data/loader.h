@@ -28,9 +28,10 @@
 #include <stdio.h>
 
 struct loader_batch {
-	float *x;   /* n x C x H x W, float32 NCHW */
-	int32_t *y; /* n labels */
-	int n;	    /* samples in this batch: batch_size, or fewer for a short last batch */
+	float *x;    /* n x C x H x W, float32 NCHW (NULL with opts.u8) */
+	uint8_t *u8; /* opts.u8: n x H x W x C bytes, cropped and flipped, not normalised */
+	int32_t *y;  /* n labels */
+	int n;	     /* samples in this batch: batch_size, or fewer for a short last batch */
 	int64_t epoch;
 	int64_t step; /* step within the epoch, 0-based (counts batches skipped by a resume) */
 	size_t next_offset; /* sampler global offset once this batch is consumed: checkpoint it */
@@ -56,6 +57,7 @@ struct loader_opts {
 	 * dataset order (index + 1, + 2, ...: the same whatever the workers); more than max_bad
 	 * such images on this rank stop the epoch with an error naming the last. */
 	const struct imtf *imtf;
+	bool u8; /* hand over uint8 NHWC (u8) for a device to normalise, not float32 (x) */
 	long max_bad;
 	FILE *warn;
 	const char *what;
