@@ -12,12 +12,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 /* No image file is this large; a bigger one is refused before it is read into memory. */
 #define FOLDER_MAX_FILE (1ull << 30)
+/* How long a rank waits for another that is listing the same folder into the same cache (a
+ * million files on a busy parallel file system take minutes), before listing it itself. */
+#define FOLDER_LOCK_WAIT_S 1800
 
 struct folder {
 	struct di_index ix; /* first: di_of_set */
@@ -173,20 +177,18 @@ static int mkdirs(const char *dir)
 	return 0;
 }
 
-/* The list from the cache, or from a scan then written to the cache. */
-static int load_cached(struct di_index *ix, const char *abs, const char *cache_dir,
-		       struct dp_error *err)
+/* List the folder and write the list to the cache at path (a failure to write it is a
+ * warning). */
+static int scan_to_cache(struct di_index *ix, const char *abs, const char *cache_dir,
+			 const char *path, struct dp_error *why, struct dp_error *err)
 {
-	char path[PATH_MAX];
-	struct dp_error why, w;
+	struct dp_error w;
 	struct timespec t0;
 
-	if (di_cache_path(path, sizeof(path), cache_dir, abs) != 0)
-		return errprintf(err, "%s: the cache folder's path is too long", cache_dir);
-	if (cache_fresh(ix, path, abs, &why) == 0)
-		return 0;
-	if (why.text[0])
-		warn(why.text);
+	if (why->text[0])
+		warn(why->text);
+	fprintf(stderr, "%s: listing the image folder %s (once: the list is kept in %s)\n",
+		program_invocation_short_name, abs, path);
 	/* A folder that changes while it is listed is newer than the cache: the cache's time is
 	 * the start of the scan, less a second for a file server's clock running behind. */
 	clock_gettime(CLOCK_REALTIME, &t0);
@@ -204,6 +206,52 @@ static int load_cached(struct di_index *ix, const char *abs, const char *cache_d
 		warn(w.text);
 	}
 	return 0;
+}
+
+/* The ranks of a job share the cache: one lists the folder while the others wait on PATH.lock
+ * (flock; bounded), then read what it wrote, so a million files are listed once, not once per
+ * rank. -1: no lock to be had (a file system without flock, a read-only folder): list anyway. */
+static int lock_cache(const char *path)
+{
+	char lock[PATH_MAX];
+	int fd, n = snprintf(lock, sizeof(lock), "%s.lock", path);
+	struct timespec nap = {0, 100 * 1000 * 1000};
+
+	if (n < 0 || (size_t)n >= sizeof(lock) ||
+	    (fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)) < 0)
+		return -1;
+	for (long i = 0; i < FOLDER_LOCK_WAIT_S * 10L; i++) {
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+			return fd;
+		if (errno != EWOULDBLOCK && errno != EINTR)
+			break;
+		nanosleep(&nap, NULL);
+	}
+	close(fd);
+	return -1;
+}
+
+/* The list from the cache, or from a scan then written to the cache. */
+static int load_cached(struct di_index *ix, const char *abs, const char *cache_dir,
+		       struct dp_error *err)
+{
+	char path[PATH_MAX];
+	struct dp_error why;
+	int lock = -1, rv;
+
+	if (di_cache_path(path, sizeof(path), cache_dir, abs) != 0)
+		return errprintf(err, "%s: the cache folder's path is too long", cache_dir);
+	if (cache_fresh(ix, path, abs, &why) == 0)
+		return 0;
+	if (mkdirs(cache_dir) == 0 && (lock = lock_cache(path)) >= 0 &&
+	    cache_fresh(ix, path, abs, &why) == 0) {
+		close(lock); /* another rank listed it while this one waited */
+		return 0;
+	}
+	rv = scan_to_cache(ix, abs, cache_dir, path, &why, err);
+	if (lock >= 0)
+		close(lock);
+	return rv;
 }
 
 static int load_list(struct folder *f, const char *abs, const char *index, const char *cache_dir,
