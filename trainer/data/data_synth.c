@@ -3,18 +3,10 @@
  * rank and worker sees the same bytes. Owns only that generator. */
 #include "common/error.h"
 #include "trainer/data/data.h"
+#include "trainer/data/mix.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#define GOLDEN 0x9e3779b97f4a7c15ull
-
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
 
 /* Sample i's key; its label is drawn from the key, its pixels from the counter stream
  * mix64(key + k * GOLDEN), k = 1, 2, ... (splitmix64 seeded with the key). */

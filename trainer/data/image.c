@@ -5,6 +5,7 @@
  * resampling in its fixed point, then flip and ToTensor/Normalize. Owns only pixels: which
  * file, sample and epoch come from the caller. */
 #include "trainer/data/image.h"
+#include "trainer/data/mix.h"
 #include "common/error.h"
 
 #include <math.h>
@@ -16,20 +17,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#define GOLDEN	       0x9e3779b97f4a7c15ull
 #define PRECISION_BITS (32 - 8 - 2) /* PIL's Resample.c, 8-bit images */
-
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t below(uint64_t u, uint64_t m)
-{
-	return (uint64_t)(((unsigned __int128)u * m) >> 64);
-}
 
 int imtf_init(struct imtf *t, const struct imtf_spec *spec, struct dp_error *err)
 {
@@ -442,6 +430,16 @@ static void jerr_emit(j_common_ptr cinfo, int level)
 	}
 }
 
+/* A decompressor whose errors longjmp to je->jb and whose first warning is kept. */
+static void jerr_init(struct jpeg_decompress_struct *d, struct jerr *je)
+{
+	memset(je, 0, sizeof(*je));
+	d->err = jpeg_std_error(&je->pub);
+	je->pub.error_exit = jerr_exit;
+	je->pub.emit_message = jerr_emit;
+	jpeg_create_decompress(d);
+}
+
 static bool is_jpeg(const uint8_t *b, size_t n)
 {
 	return n >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff;
@@ -508,11 +506,7 @@ static int decode_jpeg(const uint8_t *buf, size_t len, struct jpeg_job *j, bool 
 	int C = sp->channels;
 	volatile int rv = -1;
 
-	memset(&je, 0, sizeof(je));
-	d.err = jpeg_std_error(&je.pub);
-	je.pub.error_exit = jerr_exit;
-	je.pub.emit_message = jerr_emit;
-	jpeg_create_decompress(&d);
+	jerr_init(&d, &je);
 	if (setjmp(je.jb)) {
 		errprintf(err, "JPEG: %s", je.msg);
 		goto out;
@@ -652,11 +646,7 @@ static int jpeg_size(const uint8_t *buf, size_t len, int *W, int *H, struct dp_e
 	struct jerr je;
 	volatile int rv = -1;
 
-	memset(&je, 0, sizeof(je));
-	d.err = jpeg_std_error(&je.pub);
-	je.pub.error_exit = jerr_exit;
-	je.pub.emit_message = jerr_emit;
-	jpeg_create_decompress(&d);
+	jerr_init(&d, &je);
 	if (setjmp(je.jb)) {
 		errprintf(err, "JPEG: %s", je.msg);
 	} else {

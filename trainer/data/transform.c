@@ -1,24 +1,11 @@
 /* transform.c — RandomCrop + RandomHorizontalFlip + ToTensor/Normalize in one pass over the
  * output, with the counter-based draws transform.h documents. Owns only pixel arithmetic. */
 #include "trainer/data/transform.h"
+#include "trainer/data/mix.h"
 #include "common/error.h"
 
 #include <stdio.h>
 #include <string.h>
-
-#define GOLDEN 0x9e3779b97f4a7c15ull
-
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static uint64_t below(uint64_t u, uint64_t m)
-{
-	return (uint64_t)(((unsigned __int128)u * m) >> 64);
-}
 
 int tf_init(struct tf *t, const struct tf_spec *spec, int channels, int height, int width,
 	    struct dp_error *err)
