@@ -5,7 +5,7 @@ test_description='the job config: dptrain --check on the examples, bad configs, 
 data="$SHARNESS_TEST_SRCDIR/data/config"
 examples="$DPTRAIN_SRC_DIR/contrib/examples"
 
-for ex in resnet50 mlp-fmnist lenet-fmnist resnet18-fmnist; do
+for ex in resnet50 resnet50-synthetic resnet18 mlp-fmnist lenet-fmnist resnet18-fmnist; do
 	test_expect_success "example $ex.json validates and prints JSON" '
 		dptrain --check "$examples/$ex.json" >$ex.out 2>$ex.err &&
 		test_must_be_empty $ex.err &&
@@ -43,9 +43,16 @@ test_expect_success 'the examples resolve as documented' '
 	test "$(dp_json resnet50.out "d[\"model\"][\"input_shape\"]")" = "[3, 224, 224]" &&
 	test "$(dp_json resnet50.out "d[\"model\"][\"num_classes\"]")" = 1000 &&
 	test "$(dp_json resnet50.out "d[\"model\"][\"stem\"]")" = imagenet &&
-	test "$(dp_json resnet50.out "d[\"data\"][\"format\"]")" = synthetic &&
+	test "$(dp_json resnet50.out "d[\"data\"][\"format\"]")" = imagefolder &&
+	test "$(dp_json resnet50.out "d[\"data\"][\"train\"][\"root\"]")" = /data/imagenet/train &&
+	test "$(dp_json resnet50.out "d[\"data\"][\"eval\"][\"root\"]")" = /data/imagenet/val &&
+	test "$(dp_json resnet50.out "d[\"data\"][\"transforms\"][\"random_resized_crop\"][\"scale\"]")" = "[0.08, 1]" &&
+	test "$(dp_json resnet50.out "d[\"data\"][\"transforms\"][\"eval_resize\"]")" = 256 &&
 	test "$(dp_json resnet50.out "d[\"data\"][\"batch_size\"]")" = 32 &&
-	dp_json resnet50.out "d[\"description\"]" | grep -i synthetic &&
+	dp_json resnet50.out "d[\"description\"]" | grep ImageNet &&
+	test "$(dp_json resnet50-synthetic.out "d[\"data\"][\"format\"]")" = synthetic &&
+	dp_json resnet50-synthetic.out "d[\"description\"]" | grep -i synthetic &&
+	test "$(dp_json resnet18.out "d[\"model\"][\"name\"]")" = resnet18 &&
 	test "$(dp_json resnet18-fmnist.out "d[\"model\"][\"stem\"]")" = small &&
 	test "$(dp_json resnet18-fmnist.out "d[\"data\"][\"transforms\"][\"random_crop\"][\"padding\"]")" = 4 &&
 	test "$(dp_json resnet18-fmnist.out "d[\"data\"][\"transforms\"][\"horizontal_flip\"]")" = True
@@ -248,7 +255,7 @@ test_expect_success MAN 'dptrain.json(5) documents every key of the printed conf
 	dptrain --check minimal.json lr_schedule.name=cosine lr_schedule.warmup_epochs=1 \
 		train.epochs=2 model.name=resnet18 >all3.json &&
 	MANWIDTH=200 man -l "$DPTRAIN_SRC_DIR/doc/dptrain.json.5" >page.txt 2>/dev/null &&
-	/usr/bin/python3 - resnet50.out lenet-fmnist.out resnet18-fmnist.out \
+	/usr/bin/python3 - resnet50.out resnet50-synthetic.out lenet-fmnist.out resnet18-fmnist.out \
 		all1.json all2.json all3.json page.txt <<-\EOF
 	import json, sys
 	page = open(sys.argv[-1]).read()
