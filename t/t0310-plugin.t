@@ -236,6 +236,8 @@ test_expect_success 'dptrain not on the PATH: the trainer= program runs for it' 
 	test_must_fail env PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout 30 srun -n1 dptrain --version
 '
 
+# The next three name the node: -w n1, since Slurm may place a one-task step on either node
+# (it took n2 once, in the Debian 13 root, with the other test of the pair running).
 test_expect_success 'a wire-up that hangs is stopped at its own limit + 30 s, naming the rank' '
 	cat >"$DPTRAIN_CLUSTER_RUNDIR/hang.sh" <<-\EOF &&
 	#!/bin/sh
@@ -245,7 +247,7 @@ test_expect_success 'a wire-up that hangs is stopped at its own limit + 30 s, na
 	EOF
 	chmod +x "$DPTRAIN_CLUSTER_RUNDIR/hang.sh" &&
 	plugstack launcher=$DPTRAIN_CLUSTER_RUNDIR/hang.sh &&
-	test_must_fail timeout 120 srun -n1 --dptrain=good.json true 2>err &&
+	test_must_fail timeout 120 srun -n1 -w n1 --dptrain=good.json true 2>err &&
 	cat err &&
 	grep "dptrain: rank 0 on n1: the wire-up (.*hang.sh) did not finish within 31 s; stopped it" err &&
 	plugstack
@@ -253,7 +255,7 @@ test_expect_success 'a wire-up that hangs is stopped at its own limit + 30 s, na
 
 test_expect_success 'a launcher that does not exist fails the task, naming it and the node' '
 	plugstack launcher=/nonexistent/dptrain-launch &&
-	test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
+	test_must_fail timeout 30 srun -n1 -w n1 --dptrain=good.json true 2>err &&
 	cat err &&
 	grep "dptrain: the launcher /nonexistent/dptrain-launch cannot be executed (rank 0 on n1): No such file" err &&
 	timeout 30 srun -n1 true &&
@@ -263,7 +265,7 @@ test_expect_success 'a launcher that does not exist fails the task, naming it an
 test_expect_success 'a launcher that is not executable fails the task' '
 	cp "$PROBE" "$DPTRAIN_CLUSTER_RUNDIR/noexec.sh" && chmod 644 "$DPTRAIN_CLUSTER_RUNDIR/noexec.sh" &&
 	plugstack launcher=$DPTRAIN_CLUSTER_RUNDIR/noexec.sh &&
-	test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
+	test_must_fail timeout 30 srun -n1 -w n1 --dptrain=good.json true 2>err &&
 	grep "dptrain: the launcher .*noexec.sh cannot be executed (rank 0 on n1): Permission denied" err &&
 	plugstack
 '
