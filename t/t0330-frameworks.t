@@ -21,13 +21,33 @@ newest() {
 
 # show COMMAND...: run it with its output in out and err; when it fails, say so with its
 # error output (which the test's log would not otherwise have)
+# A command still running after 90 s (the tests give 120) leaves evidence: the process tree
+# with each process's wait channel, and the Python ranks' stacks (SIGUSR1: ddp.py registers
+# faulthandler for it) in their train.log; a failure prints both. Once, under CI's load, a
+# step whose two DDP ranks had both printed their result did not end (t0330 #8).
 show() {
-	"$@" >out 2>err || {
-		_rc=$?
-		echo "failed with status $_rc: $*" >&2
-		cat err >&2
-		return $_rc
-	}
+	: >.show-start
+	rm -f hung.ps
+	(sleep 90 && ps -eo pid,ppid,stat,wchan:24,etime,args --forest >hung.ps 2>&1 &&
+		for p in $(pgrep -f "python3 ddp\.py"); do
+			test "$(cat /proc/$p/comm 2>/dev/null)" = python3 &&
+				case "$(readlink /proc/$p/cwd)" in "$PWD"*) kill -USR1 $p ;; esac
+		done) &
+	_wd=$!
+	_rc=0
+	"$@" >out 2>err || _rc=$?
+	pkill -P $_wd 2>/dev/null
+	kill $_wd 2>/dev/null
+	wait $_wd 2>/dev/null
+	test $_rc = 0 && return 0
+	echo "failed with status $_rc: $*" >&2
+	cat err >&2
+	if test -s hung.ps; then
+		echo "processes after 90 s:" >&2
+		cat hung.ps >&2
+		find . -name train.log -newer .show-start -exec tail -n 40 {} + >&2
+	fi
+	return $_rc
 }
 
 # gpu_check DIR N: every rank's gpuprobe line: DPTRAIN_GPU is a device the rank sees, and it
@@ -97,8 +117,10 @@ test_expect_success 'the same binding under dptrain-run: the warning comes from 
 
 cat >ddp.py <<\EOF
 # A DDP script as the PyTorch tutorials write it: env://, the local rank picks the device.
-import os, torch, torch.distributed as dist
+import faulthandler, os, signal, torch, torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
+
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks, should it hang (show)
 
 @record
 def main():
