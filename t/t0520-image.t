@@ -51,22 +51,31 @@ test_expect_success TV 'setup: an image folder made with PIL' '
 # compare.py MODE OUT LINES [dct]: our floats against torchvision's on the same files. The
 # train comparison feeds our crop (LINES: index label top left h w flip W H) to
 # F.resized_crop, so it checks the pixels; the draws are checked on their own below.
+# ROOT: the folder (root); GRAY=1: one channel, torchvision's Grayscale() as the first
+# transform (PIL's convert("L")); HIGHBYTE=1: 16-bit grey PNGs read as their high byte.
 test_expect_success TV 'setup: the comparison' '
 	cat >compare.py <<-\EOF
-	import sys, numpy as np, torch
+	import os, sys, numpy as np, torch
+	from PIL import Image
 	from torchvision import datasets, transforms as T
 	import torchvision.transforms.functional as F
 	mode, out, lines = sys.argv[1:4]
 	dct = len(sys.argv) > 4
-	norm = [T.ToTensor(), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
-	ds = datasets.ImageFolder("root")
-	ours = np.fromfile(out, np.float32).reshape(-1, 3, 224, 224)
+	C = 1 if os.environ.get("GRAY") else 3
+	mean, std = [0.485, 0.456, 0.406][:C], [0.229, 0.224, 0.225][:C]
+	norm = [T.ToTensor(), T.Normalize(mean, std)]
+	ds = datasets.ImageFolder(os.environ.get("ROOT", "root"))
+	ours = np.fromfile(out, np.float32).reshape(-1, C, 224, 224)
 	rows = [l.split("\t") for l in open(lines).read().splitlines()]
 	assert len(rows) == len(ds) == len(ours), (len(rows), len(ds), len(ours))
 	worst = 0.0
 	for k, (path, label) in enumerate(ds.samples):
 	    idx, lab, top, left, h, w, flip, W, H = map(int, rows[k])
 	    img = ds.loader(path)
+	    if os.environ.get("HIGHBYTE"):
+	        img = Image.fromarray((np.asarray(Image.open(path), np.int64) >> 8).astype(np.uint8)).convert("RGB")
+	    if C == 1:
+	        img = img.convert("L")
 	    assert (idx, lab, W, H) == (k, label, img.width, img.height), (rows[k], path, label, img.size)
 	    if mode == "eval":
 	        ref = T.Compose([T.Resize(256), T.CenterCrop(224)] + norm)(img)
@@ -80,8 +89,7 @@ test_expect_success TV 'setup: the comparison' '
 	            print("%s: differs, max %g" % (path, d)); sys.exit(1)
 	    else:
 	        # in pixel levels: undo Normalize
-	        std = np.array([0.229, 0.224, 0.225], np.float32)[:, None, None]
-	        d = (np.abs(ref - ours[k]) * std * 255).mean()
+	        d = (np.abs(ref - ours[k]) * np.array(std, np.float32)[:, None, None] * 255).mean()
 	        print("%s: %dx%d crop %dx%d, mean |diff| %.3f levels" % (path, W, H, w, h, d))
 	        worst = max(worst, d)
 	if dct:
@@ -107,6 +115,108 @@ test_expect_success TV 'train: our RandomResizedCrop + flip, resampled as torchv
 	done &&
 	cut -f7 tr0.lines tr1.lines tr2.lines | sort | uniq -c >flips &&
 	test $(wc -l <flips) = 2
+'
+
+# PNGs as PIL reads them, where libpng's simplified API reads them otherwise: 16-bit samples
+# (PIL keeps the high byte; the low byte here is noise, so rounding would differ), gAMA and
+# cHRM chunks (PIL ignores them), Adam7 interlacing, grey of 1, 2 and 4 bits, a palette with
+# transparency, grey with alpha. Written byte by byte: PIL writes none of these but the last.
+test_expect_success TV 'setup: PNGs of every depth, kind and interlacing' '
+	cat >mkpng.py <<-\EOF &&
+	import os, struct, zlib, numpy as np
+	rng = np.random.default_rng(9)
+	def photo(w, h, k, c=3):
+	    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+	    img = np.stack([128 + 100 * np.sin(x / (9 + k) + k) * np.cos(y / 23.0),
+	                    128 + 90 * np.sin((x + y) / (31.0 + k)),
+	                    128 + 80 * np.cos(x / 11.0 - y / (19.0 + k))], -1)[..., :c]
+	    return np.clip(img + rng.normal(0, 10, img.shape), 0, 255).astype(np.int64)
+	def chunk(t, d):
+	    return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+	def rows(a, depth):  # (h, w, c) samples to filter-0 rows
+	    h = a.shape[0]
+	    if depth == 16:
+	        b = a.reshape(h, -1).astype(">u2").view(np.uint8)
+	    elif depth == 8:
+	        b = a.reshape(h, -1).astype(np.uint8)
+	    else:  # one channel, packed most significant bits first
+	        per = 8 // depth
+	        v = a.reshape(h, -1)
+	        v = np.pad(v, ((0, 0), (0, -v.shape[1] % per)))
+	        v = v.reshape(h, -1, per)
+	        b = sum(v[:, :, i] << (8 - depth * (i + 1)) for i in range(per)).astype(np.uint8)
+	    return b"".join(b"\0" + r.tobytes() for r in b)
+	ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+	def png(path, a, ctype, depth, extra=b"", interlace=False, plte=None):
+	    h, w = a.shape[:2]
+	    if interlace:
+	        raw = b"".join(rows(a[y0::dy, x0::dx], depth) for x0, y0, dx, dy in ADAM7
+	                       if a[y0::dy, x0::dx].size)
+	    else:
+	        raw = rows(a, depth)
+	    pre = chunk(b"PLTE", plte) if plte is not None else b""
+	    with open(path, "wb") as f:
+	        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, ctype, 0, 0, int(interlace)))
+	                + pre + extra + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+	def lo(a):  # a 16-bit sample: the 8-bit one high, noise low (rounding it would differ)
+	    return a * 256 + rng.integers(0, 256, a.shape)
+	for d in ("png/a", "png/b", "png16g/a"):
+	    os.makedirs(d, exist_ok=True)
+	png("png/a/rgb16.png", lo(photo(300, 260, 1)), 2, 16)
+	alpha = rng.integers(0, 65536, (250, 230, 1))
+	png("png/a/rgba16.png", np.concatenate([lo(photo(230, 250, 2)), alpha], -1), 6, 16)
+	png("png/a/la16.png", np.concatenate([lo(photo(240, 240, 3, 1)), lo(photo(240, 240, 4, 1))], -1), 4, 16)
+	png("png/a/gamma.png", photo(280, 250, 5), 2, 8, chunk(b"gAMA", struct.pack(">I", 100000)))
+	png("png/a/chrm-gamma.png", photo(250, 280, 6), 2, 8, chunk(b"cHRM", struct.pack(">8I", 31270, 32900, 64000, 33000, 30000, 60000, 15000, 6000)) + chunk(b"gAMA", struct.pack(">I", 55000)))
+	png("png/b/adam7.png", photo(301, 207, 7), 2, 8, interlace=True)
+	png("png/b/adam7-16.png", lo(photo(229, 233, 8)), 2, 16, interlace=True)
+	png("png/b/la.png", np.concatenate([photo(260, 230, 9, 1), photo(260, 230, 10, 1)], -1), 4, 8)
+	png("png/b/grey1.png", photo(250, 240, 11, 1) >> 7, 0, 1)
+	png("png/b/grey2-adam7.png", photo(243, 237, 12, 1) >> 6, 0, 2, interlace=True)
+	png("png/b/grey4.png", photo(237, 243, 13, 1) >> 4, 0, 4)
+	pal = rng.integers(0, 256, (16, 3)).astype(np.uint8).tobytes()
+	png("png/b/pal4-trns.png", photo(231, 245, 14, 1) >> 4, 3, 4, chunk(b"tRNS", bytes(range(0, 256, 16))), plte=pal)
+	png("png16g/a/grey16.png", lo(photo(260, 250, 15, 1)), 0, 16)
+	EOF
+	$PY mkpng.py &&
+	test $(find png -type f | wc -l) = 12
+'
+
+test_expect_success TV 'PNGs of every kind: torchvision bit for bit, eval and train' '
+	"$DATA" transform --eval --size 224 --resize 256 --mean $MEAN --std $STD \
+		-o pe.bin png >pe.lines &&
+	ROOT=png $PY compare.py eval pe.bin pe.lines >cmp-pe.out &&
+	cat cmp-pe.out && grep "12 images identical" cmp-pe.out &&
+	"$DATA" transform --train --size 224 --seed 4 --no-dct --mean $MEAN --std $STD \
+		-o pt.bin png >pt.lines &&
+	ROOT=png $PY compare.py train pt.bin pt.lines >cmp-pt.out &&
+	cat cmp-pt.out && grep "12 images identical" cmp-pt.out
+'
+
+# PIL reads a 16-bit grey PNG as 32-bit integers, and torchvision's convert("RGB") saturates
+# them: nearly white. dptrain takes the high byte, as PIL does for 16-bit colour.
+test_expect_success TV '16-bit grey PNG: its high byte (where torchvision saturates it)' '
+	"$DATA" transform --eval --size 224 --resize 256 --mean $MEAN --std $STD \
+		-o g16.bin png16g >g16.lines &&
+	HIGHBYTE=1 ROOT=png16g $PY compare.py eval g16.bin g16.lines >cmp-g16.out &&
+	cat cmp-g16.out && grep "1 images identical" cmp-g16.out &&
+	test_must_fail env ROOT=png16g $PY compare.py eval g16.bin g16.lines
+'
+
+# One channel (a model with 1 input channel): PIL's convert("L") of the RGB image, before the
+# crop, as torchvision's Grayscale() first does (libjpeg's own grey, its Y, is a level off in
+# places; libpng's simplified API makes grey in linear light: 8 levels off on average).
+test_expect_success TV 'one channel: convert("L") first, then the same transforms, bit for bit' '
+	for r in root png; do
+		"$DATA" transform --eval --gray --size 224 --resize 256 --mean 0.485 --std 0.229 \
+			-o g-$r.bin $r >g-$r.lines &&
+		GRAY=1 ROOT=$r $PY compare.py eval g-$r.bin g-$r.lines >cmp-g-$r.out &&
+		cat cmp-g-$r.out && grep "images identical" cmp-g-$r.out &&
+		"$DATA" transform --train --gray --size 224 --seed 8 --no-dct --mean 0.485 \
+			--std 0.229 -o gt-$r.bin $r >gt-$r.lines &&
+		GRAY=1 ROOT=$r $PY compare.py train gt-$r.bin gt-$r.lines >cmp-gt-$r.out &&
+		cat cmp-gt-$r.out && grep "images identical" cmp-gt-$r.out || return 1
+	done
 '
 
 # DCT scaling decodes a crop at least twice the output's size at 1/2 (1/4, 1/8) of it, a

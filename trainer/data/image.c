@@ -462,6 +462,13 @@ static int dct_num(double have, double need)
 	return 8;
 }
 
+/* PIL's convert("L"): ITU-R 601-2 luma in 16-bit fixed point (the L24 macro of Convert.c),
+ * the weights summing to 65536, so that a grey pixel keeps its level. */
+static inline uint8_t luma(int r, int g, int b)
+{
+	return (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+}
+
 /* PIL's rounded a * b / 255 (MULDIV255). */
 static int muldiv255(int a, int b)
 {
@@ -483,8 +490,25 @@ static void cmyk_row(uint8_t *row, int w, int C, bool adobe)
 			row[3 * x] = (uint8_t)r, row[3 * x + 1] = (uint8_t)g;
 			row[3 * x + 2] = (uint8_t)b;
 		} else {
-			row[x] = (uint8_t)((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16);
+			row[x] = luma(r, g, b);
 		}
+	}
+}
+
+/* w pixels of pc bytes (the first 1 grey or 3 RGB; alpha after them dropped) to C bytes, as
+ * PIL's convert("RGB") (grey repeated) and then convert("L") do. dst may be src where C <= pc. */
+static void pixels_to(const uint8_t *src, int pc, bool colour, uint8_t *dst, int C, int w)
+{
+	for (int x = 0; x < w; x++) {
+		const uint8_t *q = src + (size_t)pc * x;
+		uint8_t *o = dst + (size_t)C * x;
+
+		if (C == 1)
+			o[0] = colour ? luma(q[0], q[1], q[2]) : q[0];
+		else if (colour)
+			memmove(o, q, 3);
+		else
+			o[0] = o[1] = o[2] = q[0];
 	}
 }
 
@@ -518,7 +542,11 @@ static int decode_jpeg(const uint8_t *buf, size_t len, struct jpeg_job *j, bool 
 		int W = (int)d.image_width, H = (int)d.image_height, num = 8, pc;
 		JDIMENSION xoff, xw;
 
-		d.out_color_space = cmyk ? JCS_CMYK : C == 3 ? JCS_RGB : JCS_GRAYSCALE;
+		/* One channel from a colour JPEG: RGB, then PIL's luma (libjpeg's own grey output,
+		 * its Y, is off by one level in places) */
+		d.out_color_space = cmyk					    ? JCS_CMYK
+				    : C == 1 && d.jpeg_color_space == JCS_GRAYSCALE ? JCS_GRAYSCALE
+										    : JCS_RGB;
 		if (sp->dct_scaling && sp->mode == IMTF_TRAIN) {
 			/* the crop must keep at least the output's pixels (eval: never scaled,
 			 * torchvision's pixels) */
@@ -551,27 +579,28 @@ static int decode_jpeg(const uint8_t *buf, size_t len, struct jpeg_job *j, bool 
 			jpeg_crop_scanline(&d, &xoff, &xw);
 		else
 			xoff = 0, xw = d.output_width;
-		pc = cmyk ? 4 : C;
+		pc = cmyk ? 4 : d.out_color_space == JCS_RGB ? 3 : 1;
 		int rows = j->p.ay.last - j->p.ay.first;
 		if (grow((void **)&s->dec, &s->dec_cap, (size_t)rows * xw * pc + 16, err) < 0)
 			goto out;
 		if (j->p.ay.first > 0)
 			jpeg_skip_scanlines(&d, (JDIMENSION)j->p.ay.first);
 		for (int r = 0; r < rows; r++) {
-			/* CMYK rows are read 4 wide and packed to C in place */
-			JSAMPROW row = s->dec + (size_t)r * xw * (cmyk ? (size_t)4 : (size_t)C);
+			/* rows of pc bytes a pixel, packed to C in place below */
+			JSAMPROW row = s->dec + (size_t)r * xw * pc;
 			if (jpeg_read_scanlines(&d, &row, 1) != 1) {
 				errprintf(err, "JPEG: the decoder stopped at row %d",
 					  j->p.ay.first + r);
 				goto out;
 			}
 		}
-		if (cmyk) {
-			for (int r = 0; r < rows; r++) {
-				uint8_t *src = s->dec + (size_t)r * xw * 4;
+		for (int r = 0; pc != C && r < rows; r++) {
+			uint8_t *src = s->dec + (size_t)r * xw * pc;
+			if (cmyk)
 				cmyk_row(src, (int)xw, C, d.saw_Adobe_marker);
-				memmove(s->dec + (size_t)r * xw * C, src, (size_t)xw * C);
-			}
+			else
+				pixels_to(src, pc, true, src, C, (int)xw);
+			memmove(s->dec + (size_t)r * xw * C, src, (size_t)xw * C);
 		}
 		if (resample(&j->p, s->dec, (int)xw, (int)xoff, s, err) < 0)
 			goto out;
@@ -588,39 +617,124 @@ out:
 
 /* ---- PNG ---- */
 
+/* libpng's classic API, not the simplified one: that one converts 16-bit samples as linear
+ * light and applies gAMA chunks, where PIL takes the high byte and ignores gamma (measured:
+ * 50 levels of 255 apart on average), and makes grey of colour in linear light too. */
+struct png_io {
+	const uint8_t *buf;
+	size_t len, at;
+	char msg[200];
+};
+
+static void png_read_mem(png_structp png, png_bytep out, size_t n)
+{
+	struct png_io *io = png_get_io_ptr(png);
+
+	if (n > io->len - io->at)
+		png_error(png, "the file ends early (cut short?)");
+	memcpy(out, io->buf + io->at, n);
+	io->at += n;
+}
+
+static void png_fail(png_structp png, png_const_charp msg)
+{
+	struct png_io *io = png_get_error_ptr(png);
+
+	snprintf(io->msg, sizeof(io->msg), "%s", msg);
+	png_longjmp(png, 1);
+}
+
+/* Warnings (a damaged ancillary chunk, a colour profile): PIL reads such files as they are. */
+static void png_quiet(png_structp png, png_const_charp msg)
+{
+	(void)png;
+	(void)msg;
+}
+
 static int decode_png(const uint8_t *buf, size_t len, struct jpeg_job *j, struct dp_error *err)
 {
-	png_image im;
 	const struct imtf_spec *sp = &j->t->spec;
 	struct imtf_scratch *s = j->s;
-	int C = sp->channels, pc = C == 3 ? 4 : 2;
-	size_t stride;
+	struct png_io io = {.buf = buf, .len = len};
+	int C = sp->channels;
+	png_structp png;
+	png_infop info = NULL;
+	volatile int rv = -1;
 
-	memset(&im, 0, sizeof(im));
-	im.version = PNG_IMAGE_VERSION;
-	if (!png_image_begin_read_from_memory(&im, buf, len))
-		return errprintf(err, "PNG: %s", im.message);
-	/* With alpha, then drop it: PIL's convert("RGB") drops alpha, it does not composite. */
-	im.format = C == 3 ? PNG_FORMAT_RGBA : PNG_FORMAT_GA;
-	if ((double)im.width * im.height > IMG_MAX_DECODED_PIXELS) {
-		png_image_free(&im);
-		return errprintf(err, "PNG of %ux%u is too large to decode (more than %u pixels)",
-				 im.width, im.height, IMG_MAX_DECODED_PIXELS);
+	png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &io, png_fail, png_quiet);
+	if (!png || !(info = png_create_info_struct(png))) {
+		png_destroy_read_struct(&png, NULL, NULL);
+		return errprintf(err, "PNG: out of memory");
 	}
-	stride = (size_t)im.width * pc;
-	if (grow((void **)&s->dec, &s->dec_cap, stride * im.height + 16, err) < 0) {
-		png_image_free(&im);
-		return -1;
+	if (setjmp(png_jmpbuf(png))) {
+		errprintf(err, "PNG: %s", io.msg);
+		goto out;
 	}
-	if (!png_image_finish_read(&im, NULL, s->dec, (png_int_32)stride, NULL))
-		return errprintf(err, "PNG: %s", im.message);
-	for (size_t i = 0, n = (size_t)im.width * im.height; i < n; i++)
-		for (int c = 0; c < C; c++)
-			s->dec[i * C + c] = s->dec[i * pc + c];
-	j->p.C = C;
-	if (plan_axes(j->t, j->c, j->W, j->H, j->W, j->H, &j->p, s, err) < 0)
-		return -1;
-	return resample(&j->p, s->dec + (size_t)j->p.ay.first * j->W * C, j->W, 0, s, err);
+	png_set_read_fn(png, &io, png_read_mem);
+	png_read_info(png, info);
+	{
+		png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+		int type = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+		bool colour = (type & PNG_COLOR_MASK_COLOR) != 0, interlaced;
+		size_t rowb;
+		int pc, first, last, passes;
+
+		if ((double)w * h > IMG_MAX_DECODED_PIXELS) {
+			errprintf(err, "PNG of %ux%u is too large to decode (more than %u pixels)",
+				  w, h, IMG_MAX_DECODED_PIXELS);
+			goto out;
+		}
+		/* What PIL reads: the high byte of 16-bit samples, a palette's colours (its
+		 * transparency left out), grey of 1, 2 or 4 bits scaled to 0..255 */
+		if (depth == 16)
+			png_set_strip_16(png);
+		if (type == PNG_COLOR_TYPE_PALETTE)
+			png_set_palette_to_rgb(png);
+		else if (depth < 8)
+			png_set_expand_gray_1_2_4_to_8(png);
+		passes = png_set_interlace_handling(png);
+		interlaced = passes > 1;
+		png_read_update_info(png, info);
+		pc = png_get_channels(png, info);
+		rowb = png_get_rowbytes(png, info);
+		if (rowb != (size_t)w * pc || pc < (colour ? 3 : 1)) {
+			errprintf(err,
+				  "PNG: unexpected layout (%d channels, %zu bytes a row of %u)", pc,
+				  rowb, w);
+			goto out;
+		}
+		j->p.C = C;
+		if (plan_axes(j->t, j->c, j->W, j->H, j->W, j->H, &j->p, s, err) < 0)
+			goto out;
+		/* the rows the crop uses, [first, last), in s->dec at C bytes a pixel; libpng's
+		 * rows in s->tmp (every row where interlaced: each pass adds to each row) */
+		first = j->p.ay.first, last = j->p.ay.last;
+		if (grow((void **)&s->dec, &s->dec_cap, (size_t)(last - first) * w * C + 16, err) <
+			0 ||
+		    grow((void **)&s->tmp, &s->tmp_cap, (interlaced ? (size_t)h : 1) * rowb + 16,
+			 err) < 0)
+			goto out;
+		/* interlaced: each of the 7 passes fills in its pixels of every row */
+		for (int pass = 0; pass < passes; pass++) {
+			for (int y = 0; y < (interlaced ? (int)h : last); y++) {
+				png_bytep row = s->tmp + (interlaced ? (size_t)y * rowb : 0);
+				png_read_row(png, row, NULL);
+				if (!interlaced && y >= first)
+					pixels_to(row, pc, colour,
+						  s->dec + (size_t)(y - first) * w * C, C, (int)w);
+			}
+		}
+		for (int y = first; interlaced && y < last; y++)
+			pixels_to(s->tmp + (size_t)y * rowb, pc, colour,
+				  s->dec + (size_t)(y - first) * w * C, C, (int)w);
+		/* (s->tmp is the resampler's from here on) */
+		if (resample(&j->p, s->dec, j->W, 0, s, err) < 0)
+			goto out;
+	}
+	rv = 0;
+out:
+	png_destroy_read_struct(&png, &info, NULL);
+	return rv;
 }
 
 /* ---- the sample ---- */

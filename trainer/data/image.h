@@ -9,8 +9,11 @@
  * is PIL's to the bit. Decoding covers only the rows and columns the output needs (plus one
  * iMCU on each side, so chroma upsampling sees what a full decode sees), and for training
  * crops libjpeg-turbo's DCT-domain scaling (1/2, 1/4, 1/8) decodes no larger than the crop
- * needs (never smaller than the output); PNGs go through libpng.
- * Grayscale, CMYK and palette images come out as RGB (or as gray with channels 1).
+ * needs (never smaller than the output); PNGs go through libpng's classic API, read as PIL
+ * reads them (16-bit samples' high byte, gamma chunks ignored, alpha and transparency
+ * dropped; a 16-bit grey PNG, which torchvision saturates, by its high byte too).
+ * Grayscale, CMYK and palette images come out as RGB; with channels 1, PIL's convert("L") of
+ * the RGB pixels, before the resampling.
  *
  * Randomness is a pure function of (seed, epoch, dataset index) and the image's size, as in
  * transform.h:
