@@ -929,6 +929,36 @@ out:
 	dfree(t, gl), dfree(t, gd);
 }
 
+/* NaN logits: the hits are the reference's (its l[j] > l[arg] from arg 0: a NaN is never the
+ * argmax unless it is at index 0), though the loss is NaN. Row 0: a NaN below the maximum in
+ * another thread's stride; row 1: a NaN at index 0; row 2: all NaN. 300 classes: more than a
+ * block's threads. */
+static void test_xent_nan(struct t *t)
+{
+	enum { N = 3, C = 300 };
+	struct backend *c = t->cpu, *g = t->gpu;
+	static float l[N * C];
+	int32_t lab[N] = {257, 0, 0};
+	int want = -1, got = -1;
+	float loss[2], *gl;
+
+	memset(l, 0, sizeof(l));
+	l[1] = NAN, l[257] = 5.0f;
+	l[C] = NAN, l[C + 20] = 7.0f;
+	for (int j = 0; j < C; j++)
+		l[2 * C + j] = NAN;
+	gl = up(t, l, N * C);
+	if (ran(t, c, c->ops->xent(c, l, lab, N, C, 0.0f, 1.0f, &loss[0], &want, NULL),
+		"xent NaN") &&
+	    ran(t, g, g->ops->xent(g, gl, lab, N, C, 0.0f, 1.0f, &loss[1], &got, NULL),
+		"xent NaN")) {
+		is_int(want, 3, "%s xent with NaN logits: the reference counts 3 hits", t->name);
+		is_int(got, want, "%s xent with NaN logits: the same hits as the reference",
+		       t->name);
+	}
+	dfree(t, gl);
+}
+
 /* ------------------------------------------------------------------------------------- */
 
 /* Bad shapes and arguments: -1 or NULL with the reference's message. */
@@ -1298,6 +1328,7 @@ static void run_suite(struct t *t, int convs_only)
 	test_xent(t, 16, 10, 0.1f, 1.0f);
 	test_xent(t, 7, 1000, 0.1f, 0.25f);
 	test_xent_known(t);
+	test_xent_nan(t);
 	test_errors(t);
 	test_arena(t);
 	if (t->tf32) {
@@ -1545,6 +1576,7 @@ static void test_bn_h(struct t *t, struct be_bn_desc d)
 		 w) ||
 	    !ran(t, g, g->ops->bn_fwd_infer(g, og, gx, gz, ggm, gbt, grm, grv, gye), w))
 		goto out;
+	diag("%s %s: trains with %s", t->name, w, be_cuda_bn_plan(g, og));
 	cmp(t, w, "train y", hy, y, nx, act_tol(t));
 	cmp_dev(t, w, "save_mean", gsm, sm, nc, TOL_HALF_F32);
 	cmp_dev(t, w, "save_invstd", gsi, si, nc, TOL_HALF_F32);
@@ -2030,6 +2062,16 @@ static void run_half_suite(struct t *t, struct backend *cpu, int convs_only)
 		test_act_h(t);
 	for (size_t i = 0; i < sizeof(convs) / sizeof(convs[0]); i++)
 		test_conv_h(t, convs[i]);
+	if (convs_only && t->dt == BE_F16 && t->nhwc) {
+		/* fp16 NHWC training as it runs by default: batch norm through cuDNN's Ex calls
+		 * (persistent NHWC kernels, the ReLU and the add fused), which the deterministic
+		 * backend never takes */
+		for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++)
+			test_bn_h(t, bns[i]);
+		tm.cpu = cpu;
+		test_model(&tm, "resnet18", 3, 32, 32, 4, TOL_FP16_RESNET, TOL_FP16_RESNET_GRAD,
+			   FP16_MODEL_SCALE);
+	}
 	if (convs_only)
 		return;
 	for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++)

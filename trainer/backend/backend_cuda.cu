@@ -45,6 +45,13 @@ extern "C" int be_cuda_device(struct backend *be)
 	return -1;
 }
 
+extern "C" const char *be_cuda_bn_plan(struct backend *be, struct be_op *op)
+{
+	(void)be;
+	(void)op;
+	return "no CUDA backend";
+}
+
 extern "C" int be_cuda_describe(int device, char *buf, size_t len)
 {
 	(void)device;
@@ -167,7 +174,7 @@ struct be_op {
 	/* bn: bn_ex: training through the Ex calls (NHWC), with bn_mode and bn_ops (the fused ReLU
 	 * in ad), their workspaces and the forward's reserve space; else the plain calls in
 	 * CUDNN_BATCHNORM_SPATIAL. */
-	int bn_ex;
+	int bn_ex, bn_bwd_ex;
 	cudnnBatchNormMode_t bn_mode;
 	cudnnBatchNormOps_t bn_ops;
 	cudnnActivationDescriptor_t ad;
@@ -915,86 +922,63 @@ static int algo_ok(struct cu_ctx *ctx, cudnnStatus_t status, cudnnMathType_t mat
 }
 
 /* The three passes' algorithms: cuDNN's heuristics in order of expected speed, the first one
- * allowed whose workspace fits under the cap; else the always-supported, deterministic one. */
+ * allowed whose workspace fits under the cap; else the always-supported, deterministic one. The
+ * heuristics list an algorithm once per math type, so the lists are sized by *MaxCount, and
+ * each workspace is sized under the math type the algorithm will run with (tensor-op math
+ * may need more than the descriptor's). */
+#define PICK(perf_t, maxcount, heuristic, wsize, fb_algo, algo_f, ws_f, math_f, ...)               \
+	do {                                                                                       \
+		perf_t p_[64];                                                                     \
+		int max_ = 0, got_ = 0, found_ = 0;                                                \
+		DNN_RET(maxcount(ctx->dnn, &max_));                                                \
+		if (max_ > 64 || max_ < 1)                                                         \
+			max_ = 64;                                                                 \
+		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+		DNN_RET(heuristic(ctx->dnn, __VA_ARGS__, max_, &got_, p_));                        \
+		for (int i_ = 0; i_ < got_ && !found_; i_++) {                                     \
+			size_t ws_;                                                                \
+			cudnnMathType_t m_ = run_math(ctx, p_[i_].mathType);                       \
+			if (!algo_ok(ctx, p_[i_].status, p_[i_].mathType, p_[i_].determinism))     \
+				continue;                                                          \
+			DNN_RET(cudnnSetConvolutionMathType(op->cd, m_));                          \
+			if (wsize(ctx->dnn, __VA_ARGS__, p_[i_].algo, &ws_) ==                     \
+				CUDNN_STATUS_SUCCESS &&                                            \
+			    ws_ <= CU_WS_CAP) {                                                    \
+				op->algo_f = p_[i_].algo;                                          \
+				op->ws_f = ws_;                                                    \
+				op->math_f = m_;                                                   \
+				found_ = 1;                                                        \
+			}                                                                          \
+		}                                                                                  \
+		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+		if (!found_) {                                                                     \
+			op->algo_f = fb_algo;                                                      \
+			DNN_RET(wsize(ctx->dnn, __VA_ARGS__, op->algo_f, &op->ws_f));              \
+		}                                                                                  \
+	} while (0)
+
 static int pick_algos(struct backend *be, struct be_op *op, const char *fn, const char *shape)
 {
 	struct cu_ctx *ctx = ctx_of(be);
-	cudnnConvolutionFwdAlgoPerf_t pf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-	cudnnConvolutionBwdDataAlgoPerf_t pd[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-	cudnnConvolutionBwdFilterAlgoPerf_t pw[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-	int got = 0, found;
-	size_t ws;
 	cudnnMathType_t fallback = conv_math(ctx);
 
 	op->fwd_math = op->bwd_data_math = op->bwd_filter_math = fallback;
-
-	DNN_RET(cudnnGetConvolutionForwardAlgorithm_v7(ctx->dnn, op->xd, op->wd, op->cd, op->yd,
-						       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, pf));
-	found = 0;
-	for (int i = 0; i < got && !found; i++) {
-		if (algo_ok(ctx, pf[i].status, pf[i].mathType, pf[i].determinism) &&
-		    cudnnGetConvolutionForwardWorkspaceSize(ctx->dnn, op->xd, op->wd, op->cd,
-							    op->yd, pf[i].algo,
-							    &ws) == CUDNN_STATUS_SUCCESS &&
-		    ws <= CU_WS_CAP) {
-			op->fwd_algo = pf[i].algo;
-			op->fwd_ws = ws;
-			op->fwd_math = run_math(ctx, pf[i].mathType);
-			found = 1;
-		}
-	}
-	if (!found) {
-		op->fwd_algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-		DNN_RET(cudnnGetConvolutionForwardWorkspaceSize(ctx->dnn, op->xd, op->wd, op->cd,
-								op->yd, op->fwd_algo, &op->fwd_ws));
-	}
-
-	DNN_RET(cudnnGetConvolutionBackwardDataAlgorithm_v7(
-	    ctx->dnn, op->wd, op->yd, op->cd, op->xd, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
-	    pd));
-	found = 0;
-	for (int i = 0; i < got && !found; i++) {
-		if (algo_ok(ctx, pd[i].status, pd[i].mathType, pd[i].determinism) &&
-		    cudnnGetConvolutionBackwardDataWorkspaceSize(ctx->dnn, op->wd, op->yd, op->cd,
-								 op->xd, pd[i].algo,
-								 &ws) == CUDNN_STATUS_SUCCESS &&
-		    ws <= CU_WS_CAP) {
-			op->bwd_data_algo = pd[i].algo;
-			op->bwd_data_ws = ws;
-			op->bwd_data_math = run_math(ctx, pd[i].mathType);
-			found = 1;
-		}
-	}
-	if (!found) {
-		op->bwd_data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-		DNN_RET(cudnnGetConvolutionBackwardDataWorkspaceSize(
-		    ctx->dnn, op->wd, op->yd, op->cd, op->xd, op->bwd_data_algo, &op->bwd_data_ws));
-	}
-
-	DNN_RET(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-	    ctx->dnn, op->xd, op->yd, op->cd, op->wd, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
-	    pw));
-	found = 0;
-	for (int i = 0; i < got && !found; i++) {
-		if (algo_ok(ctx, pw[i].status, pw[i].mathType, pw[i].determinism) &&
-		    cudnnGetConvolutionBackwardFilterWorkspaceSize(ctx->dnn, op->xd, op->yd, op->cd,
-								   op->wd, pw[i].algo,
-								   &ws) == CUDNN_STATUS_SUCCESS &&
-		    ws <= CU_WS_CAP) {
-			op->bwd_filter_algo = pw[i].algo;
-			op->bwd_filter_ws = ws;
-			op->bwd_filter_math = run_math(ctx, pw[i].mathType);
-			found = 1;
-		}
-	}
-	if (!found) {
-		op->bwd_filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-		DNN_RET(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-		    ctx->dnn, op->xd, op->yd, op->cd, op->wd, op->bwd_filter_algo,
-		    &op->bwd_filter_ws));
-	}
+	PICK(cudnnConvolutionFwdAlgoPerf_t, cudnnGetConvolutionForwardAlgorithmMaxCount,
+	     cudnnGetConvolutionForwardAlgorithm_v7, cudnnGetConvolutionForwardWorkspaceSize,
+	     CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, fwd_algo, fwd_ws, fwd_math, op->xd, op->wd,
+	     op->cd, op->yd);
+	PICK(cudnnConvolutionBwdDataAlgoPerf_t, cudnnGetConvolutionBackwardDataAlgorithmMaxCount,
+	     cudnnGetConvolutionBackwardDataAlgorithm_v7,
+	     cudnnGetConvolutionBackwardDataWorkspaceSize, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+	     bwd_data_algo, bwd_data_ws, bwd_data_math, op->wd, op->yd, op->cd, op->xd);
+	PICK(cudnnConvolutionBwdFilterAlgoPerf_t,
+	     cudnnGetConvolutionBackwardFilterAlgorithmMaxCount,
+	     cudnnGetConvolutionBackwardFilterAlgorithm_v7,
+	     cudnnGetConvolutionBackwardFilterWorkspaceSize, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1,
+	     bwd_filter_algo, bwd_filter_ws, bwd_filter_math, op->xd, op->yd, op->cd, op->wd);
 	return 0;
 }
+#undef PICK
 
 /* op->shape: the shape string, then the activation type in half modes ("... pad 1 bf16"). */
 static const char *op_shape(struct backend *be, struct be_op *op)
@@ -1252,11 +1236,13 @@ static int cu_conv_bwd_weights(struct backend *be, struct be_op *op, const float
  * result is rounded once, not after the BN and again after the add: not the bits of the separate
  * ops (t/unit/backend_cuda.c checks that within rounding). Where cuDNN refuses a plan (its size
  * queries here, or NOT_SUPPORTED from the call), the next one down is used: BN alone, then the
- * plain calls in CUDNN_BATCHNORM_SPATIAL. The backward always masks dy itself (y > 0) and runs
- * BackwardEx with BN alone in the forward's mode, whose saved statistics it takes: a fused
- * backward would need the forward's reserve space, and ops keep nothing between calls (the
- * reserve space is scratch of the forward call). Inference is the plain call with NHWC
- * descriptors and bn_fwd_tail. */
+ * plain calls in CUDNN_BATCHNORM_SPATIAL. A refusal is any status of NOT_SUPPORTED's category
+ * (cuDNN 9's sub-codes). The backward always masks dy itself (y > 0) and runs BackwardEx with
+ * BN alone in the forward's mode, whose saved statistics it takes: a fused backward would need
+ * the forward's reserve space, and ops keep nothing between calls (the reserve space is scratch
+ * of the forward call). Where BN alone would need a reserve space too, or BackwardEx refuses,
+ * the plain backward runs in that mode. Inference is the plain call with NHWC descriptors and
+ * bn_fwd_tail. */
 
 /* Sizes the Ex calls' workspaces and the forward's reserve space for bnOps `ops`, and makes it
  * the op's plan; else cuDNN's status, the op unchanged. */
@@ -1266,7 +1252,7 @@ static cudnnStatus_t bn_plan(struct backend *be, struct be_op *op, cudnnBatchNor
 	cudnnHandle_t dnn = ctx_of(be)->dnn;
 	cudnnActivationDescriptor_t ad = ops == CUDNN_BATCHNORM_OPS_BN ? NULL : op->ad;
 	cudnnTensorDescriptor_t zd = ops == CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION ? op->xd : NULL;
-	size_t fw = 0, bw = 0, rs = 0;
+	size_t fw = 0, bw = 0, rs = 0, rs_bn = 0;
 	cudnnStatus_t s;
 
 	if ((s = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
@@ -1275,9 +1261,14 @@ static cudnnStatus_t bn_plan(struct backend *be, struct be_op *op, cudnnBatchNor
 		 dnn, mode, ops, ad, op->xd, &rs)) != CUDNN_STATUS_SUCCESS ||
 	    (s = cudnnGetBatchNormalizationBackwardExWorkspaceSize(
 		 dnn, mode, CUDNN_BATCHNORM_OPS_BN, op->xd, op->xd, op->xd, NULL, op->xd, op->bd,
-		 NULL, &bw)) != CUDNN_STATUS_SUCCESS)
+		 NULL, &bw)) != CUDNN_STATUS_SUCCESS ||
+	    (s = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(
+		 dnn, mode, CUDNN_BATCHNORM_OPS_BN, NULL, op->xd, &rs_bn)) != CUDNN_STATUS_SUCCESS)
 		return s;
 	op->bn_ex = 1;
+	/* BackwardEx with BN alone and no reserve space (the forward's is gone by then) only
+	 * where BN alone needs none; else the plain backward in the same mode */
+	op->bn_bwd_ex = rs_bn == 0;
 	op->bn_mode = mode;
 	op->bn_ops = ops;
 	op->bn_fwd_ws = fw;
@@ -1290,7 +1281,7 @@ static cudnnStatus_t bn_plan(struct backend *be, struct be_op *op, cudnnBatchNor
  * refuses the Ex plans. */
 static void bn_plain(struct be_op *op)
 {
-	op->bn_ex = 0;
+	op->bn_ex = op->bn_bwd_ex = 0;
 	op->bn_mode = CUDNN_BATCHNORM_SPATIAL;
 	op->bn_ops = CUDNN_BATCHNORM_OPS_BN;
 	op->bn_fwd_ws = op->bn_bwd_ws = op->bn_reserve = 0;
@@ -1374,6 +1365,16 @@ static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d
 fail:
 	cu_op_destroy(be, op);
 	return NULL;
+}
+
+/* A refusal: cuDNN 9 reports NOT_SUPPORTED with sub-codes (..._SHAPE, ..._LAYOUT, ...) of which
+ * the category is NOT_SUPPORTED; nothing ran. */
+#ifndef CUDNN_STATUS_CATEGORY
+#define CUDNN_STATUS_CATEGORY(s) (s)
+#endif
+static int dnn_refused(cudnnStatus_t s)
+{
+	return CUDNN_STATUS_CATEGORY((int)s) == (int)CUDNN_STATUS_NOT_SUPPORTED;
 }
 
 static const char *bn_ops_name(cudnnBatchNormOps_t ops)
@@ -1561,7 +1562,7 @@ static int bn_fwd_train_t(struct backend *be, struct be_op *op, const float *x, 
 			return op->bn_ops == CUDNN_BATCHNORM_OPS_BN
 				   ? bn_fwd_tail<T>(be, op, z, y, fn)
 				   : 0;
-		if (s != CUDNN_STATUS_NOT_SUPPORTED)
+		if (!dnn_refused(s))
 			return be_errf(
 			    be,
 			    "%s(%s): cudnnBatchNormalizationForwardTrainingEx(PERSISTENT, "
@@ -1687,7 +1688,7 @@ static int bn_bwd_t(struct backend *be, struct be_op *op, const float *x, const 
 		param_beta = 0.0f;
 	}
 	s = CUDNN_STATUS_NOT_SUPPORTED;
-	if (op->bn_ex) {
+	if (op->bn_ex && op->bn_bwd_ex) {
 		void *ws = NULL;
 		if (op->bn_bwd_ws && !(ws = ws_reserve(be, op->bn_bwd_ws, fn, shape)))
 			goto out;
@@ -1697,13 +1698,13 @@ static int bn_bwd_t(struct backend *be, struct be_op *op, const float *x, const 
 		    &param_beta, op->xd, x, y ? op->xd : NULL, y, op->xd, g, NULL, NULL, op->xd,
 		    dst, op->bd, gamma, NULL, dg, db, (double)d->eps, save_mean, save_invstd, NULL,
 		    ws, op->bn_bwd_ws, NULL, 0);
-		if (s != CUDNN_STATUS_SUCCESS && s != CUDNN_STATUS_NOT_SUPPORTED) {
+		if (s != CUDNN_STATUS_SUCCESS && !dnn_refused(s)) {
 			be_errf(be, "%s(%s): cudnnBatchNormalizationBackwardEx(PERSISTENT, BN): %s",
 				fn, shape, cudnnGetErrorString(s));
 			goto out;
 		}
 	}
-	if (s == CUDNN_STATUS_NOT_SUPPORTED) /* the plain call, in the forward's mode */
+	if (dnn_refused(s)) /* the plain call, in the forward's mode */
 		DNN_TRY(cudnnBatchNormalizationBackward(ctx->dnn, op->bn_mode, &one_f, &data_beta,
 							&one_f, &param_beta, op->xd, x, op->xd, g,
 							op->xd, dst, op->bd, gamma, dg, db,
@@ -2131,6 +2132,26 @@ extern "C" void *be_cuda_stream(struct backend *be)
 extern "C" int be_cuda_device(struct backend *be)
 {
 	return is_cuda(be) ? ctx_of(be)->device : -1;
+}
+
+extern "C" const char *be_cuda_bn_plan(struct backend *be, struct be_op *op)
+{
+	if (!is_cuda(be) || !op || op->kind != CU_BN)
+		return "not a batch norm of a CUDA backend";
+	if (op->bn_own)
+		return "own kernels";
+	if (!op->bn_ex)
+		return "cuDNN plain calls";
+	switch (op->bn_ops) {
+	case CUDNN_BATCHNORM_OPS_BN_ADD_ACTIVATION:
+		return op->bn_bwd_ex ? "cuDNN Ex BN_ADD_ACTIVATION"
+				     : "cuDNN Ex BN_ADD_ACTIVATION (plain backward)";
+	case CUDNN_BATCHNORM_OPS_BN_ACTIVATION:
+		return op->bn_bwd_ex ? "cuDNN Ex BN_ACTIVATION"
+				     : "cuDNN Ex BN_ACTIVATION (plain backward)";
+	default:
+		return op->bn_bwd_ex ? "cuDNN Ex BN" : "cuDNN Ex BN (plain backward)";
+	}
 }
 
 extern "C" size_t be_cuda_peak_bytes(struct backend *be)

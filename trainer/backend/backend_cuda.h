@@ -16,6 +16,10 @@ extern "C" {
 void *be_cuda_stream(struct backend *be);
 /* The GPU of this CUDA backend. */
 int be_cuda_device(struct backend *be);
+/* How a batch-norm op of this backend trains, for the tests' diagnostics: "own kernels",
+ * "cuDNN plain calls", or "cuDNN Ex <ops>", with " (plain backward)" where BackwardEx is not
+ * used. The plan can step down at a call cuDNN refuses. */
+const char *be_cuda_bn_plan(struct backend *be, struct be_op *op);
 
 #ifdef __cplusplus
 }

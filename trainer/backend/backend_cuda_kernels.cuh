@@ -874,13 +874,14 @@ __global__ static void k_xent_rows(const T *logits, const int32_t *labels, int n
 	int r = blockIdx.x, t = threadIdx.x;
 	const T *l = logits + (size_t)r * classes;
 	int label = labels[r];
-	float v = 0.0f;
+	float v = 0.0f, ll = ldf(l[label]); /* read before dlogits (which may be logits) */
 	int a = -1;
 
-	/* argmax, ties to the lowest index */
+	/* argmax, ties to the lowest index, as the reference's l[j] > l[arg] from arg 0: a NaN
+	 * wins only at index 0 */
 	for (int j = t; j < classes; j += CU_THREADS) {
 		float lj = ldf(l[j]);
-		if (a < 0 || lj > v) {
+		if (lj == lj && (a < 0 || lj > v)) {
 			v = lj;
 			a = j;
 		}
@@ -899,7 +900,7 @@ __global__ static void k_xent_rows(const T *logits, const int32_t *labels, int n
 		}
 		__syncthreads();
 	}
-	int arg = bi[0];
+	int arg = bi[0] < 0 || isnan(ldf(l[0])) ? 0 : bi[0];
 	double m = ldf(l[arg]), se = 0.0, slp = 0.0;
 	for (int j = t; j < classes; j += CU_THREADS)
 		se += exp((double)ldf(l[j]) - m);
@@ -910,7 +911,7 @@ __global__ static void k_xent_rows(const T *logits, const int32_t *labels, int n
 	/* smoothing / classes is a float division in the reference */
 	float sc = smoothing / (float)classes;
 	if (t == 0) {
-		row_loss[r] = (1.0 - smoothing) * (lse - ldf(l[label])) - sc * slp;
+		row_loss[r] = (1.0 - smoothing) * (lse - ll) - sc * slp;
 		row_hit[r] = arg == label;
 	}
 	if (dlogits) {

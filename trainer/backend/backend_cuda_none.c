@@ -31,6 +31,13 @@ int be_cuda_device(struct backend *be)
 	return -1;
 }
 
+const char *be_cuda_bn_plan(struct backend *be, struct be_op *op)
+{
+	(void)be;
+	(void)op;
+	return "no CUDA backend";
+}
+
 int be_cuda_describe(int device, char *buf, size_t len)
 {
 	(void)device;
