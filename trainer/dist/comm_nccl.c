@@ -221,8 +221,12 @@ static int nccl_wait(struct comm_nccl *c, const char *call, ncclResult_t enq, st
 			return 0;
 		if (q != cudaErrorNotReady)
 			return nccl_fail_cuda(c, "cudaStreamQuery", q, err);
+		/* an abort from another thread marks the store before its ncclCommAbort: its
+		 * reason, not the store's echo of it, whichever this poll saw first */
 		if (store_poll_abort(c->st, 0, err) == 1)
-			return nccl_fail(c, err, "%s", err->text);
+			return atomic_load_explicit(&c->aborted, memory_order_acquire)
+				   ? nccl_fail_abort(c, err)
+				   : nccl_fail(c, err, "%s", err->text);
 		if (now_s() >= c->t0 + c->timeout_s)
 			return nccl_timeout(c, err);
 		nccl_sleep(&ns);
