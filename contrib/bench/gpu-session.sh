@@ -23,12 +23,8 @@
 # nvcc), PYTHON (the first python3 that imports torch and torchvision), DEBS_DIR (.gpudeps): .deb
 # files to unpack into a private prefix for what the machine lacks: libraries, and for
 # t/t1000-gpu.t Debian's sharness and dataset-fashion-mnist (pointed at in the prefix: a copy of
-# t/sharness.sh in the temporary directory, DPTRAIN_FMNIST_DIR), e.g. made here with
-#   mkdir -p .gpudeps && cp /var/cache/apt/archives/libjansson-dev_*.deb \
-#       /var/cache/apt/archives/sharness_*.deb /var/cache/apt/archives/dataset-fashion-mnist_*.deb \
-#       .gpudeps/ && (cd .gpudeps && apt-get download libjansson4 libjpeg62-turbo-dev \
-#       libjpeg62-turbo libpng-dev libpng16-16)
-# and carried ('carry': [".gpudeps"]; about 31 MB with the dataset).
+# t/sharness.sh in the temporary directory, DPTRAIN_FMNIST_DIR), made here by
+# contrib/bench/gpu-deps.sh and carried ('carry': [".gpudeps"]; about 32 MB with the dataset).
 # At most 8 files come back from a device run, so OUT holds exactly these: summary.md, env.log,
 # build.log, tests.log (every test stage, one after the other), bench.log (both benchmarks),
 # bench.json ({"pytorch": [...], "dptrain": [...]}: each mode's --json report), profile.csv
@@ -193,8 +189,10 @@ if [ -n "$debs" ]; then
 	for d in $debs; do
 		dpkg-deb -x "$d" "$prefix" >>"$OUT/env.log" 2>&1 || echo "unpacking $d failed" >>"$OUT/env.log"
 	done
-	libdir=$prefix/usr/lib/x86_64-linux-gnu
-	export CPATH=$prefix/usr/include${CPATH:+:$CPATH}
+	libdir=$prefix/usr/lib/$(${CC:-gcc} -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
+	# and the multiarch include directory: libjpeg62-turbo-dev's jconfig.h is there
+	ma=$(${CC:-gcc} -print-multiarch 2>/dev/null)
+	export CPATH=$prefix/usr/include${ma:+:$prefix/usr/include/$ma}${CPATH:+:$CPATH}
 	export LIBRARY_PATH=$libdir:$prefix/usr/lib${LIBRARY_PATH:+:$LIBRARY_PATH}
 	export LD_LIBRARY_PATH=$libdir:$prefix/usr/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 	echo "unpacked into $prefix: $(echo "$debs" | xargs -n1 basename | tr '\n' ' ')" >>"$OUT/env.log"
@@ -327,9 +325,11 @@ fresh() {
 tap=(bash -c 't=$1; shift
 	if command -v prove >/dev/null 2>&1; then exec prove -v --timer --exec "" "$t" ${1:+::} "$@"; fi
 	echo "(no prove here: the test'"'"'s own TAP output)"; exec "$t" "$@"' tap)
-: >"$OUT/tests.log"
-if stage_on tests; then
-	for t in backend_cuda comm_nccl optim_gpu; do
+# unit_tests NAME...: the GPU unit tests t/unit/NAME.c, each boxed (backend_cuda.t TEST_CAP,
+# the others 3/5 of it)
+unit_tests() {
+	local t bin cap off
+	for t in "$@"; do
 		bin=./$BUILD_DIR/t/$t.t
 		printf '\n==== test %s\n' "$t" >>"$OUT/tests.log"
 		if [ ! -f "t/unit/$t.c" ]; then
@@ -349,6 +349,12 @@ if stage_on tests; then
 		run_stage $cap "$OUT/tests.log" "${tap[@]}" "$bin"
 		test_result "$t" "$off"
 	done
+}
+: >"$OUT/tests.log"
+if stage_on tests; then
+	# most telling first: every op against the CPU, the optimizers, then the trainer end to
+	# end (t1000), then NCCL, which t1000's DDP runs already touch
+	unit_tests backend_cuda optim_gpu
 
 	# The end-to-end test needs Debian's sharness and Fashion-MNIST; where the machine has
 	# neither, their .debs from DEBS_DIR (unpacked into the prefix) stand in.
@@ -375,6 +381,7 @@ if stage_on tests; then
 		run_stage "${E2E_CAP:-300}" "$OUT/tests.log" "${tap[@]}" "$t1000" -v
 		test_result t1000-gpu "$off"
 	fi
+	unit_tests comm_nccl
 fi
 
 # ---- 5. ResNet-50: PyTorch's, then dptrain's, mode by mode (one process per mode and side) -----
