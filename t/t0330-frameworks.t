@@ -23,8 +23,9 @@ newest() {
 # error output (which the test's log would not otherwise have)
 # A command still running after 90 s (the tests give 120) leaves evidence: the process tree
 # with each process's wait channel, and the Python ranks' stacks (SIGUSR1: ddp.py registers
-# faulthandler for it) in their train.log; a failure prints both. Once, under CI's load, a
-# step whose two DDP ranks had both printed their result did not end (t0330 #8).
+# faulthandler for it) in their train.log; a failure prints both. (Once, under CI's load, a
+# step whose two DDP ranks had both printed their result did not end: torch's teardown, see
+# ddp.py below.)
 show() {
 	: >.show-start
 	rm -f hung.ps
@@ -117,7 +118,12 @@ test_expect_success 'the same binding under dptrain-run: the warning comes from 
 
 cat >ddp.py <<\EOF
 # A DDP script as the PyTorch tutorials write it: env://, the local rank picks the device.
-import faulthandler, os, signal, torch, torch.distributed as dist
+# It ends with os._exit: torch 1.13's ProcessGroupGloo destructor joins its worker thread with
+# the GIL held, and a worker dropping a tensor that has a Python object waits for the GIL, so
+# freeing the DDP model (its Reducer holds the group) deadlocks now and then (2 runs in 190
+# here; gdb: ~Reducer, ~ProcessGroupGloo, thread::join against ~TensorImpl,
+# PyEval_AcquireThread). That is torch's teardown, not the launcher these tests are about.
+import faulthandler, os, signal, sys, torch, torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # stacks, should it hang (show)
@@ -141,6 +147,8 @@ def main():
     print("ddp rank %d of %d local %d on %s: grad %.3f"
           % (r, w, local, os.environ.get("SLURMD_NODENAME", "-"), g[0, 0]))
     dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # before the model is freed (above)
 
 main()
 EOF
