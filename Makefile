@@ -299,6 +299,18 @@ $(O)/obj/%.o: %.cu
 	$(Q)$(NVCC) $(filter -D% -I%,$(CPPFLAGS)) $(NVCCFLAGS) -MMD -MP -c -o $@ $<
 $(LIBBACKEND): $(call obj,$(CUDA_BACKEND_SRC:.cu=.c))
 $(LIBOPTIM): $(call obj,$(CUDA_OPTIM_SRC:.cu=.c))
+# The CUDA backend's own kernels run on the host (t/unit/kernels_host.cc, through
+# t/unit/cuda_emu.h): a C++ unit test wherever the toolkit's headers are, GPU or not.
+UNIT_CXX_SRC := $(wildcard t/unit/*.cc)
+UNIT_CXX_TESTS := $(patsubst t/unit/%.cc,$(O)/t/%.t,$(UNIT_CXX_SRC))
+UNIT_TESTS   += $(UNIT_CXX_TESTS)
+all: $(UNIT_CXX_TESTS)
+CXX          ?= g++
+CXXFLAGS     := $(filter-out -std=%,$(CFLAGS)) -std=gnu++17 -ffp-contract=off -Wno-unknown-pragmas
+$(O)/obj/%.o: %.cc
+	@mkdir -p $(@D)
+	@$(if $(filter 0,$(V)),echo "  CXX     $<",:)
+	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c -o $@ $<
 endif
 
 $(BIN_TRAINER): $(call obj,trainer/main.c) $(TRAINER_LIBS_A)

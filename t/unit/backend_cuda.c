@@ -1023,6 +1023,18 @@ static void test_errors(struct t *t)
 	     "%s: message names the shape", bn);
 	if (op)
 		be->ops->op_destroy(be, op);
+	pd.pad = 0;
+	op = be->ops->pool_create(be, &pd);
+	if (ok(op != NULL, "%s pool_create max 2x2/2", bn)) {
+		float *px = dpoison(t, 64), *pdy = dpoison(t, 16), *pdx = dpoison(t, 64);
+		ok(be->ops->pool_bwd(be, op, px, NULL, pdy, pdx, 0.0f) == -1,
+		   "%s max pool_bwd without y fails", bn);
+		like(be->err.text, "y is NULL", "%s: message says why: %s", bn, be->err.text);
+		dfree(t, px), dfree(t, pdy), dfree(t, pdx);
+		be->ops->op_destroy(be, op);
+	} else {
+		diag("%s", be->err.text);
+	}
 
 	struct be_bn_desc bd = {.n = 1, .c = 2, .h = 1, .w = 1, .eps = 1e-5f};
 	float *b2 = dpoison(t, 2), *z2 = dpoison(t, 2), *y2 = dpoison(t, 2);

@@ -109,7 +109,10 @@ extern "C" int be_cuda_device_count(struct dp_error *err)
  * only their indexing changes (the layout helpers in backend_cuda_kernels.cuh). Batch norm
  * training in fp16 NHWC runs cuDNN's persistent NHWC kernels
  * (cudnnBatchNormalizationForwardTrainingEx, CUDNN_BATCHNORM_SPATIAL_PERSISTENT), the ReLU and
- * the residual add fused into them where cuDNN can (see cu_bn_create).
+ * the residual add fused into them where cuDNN can (see cu_bn_create). In bf16 NHWC a batch norm
+ * of a multiple of 64 channels runs the own kernels' vector versions (8 channels a thread, 16
+ * bytes a load); DPTRAIN_CUDA_BN_VEC=0 at creation keeps the scalar ones (to compare).
+ * t/unit/kernels_host.cc runs the own kernels on the host (t/unit/cuda_emu.h), on any machine.
  *
  * Determinism. Own kernels (batch norm's too: fixed-order sums, no atomics) and cuBLAS give the
  * same bits for the same inputs on the same GPU.
@@ -119,10 +122,6 @@ extern "C" int be_cuda_device_count(struct dp_error *err)
 
 #define CU_WS_CAP	((size_t)256 << 20) /* cuDNN workspace, shared by every op */
 #define CU_SUMSQ_BLOCKS 1024
-/* Own batch norm kernels (bf16): slabs per channel chunk at most, and rows per thread at least
- * (fewer partials to write and add up than values read, by that factor at least). */
-#define BN_SLABS_MAX	1024
-#define BN_ROWS_MIN	16
 
 struct cu_block {
 	void *p;
@@ -138,6 +137,7 @@ struct cu_ctx {
 	enum be_dtype dtype; /* activations: float32, bf16 or fp16 */
 	int nhwc;	     /* activations NHWC (half modes), else NCHW */
 	unsigned bn_wave;    /* bf16: blocks of the own BN partial kernels the GPU runs at once */
+	int bn_vec;	     /* bf16 NHWC: the own BN's vector kernels where a shape allows them */
 	cudaStream_t stream;
 	cudaStream_t copy; /* uploads (upload), created on first use */
 	cudnnHandle_t dnn;
@@ -1287,30 +1287,31 @@ static void bn_plain(struct be_op *op)
 	op->bn_fwd_ws = op->bn_bwd_ws = op->bn_reserve = 0;
 }
 
-/* The own kernels' grid for a shape: channel chunks x slabs of rows, the slabs as many as fill
- * about one wave of the GPU (ctx->bn_wave blocks at once) with at least BN_ROWS_MIN rows per
- * thread, at most BN_SLABS_MAX. The order of the sums follows from the shape and this grid: the
- * same bits every run on one GPU model (another may differ in the last bits, as cuDNN's
- * algorithms do). */
-static void bn_geom_plan(const struct cu_ctx *ctx, const struct be_bn_desc *d, struct bn_geom *g)
+/* The own kernels' grid for a shape (bn_geom_plan): the vector kernels' where the layout and
+ * channel count allow them (NHWC, a multiple of BN_VCB channels) and DPTRAIN_CUDA_BN_VEC is not
+ * 0; a call whose tensors are not 16-byte aligned (never in training: cudaMalloc's blocks are)
+ * runs the scalar kernels on their own grid (bn_call_geom). */
+static void bn_geom_for(const struct cu_ctx *ctx, const struct be_bn_desc *d, struct bn_geom *g)
 {
-	size_t cb = ctx->nhwc ? BN_CB : 1, rb = CU_THREADS / cb, slabs, most;
+	bn_geom_plan(d, ctx->nhwc, ctx->nhwc && ctx->bn_vec && d->c % BN_VCB == 0, ctx->bn_wave, g);
+}
 
-	g->rows = (size_t)d->n * d->h * d->w;
-	g->hw = (size_t)d->h * d->w;
-	g->chans = d->c;
-	g->nhwc = ctx->nhwc;
-	g->chunks = (unsigned)(((size_t)d->c + cb - 1) / cb);
-	slabs = ctx->bn_wave / g->chunks;
-	most = (g->rows + rb * BN_ROWS_MIN - 1) / (rb * BN_ROWS_MIN);
-	if (slabs > most)
-		slabs = most;
-	if (slabs > BN_SLABS_MAX)
-		slabs = BN_SLABS_MAX;
-	if (slabs < 1)
-		slabs = 1;
-	g->slab_rows = (g->rows + slabs - 1) / slabs;
-	g->slabs = (unsigned)((g->rows + g->slab_rows - 1) / g->slab_rows);
+static int aligned16(const void *p)
+{
+	return ((uintptr_t)p & 15) == 0;
+}
+
+/* The grid of one call: the op's, or the scalar kernels' where a tensor the vector kernels would
+ * read or write is not 16-byte aligned. */
+static struct bn_geom bn_call_geom(const struct cu_ctx *ctx, const struct be_op *op, const void *a,
+				   const void *b, const void *c, const void *d, const void *e)
+{
+	struct bn_geom g = op->bn_geom;
+
+	if (g.vec &&
+	    !(aligned16(a) && aligned16(b) && aligned16(c) && aligned16(d) && aligned16(e)))
+		bn_geom_plan(&op->d.bn, ctx->nhwc, 0, ctx->bn_wave, &g);
+	return g;
 }
 
 static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d)
@@ -1328,7 +1329,7 @@ static struct be_op *cu_bn_create(struct backend *be, const struct be_bn_desc *d
 	bn_plain(op);
 	if (ctx_of(be)->dtype == BE_BF16) {
 		op->bn_own = 1;
-		bn_geom_plan(ctx_of(be), d, &op->bn_geom);
+		bn_geom_for(ctx_of(be), d, &op->bn_geom);
 		return op;
 	}
 	if (tensor4d(be, &op->xd, d->n, d->c, d->h, d->w, fn, shape) < 0)
@@ -1425,13 +1426,12 @@ static unsigned bn_final_blocks(const struct bn_geom *g)
 	return (unsigned)(((size_t)g->chans + per - 1) / per);
 }
 
-/* One block of arena scratch: the partial sums (2 x chans x slabs doubles), then ncoef x chans
- * float coefficients at *coef. The caller frees it after issuing the kernels that use it (the
- * stream orders its reuse). */
-static double *bn_scratch(struct backend *be, const struct be_op *op, int ncoef, float **coef,
+/* One block of arena scratch: the partial sums (2 x chans x slabs doubles of grid g), then
+ * ncoef x chans float coefficients at *coef. The caller frees it after issuing the kernels that
+ * use it (the stream orders its reuse). */
+static double *bn_scratch(struct backend *be, const struct bn_geom *g, int ncoef, float **coef,
 			  const char *fn)
 {
-	const struct bn_geom *g = &op->bn_geom;
 	size_t np = 2 * (size_t)g->chans * g->slabs;
 	double *p = (double *)arena_alloc(
 	    be, np * sizeof(double) + (size_t)ncoef * g->chans * sizeof(float), fn);
@@ -1448,19 +1448,27 @@ static int bn_own_fwd_train(struct backend *be, struct be_op *op, const float *x
 			    float momentum)
 {
 	const char *fn = "bn_fwd_train", *shape = op->shape;
-	const struct bn_geom *g = &op->bn_geom;
+	const struct bn_geom gg = bn_call_geom(ctx_of(be), op, x, z, y, NULL, NULL), *g = &gg;
 	const struct be_bn_desc *d = &op->d.bn;
+	dim3 grid(g->chunks, g->slabs);
 	float *coef;
-	double *part = bn_scratch(be, op, 3, &coef, fn);
+	double *part = bn_scratch(be, g, 3, &coef, fn);
 	int rv = -1;
 
 	if (!part)
 		return -1;
-	LAUNCH_TRY(k_bn_stats<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x, part);
+	if (g->vec)
+		LAUNCH_TRY(k_bn_stats_v<T>, grid, CU_THREADS, *g, (const T *)x, part);
+	else
+		LAUNCH_TRY(k_bn_stats<T>, grid, CU_THREADS, *g, (const T *)x, part);
 	LAUNCH_TRY(k_bn_stats_final, bn_final_blocks(g), CU_THREADS, *g, part, d->eps, momentum,
 		   gamma, beta_, save_mean, save_invstd, running_mean, running_var, coef);
-	LAUNCH_TRY(k_bn_apply<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x,
-		   (const T *)z, coef, (T *)y, d->fuse_relu);
+	if (g->vec)
+		LAUNCH_TRY(k_bn_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
+			   (T *)y, d->fuse_relu);
+	else
+		LAUNCH_TRY(k_bn_apply<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
+			   (T *)y, d->fuse_relu);
 	rv = 0;
 out:
 	arena_free(be, part);
@@ -1473,8 +1481,9 @@ static int bn_own_fwd_infer(struct backend *be, struct be_op *op, const float *x
 			    const float *running_var, float *y)
 {
 	const char *fn = "bn_fwd_infer", *shape = op->shape;
-	const struct bn_geom *g = &op->bn_geom;
+	const struct bn_geom gg = bn_call_geom(ctx_of(be), op, x, z, y, NULL, NULL), *g = &gg;
 	const struct be_bn_desc *d = &op->d.bn;
+	dim3 grid(g->chunks, g->slabs);
 	float *coef = (float *)arena_alloc(be, 3 * sizeof(float) * g->chans, fn);
 	int rv = -1;
 
@@ -1482,8 +1491,12 @@ static int bn_own_fwd_infer(struct backend *be, struct be_op *op, const float *x
 		return -1;
 	LAUNCH_TRY(k_bn_infer_coef, grid_for((size_t)g->chans), CU_THREADS, g->chans, d->eps, gamma,
 		   beta_, running_mean, running_var, coef);
-	LAUNCH_TRY(k_bn_apply<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x,
-		   (const T *)z, coef, (T *)y, d->fuse_relu);
+	if (g->vec)
+		LAUNCH_TRY(k_bn_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
+			   (T *)y, d->fuse_relu);
+	else
+		LAUNCH_TRY(k_bn_apply<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
+			   (T *)y, d->fuse_relu);
 	rv = 0;
 out:
 	arena_free(be, coef);
@@ -1499,21 +1512,29 @@ static int bn_own_bwd(struct backend *be, struct be_op *op, const float *x, cons
 		      float *dbeta, float beta)
 {
 	const char *fn = "bn_bwd", *shape = op->shape;
-	const struct bn_geom *g = &op->bn_geom;
 	const T *mask = op->d.bn.fuse_relu ? (const T *)y : NULL;
+	const struct bn_geom gg = bn_call_geom(ctx_of(be), op, x, mask, dy, dx, dz), *g = &gg;
+	dim3 grid(g->chunks, g->slabs);
 	float *coef;
-	double *part = bn_scratch(be, op, 4, &coef, fn);
+	double *part = bn_scratch(be, g, 4, &coef, fn);
 	int rv = -1;
 
 	if (!part)
 		return -1;
-	LAUNCH_TRY(k_bn_bwd_stats<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g, (const T *)x, mask,
-		   (const T *)dy, save_mean, part);
+	if (g->vec)
+		LAUNCH_TRY(k_bn_bwd_stats_v<T>, grid, CU_THREADS, *g, (const T *)x, mask,
+			   (const T *)dy, save_mean, part);
+	else
+		LAUNCH_TRY(k_bn_bwd_stats<T>, grid, CU_THREADS, *g, (const T *)x, mask,
+			   (const T *)dy, save_mean, part);
 	LAUNCH_TRY(k_bn_bwd_final, bn_final_blocks(g), CU_THREADS, *g, part, gamma, save_mean,
 		   save_invstd, dgamma, dbeta, beta, coef);
-	if (dx || dz)
-		LAUNCH_TRY(k_bn_bwd_apply<T>, dim3(g->chunks, g->slabs), CU_THREADS, *g,
-			   (const T *)x, mask, (const T *)dy, coef, (T *)dx, beta, (T *)dz, bz);
+	if ((dx || dz) && g->vec)
+		LAUNCH_TRY(k_bn_bwd_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, mask,
+			   (const T *)dy, coef, (T *)dx, beta, (T *)dz, bz);
+	else if (dx || dz)
+		LAUNCH_TRY(k_bn_bwd_apply<T>, grid, CU_THREADS, *g, (const T *)x, mask,
+			   (const T *)dy, coef, (T *)dx, beta, (T *)dz, bz);
 	rv = 0;
 out:
 	arena_free(be, part);
@@ -1771,8 +1792,8 @@ static int cu_pool_fwd(struct backend *be, struct be_op *op, const float *x, flo
 }
 
 template <typename T>
-static int pool_bwd_t(struct backend *be, struct be_op *op, const float *x, const float *dy,
-		      float *dx, float beta)
+static int pool_bwd_t(struct backend *be, struct be_op *op, const float *x, const float *y,
+		      const float *dy, float *dx, float beta)
 {
 	const char *fn = "pool_bwd", *shape;
 	const struct be_pool_desc *d;
@@ -1783,16 +1804,21 @@ static int pool_bwd_t(struct backend *be, struct be_op *op, const float *x, cons
 	shape = op->shape;
 	d = &op->d.pool;
 	n = (size_t)d->n * d->c * d->h * d->w;
-	LAUNCH(k_pool_bwd<T>, grid_for(n), CU_THREADS, *d, (const T *)x, (const T *)dy, (T *)dx, n,
-	       beta, ctx_of(be)->nhwc);
+	if (!y && d->kind == BE_POOL_MAX)
+		return be_errf(
+		    be,
+		    "pool_bwd(%s): y is NULL (max pooling's backward reads the forward's "
+		    "output)",
+		    shape);
+	LAUNCH(k_pool_bwd<T>, grid_for(n), CU_THREADS, *d, (const T *)x, (const T *)y,
+	       (const T *)dy, (T *)dx, n, beta, ctx_of(be)->nhwc);
 	return 0;
 }
 
 static int cu_pool_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
 		       const float *dy, float *dx, float beta)
 {
-	(void)y;
-	return ACT_CALL(be, pool_bwd_t, be, op, x, dy, dx, beta);
+	return ACT_CALL(be, pool_bwd_t, be, op, x, y, dy, dx, beta);
 }
 
 static struct be_op *cu_linear_create(struct backend *be, const struct be_linear_desc *d)
@@ -2202,6 +2228,7 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	const char *det = getenv("DPTRAIN_CUDA_DETERMINISTIC");
 	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
 	const char *layout = getenv("DPTRAIN_CUDA_LAYOUT");
+	const char *bn_vec = getenv("DPTRAIN_CUDA_BN_VEC");
 	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	int count;
 	cudaError_t e;
@@ -2253,6 +2280,8 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	ctx->deterministic = (det && strcmp(det, "1") == 0) || (o && o->deterministic);
 	ctx->tf32 = o && o->tf32;
 	ctx->dtype = dt;
+	/* DPTRAIN_CUDA_BN_VEC=0: the scalar kernels everywhere (to compare the two) */
+	ctx->bn_vec = !(bn_vec && strcmp(bn_vec, "0") == 0);
 	/* float32 modes are NCHW whatever the variable says (see the top of this file) */
 	ctx->nhwc = dt != BE_F32 && !(layout && strcmp(layout, "nchw") == 0);
 #define CREATE_TRY(ok, call, str)                                                                  \
@@ -2283,6 +2312,21 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 			   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_bwd_stats)",
 			   cudaGetErrorString(e));
 		nf = nf < nb ? nf : nb;
+		if (ctx->bn_vec) { /* the vector kernels hold more registers */
+			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_bn_stats_v<bf16>,
+									  CU_THREADS, 0);
+			CREATE_TRY(e == cudaSuccess,
+				   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_stats_v)",
+				   cudaGetErrorString(e));
+			nf = nf < nb ? nf : nb;
+			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+			    &nb, k_bn_bwd_stats_v<bf16>, CU_THREADS, 0);
+			CREATE_TRY(
+			    e == cudaSuccess,
+			    "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_bwd_stats_v)",
+			    cudaGetErrorString(e));
+			nf = nf < nb ? nf : nb;
+		}
 		ctx->bn_wave = (unsigned)(sms > 0 ? sms : 1) * (unsigned)(nf > 0 ? nf : 1);
 	}
 	ds = cudnnCreate(&ctx->dnn);

@@ -1,4 +1,5 @@
-/* backend_cuda_kernels.cuh — the CUDA backend's own kernels, included by backend_cuda.cu only:
+/* backend_cuda_kernels.cuh — the CUDA backend's own kernels, included by backend_cuda.cu (and run
+ * on the host by t/unit/kernels_host.cc):
  * element types of activations (float32, bfloat16, half), batch norm, pooling, element-wise ops,
  * global average pool, cross-entropy, sums. Device code only: no library calls, no host state. */
 #ifndef DPTRAIN_BACKEND_CUDA_KERNELS_CUH
@@ -7,6 +8,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -435,6 +437,15 @@ __global__ static void k_sum_partials(const double *partial, unsigned count, dou
 #define BN_CB	  32 /* NHWC: channels per block of the partial and apply kernels */
 #define BN_LANES  32 /* threads per channel in the final kernels */
 #define BN_UNROLL 4  /* rows a thread loads before it uses the first: loads in flight */
+/* The vector kernels (the _v ones): NHWC 2-byte acts, a multiple of BN_VCB channels, 16-byte
+ * aligned tensors. A thread takes BN_VEC consecutive channels of a row, one 16-byte load per
+ * tensor and row where the scalar kernels make 8 of 2 bytes (a warp moved 64 bytes a load
+ * there: the kernels were bound by loads in flight, not by bandwidth). */
+#define BN_VEC	     8	/* channels a thread loads at once */
+#define BN_VCB	     64 /* channels per block: BN_VCB / BN_VEC threads per row */
+#define BN_VUNROLL   2	/* rows in flight per thread (each row up to 5 loads of 16 bytes) */
+#define BN_SLABS_MAX 1024
+#define BN_ROWS_MIN  16
 
 /* One batch norm's shape and its kernels' grid (backend_cuda.cu plans it at bn_create). */
 struct bn_geom {
@@ -443,14 +454,45 @@ struct bn_geom {
 	size_t slab_rows; /* rows per slab; the last one may have fewer */
 	int chans;
 	int nhwc;
+	int vec;		/* the vector kernels' grid (BN_VCB channels a block) */
 	unsigned chunks, slabs; /* the grid of the partial and apply kernels */
 };
 
-/* This thread's part of the (chunks, slabs) grid: channel c (idle where c >= chans), its row
- * lane ty of rb, and its slab's rows [r0, r1), which it takes ty, ty + rb, ... */
+/* The grid for a shape: channel chunks x slabs of rows, the slabs as many as fill about one wave
+ * of the GPU (`wave` blocks at once) with at least BN_ROWS_MIN rows per thread, at most
+ * BN_SLABS_MAX. The order of the sums follows from the shape and this grid: the same bits every
+ * run on one GPU model (another may differ in the last bits, as cuDNN's algorithms do). vec:
+ * the vector kernels' grid (the caller checks that they apply). */
+static inline void bn_geom_plan(const struct be_bn_desc *d, int nhwc, int vec, unsigned wave,
+				struct bn_geom *g)
+{
+	size_t cb = !nhwc ? 1 : vec ? BN_VCB : BN_CB;
+	size_t rb = CU_THREADS / (vec ? BN_VCB / BN_VEC : cb), slabs, most;
+
+	g->rows = (size_t)d->n * d->h * d->w;
+	g->hw = (size_t)d->h * d->w;
+	g->chans = d->c;
+	g->nhwc = nhwc;
+	g->vec = vec;
+	g->chunks = (unsigned)(((size_t)d->c + cb - 1) / cb);
+	slabs = wave / g->chunks;
+	most = (g->rows + rb * BN_ROWS_MIN - 1) / (rb * BN_ROWS_MIN);
+	if (slabs > most)
+		slabs = most;
+	if (slabs > BN_SLABS_MAX)
+		slabs = BN_SLABS_MAX;
+	if (slabs < 1)
+		slabs = 1;
+	g->slab_rows = (g->rows + slabs - 1) / slabs;
+	g->slabs = (unsigned)((g->rows + g->slab_rows - 1) / g->slab_rows);
+}
+
+/* This thread's part of the (chunks, slabs) grid: channel c (idle where c >= chans; the first
+ * of BN_VEC in the vector kernels), its row lane ty of rb (tpr threads a row), and its slab's
+ * rows [r0, r1), which it takes ty, ty + rb, ... */
 struct bn_part {
 	int c;
-	unsigned cb, rb, ty;
+	unsigned cb, tpr, rb, ty;
 	size_t r0, r1;
 };
 
@@ -458,10 +500,11 @@ __device__ static inline bn_part bn_place(const bn_geom &g)
 {
 	bn_part t;
 
-	t.cb = g.nhwc ? BN_CB : 1;
-	t.rb = CU_THREADS / t.cb;
-	t.ty = threadIdx.x / t.cb;
-	t.c = (int)(blockIdx.x * t.cb + threadIdx.x % t.cb);
+	t.cb = !g.nhwc ? 1 : g.vec ? BN_VCB : BN_CB;
+	t.tpr = g.vec ? BN_VCB / BN_VEC : t.cb;
+	t.rb = CU_THREADS / t.tpr;
+	t.ty = threadIdx.x / t.tpr;
+	t.c = (int)(blockIdx.x * t.cb + threadIdx.x % t.tpr * (g.vec ? BN_VEC : 1));
 	t.r0 = (size_t)blockIdx.y * g.slab_rows;
 	t.r1 = g.rows - t.r0 > g.slab_rows ? t.r0 + g.slab_rows : g.rows;
 	return t;
@@ -484,10 +527,11 @@ struct bn_rows {
 	{
 		return r < t.r1;
 	}
+	template <int U>
 	__device__ void batch(const bn_geom &g, const bn_part &t, size_t *i, bool *in)
 	{
 #pragma unroll
-		for (int k = 0; k < BN_UNROLL; k++) {
+		for (int k = 0; k < U; k++) {
 			in[k] = r < t.r1;
 			i[k] = g.nhwc ? r * g.chans + t.c : (n * g.chans + t.c) * g.hw + p;
 			r += t.rb;
@@ -549,7 +593,7 @@ template <typename T> __global__ static void k_bn_stats(bn_geom g, const T *x, d
 			size_t i[BN_UNROLL];
 			bool in[BN_UNROLL];
 			float v[BN_UNROLL];
-			w.batch(g, t, i, in);
+			w.batch<BN_UNROLL>(g, t, i, in);
 #pragma unroll
 			for (int k = 0; k < BN_UNROLL; k++)
 				v[k] = in[k] ? ldf(x[i[k]]) : 0.0f;
@@ -581,7 +625,7 @@ __global__ static void k_bn_bwd_stats(bn_geom g, const T *x, const T *y, const T
 			size_t i[BN_UNROLL];
 			bool in[BN_UNROLL];
 			float gv[BN_UNROLL], xv[BN_UNROLL], yv[BN_UNROLL];
-			w.batch(g, t, i, in);
+			w.batch<BN_UNROLL>(g, t, i, in);
 #pragma unroll
 			for (int k = 0; k < BN_UNROLL; k++) {
 				gv[k] = in[k] ? ldf(dy[i[k]]) : 0.0f;
@@ -681,7 +725,7 @@ __global__ static void k_bn_apply(bn_geom g, const T *x, const T *z, const float
 		size_t i[BN_UNROLL];
 		bool in[BN_UNROLL];
 		float xv[BN_UNROLL], zv[BN_UNROLL];
-		w.batch(g, t, i, in);
+		w.batch<BN_UNROLL>(g, t, i, in);
 #pragma unroll
 		for (int k = 0; k < BN_UNROLL; k++) {
 			xv[k] = in[k] ? ldf(x[i[k]]) : 0.0f;
@@ -746,7 +790,7 @@ __global__ static void k_bn_bwd_apply(bn_geom g, const T *x, const T *y, const T
 		size_t i[BN_UNROLL];
 		bool in[BN_UNROLL];
 		float gv[BN_UNROLL], yv[BN_UNROLL], xv[BN_UNROLL], ox[BN_UNROLL], oz[BN_UNROLL];
-		w.batch(g, t, i, in);
+		w.batch<BN_UNROLL>(g, t, i, in);
 #pragma unroll
 		for (int u = 0; u < BN_UNROLL; u++) {
 			gv[u] = in[u] ? ldf(dy[i[u]]) : 0.0f;
@@ -763,6 +807,268 @@ __global__ static void k_bn_bwd_apply(bn_geom g, const T *x, const T *y, const T
 				dx[i[u]] = to_act<T>(blend_v(v, beta, ox[u]));
 			if (in[u] && dz)
 				dz[i[u]] = to_act<T>(blend_v(gu, bz, oz[u]));
+		}
+	}
+}
+
+/* ---- the vector kernels: BN_VEC channels a thread, one 16-byte load or store per tensor and
+ * row; each channel's arithmetic is the scalar kernels' (the same formulas, the same per-thread
+ * order of rows), on the vector grid. */
+
+/* BN_VEC acts at p (16-byte aligned; 16 bytes for 2-byte acts) as floats, and back, rounded
+ * once each. */
+template <typename T> __device__ static inline void bn_ld8(const T *p, float *v)
+{
+	constexpr int nq = sizeof(T) * BN_VEC / sizeof(uint4);
+	uint4 u[nq];
+	T h[BN_VEC];
+
+#pragma unroll
+	for (int q = 0; q < nq; q++) {
+#ifdef __CUDA_ARCH__
+		u[q] = ((const uint4 *)p)[q];
+#else
+		memcpy(&u[q], (const char *)p + q * sizeof(uint4), sizeof(uint4));
+#endif
+	}
+	memcpy(h, u, sizeof(h));
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++)
+		v[e] = ldf(h[e]);
+}
+
+template <typename T> __device__ static inline void bn_st8(T *p, const float *v)
+{
+	constexpr int nq = sizeof(T) * BN_VEC / sizeof(uint4);
+	uint4 u[nq];
+	T h[BN_VEC];
+
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++)
+		h[e] = to_act<T>(v[e]);
+	memcpy(u, h, sizeof(h));
+#pragma unroll
+	for (int q = 0; q < nq; q++) {
+#ifdef __CUDA_ARCH__
+		((uint4 *)p)[q] = u[q];
+#else
+		memcpy((char *)p + q * sizeof(uint4), &u[q], sizeof(uint4));
+#endif
+	}
+}
+
+/* The partials of BN_VEC channels: bn_tree's sums (the same tree, the same order), for all 2 x
+ * BN_VEC values at once, so a block ends with one tree's barriers, not 16 trees'. */
+__device__ static inline void bn_put8(const bn_geom &g, const bn_part &t, double *part, double *a,
+				      double *b)
+{
+	__shared__ double sh[2 * BN_VEC][CU_THREADS];
+	unsigned th = threadIdx.x, k = th / t.tpr % t.rb;
+
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++) {
+		sh[e][th] = a[e];
+		sh[BN_VEC + e][th] = b[e];
+	}
+	__syncthreads();
+	for (unsigned s = t.rb / 2; s > 0; s >>= 1) {
+		if (k < s) {
+#pragma unroll
+			for (int e = 0; e < 2 * BN_VEC; e++)
+				sh[e][th] += sh[e][th + s * t.tpr];
+		}
+		__syncthreads();
+	}
+	if (t.ty == 0 && t.c < g.chans) {
+#pragma unroll
+		for (int e = 0; e < BN_VEC; e++) {
+			part[(size_t)(t.c + e) * g.slabs + blockIdx.y] = sh[e][th];
+			part[((size_t)g.chans + t.c + e) * g.slabs + blockIdx.y] =
+			    sh[BN_VEC + e][th];
+		}
+	}
+}
+
+template <typename T> __global__ static void k_bn_stats_v(bn_geom g, const T *x, double *part)
+{
+	bn_part t = bn_place(g);
+	double s[BN_VEC], ss[BN_VEC];
+
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++)
+		s[e] = ss[e] = 0.0;
+	if (t.c < g.chans) {
+		for (bn_rows w(g, t); w.more(t);) {
+			size_t i[BN_VUNROLL];
+			bool in[BN_VUNROLL];
+			float v[BN_VUNROLL][BN_VEC];
+			w.batch<BN_VUNROLL>(g, t, i, in);
+#pragma unroll
+			for (int k = 0; k < BN_VUNROLL; k++)
+				if (in[k])
+					bn_ld8(x + i[k], v[k]);
+#pragma unroll
+			for (int k = 0; k < BN_VUNROLL; k++) {
+				if (!in[k])
+					continue;
+#pragma unroll
+				for (int e = 0; e < BN_VEC; e++) {
+					s[e] += v[k][e];
+					ss[e] += (double)v[k][e] * v[k][e];
+				}
+			}
+		}
+	}
+	bn_put8(g, t, part, s, ss);
+}
+
+template <typename T>
+__global__ static void k_bn_bwd_stats_v(bn_geom g, const T *x, const T *y, const T *dy,
+					const float *save_mean, double *part)
+{
+	bn_part t = bn_place(g);
+	double sg[BN_VEC], sgx[BN_VEC], mean[BN_VEC];
+
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++)
+		sg[e] = sgx[e] = mean[e] = 0.0;
+	if (t.c < g.chans) {
+#pragma unroll
+		for (int e = 0; e < BN_VEC; e++)
+			mean[e] = save_mean[t.c + e];
+		for (bn_rows w(g, t); w.more(t);) {
+			size_t i[BN_VUNROLL];
+			bool in[BN_VUNROLL];
+			float gv[BN_VUNROLL][BN_VEC], xv[BN_VUNROLL][BN_VEC],
+			    yv[BN_VUNROLL][BN_VEC];
+			w.batch<BN_VUNROLL>(g, t, i, in);
+#pragma unroll
+			for (int k = 0; k < BN_VUNROLL; k++) {
+				if (!in[k])
+					continue;
+				bn_ld8(dy + i[k], gv[k]);
+				if (y)
+					bn_ld8(y + i[k], yv[k]);
+				bn_ld8(x + i[k], xv[k]);
+			}
+#pragma unroll
+			for (int k = 0; k < BN_VUNROLL; k++) {
+				if (!in[k])
+					continue;
+#pragma unroll
+				for (int e = 0; e < BN_VEC; e++) {
+					double gd = bn_grad(y ? yv[k][e] : 1.0f, gv[k][e]);
+					sg[e] += gd;
+					sgx[e] += gd * (xv[k][e] - mean[e]);
+				}
+			}
+		}
+	}
+	bn_put8(g, t, part, sg, sgx);
+}
+
+template <typename T>
+__global__ static void k_bn_apply_v(bn_geom g, const T *x, const T *z, const float *coef, T *y,
+				    int relu)
+{
+	bn_part t = bn_place(g);
+	float mean[BN_VEC], scale[BN_VEC], shift[BN_VEC];
+
+	if (t.c >= g.chans)
+		return;
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++) {
+		mean[e] = coef[t.c + e];
+		scale[e] = coef[g.chans + t.c + e];
+		shift[e] = coef[2 * g.chans + t.c + e];
+	}
+	for (bn_rows w(g, t); w.more(t);) {
+		size_t i[BN_VUNROLL];
+		bool in[BN_VUNROLL];
+		float xv[BN_VUNROLL][BN_VEC], zv[BN_VUNROLL][BN_VEC];
+		w.batch<BN_VUNROLL>(g, t, i, in);
+#pragma unroll
+		for (int k = 0; k < BN_VUNROLL; k++) {
+			if (!in[k])
+				continue;
+			bn_ld8(x + i[k], xv[k]);
+			if (z)
+				bn_ld8(z + i[k], zv[k]);
+		}
+#pragma unroll
+		for (int k = 0; k < BN_VUNROLL; k++) {
+			if (!in[k])
+				continue;
+			float o[BN_VEC];
+#pragma unroll
+			for (int e = 0; e < BN_VEC; e++) {
+				float v =
+				    __fmaf_rn(__fsub_rn(xv[k][e], mean[e]), scale[e], shift[e]);
+				if (z)
+					v = __fadd_rn(v, zv[k][e]);
+				o[e] = relu && !(v > 0.0f) ? 0.0f : v;
+			}
+			bn_st8(y + i[k], o);
+		}
+	}
+}
+
+template <typename T>
+__global__ static void k_bn_bwd_apply_v(bn_geom g, const T *x, const T *y, const T *dy,
+					const float *coef, T *dx, float beta, T *dz, float bz)
+{
+	bn_part t = bn_place(g);
+	float mean[BN_VEC], k[BN_VEC], kx[BN_VEC], k0[BN_VEC];
+	int rdx = dx && beta != 0.0f, rdz = dz && bz != 0.0f;
+
+	if (t.c >= g.chans)
+		return;
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++) {
+		mean[e] = coef[t.c + e];
+		k[e] = coef[g.chans + t.c + e];
+		kx[e] = coef[2 * g.chans + t.c + e];
+		k0[e] = coef[3 * g.chans + t.c + e];
+	}
+	for (bn_rows w(g, t); w.more(t);) {
+		size_t i[BN_VUNROLL];
+		bool in[BN_VUNROLL];
+		float gv[BN_VUNROLL][BN_VEC], yv[BN_VUNROLL][BN_VEC], xv[BN_VUNROLL][BN_VEC];
+		float ox[BN_VUNROLL][BN_VEC], oz[BN_VUNROLL][BN_VEC];
+		w.batch<BN_VUNROLL>(g, t, i, in);
+#pragma unroll
+		for (int u = 0; u < BN_VUNROLL; u++) {
+			if (!in[u])
+				continue;
+			bn_ld8(dy + i[u], gv[u]);
+			if (y)
+				bn_ld8(y + i[u], yv[u]);
+			if (dx)
+				bn_ld8(x + i[u], xv[u]);
+			if (rdx)
+				bn_ld8(dx + i[u], ox[u]);
+			if (rdz)
+				bn_ld8(dz + i[u], oz[u]);
+		}
+#pragma unroll
+		for (int u = 0; u < BN_VUNROLL; u++) {
+			if (!in[u])
+				continue;
+			float ov[BN_VEC], oh[BN_VEC];
+#pragma unroll
+			for (int e = 0; e < BN_VEC; e++) {
+				float gu = bn_grad(y ? yv[u][e] : 1.0f, gv[u][e]);
+				float v = __fmaf_rn(
+				    k[e], gu,
+				    __fmaf_rn(kx[e], __fsub_rn(dx ? xv[u][e] : 0.0f, mean[e]),
+					      k0[e]));
+				ov[e] = blend_v(v, beta, rdx ? ox[u][e] : 0.0f);
+				oh[e] = blend_v(gu, bz, rdz ? oz[u][e] : 0.0f);
+			}
+			if (dx)
+				bn_st8(dx + i[u], ov);
+			if (dz)
+				bn_st8(dz + i[u], oh);
 		}
 	}
 }
@@ -822,10 +1128,14 @@ __global__ static void k_pool_fwd(struct be_pool_desc d, const T *x, T *y, size_
 
 /* Gather form of the reference's scatter: every input pixel visits the windows that cover it in
  * the reference's order (row-major over outputs) and adds the same float terms in that order,
- * starting from beta * old; no atomics, the reference's bits (rounded once to the act type). */
+ * starting from beta * old; no atomics, the reference's bits (rounded once to the act type).
+ * Max pooling: a window's maximum is in y, a copy of its arg-max pixel, so a pixel whose value
+ * differs from it is not the arg-max; only a pixel equal to it (a tie, or the maximum itself)
+ * or a NaN maximum scans the window. Each pixel used to scan every window covering it (9
+ * reads each for 3x3: ResNet's stem took 8 times its forward). */
 template <typename T>
-__global__ static void k_pool_bwd(struct be_pool_desc d, const T *x, const T *dy, T *dx, size_t n,
-				  float beta, int nhwc)
+__global__ static void k_pool_bwd(struct be_pool_desc d, const T *x, const T *y, const T *dy, T *dx,
+				  size_t n, float beta, int nhwc)
 {
 	size_t hw = (size_t)d.h * d.w, ps = act_pix(d.c, nhwc);
 
@@ -837,6 +1147,9 @@ __global__ static void k_pool_bwd(struct be_pool_desc d, const T *x, const T *dy
 		int iy = (int)ip / d.w, ix = (int)ip % d.w;
 		const T *xp = x + act_at(s, c, 0, d.c, hw, nhwc);
 		const T *dyp = dy + act_at(s, c, 0, d.c, (size_t)d.oh * d.ow, nhwc);
+		const T *yp =
+		    d.kind == BE_POOL_MAX ? y + act_at(s, c, 0, d.c, (size_t)d.oh * d.ow, nhwc) : y;
+		float xv = d.kind == BE_POOL_MAX ? ldf(xp[ip * ps]) : 0.0f;
 		/* windows oy with oy*stride - pad <= iy < oy*stride - pad + kh */
 		int ly = iy + d.pad - d.kh + 1, lx = ix + d.pad - d.kw + 1;
 		int oy0 = ly <= 0 ? 0 : (ly + d.stride - 1) / d.stride;
@@ -851,7 +1164,9 @@ __global__ static void k_pool_bwd(struct be_pool_desc d, const T *x, const T *dy
 			for (int ox = ox0; ox <= ox1; ox++) {
 				float g = ldf(dyp[(oy * d.ow + ox) * ps]);
 				if (d.kind == BE_POOL_MAX) {
-					if (window_argmax(d, xp, ps, oy, ox) == iy * d.w + ix)
+					float m = ldf(yp[(oy * d.ow + ox) * ps]);
+					if ((m != m || xv == m) &&
+					    window_argmax(d, xp, ps, oy, ox) == iy * d.w + ix)
 						acc = __fadd_rn(acc, g);
 				} else {
 					acc = __fadd_rn(acc, __fdiv_rn(g, (float)(d.kh * d.kw)));
