@@ -1,7 +1,8 @@
 #!/bin/sh
 # gpu-deps.sh — makes DIR (default .gpudeps) hold the Debian packages a GPU machine without
 # Debian's libraries lacks for contrib/bench/gpu-session.sh: jansson, libjpeg-turbo, libpng and
-# zlib (runtime and headers), sharness and Fashion-MNIST for t/t1000-gpu.t. gpu-session.sh
+# zlib (runtime and headers), sharness and Fashion-MNIST for t/t1000-gpu.t, and the photographs
+# of the benchmark's JPEG set (photos/, from Debian's opencv-doc). gpu-session.sh
 # unpacks them into a private prefix there (never into /). Downloads with apt-get download
 # (nothing is installed here); packages already in DIR are kept. Run from anywhere:
 #
@@ -27,4 +28,25 @@ for p in $pkgs; do
 	fi
 done
 rm -f apt.err
-echo "gpu-deps: $(ls ./*.deb | wc -l) packages, $(du -sh . | cut -f1) in $dir"
+# The 28 photographs contrib/bench/make-images.py makes its JPEG set from (Debian's opencv-doc
+# sample data, 4 MB of its 96): for the real-JPEG runs of gpu-session.sh.
+if [ ! -d photos ]; then
+	tmp=$(mktemp -d)
+	if (cd "$tmp" && apt-get download opencv-doc >/dev/null 2>&1 && dpkg-deb -x opencv-doc_*.deb x); then
+		ex=$tmp/x/usr/share/doc/opencv-doc/examples
+		/usr/bin/python3 - "$top/contrib/bench/make-images.py" "$ex" photos.tmp <<-'PY'
+		import importlib.util, os, shutil, sys
+		spec = importlib.util.spec_from_file_location("mi", sys.argv[1])
+		m = importlib.util.module_from_spec(spec)
+		spec.loader.exec_module(m)
+		for p in m.PHOTOS:
+		    os.makedirs(os.path.join(sys.argv[3], os.path.dirname(p)), exist_ok=True)
+		    shutil.copy(os.path.join(sys.argv[2], p), os.path.join(sys.argv[3], p))
+		PY
+		[ $? = 0 ] && mv photos.tmp photos
+	else
+		echo "gpu-deps: no opencv-doc: gpu-session.sh's JPEG runs will use synthetic content" >&2
+	fi
+	rm -rf "$tmp" photos.tmp
+fi
+echo "gpu-deps: $(ls ./*.deb | wc -l) packages$([ -d photos ] && echo ", $(find photos -type f | wc -l) photos"), $(du -sh . | cut -f1) in $dir"

@@ -17,8 +17,9 @@
 # everything, 470), STAGES (tests,bench: a comma list of tests, bench, profile (ncu over one
 # dptrain step, PROFILE_MODE bf16, PROFILE_BATCH, PROFILE_CAP 150 s) and sanitize
 # (compute-sanitizer memcheck and racecheck over backend_cuda.t and comm_nccl.t, SANITIZE_CAP
-# 90 s each)), PLAN (the benchmark runs in order, SIDE:MODE:CAP with SIDE torch or dptrain; default
-# bf16, tf32 and fp32 of each), TEST_CAP (backend_cuda.t's seconds, 150; the other unit tests
+# 90 s each)), PLAN (the benchmark runs in order, SIDE:MODE:CAP with SIDE torch, dptrain,
+# torch-jpeg or dptrain-jpeg; default PyTorch bf16 eager, compiled and tf32, dptrain bf16, fp16 and
+# tf32, then both in bf16 on real JPEGs: about 560 s, a call of its own), TEST_CAP (backend_cuda.t's seconds, 150; the other unit tests
 # 3/5 of it), E2E_CAP (t1000-gpu.t's, 300), NVCC_ARCH (-gencode arch=compute_90,code=sm_90), CUDA_HOME (found from
 # nvcc), PYTHON (the first python3 that imports torch and torchvision), DEBS_DIR (.gpudeps): .deb
 # files to unpack into a private prefix for what the machine lacks: libraries, and for
@@ -29,6 +30,10 @@
 # build.log, tests.log (every test stage, one after the other), bench.log (both benchmarks),
 # bench.json ({"pytorch": [...], "dptrain": [...]}: each mode's --json report), profile.csv
 # (ncu's), sanitize.log.
+# Real JPEGs (PLAN sides torch-jpeg and dptrain-jpeg): IMAGES (default 4000) JPEGs made once in
+# the temporary directory by contrib/bench/make-images.py, one process per core, from the
+# photographs gpu-deps.sh puts in DEBS_DIR/photos (else its synthetic content), at the batch the
+# last synthetic PyTorch entry found.
 set -u -o pipefail
 
 top=$(cd "$(dirname "$0")/../.." && pwd)
@@ -392,7 +397,7 @@ tjsons=() djsons=()
 # PLAN: SIDE:MODE:CAP entries run in order; SIDE is torch or dptrain. dptrain's batch search
 # starts at the batch the last PyTorch entry found (or 256).
 if [ $have_gpu = yes ]; then
-	plan=${PLAN:-"torch:bf16:100 dptrain:bf16:100 torch:tf32:100 dptrain:tf32:100 torch:fp32:120 dptrain:fp32:120"}
+	plan=${PLAN:-"torch:bf16:75 dptrain:bf16:90 dptrain:fp16:70 torch:bf16-compile:130 dptrain:tf32:60 torch:tf32:50 dptrain-jpeg:bf16:90 torch-jpeg:bf16:90"}
 	args=() dargs=()
 else
 	plan=${PLAN:-"torch:fp32:120 dptrain:fp32:120"}
@@ -410,9 +415,66 @@ print("%s img/s at batch %s" % (r["img_per_s"], r["batch"]) if r["status"] == "o
 stage_on bench || plan=
 : >"$OUT/bench.log"
 tbatch=
+# make_images: the JPEG set for the *-jpeg sides, once: $work/img/train/class_NN/*.jpg
+img_ready=
+make_images() {
+	[ -n "$img_ready" ] && return "$img_ready"
+	local n=${IMAGES:-4000} k procs src=() t0=$SECONDS
+	procs=$(nproc)
+	[ -d "$DEBS_DIR/photos" ] && src=(--sources "$DEBS_DIR/photos")
+	echo "==== images: $n JPEGs, $procs processes${src:+, photos from $DEBS_DIR/photos}" >>"$OUT/bench.log"
+	mkdir -p "$work/img/train"
+	for k in $(seq 0 $((procs - 1))); do
+		timeout 120 "$PYTHON" contrib/bench/make-images.py "$work/img/part$k" \
+			-n $(((n + procs - 1) / procs)) --seed $((k + 1)) "${src[@]}" \
+			$([ ${#src[@]} = 0 ] && echo --synthetic) >>"$OUT/bench.log" 2>&1 &
+	done
+	wait
+	for d in "$work"/img/part*/class_*; do
+		[ -d "$d" ] || continue
+		mkdir -p "$work/img/train/${d##*/}"
+		for f in "$d"/*.jpg; do
+			mv "$f" "$work/img/train/${d##*/}/$(basename "$(dirname "$d")")-${f##*/}"
+		done
+	done
+	k=$(find "$work/img/train" -name '*.jpg' | wc -l)
+	note "- JPEGs for the *-jpeg runs: $k made in $((SECONDS - t0)) s ($([ ${#src[@]} = 0 ] && echo synthetic content || echo "photos from $DEBS_DIR/photos"))"
+	img_ready=1
+	[ "$k" -ge 1 ] && [ "$k" -ge $((n / 2)) ] && img_ready=0
+	return "$img_ready"
+}
 for p in $plan; do
 	side=${p%%:*} rest=${p#*:}
 	mode=${rest%%:*} cap=${rest#*:}
+	if [ "$side" = torch-jpeg ] || [ "$side" = dptrain-jpeg ]; then
+		echo "==== $side $mode" >>"$OUT/bench.log"
+		if ! make_images; then
+			record "bench $side $mode" "failed: the JPEG set was not made (bench.log)" - 0 bench.log
+			continue
+		fi
+		jb=${tbatch:-256} js=$work/bench-$side-$mode.json
+		if [ "$side" = torch-jpeg ]; then
+			run_stage "$cap" "$OUT/bench.log" \
+				bash -c 'py=$1 script=$2 mode=$3 out=$4; shift 4
+					"$py" "$script" --modes "$mode" --json "$@" >"$out.tmp"; rc=$?
+					[ -s "$out.tmp" ] && mv "$out.tmp" "$out"; exit $rc' \
+				bash "$PYTHON" "$bench" "$mode" "$js" --images "$work/img" --batch "$jb" \
+				--warmup 10 --steps 30 "${args[@]}"
+		else
+			run_stage "$cap" "$OUT/bench.log" \
+				bash -c 'script=$1 mode=$2 out=$3; shift 3
+					bash "$script" --modes "$mode" --json "$@" >"$out.tmp"; rc=$?
+					[ -s "$out.tmp" ] && mv "$out.tmp" "$out"; exit $rc' \
+				bash "$dbench" "$mode" "$js" --seconds $((cap - 20)) --images "$work/img" \
+				--batch "$jb" "${dargs[@]}"
+		fi
+		if [ -s "$js" ]; then
+			[ "$side" = torch-jpeg ] && tjsons+=("$js") || djsons+=("$js")
+			res="$res: $(json_row "$js")"
+		fi
+		record "bench $side $mode" "$res" $rc $dt bench.log
+		continue
+	fi
 	if [ "$side" = torch ]; then
 		echo "==== pytorch $mode" >>"$OUT/bench.log"
 		tb=()
@@ -523,8 +585,8 @@ if [ $((${#tjsons[@]} + ${#djsons[@]})) -gt 0 ]; then
 		                                                     "driver") if e.get(k))))
 		print()
 		print("| mode | batch dptrain / PyTorch | dptrain img/s | PyTorch img/s | dptrain / PyTorch "
-		      "| TFLOP/s dptrain / PyTorch | peak GiB dptrain / PyTorch |")
-		print("|------|------:|------:|------:|------:|------:|------:|")
+		      "| TFLOP/s dptrain / PyTorch | peak GiB dptrain / PyTorch | data wait ms dptrain / PyTorch |")
+		print("|------|------:|------:|------:|------:|------:|------:|------:|")
 		ok = lambda r: r is not None and r.get("status") == "ok"
 		def val(r, key, fmt):
 		    if not ok(r):
@@ -543,8 +605,9 @@ if [ $((${#tjsons[@]} + ${#djsons[@]})) -gt 0 ]; then
 		        ratio = ("%.2f" % (d["img_per_s"] / t["img_per_s"]) if d["image"] == t["image"]
 		                 else "- (other image sizes)")
 		    pair = lambda k, f: "%s / %s" % (val(d, k, f), val(t, k, f))
-		    print("| %s | %s | %s | %s | %s | %s | %s |" % (mode, pair("batch", "%d"), ips(d), ips(t),
-		          ratio, pair("tflops", "%.2f"), pair("peak_mem_gib", "%.2f")))
+		    print("| %s | %s | %s | %s | %s | %s | %s | %s |" % (mode, pair("batch", "%d"), ips(d),
+		          ips(t), ratio, pair("tflops", "%.2f"), pair("peak_mem_gib", "%.2f"),
+		          pair("data_wait_ms", "%.3f")))
 		PY
 		if [ ${#tjsons[@]} -gt 0 ]; then
 			echo

@@ -7,6 +7,7 @@
 #
 #   contrib/bench/resnet50-dptrain.sh [--modes bf16,fp16,tf32,fp32] [--batch N | --max-batch N]
 #       [--warmup N] [--steps N] [--log-every N] [--seconds S] [--device cuda|cpu] [--json]
+#       [--images DIR [--workers N]]
 #   contrib/bench/resnet50-dptrain.sh --smoke      (CPU, 3x32x32, batch 2: checks this script
 #                                                   end to end, measures nothing)
 #
@@ -17,7 +18,11 @@
 # resnet50-torch.py does. The peak GPU memory is dptrain's own count (the metrics' "end" event,
 # peak_device_mib). The batch is the largest of MAX_BATCH (256), MAX_BATCH/2, ... that trains
 # without running out of device memory (dptrain's message names "out of memory" or cudaMalloc),
-# unless --batch fixes it. A mode dptrain refuses on the GPU ("not yet supported on the GPU") or
+# unless --batch fixes it. --images DIR: real JPEGs instead, contrib/examples/resnet50.json
+# (torchvision's RandomResizedCrop + flip, decoded by dptrain's loader with --workers threads,
+# default the host's cores less 2) on DIR/train/<class>/*.jpg (contrib/bench/make-images.py
+# makes such a set); the rows are then "MODE jpeg", and data_wait_ms says how long each step
+# waited for its batch. A mode dptrain refuses on the GPU ("not yet supported on the GPU") or
 # warns it does not implement yet ("is not implemented yet") is listed as skipped with
 # dptrain's reason. Each dptrain process is stopped after SECONDS
 # (--seconds, else BENCH_SECONDS, else 300); the intervals it logged by then still count.
@@ -41,7 +46,7 @@ die() {
 	exit 2
 }
 usage() {
-	sed -n '8,11p' "$0" | sed 's/^# \{0,1\}//'
+	sed -n '8,12p' "$0" | sed 's/^# \{0,1\}//'
 	exit "${1:-2}"
 }
 
@@ -55,6 +60,9 @@ seconds=${BENCH_SECONDS:-300}
 device=cuda
 json_only=0
 smoke=0
+images=
+workers=$(($(nproc) - 2))
+[ "$workers" -ge 1 ] || workers=1
 while [ $# -gt 0 ]; do
 	case $1 in
 	--modes) modes=${2:-} && shift ;;
@@ -67,6 +75,8 @@ while [ $# -gt 0 ]; do
 	--device) device=${2:-} && shift ;;
 	--json) json_only=1 ;;
 	--smoke) smoke=1 ;;
+	--images) images=${2:-} && shift ;;
+	--workers) workers=${2:-} && shift ;;
 	-h | --help) usage 0 ;;
 	*) echo "$prog: unknown argument '$1'" >&2 && usage ;;
 	esac
@@ -86,6 +96,13 @@ done
 [ "$steps" -ge 1 ] && [ "$log_every" -ge 1 ] && [ "$seconds" -ge 1 ] && [ "$max_batch" -ge 1 ] ||
 	die "--steps, --log-every, --seconds and --max-batch must be at least 1"
 case $device in cuda | cpu) ;; *) die "--device '$device': choose cuda or cpu" ;; esac
+label=
+if [ -n "$images" ]; then
+	[ -d "$images/train" ] || die "--images $images: no $images/train (class folders of JPEGs)"
+	[ "$workers" -ge 1 ] 2>/dev/null || die "--workers must be at least 1"
+	config=$top/contrib/examples/resnet50.json
+	label=" jpeg"
+fi
 IFS=, read -r -a mode_list <<<"$modes"
 [ ${#mode_list[@]} -gt 0 ] || die "--modes is empty; choose from fp32,tf32,bf16,fp16"
 for m in "${mode_list[@]}"; do
@@ -131,7 +148,9 @@ run() {
 		checkpoint.every_steps=0 lr_schedule=null optimizer.lr=0.01 optimizer.weight_decay=0
 		train.label_smoothing=0)
 	[ $smoke = 1 ] && args+=("model.input_shape=[3,32,32]")
-	echo "\$ dptrain resnet50-synthetic.json ${args[*]}" >"$3.log"
+	[ -n "$images" ] && args+=(data.dir=null data.train.root="$images/train" data.workers="$workers"
+		data.prefetch=$((workers + 2)))
+	echo "\$ dptrain $(basename "$config") ${args[*]}" >"$3.log"
 	# one tiny step first: a mode dptrain does not implement yet says so at once, and its
 	# full run would only measure another mode
 	timeout -k 10 120 "$DPTRAIN" "$config" "${args[@]}" "model.input_shape=[3,32,32]" \
@@ -149,13 +168,13 @@ run() {
 # row MODE BATCH SEARCHED OUTCOME DIR: one results[] entry as JSON, in $work/row-MODE.json
 row() {
 	"$PYTHON" - "$@" "$warm_intervals" "$log_every" "$warmup" "$steps" "$seconds" "$device" \
-		"$GFLOP_PER_IMAGE" >"$work/row-$1.json" <<-'PY'
+		"$GFLOP_PER_IMAGE" "$label" >"$work/row-$1.json" <<-'PY'
 	import json, os, re, statistics, sys
 	mode, batch, searched, outcome, d = sys.argv[1:6]
 	warm, log_every, warmup, steps, seconds = map(int, sys.argv[6:11])
-	device, gflop = sys.argv[11], float(sys.argv[12])
+	device, gflop, label = sys.argv[11], float(sys.argv[12]), sys.argv[13]
 	batch = int(batch)
-	r = {"mode": mode, "flags": {"precision.mode": mode, "device.kind": device},
+	r = {"mode": mode + label, "flags": {"precision.mode": mode, "device.kind": device},
 	     "warmup": warm * log_every, "steps": steps, "log_every": log_every,
 	     "batch": batch, "batch_found": searched == "1"}
 	log = open(d + ".log", errors="replace").read() if os.path.exists(d + ".log") else ""
@@ -247,12 +266,13 @@ for mode in "${mode_list[@]}"; do
 done
 
 # The report: resnet50-torch.py's shape, then the table (unless --json) and the JSON line.
-"$PYTHON" - "$work" "$device" "$GFLOP_PER_IMAGE" "$json_only" "$smoke" "${mode_list[@]}" <<-'PY' ||
+"$PYTHON" - "$work" "$device" "$GFLOP_PER_IMAGE" "$json_only" "$smoke" "$images" "$workers" \
+	"${mode_list[@]}" <<-'PY' ||
 import json, os, sys
-work, device, gflop, json_only, smoke = sys.argv[1:6]
+work, device, gflop, json_only, smoke, images, workers = sys.argv[1:8]
 gflop = float(gflop)
 rd = lambda n: open(os.path.join(work, n), errors="replace").read().strip()
-results = [json.load(open(os.path.join(work, "row-%s.json" % m))) for m in sys.argv[6:]]
+results = [json.load(open(os.path.join(work, "row-%s.json" % m))) for m in sys.argv[8:]]
 env = {"dptrain": rd("version").replace("dptrain ", ""), "host_cpus": os.cpu_count()}
 if device == "cuda":
     smi = rd("smi").splitlines()[0].split(", ") if rd("smi") else [""]
@@ -267,29 +287,32 @@ image = [3, 32, 32] if smoke == "1" else [3, 224, 224]
 report = {"benchmark": "resnet50-train", "implementation": "dptrain",
           "gflop_per_image": gflop, "image": image,
           "classes": 1000, "optimizer": "SGD momentum 0.9",
-          "data": "synthetic (contrib/examples/resnet50-synthetic.json), made on the host by the loader",
+          "data": ("JPEGs in %s/train, decoded and augmented by %s loader threads "
+                   "(contrib/examples/resnet50.json's transforms)" % (images, workers) if images
+                   else "synthetic (contrib/examples/resnet50-synthetic.json), made on the host by the loader"),
           "env": env, "results": results}
 if json_only == "1":
     print(json.dumps(report))
     sys.exit(0)
 print("device: %s; dptrain %s" % (env["device"], env["dptrain"])
       + ("; driver %s" % env["driver"] if env.get("driver") else ""))
-print("ResNet-50, %s, 1000 classes, SGD momentum, dptrain's synthetic data; TFLOP/s at %.1f "
-      "GFLOP per training image%s" % ("x".join(map(str, report["image"])), gflop,
+print("ResNet-50, %s, 1000 classes, SGD momentum, %s; TFLOP/s at %.1f "
+      "GFLOP per training image%s" % ("x".join(map(str, report["image"])),
+                                      report["data"] if images else "dptrain's synthetic data", gflop,
                                       " (smoke test: not a measurement)" if smoke == "1" else ""))
 print()
-print("| mode | batch | img/s | step ms (median) | TFLOP/s | peak GPU mem GiB |")
-print("|------|------:|------:|-----------------:|--------:|-----------------:|")
+print("| mode | batch | img/s | step ms (median) | TFLOP/s | peak GPU mem GiB | data wait ms/step |")
+print("|------|------:|------:|-----------------:|--------:|-----------------:|------:|")
 for x in results:
     if x["status"] != "ok":
         skipped = x["status"] == "skipped"
-        print("| %s | %s | %s: %s | | | |" % (x["mode"], "-" if skipped else x["batch"],
+        print("| %s | %s | %s: %s | | | | |" % (x["mode"], "-" if skipped else x["batch"],
               "skipped" if skipped else "failed", x.get("error", "?").replace("|", "/")))
         continue
     mem = "n/a" if x["peak_mem_gib"] is None else "%.2f" % x["peak_mem_gib"]
     note = " (%s)" % x["note"] if x.get("note") else ""
-    print("| %s%s | %d | %.1f | %.2f | %.2f | %s |" % (x["mode"], note, x["batch"],
-          x["img_per_s"], x["step_ms_median"], x["tflops"], mem))
+    print("| %s%s | %d | %.1f | %.2f | %.2f | %s | %.3f |" % (x["mode"], note, x["batch"],
+          x["img_per_s"], x["step_ms_median"], x["tflops"], mem, x["data_wait_ms"]))
 print()
 print(json.dumps(report))
 PY

@@ -22,6 +22,15 @@ device memory, found per mode by trying 256, 128, ... down to 1.
   /usr/bin/python3 contrib/bench/resnet50-torch.py --device cpu --batch 2 --steps 2 \\
       --warmup 1 --modes fp32                            (smoke test without a GPU)
   python3 contrib/bench/resnet50-torch.py --table-from a.json b.json   (merge --json outputs)
+  python3 contrib/bench/resnet50-torch.py --images DIR [--workers N] --batch B --modes bf16
+
+--images DIR: real JPEGs instead of the synthetic batch: torchvision's ImageFolder on
+DIR/train with RandomResizedCrop(224) + RandomHorizontalFlip + ToTensor + Normalize, a
+DataLoader of --workers processes (default the host's cores less 2, pin_memory, shuffled),
+each batch copied to the device (non_blocking) in the step. The rows are "MODE jpeg"; a step is
+timed on the wall clock (the loader's wait is part of it, which CUDA events would miss), and
+data_wait_ms is the median time a step waited for its batch. Give --batch (finding it would
+start a DataLoader per try).
 
 Exit status: 0 all modes ran, 1 a mode failed (its row says why), 2 torch/torchvision or the
 device is missing.
@@ -99,11 +108,40 @@ def set_mode(torch, mode):
             "compile": COMPILE.get(mode)}
 
 
-class Trainer:
-    """One model, optimizer and synthetic batch on the device."""
+class JpegFeed:
+    """Batches of real JPEGs through torchvision's ImageFolder and a DataLoader."""
 
-    def __init__(self, torch, torchvision, dev, mode, batch):
-        self.torch, self.dev, self.mode, self.batch = torch, dev, mode, batch
+    def __init__(self, torch, dev, batch, root, workers):
+        from torchvision import datasets, transforms as T
+        tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
+                        T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+        ds = datasets.ImageFolder(os.path.join(root, "train"), tf)
+        self.torch, self.dev = torch, dev
+        more = {"persistent_workers": True, "prefetch_factor": 4} if workers > 0 else {}
+        self.loader = torch.utils.data.DataLoader(
+            ds, batch_size=batch, shuffle=True, num_workers=workers, drop_last=True,
+            pin_memory=dev.type == "cuda", **more)
+        self.it = iter(self.loader)
+        self.waits = []
+
+    def next(self):
+        t0 = time.perf_counter()
+        try:
+            x, y = next(self.it)
+        except StopIteration:
+            self.it = iter(self.loader)
+            x, y = next(self.it)
+        self.waits.append(time.perf_counter() - t0)
+        cl = self.torch.channels_last
+        return (x.to(self.dev, non_blocking=True).contiguous(memory_format=cl),
+                y.to(self.dev, non_blocking=True))
+
+
+class Trainer:
+    """One model, optimizer and synthetic batch (or JPEG feed) on the device."""
+
+    def __init__(self, torch, torchvision, dev, mode, batch, feed=None):
+        self.torch, self.dev, self.mode, self.batch, self.feed = torch, dev, mode, batch, feed
         try:
             model = torchvision.models.resnet50(weights=None, num_classes=1000)
         except TypeError:  # torchvision < 0.13
@@ -120,12 +158,13 @@ class Trainer:
 
     def step(self):
         torch = self.torch
+        x, y = self.feed.next() if self.feed else (self.x, self.y)
         self.opt.zero_grad(set_to_none=True)
         if self.mode.startswith("bf16"):
             with torch.autocast(device_type=self.dev.type, dtype=torch.bfloat16):
-                loss = self.loss_fn(self.model(self.x), self.y)
+                loss = self.loss_fn(self.model(x), y)
         else:
-            loss = self.loss_fn(self.model(self.x), self.y)
+            loss = self.loss_fn(self.model(x), y)
         loss.backward()
         self.opt.step()
         return loss
@@ -162,18 +201,32 @@ def fit_batch(torch, torchvision, dev, mode):
 
 
 def run_mode(torch, torchvision, dev, mode, args):
-    row = {"mode": mode, "flags": set_mode(torch, mode), "warmup": args.warmup,
-           "steps": args.steps}
+    row = {"mode": mode + (" jpeg" if args.images else ""), "flags": set_mode(torch, mode),
+           "warmup": args.warmup, "steps": args.steps}
     try:
         batch = args.batch or fit_batch(torch, torchvision, dev, mode)
         row["batch"], row["batch_found"] = batch, not args.batch
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)
-        t = Trainer(torch, torchvision, dev, mode, batch)
+        feed = JpegFeed(torch, dev, batch, args.images, args.workers) if args.images else None
+        t = Trainer(torch, torchvision, dev, mode, batch, feed)
         for _ in range(args.warmup):
             t.step()
         ms = []
-        if dev.type == "cuda":
+        if feed:  # the wall clock per step: the loader's wait included
+            sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: 0)
+            sync()
+            feed.waits = []
+            for _ in range(args.steps):
+                t0 = time.perf_counter()
+                loss = t.step()
+                sync()
+                ms.append((time.perf_counter() - t0) * 1e3)
+            row["data_wait_ms"] = round(statistics.median(feed.waits) * 1e3, 3)
+            row["loader_workers"] = args.workers
+            row["peak_mem_gib"] = (round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
+                                   if dev.type == "cuda" else None)
+        elif dev.type == "cuda":
             torch.cuda.synchronize(dev)
             ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(args.steps)]
@@ -190,6 +243,7 @@ def run_mode(torch, torchvision, dev, mode, args):
                 loss = t.step()
                 ms.append((time.perf_counter() - t0) * 1e3)
             row["peak_mem_gib"] = None
+        del feed
         med = statistics.median(ms)
         row.update({"status": "ok", "step_ms_median": round(med, 3),
                     "step_ms_min": round(min(ms), 3), "step_ms_max": round(max(ms), 3),
@@ -239,6 +293,10 @@ def main():
     ap.add_argument("--steps", type=int, default=50, help="timed steps (default 50)")
     ap.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
     ap.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    ap.add_argument("--images", metavar="DIR",
+                    help="real JPEGs from DIR/train (ImageFolder) instead of the synthetic batch")
+    ap.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 3) - 2),
+                    help="DataLoader worker processes with --images (default: cores - 2)")
     ap.add_argument("--table-from", nargs="+", metavar="JSON",
                     help="print one table from the JSON outputs of earlier runs, run nothing")
     args = ap.parse_args()
@@ -261,6 +319,12 @@ def main():
                                                               ",".join(MODES)))
     if args.steps < 1 or args.warmup < 0 or args.batch < 0:
         die("--steps must be >= 1, --warmup and --batch >= 0")
+    if args.images and not os.path.isdir(os.path.join(args.images, "train")):
+        die("--images %s: no %s/train (class folders of JPEGs)" % (args.images, args.images))
+    if args.images and not args.batch:
+        die("--images: give --batch (finding the largest would start a DataLoader per try)")
+    if args.workers < 0:
+        die("--workers must be >= 0")
 
     try:
         import torch
