@@ -1440,6 +1440,22 @@ static double *bn_scratch(struct backend *be, const struct bn_geom *g, int ncoef
 	return p;
 }
 
+/* The forward's element-wise pass on grid g: the vector kernel or the scalar one. */
+template <typename T>
+static int bn_apply(struct backend *be, const struct bn_geom *g, const float *x, const float *z,
+		    const float *coef, float *y, int relu, const char *fn, const char *shape)
+{
+	dim3 grid(g->chunks, g->slabs);
+
+	if (g->vec)
+		LAUNCH(k_bn_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
+		       (T *)y, relu);
+	else
+		LAUNCH(k_bn_apply<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
+		       (T *)y, relu);
+	return 0;
+}
+
 /* Reads x twice (the partial sums, then y), z once, writes y once. */
 template <typename T>
 static int bn_own_fwd_train(struct backend *be, struct be_op *op, const float *x, const float *z,
@@ -1463,12 +1479,8 @@ static int bn_own_fwd_train(struct backend *be, struct be_op *op, const float *x
 		LAUNCH_TRY(k_bn_stats<T>, grid, CU_THREADS, *g, (const T *)x, part);
 	LAUNCH_TRY(k_bn_stats_final, bn_final_blocks(g), CU_THREADS, *g, part, d->eps, momentum,
 		   gamma, beta_, save_mean, save_invstd, running_mean, running_var, coef);
-	if (g->vec)
-		LAUNCH_TRY(k_bn_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
-			   (T *)y, d->fuse_relu);
-	else
-		LAUNCH_TRY(k_bn_apply<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
-			   (T *)y, d->fuse_relu);
+	if (bn_apply<T>(be, g, x, z, coef, y, d->fuse_relu, fn, shape) < 0)
+		goto out;
 	rv = 0;
 out:
 	arena_free(be, part);
@@ -1483,7 +1495,6 @@ static int bn_own_fwd_infer(struct backend *be, struct be_op *op, const float *x
 	const char *fn = "bn_fwd_infer", *shape = op->shape;
 	const struct bn_geom gg = bn_call_geom(ctx_of(be), op, x, z, y, NULL, NULL), *g = &gg;
 	const struct be_bn_desc *d = &op->d.bn;
-	dim3 grid(g->chunks, g->slabs);
 	float *coef = (float *)arena_alloc(be, 3 * sizeof(float) * g->chans, fn);
 	int rv = -1;
 
@@ -1491,12 +1502,8 @@ static int bn_own_fwd_infer(struct backend *be, struct be_op *op, const float *x
 		return -1;
 	LAUNCH_TRY(k_bn_infer_coef, grid_for((size_t)g->chans), CU_THREADS, g->chans, d->eps, gamma,
 		   beta_, running_mean, running_var, coef);
-	if (g->vec)
-		LAUNCH_TRY(k_bn_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
-			   (T *)y, d->fuse_relu);
-	else
-		LAUNCH_TRY(k_bn_apply<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
-			   (T *)y, d->fuse_relu);
+	if (bn_apply<T>(be, g, x, z, coef, y, d->fuse_relu, fn, shape) < 0)
+		goto out;
 	rv = 0;
 out:
 	arena_free(be, coef);
