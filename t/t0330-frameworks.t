@@ -120,7 +120,7 @@ cat >ddp.py <<\EOF
 # A DDP script as the PyTorch tutorials write it: env://, the local rank picks the device.
 # It ends with os._exit: torch 1.13's ProcessGroupGloo destructor joins its worker thread with
 # the GIL held, and a worker dropping a tensor that has a Python object waits for the GIL, so
-# freeing the DDP model (its Reducer holds the group) deadlocks now and then (2 runs in 190
+# freeing the DDP model (its Reducer holds the group) deadlocks now and then (3 runs in 173
 # here; gdb: ~Reducer, ~ProcessGroupGloo, thread::join against ~TensorImpl,
 # PyEval_AcquireThread). That is torch's teardown, not the launcher these tests are about.
 import faulthandler, os, signal, sys, torch, torch.distributed as dist
