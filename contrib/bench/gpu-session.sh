@@ -15,8 +15,8 @@
 #
 # Environment: OUT (default ./gpu-out), BUILD_DIR (build-gpu), JOBS (16), BUDGET (seconds for
 # everything, 470; 560 for STAGES=bench alone), STAGES (tests,bench: a comma list of tests,
-# bench, profile (ncu over one dptrain step, PROFILE_MODE bf16, PROFILE_BATCH, PROFILE_CAP 150 s) and sanitize
-# (compute-sanitizer memcheck and racecheck over backend_cuda.t and comm_nccl.t, SANITIZE_CAP
+# bench, profile (ncu over one dptrain step, PROFILE_MODE bf16, PROFILE_BATCH, PROFILE_CAP
+# 150 s) and sanitize (compute-sanitizer memcheck and racecheck over backend_cuda.t and comm_nccl.t, SANITIZE_CAP
 # 90 s each)), PLAN (the benchmark runs in order, SIDE:MODE:CAP with SIDE torch, dptrain,
 # torch-jpeg or dptrain-jpeg; default PyTorch bf16 eager and compiled, dptrain bf16 and fp16, then
 # both in bf16 on real JPEGs: about 530 s, a call of its own), TEST_CAP (backend_cuda.t's seconds, 150; the other unit tests
