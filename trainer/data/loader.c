@@ -39,7 +39,11 @@ struct loader {
 	struct enc_scratch *enc; /* encoded sets: one per worker (one for workers = 0) */
 	uint8_t *bad;		 /* encoded sets: a bit per sample, set once warned about */
 	long nbad;		 /* samples skipped */
-	pthread_mutex_t bad_mu;	 /* guards bad and nbad (fill may run under mu) */
+	/* of the skipped ones, the one latest in dataset order and its message: what the error
+	 * past max_bad names, the same whichever worker counted which sample first */
+	size_t bad_last;
+	char bad_last_msg[DATA_NAME_MAX + 64 + sizeof(((struct dp_error *)0)->text)];
+	pthread_mutex_t bad_mu; /* guards bad, nbad, bad_last* (fill may run under mu) */
 	pthread_t *threads;
 	int nthreads; /* started */
 
@@ -82,7 +86,7 @@ static void xfree(const struct loader *l, void *p)
 static int note_bad(struct loader *l, size_t idx, bool skipped, const char *why,
 		    struct dp_error *err)
 {
-	char name[DATA_NAME_MAX + 64];
+	char name[DATA_NAME_MAX + 64], last[sizeof(l->bad_last_msg)];
 	bool first;
 	long nbad;
 
@@ -93,9 +97,15 @@ static int note_bad(struct loader *l, size_t idx, bool skipped, const char *why,
 	pthread_mutex_lock(&l->bad_mu);
 	first = !(l->bad[idx / 8] & (1u << (idx % 8)));
 	l->bad[idx / 8] |= (uint8_t)(1u << (idx % 8));
-	if (first && skipped)
+	if (first && skipped) {
+		if (l->nbad == 0 || idx > l->bad_last) {
+			l->bad_last = idx;
+			snprintf(l->bad_last_msg, sizeof(l->bad_last_msg), "%s: %s", name, why);
+		}
 		l->nbad++;
+	}
 	nbad = l->nbad;
+	memcpy(last, l->bad_last_msg, sizeof(last));
 	if (first)
 		fprintf(l->o.warn ? l->o.warn : stderr, "dptrain: warning: %s: %s: %s%s\n",
 			l->o.what ? l->o.what : "data", name, why,
@@ -105,9 +115,9 @@ static int note_bad(struct loader *l, size_t idx, bool skipped, const char *why,
 	if (skipped && nbad > l->o.max_bad)
 		return errprintf(err,
 				 "%s: %ld images could not be read or decoded, more than "
-				 "data.max_bad %ld (the last: %s: %s); repair or remove them "
+				 "data.max_bad %ld (the last: %s); repair or remove them "
 				 "(dptrain-data verify lists them all) or raise data.max_bad",
-				 l->o.what ? l->o.what : "data", nbad, l->o.max_bad, name, why);
+				 l->o.what ? l->o.what : "data", nbad, l->o.max_bad, last);
 	return 0;
 }
 
