@@ -243,7 +243,6 @@ def run_mode(torch, torchvision, dev, mode, args):
                 loss = t.step()
                 ms.append((time.perf_counter() - t0) * 1e3)
             row["peak_mem_gib"] = None
-        del feed
         med = statistics.median(ms)
         row.update({"status": "ok", "step_ms_median": round(med, 3),
                     "step_ms_min": round(min(ms), 3), "step_ms_max": round(max(ms), 3),

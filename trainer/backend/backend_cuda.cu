@@ -2303,37 +2303,28 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	e = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
 	CREATE_TRY(e == cudaSuccess, "cudaStreamCreate", cudaGetErrorString(e));
 	if (dt == BE_BF16) { /* own batch norm kernels: one wave of their partial kernels */
-		int sms = 0, nf = 0, nb = 0;
+		int sms = 0, nf = -1;
 		e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
 		CREATE_TRY(e == cudaSuccess,
 			   "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)",
 			   cudaGetErrorString(e));
-		e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nf, k_bn_stats<bf16>, CU_THREADS,
-								  0);
-		CREATE_TRY(e == cudaSuccess,
-			   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_stats)",
-			   cudaGetErrorString(e));
-		e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_bn_bwd_stats<bf16>,
-								  CU_THREADS, 0);
-		CREATE_TRY(e == cudaSuccess,
-			   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_bwd_stats)",
-			   cudaGetErrorString(e));
-		nf = nf < nb ? nf : nb;
+		/* nf: the fewest blocks per SM of the partial kernels that will run */
+#define BN_OCCUPANCY(kernel)                                                                       \
+	do {                                                                                       \
+		int nb_ = 0;                                                                       \
+		e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb_, kernel, CU_THREADS, 0);    \
+		CREATE_TRY(e == cudaSuccess,                                                       \
+			   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(" #kernel ")",           \
+			   cudaGetErrorString(e));                                                 \
+		nf = nf < 0 || nb_ < nf ? nb_ : nf;                                                \
+	} while (0)
+		BN_OCCUPANCY(k_bn_stats<bf16>);
+		BN_OCCUPANCY(k_bn_bwd_stats<bf16>);
 		if (ctx->bn_vec) { /* the vector kernels hold more registers */
-			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, k_bn_stats_v<bf16>,
-									  CU_THREADS, 0);
-			CREATE_TRY(e == cudaSuccess,
-				   "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_stats_v)",
-				   cudaGetErrorString(e));
-			nf = nf < nb ? nf : nb;
-			e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-			    &nb, k_bn_bwd_stats_v<bf16>, CU_THREADS, 0);
-			CREATE_TRY(
-			    e == cudaSuccess,
-			    "cudaOccupancyMaxActiveBlocksPerMultiprocessor(k_bn_bwd_stats_v)",
-			    cudaGetErrorString(e));
-			nf = nf < nb ? nf : nb;
+			BN_OCCUPANCY(k_bn_stats_v<bf16>);
+			BN_OCCUPANCY(k_bn_bwd_stats_v<bf16>);
 		}
+#undef BN_OCCUPANCY
 		ctx->bn_wave = (unsigned)(sms > 0 ? sms : 1) * (unsigned)(nf > 0 ? nf : 1);
 	}
 	ds = cudnnCreate(&ctx->dnn);
