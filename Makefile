@@ -166,8 +166,8 @@ CFG_LIB_SRC := trainer/config/config.c trainer/config/config_fields.c \
 	trainer/config/config_json.c trainer/config/config_msg.c trainer/config/config_schema.c
 RT_LIB_SRC  := ranktable/hostlist.c ranktable/ranktable.c ranktable/rt_env.c ranktable/rt_io.c \
 	ranktable/rt_json.c ranktable/rt_validate.c
-COMMON_SRC  := common/atomic_file.c common/errfile.c common/error.c common/path_search.c \
-	common/secret.c
+COMMON_SRC  := common/atomic_file.c common/errfile.c common/error.c common/hmac.c \
+	common/openfile.c common/path_search.c common/random.c common/secret.c
 LAUNCH_LIB_SRC := pmix/alloc.c pmix/alloc_common.c pmix/alloc_env.c pmix/alloc_pmix.c \
 	pmix/alloc_store.c pmix/env_export.c pmix/exec.c pmix/gpu.c pmix/hccn.c pmix/netaddr.c \
 	pmix/nodeaddr.c pmix/outdir.c pmix/port.c pmix/sched.c pmix/tee.c

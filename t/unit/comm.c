@@ -7,6 +7,7 @@
  * verdict must not depend on whose timer fired first. */
 #define _GNU_SOURCE
 #include "trainer/dist/comm.h"
+#include "common/hmac.h"
 #include "t/lib/ranks.h"
 #include "trainer/store/store.h"
 #include "t/lib/tap.h"
@@ -14,6 +15,7 @@
 #include <arpa/inet.h>
 #include <math.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <signal.h>
@@ -354,22 +356,90 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 }
 
 /* ---------------------------------------------------------------------------------------
- * A stranger at a rank's ring port. Before its own comm, rank 0 connects to rank 1's ring
- * port, which rank 1 has published in the store, and sends a hello that is rank 0's in all
- * but the secret (kind 0), or bytes of another protocol (kind 1); its connection is in rank
- * 1's backlog before rank 0's own. Rank 1 must refuse it (close it, nothing said) and take
- * rank 0's real one: the ring then works. */
+ * Strangers at a rank's ring port. Before its own comm, rank 0 connects to rank 1's ring port,
+ * which rank 1 has published in the store: its connections are in rank 1's backlog before
+ * rank 0's own. The stranger (a thread of rank 0) knows the handshake but not the secret
+ * (kind 0: it answers the challenge with a MAC of another key), or speaks another protocol
+ * (kind 1), or is STRANGERS_SILENT connections that say nothing (kind 2: once at a time, they
+ * would keep rank 0 out for 5 s each, past the comm's timeout). Rank 1 must refuse them (they
+ * get the challenge and nothing more) and take rank 0's real connection: the ring then works. */
 
-/* comm_cpu.c's ring hello, as a stranger who knows the protocol but not the secret sends it */
-struct wire_hello {
-	uint32_t magic, rank, world, gen;
-	char secret[64];
+#define STRANGERS_SILENT 12 /* within the ring port's backlog of 16 */
+
+/* comm_cpu.c's handshake, as a stranger who knows it but not the secret speaks it */
+#define RING_MAGIC 0x64707232u
+#define RING_LABEL "dptrain ring hello v2"
+
+struct stranger {
+	int kind, world;
+	int fd[STRANGERS_SILENT], n;
+	pthread_t t;
+	char what[256]; /* what each connection got back */
 };
 
-static int stranger(const struct ranks_job *j, int kind, struct store *st, int *fd, char *msg,
-		    size_t len)
+/* Reads what fd says until it closes (or LONG_S pass): the byte count, -1 if it stayed open. */
+static long read_to_close(int fd, unsigned char *buf, size_t cap)
 {
-	struct wire_hello h;
+	long got = 0;
+	double t0 = ranks_now();
+	while (ranks_now() - t0 < LONG_S) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		ssize_t r = read(fd, got < (long)cap ? buf + got : buf,
+				 got < (long)cap ? cap - (size_t)got : cap);
+		if (r <= 0)
+			return got;
+		got += r;
+	}
+	return -1;
+}
+
+static void *stranger_main(void *arg)
+{
+	struct stranger *s = arg;
+	unsigned char buf[256];
+	size_t at = 0;
+	if (s->kind == 0) {
+		/* the challenge, then an answer as rank 0's but for another key */
+		long got = 0;
+		while (got < 20) {
+			struct pollfd p = {.fd = s->fd[0], .events = POLLIN};
+			if (poll(&p, 1, LONG_S * 1000) != 1)
+				break;
+			ssize_t r = read(s->fd[0], buf + got, (size_t)(20 - got));
+			if (r <= 0)
+				break;
+			got += r;
+		}
+		uint32_t head[4] = {htonl(RING_MAGIC), htonl(0), htonl((uint32_t)s->world),
+				    htonl(1)};
+		unsigned char answer[48];
+		struct dp_hmac h;
+		memcpy(answer, head, sizeof(head));
+		dp_hmac_init(&h, "not-the-secret", 14);
+		dp_hmac_update(&h, RING_LABEL, sizeof(RING_LABEL));
+		dp_hmac_update(&h, buf + 4, 16);
+		dp_hmac_update(&h, head + 1, 12);
+		dp_hmac_final(&h, answer + 16);
+		if (got == 20 &&
+		    write(s->fd[0], answer, sizeof(answer)) == (ssize_t)sizeof(answer)) {
+			long more = read_to_close(s->fd[0], buf, sizeof(buf));
+			at += (size_t)snprintf(s->what, sizeof(s->what), "%ld", got + more);
+		} else {
+			snprintf(s->what, sizeof(s->what), "no challenge (%ld bytes)", got);
+		}
+		return NULL;
+	}
+	for (int i = 0; i < s->n && at < sizeof(s->what); i++)
+		at += (size_t)snprintf(s->what + at, sizeof(s->what) - at, "%s%ld", i ? " " : "",
+				       read_to_close(s->fd[i], buf, sizeof(buf)));
+	return NULL;
+}
+
+static int stranger_start(const struct ranks_job *j, int kind, struct store *st, struct stranger *s,
+			  char *msg, size_t len)
+{
 	struct sockaddr_in sa;
 	char host[64];
 	struct dp_error err;
@@ -389,21 +459,99 @@ static int stranger(const struct ranks_job *j, int kind, struct store *st, int *
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)port);
 	inet_pton(AF_INET, host, &sa.sin_addr);
-	*fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (*fd < 0 || connect(*fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		snprintf(msg, len, "stranger: cannot connect to %s:%d", host, port);
+	s->kind = kind;
+	s->world = j->world;
+	s->n = kind == 2 ? STRANGERS_SILENT : 1;
+	for (int i = 0; i < s->n; i++) {
+		s->fd[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (s->fd[i] < 0 || connect(s->fd[i], (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+			snprintf(msg, len, "stranger: cannot connect to %s:%d", host, port);
+			return -1;
+		}
+	}
+	if (kind == 1 && write(s->fd[0], "GET / HTTP/1.0\r\n\r\n", 18) != 18) {
+		snprintf(msg, len, "stranger: cannot send");
 		return -1;
 	}
-	memset(&h, 0, sizeof(h));
-	h.magic = htonl(0x64707267u); /* "dprg" */
-	h.rank = htonl(0);
-	h.world = htonl((uint32_t)j->world);
-	h.gen = htonl(1);
-	snprintf(h.secret, sizeof(h.secret), "%s", kind == 0 ? "not-the-secret" : "");
-	if (kind == 1)
-		memcpy(&h, "GET / HTTP/1.0\r\n\r\n", 18);
-	if (write(*fd, &h, sizeof(h)) != (ssize_t)sizeof(h)) {
-		snprintf(msg, len, "stranger: cannot send its hello");
+	if (pthread_create(&s->t, NULL, stranger_main, s) != 0) {
+		snprintf(msg, len, "stranger: pthread_create failed");
+		return -1;
+	}
+	return 0;
+}
+
+/* A relay between rank 0 and rank 1's ring port that keeps the first bytes each way: what
+ * someone on the path sees of the handshake. */
+struct relay {
+	int lfd, a, b;
+	unsigned char seen[2][4096];
+	size_t nseen[2];
+	pthread_t t;
+};
+
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	struct pollfd p = {.fd = r->lfd, .events = POLLIN};
+	if (poll(&p, 1, LONG_S * 1000) != 1 || (r->a = accept(r->lfd, NULL, NULL)) < 0)
+		return NULL;
+	for (;;) {
+		struct pollfd q[2] = {{.fd = r->a, .events = POLLIN},
+				      {.fd = r->b, .events = POLLIN}};
+		unsigned char buf[65536];
+		if (poll(q, 2, LONG_S * 1000) <= 0)
+			break;
+		int from = q[0].revents ? 0 : 1;
+		ssize_t n = read(from ? r->b : r->a, buf, sizeof(buf));
+		if (n <= 0 || send(from ? r->a : r->b, buf, (size_t)n, MSG_NOSIGNAL) != n)
+			break;
+		size_t k = sizeof(r->seen[0]) - r->nseen[from];
+		k = (size_t)n < k ? (size_t)n : k;
+		memcpy(r->seen[from] + r->nseen[from], buf, k);
+		r->nseen[from] += k;
+	}
+	close(r->a);
+	close(r->b);
+	return NULL;
+}
+
+/* Rank 0 puts the relay between itself and rank 1's ring port: it connects to rank 1's, and
+ * rank 1's address in the store becomes the relay's, which rank 0's comm then reads. */
+static int relay_start(struct relay *r, struct store *st, char *msg, size_t len)
+{
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(sa);
+	char host[64], me[64];
+	struct dp_error err;
+	void *v = NULL;
+	size_t n;
+	int port;
+	if (store_get(st, "dptrain.comm.cpu.1.addr.1", &v, &n, LONG_S, &err) < 0 ||
+	    sscanf(v, "%63[^:]:%d", host, &port) != 2) {
+		snprintf(msg, len, "relay: no ring address of rank 1: %s", err.text);
+		free(v);
+		return -1;
+	}
+	free(v);
+	r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    listen(r->lfd, 4) < 0 || getsockname(r->lfd, (struct sockaddr *)&sa, &l) < 0) {
+		snprintf(msg, len, "relay: cannot listen");
+		return -1;
+	}
+	sa.sin_port = htons((uint16_t)port);
+	inet_pton(AF_INET, host, &sa.sin_addr);
+	r->b = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (r->b < 0 || connect(r->b, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		snprintf(msg, len, "relay: cannot connect to rank 1");
+		return -1;
+	}
+	l = sizeof(sa);
+	getsockname(r->lfd, (struct sockaddr *)&sa, &l);
+	snprintf(me, sizeof(me), "127.0.0.1:%d", ntohs(sa.sin_port));
+	if (store_set(st, "dptrain.comm.cpu.1.addr.1", me, strlen(me), &err) < 0 ||
+	    pthread_create(&r->t, NULL, relay_main, r) != 0) {
+		snprintf(msg, len, "relay: cannot start: %s", err.text);
 		return -1;
 	}
 	return 0;
@@ -417,32 +565,54 @@ static int rank_stranger(const struct ranks_job *j, int rank, char *msg, size_t 
 	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
 	struct store *st;
 	struct comm *c = NULL;
-	char got;
-	int fd = -1, rv = -1;
+	struct stranger sg = {0};
+	static struct relay r;
+	int started = 0, relayed = 0, rv = -1;
 	struct dp_error err;
 
 	if (store_open(&st, &so, &err) < 0)
 		return ranks_msg(msg, len, &err);
-	if (rank == 0 && stranger(j, s->special, st, &fd, msg, len) < 0)
-		goto out;
+	if (rank == 0 && s->special == 3) {
+		if (relay_start(&r, st, msg, len) < 0)
+			goto out;
+		relayed = 1;
+	} else if (rank == 0) {
+		if (stranger_start(j, s->special, st, &sg, msg, len) < 0)
+			goto out;
+		started = 1;
+	}
+	double t0 = ranks_now();
 	if (comm_cpu_create(&c, st, &co, &err) < 0) {
 		ranks_msg(msg, len, &err);
 		goto out;
 	}
+	double took = ranks_now() - t0;
 	check_allreduce(c, &k, 12345, COMM_F32, COMM_SUM);
 	if (k.failed)
 		goto out;
-	/* refused: closed without a word */
-	if (fd >= 0 && read(fd, &got, 1) != 0) {
-		snprintf(msg, len, "the stranger's connection was answered, or left open");
-		goto out;
-	}
-	snprintf(msg, len, "ring made, allreduce right");
+	snprintf(msg, len, "ring made in %.2f s, allreduce right", took);
 	rv = 0;
 out:
-	if (fd >= 0)
-		close(fd);
+	if (started) {
+		char made[256];
+		pthread_join(sg.t, NULL);
+		snprintf(made, sizeof(made), "%s", msg);
+		if (rv == 0)
+			snprintf(msg, len, "%s; the stranger got back: %s", made, sg.what);
+		for (int i = 0; i < sg.n; i++)
+			close(sg.fd[i]);
+	}
 	close_all(st, c, 10);
+	if (relayed) {
+		const char *secret = store_opts_of(j, 0).secret;
+		pthread_join(r.t, NULL);
+		close(r.lfd);
+		int sent = memmem(r.seen[0], r.nseen[0], secret, strlen(secret)) ||
+			   memmem(r.seen[1], r.nseen[1], secret, strlen(secret));
+		if (rv == 0)
+			snprintf(msg, len, "relayed %zu bytes up, %zu down: the secret %s",
+				 r.nseen[0], r.nseen[1], sent ? "sent" : "not sent");
+	}
 	return rv;
 }
 
@@ -626,14 +796,38 @@ int main(void)
 		ok(same, "world %d: every rank holds the same bits", w);
 	}
 
-	for (int kind = 0; kind < 2; kind++) {
-		static const char *what[] = {"a hello with a wrong secret", "another protocol"};
+	for (int kind = 0; kind < 3; kind++) {
+		static const char *what[] = {"an answer for another secret", "another protocol",
+					     "12 silent connections"};
+		static const char *told[] = {"the stranger got back: 20",
+					     "the stranger got back: 20",
+					     "the stranger got back: 20 20 20 20 20 20 20 20 20 20 "
+					     "20 20"};
 		struct job sj = {.timeout = LONG_S, .special = kind, .fault = FAULT_NONE};
 		struct ranks_job j = {.world = 2, .arg = &sj};
 		ranks_run(&j, rank_stranger, -1, 3 * LONG_S, out);
 		ok(out[0].status == 0 && out[1].status == 0,
 		   "a stranger at rank 1's ring port (%s) is refused, the ring is made: %s | %s",
 		   what[kind], out[0].msg, out[1].msg);
+		like(out[0].msg, told[kind],
+		     "the stranger (%s) got the challenge (20 bytes) and nothing more", what[kind]);
+		/* heard one at a time, each stranger would cost 5 s: 12 of them, the timeout */
+		const char *t = strstr(out[1].msg, "ring made in ");
+		double took = t ? atof(t + strlen("ring made in ")) : LONG_S;
+		ok(took < LONG_S / 2,
+		   "the stranger (%s) did not hold up rank 1's ring: %.2f s (< %d, half the "
+		   "timeout)",
+		   what[kind], took, LONG_S / 2);
+	}
+	{
+		struct job sj = {.timeout = LONG_S, .special = 3, .fault = FAULT_NONE};
+		struct ranks_job j = {.world = 2, .arg = &sj};
+		ranks_run(&j, rank_stranger, -1, 3 * LONG_S, out);
+		ok(out[0].status == 0 && out[1].status == 0,
+		   "through a relay that sees every byte, the ring is made: %s | %s", out[0].msg,
+		   out[1].msg);
+		like(out[0].msg, "the secret not sent",
+		     "the secret is in no byte of the ring's handshake, either way");
 	}
 
 	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {

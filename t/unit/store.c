@@ -2,7 +2,11 @@
  * between forked ranks on 127.0.0.1, the messages for a barrier timeout, a port in use, an
  * unreachable master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that
  * never arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort, a
- * rank asked to stop during the rendezvous). The parent kills whatever is left.
+ * rank asked to stop during the rendezvous). Then strangers: the handshake as seen on the wire
+ * (the secret in no byte), programs on MASTER_PORT that are not the job's store (another
+ * version, no secret, a wrong proof), a rank of protocol 1, and floods (silent connections,
+ * oversized frames, rank 0 out of descriptors) that must not cost rank 0 its memory, its
+ * descriptors or a core, nor lock the ranks out. The parent kills whatever is left.
  *
  * No check depends on how fast the machine is: what must happen before something else is made
  * to by a key the other rank waits for, elapsed times are only checked against lower bounds
@@ -13,16 +17,22 @@
 #include "trainer/store/store.h"
 #include "t/lib/tap.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (glibc's lacks it) */
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #define HANG_S 30 /* a wait that only a broken store (or a stopped machine) lets run out */
@@ -83,6 +93,112 @@ static int until_listening(const struct ranks_job *j, char *msg, size_t len)
 			goto out;                                                                  \
 		}                                                                                  \
 	} while (0)
+
+/* ---------------------------------------------------------------------------------------
+ * The handshake on the wire (store_wire.h, whose private constants are restated here: these
+ * tests speak the protocol as an independent peer would). */
+
+#define W_HELLO_V1    1	 /* protocol 1's hello: rank, world, job, host, the secret itself */
+#define W_CHALLENGE   10 /* server -> rank: u32 version, blob nonce, u32 flags */
+#define W_HELLO	      11
+#define W_REPLY	      64 /* u32 status, blob data */
+#define W_PROTO	      2
+#define W_FLAG_SECRET 1u
+
+/* A frame being built: u32 length, u8 type, u32 id, fields. */
+struct wframe {
+	unsigned char b[2048];
+	size_t n;
+};
+
+static void w_u32(struct wframe *f, uint32_t v)
+{
+	uint32_t be = htonl(v);
+	memcpy(f->b + f->n, &be, 4);
+	f->n += 4;
+}
+
+static void w_blob(struct wframe *f, const void *p, size_t n)
+{
+	w_u32(f, (uint32_t)n);
+	memcpy(f->b + f->n, p, n);
+	f->n += n;
+}
+
+static void w_begin(struct wframe *f, int type, uint32_t id)
+{
+	f->n = 0;
+	w_u32(f, 0);
+	f->b[f->n++] = (unsigned char)type;
+	w_u32(f, id);
+}
+
+static int w_send(int fd, struct wframe *f)
+{
+	uint32_t be = htonl((uint32_t)(f->n - 4));
+	memcpy(f->b, &be, 4);
+	return send(fd, f->b, f->n, MSG_NOSIGNAL) == (ssize_t)f->n ? 0 : -1;
+}
+
+/* Whether the secret, as its hex digits or as the 16 bytes they spell, is in p[0..n). */
+static int holds_secret(const unsigned char *p, size_t n, const char *secret)
+{
+	unsigned char raw[16];
+	for (int i = 0; i < 16; i++) {
+		unsigned v;
+		sscanf(secret + 2 * i, "%2x", &v);
+		raw[i] = (unsigned char)v;
+	}
+	return memmem(p, n, secret, strlen(secret)) != NULL ||
+	       memmem(p, n, raw, sizeof(raw)) != NULL;
+}
+
+/* A listening socket on j->port (held by ranks_run: bound with SO_REUSEADDR, not listening). */
+static int listen_on(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static int connect_to(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+		return fd;
+	if (fd >= 0)
+		close(fd);
+	return -1;
+}
+
+/* Reads what fd sends into buf (up to cap) until it closes or HANG_S pass; returns the count.
+ * With want > 0, returns as soon as that many bytes arrived. */
+static size_t read_all(int fd, unsigned char *buf, size_t cap, size_t want)
+{
+	size_t got = 0;
+	double t0 = ranks_now();
+	while (got < cap && (!want || got < want) && ranks_now() - t0 < HANG_S) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		if (poll(&p, 1, 100) != 1)
+			continue;
+		ssize_t r = read(fd, buf + got, cap - got);
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	return got;
+}
 
 /* ---------------------------------------------------------------------------------------
  * Scenarios. */
@@ -227,9 +343,10 @@ out:
 }
 
 /* A job with a secret. Rank 1, once rank 0 listens, first plays strangers: a rank 1 with a
- * wrong secret, one with none, a program that speaks another protocol; each is refused (told
- * nothing about the job) and logged on rank 0's stderr, which rank 0 sends to the file in
- * j->arg. Then the real rank 1 joins, and the two meet at a barrier. */
+ * wrong secret, one with none, a program that speaks another protocol, a rank of protocol 1
+ * (whose hello held the secret); each is refused (told nothing about the job; protocol 1 which
+ * versions met) and logged on rank 0's stderr, which rank 0 sends to the file in j->arg. Then
+ * the real rank 1 joins, and the two meet at a barrier. */
 #define SECRET "0123456789abcdef0123456789abcdef"
 static int rank_secret(const struct ranks_job *j, int rank, char *msg, size_t len)
 {
@@ -268,7 +385,26 @@ static int rank_secret(const struct ranks_job *j, int rank, char *msg, size_t le
 			got += r;
 		buf[got] = 0;
 		close(fd);
-		snprintf(msg + at, len - at, "\nhttp|%zd bytes back", got);
+		at += (size_t)snprintf(
+		    msg + at, len - at, "\nhttp|%zd bytes back%s", got,
+		    memmem(buf, (size_t)got, "4711", 4) ? ", the job's id among them" : "");
+		/* protocol 1's hello: u32 rank, u32 world, str job, str host, str secret */
+		struct wframe f;
+		unsigned char back[1024];
+		w_begin(&f, W_HELLO_V1, 1);
+		w_u32(&f, 1);
+		w_u32(&f, 2);
+		w_blob(&f, "4711.3", 6);
+		w_blob(&f, "old", 3);
+		w_blob(&f, SECRET, strlen(SECRET));
+		fd = connect_to(j->port);
+		EXPECT(fd >= 0 && w_send(fd, &f) == 0, "cannot send a protocol 1 hello");
+		size_t nb = read_all(fd, back, sizeof(back) - 1, 0);
+		close(fd);
+		back[nb] = 0;
+		const char *why = memmem(back, nb, "refused:", 8);
+		snprintf(msg + at, len - at, "\nv1|%.*s",
+			 why ? (int)(back + nb - (const unsigned char *)why) : 0, why ? why : "");
 	}
 	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
 	EXPECT(store_barrier(st, "met", HANG_S, &err) == 0, "barrier: %s", err.text);
@@ -493,6 +629,485 @@ static int rank_stop(const struct ranks_job *j, int rank, char *msg, size_t len)
 	return 0;
 }
 
+/* A program on MASTER_PORT that speaks the protocol's first words but does not know the
+ * secret (rank 0 here plays it; rank 1 is a real rank with the secret):
+ * - FAKE_VERSION: a challenge of protocol 99 (another dptrain version);
+ * - FAKE_NO_SECRET: a challenge that says the store has no secret;
+ * - FAKE_BAD_PROOF: a challenge as the job's store sends it, then an OK to the hello whose
+ *   proof is not the secret's.
+ * The fake keeps every byte the rank sends: the secret must not be among them. */
+enum fake { FAKE_VERSION, FAKE_NO_SECRET, FAKE_BAD_PROOF };
+
+static int rank_fake(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	enum fake kind = *(const enum fake *)j->arg;
+	int rv = 0;
+	if (rank == 1) {
+		struct store *st = NULL;
+		struct store_opts o = opts(j, 1, 2, "fake", HANG_S);
+		struct dp_error err;
+		o.secret = SECRET;
+		/* until the fake listens its port refuses connections, and the rank tries again:
+		 * the fake's first connection is the rank's */
+		if (store_open(&st, &o, &err) == 0) {
+			snprintf(msg, len, "opened");
+			store_close(st, 1);
+			return -1;
+		}
+		ranks_msg(msg, len, &err);
+		return 0;
+	}
+	int lfd = listen_on(j->port), fd = -1;
+	unsigned char in[8192];
+	size_t got = 0;
+	struct wframe f;
+	EXPECT(lfd >= 0, "the fake cannot listen on port %d", j->port);
+	struct pollfd p = {.fd = lfd, .events = POLLIN};
+	EXPECT(poll(&p, 1, HANG_S * 1000) == 1, "no rank connected");
+	fd = accept(lfd, NULL, NULL);
+	EXPECT(fd >= 0, "accept failed");
+	w_begin(&f, W_CHALLENGE, 0);
+	w_u32(&f, kind == FAKE_VERSION ? 99 : W_PROTO);
+	w_blob(&f, "0123456789abcdef", 16);
+	w_u32(&f, kind == FAKE_NO_SECRET ? 0 : W_FLAG_SECRET);
+	EXPECT(w_send(fd, &f) == 0, "cannot send the challenge");
+	if (kind == FAKE_BAD_PROOF) {
+		got = read_all(fd, in, sizeof(in), 9);
+		uint32_t be, id;
+		memcpy(&be, in, 4);
+		if (got < 9 || ntohl(be) + 4 > sizeof(in))
+			EXPECT(0, "the hello is not a frame");
+		if (got < ntohl(be) + 4)
+			got += read_all(fd, in + got, sizeof(in) - got, ntohl(be) + 4 - got);
+		EXPECT(got >= ntohl(be) + 4 && in[4] == W_HELLO, "no hello (%zu bytes, type %d)",
+		       got, in[4]);
+		memcpy(&be, in + 5, 4);
+		id = ntohl(be);
+		struct wframe d = {0};
+		w_u32(&d, 0);
+		w_u32(&d, 30000); /* u64 open_timeout in ms, */
+		w_u32(&d, 0);
+		w_u32(&d, 30000); /* u64 open_left */
+		w_blob(&d, "not the proof of this job's secret", 32);
+		w_begin(&f, W_REPLY, id);
+		w_u32(&f, 0); /* REPLY_OK */
+		w_blob(&f, d.b, d.n);
+		EXPECT(w_send(fd, &f) == 0, "cannot send the reply");
+	}
+	got += read_all(fd, in + got, sizeof(in) - got, 0); /* until the rank gives up */
+	snprintf(msg, len, "%zu bytes from the rank, the secret %s", got,
+		 holds_secret(in, got, SECRET) ? "among them" : "not among them");
+out:
+	if (fd >= 0)
+		close(fd);
+	if (lfd >= 0)
+		close(lfd);
+	return rv;
+}
+
+/* A relay between a rank and the real store that keeps every byte each way: what someone on
+ * the path sees. */
+struct relay {
+	int lfd, port, to_port;
+	unsigned char up[65536], down[65536]; /* rank -> store, store -> rank */
+	size_t nup, ndown;
+	pthread_t t;
+};
+
+static void *relay_main(void *arg)
+{
+	struct relay *r = arg;
+	struct pollfd p = {.fd = r->lfd, .events = POLLIN};
+	if (poll(&p, 1, HANG_S * 1000) != 1)
+		return NULL;
+	int a = accept(r->lfd, NULL, NULL), b = connect_to(r->to_port);
+	double t0 = ranks_now();
+	while (a >= 0 && b >= 0 && ranks_now() - t0 < 3 * HANG_S) {
+		struct pollfd q[2] = {{.fd = a, .events = POLLIN}, {.fd = b, .events = POLLIN}};
+		unsigned char buf[4096];
+		if (poll(q, 2, 100) <= 0)
+			continue;
+		int from = q[0].revents ? 0 : 1;
+		ssize_t n = read(from ? b : a, buf, sizeof(buf));
+		if (n <= 0 || send(from ? a : b, buf, (size_t)n, MSG_NOSIGNAL) != n)
+			break;
+		unsigned char *keep = from ? r->down : r->up;
+		size_t *nkeep = from ? &r->ndown : &r->nup;
+		size_t k = (size_t)n < sizeof(r->up) - *nkeep ? (size_t)n : sizeof(r->up) - *nkeep;
+		memcpy(keep + *nkeep, buf, k);
+		*nkeep += k;
+	}
+	if (a >= 0)
+		close(a);
+	if (b >= 0)
+		close(b);
+	return NULL;
+}
+
+static int relay_start(struct relay *r, int to_port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t l = sizeof(a);
+	r->nup = r->ndown = 0;
+	r->to_port = to_port;
+	r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (r->lfd < 0 || bind(r->lfd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    listen(r->lfd, 4) < 0 || getsockname(r->lfd, (struct sockaddr *)&a, &l) < 0)
+		return -1;
+	r->port = ntohs(a.sin_port);
+	return pthread_create(&r->t, NULL, relay_main, r) == 0 ? 0 : -1;
+}
+
+static void relay_stop(struct relay *r)
+{
+	pthread_join(r->t, NULL);
+	close(r->lfd);
+}
+
+/* A job with a secret, rank 1 through a relay that sees every byte: first a rank 1 with a
+ * wrong secret (refused), then the real one (it joins, and the two meet at a barrier). The
+ * secret is in no byte either way, nor the wrong one's in its hello. */
+static int rank_wire(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	static struct relay r;
+	struct store *st = NULL, *bad = NULL;
+	struct store_opts o = opts(j, rank, 2, "wire", HANG_S);
+	struct dp_error err;
+	int rv = 0;
+	o.secret = SECRET;
+	if (rank == 1) {
+		const char *wrong = "fedcba9876543210fedcba9876543210";
+		if (until_listening(j, msg, len) < 0)
+			return -1;
+		struct store_opts w = o;
+		w.secret = wrong;
+		EXPECT(relay_start(&r, j->port) == 0, "cannot start the relay");
+		w.master_port = r.port;
+		EXPECT(store_open(&bad, &w, &err) < 0, "a wrong secret was let in");
+		relay_stop(&r);
+		size_t at = (size_t)snprintf(
+		    msg, len, "wrong: %zu bytes up, %zu down, its secret %s, the job's %s|%s",
+		    r.nup, r.ndown, holds_secret(r.up, r.nup, wrong) ? "sent" : "not sent",
+		    holds_secret(r.down, r.ndown, SECRET) ? "sent" : "not sent", err.text);
+		EXPECT(relay_start(&r, j->port) == 0, "cannot start the relay");
+		o.master_port = r.port;
+		EXPECT(store_open(&st, &o, &err) == 0, "open through the relay: %s", err.text);
+		EXPECT(store_barrier(st, "met", HANG_S, &err) == 0, "barrier: %s", err.text);
+		store_close(st, 5);
+		st = NULL;
+		relay_stop(&r);
+		snprintf(msg + at, len - at, "\nright: %zu bytes up, %zu down, the secret %s",
+			 r.nup, r.ndown,
+			 holds_secret(r.up, r.nup, SECRET) || holds_secret(r.down, r.ndown, SECRET)
+			     ? "sent"
+			     : "not sent");
+		return 0;
+	}
+	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
+	EXPECT(store_barrier(st, "met", HANG_S, &err) == 0, "barrier: %s", err.text);
+	snprintf(msg, len, "opened");
+out:
+	store_close(st, 5);
+	return rv;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Strangers in numbers. What rank 0 shows (its stderr, its memory and CPU time) and what the
+ * ranks that flood it wait for pass through a page the forked ranks share. */
+
+struct flood {
+	atomic_int rank0_in;		/* rank 0's own connection was taken by its server */
+	atomic_int flooded;		/* the strangers are connected */
+	atomic_int measured;		/* rank 0 has measured what it wanted to during the flood */
+	double cpu_s;			/* rank 0's CPU time during 2 s of the flood */
+	long hwm_kb;			/* rank 0's peak memory: growth over the scenario */
+	int strangers_reset, strangers; /* oversized frames: connections reset / made */
+	size_t stranger_bytes;		/* oversized frames: what the strangers got sent */
+	char log[128];			/* rank 0's stderr */
+};
+
+static struct flood *flood_shared(void)
+{
+	struct flood *f =
+	    mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (f == MAP_FAILED)
+		bail_out("mmap");
+	memset(f, 0, sizeof(*f));
+	return f;
+}
+
+/* This process's peak resident memory (VmHWM), in kB. */
+static long hwm_kb(void)
+{
+	char line[256];
+	long kb = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb;
+}
+
+static double cpu_now(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+/* Waits until the shared flag is set; 0, or -1 after HANG_S. */
+static int wait_flag(atomic_int *flag)
+{
+	double t0 = ranks_now();
+	while (!atomic_load(flag))
+		if (ranks_now() - t0 > HANG_S)
+			return -1;
+		else
+			ranks_sleep(0.01);
+	return 0;
+}
+
+/* Rank 0's watcher: says when its own connection was taken by its server (its end has
+ * received a byte: the challenge), so that strangers come after it; with `measure`, then
+ * waits for the flood and measures this process's CPU time over 2 s of it. */
+struct watcher {
+	const struct ranks_job *j;
+	struct flood *f;
+	int measure;
+	pthread_t t;
+};
+
+static void *watcher_main(void *arg)
+{
+	struct watcher *w = arg;
+	double t0 = ranks_now();
+	while (!atomic_load(&w->f->rank0_in) && ranks_now() - t0 < HANG_S) {
+		for (int fd = 3; fd < 1024; fd++) {
+			struct tcp_info ti = {0};
+			socklen_t l = sizeof(ti);
+			if (fd_port(fd, 1) == w->j->port && fd_port(fd, 0) != w->j->port &&
+			    getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0 &&
+			    ti.tcpi_bytes_received > 0)
+				atomic_store(&w->f->rank0_in, 1);
+		}
+		ranks_sleep(0.001);
+	}
+	if (!w->measure || wait_flag(&w->f->flooded) < 0)
+		return NULL;
+	double c0 = cpu_now();
+	ranks_sleep(2);
+	w->f->cpu_s = cpu_now() - c0;
+	atomic_store(&w->f->measured, 1);
+	return NULL;
+}
+
+/* Rank 0 of the flood scenarios: its descriptors limited to nofile, its stderr to the file
+ * j->arg's log names, a watcher; it opens the store and reports its peak memory's growth. */
+static int flood_rank0(const struct ranks_job *j, struct flood *f, rlim_t nofile, int measure,
+		       const char *secret, char *msg, size_t len)
+{
+	struct store *st = NULL;
+	struct store_opts o = opts(j, 0, j->world, "flood", HANG_S);
+	struct rlimit rl = {nofile, nofile};
+	struct watcher w = {.j = j, .f = f, .measure = measure};
+	struct dp_error err;
+	int rv = 0;
+	o.secret = secret;
+	EXPECT(freopen(f->log, "w", stderr), "cannot send stderr to %s", f->log);
+	setvbuf(stderr, NULL, _IONBF, 0);
+	EXPECT(setrlimit(RLIMIT_NOFILE, &rl) == 0, "setrlimit: %s", strerror(errno));
+	long hwm0 = hwm_kb();
+	EXPECT(pthread_create(&w.t, NULL, watcher_main, &w) == 0, "pthread_create");
+	int rc = store_open(&st, &o, &err);
+	pthread_join(w.t, NULL);
+	f->hwm_kb = hwm_kb() - hwm0;
+	EXPECT(rc == 0, "open: %s", err.text);
+	EXPECT(store_barrier(st, "after", HANG_S, &err) == 0, "barrier: %s", err.text);
+	snprintf(msg, len, "opened");
+out:
+	store_close(st, 5);
+	return rv;
+}
+
+/* The strangers: n connections to rank 0's port that say nothing (nonblocking connects, which
+ * loopback completes into the listener's backlog). fds gets them. */
+static int strangers_connect(const struct ranks_job *j, int *fds, int n, char *msg, size_t len)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)j->port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	for (int i = 0; i < n; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fds[i] < 0 || (connect(fds[i], (struct sockaddr *)&a, sizeof(a)) < 0 &&
+				   errno != EINPROGRESS)) {
+			snprintf(msg, len, "stranger %d cannot connect: %s", i, strerror(errno));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+#define SILENT_N 500 /* silent strangers: several times rank 0's descriptors */
+
+/* 500 strangers connect to rank 0's port and say nothing, while rank 0 has 128 descriptors;
+ * then ranks 1 and 2 join (rank 1 holds the strangers open until it has). */
+static int rank_silent(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	struct flood *f = (struct flood *)j->arg;
+	static int fds[SILENT_N];
+	struct store *st = NULL;
+	struct store_opts o = opts(j, rank, 3, "flood", HANG_S);
+	struct dp_error err;
+	int rv = 0;
+	if (rank == 0)
+		return flood_rank0(j, f, 128, 0, SECRET, msg, len);
+	o.secret = SECRET;
+	EXPECT(wait_flag(&f->rank0_in) == 0, "rank 0 did not connect to its store");
+	if (rank == 1) {
+		if (strangers_connect(j, fds, SILENT_N, msg, len) < 0)
+			return -1;
+		atomic_store(&f->flooded, 1);
+	}
+	EXPECT(wait_flag(&f->flooded) == 0, "no flood");
+	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
+	EXPECT(store_barrier(st, "after", HANG_S, &err) == 0, "barrier: %s", err.text);
+	snprintf(msg, len, "opened");
+out:
+	if (rank == 1)
+		for (int i = 0; i < SILENT_N; i++)
+			if (fds[i] > 0)
+				close(fds[i]);
+	store_close(st, 5);
+	return rv;
+}
+
+#define BIG_N	  8	     /* strangers with oversized frames */
+#define BIG_FRAME (16 << 20) /* what each announces: within FRAME_MAX, beyond a hello */
+
+/* Eight strangers each announce a 16 MiB frame and send it as fast as rank 0 takes it, all at
+ * once; then rank 1 joins. */
+static int rank_oversized(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	struct flood *f = (struct flood *)j->arg;
+	int fds[BIG_N];
+	size_t sent[BIG_N] = {0};
+	int done[BIG_N] = {0};
+	struct store *st = NULL;
+	struct store_opts o = opts(j, rank, 2, "flood", HANG_S);
+	struct dp_error err;
+	static char chunk[65536];
+	int rv = 0;
+	if (rank == 0)
+		return flood_rank0(j, f, 1024, 0, SECRET, msg, len);
+	o.secret = SECRET;
+	EXPECT(wait_flag(&f->rank0_in) == 0, "rank 0 did not connect to its store");
+	if (strangers_connect(j, fds, BIG_N, msg, len) < 0)
+		return -1;
+	f->strangers = BIG_N;
+	memset(chunk, 'x', sizeof(chunk));
+	double t0 = ranks_now();
+	for (int left = BIG_N; left > 0 && ranks_now() - t0 < HANG_S;) {
+		struct pollfd p[BIG_N];
+		for (int i = 0; i < BIG_N; i++)
+			p[i] = (struct pollfd){.fd = done[i] ? -1 : fds[i], .events = POLLOUT};
+		poll(p, BIG_N, 100);
+		for (int i = 0; i < BIG_N; i++) {
+			if (done[i] || !p[i].revents)
+				continue;
+			size_t want = 4 + (size_t)BIG_FRAME - sent[i];
+			if (sent[i] == 0) { /* the length first, then its body */
+				uint32_t be = htonl(BIG_FRAME);
+				memcpy(chunk, &be, 4);
+			}
+			ssize_t n = send(fds[i], chunk, want < sizeof(chunk) ? want : sizeof(chunk),
+					 MSG_NOSIGNAL | MSG_DONTWAIT);
+			memset(chunk, 'x', 4);
+			if (n > 0)
+				sent[i] += (size_t)n;
+			if ((n < 0 && errno != EAGAIN && errno != EINTR) ||
+			    sent[i] == 4 + (size_t)BIG_FRAME) {
+				f->strangers_reset += sent[i] < 4 + (size_t)BIG_FRAME;
+				f->stranger_bytes += sent[i];
+				done[i] = 1;
+				left--;
+			}
+		}
+	}
+	for (int i = 0; i < BIG_N; i++)
+		close(fds[i]);
+	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
+	EXPECT(store_barrier(st, "after", HANG_S, &err) == 0, "barrier: %s", err.text);
+	snprintf(msg, len, "opened");
+out:
+	store_close(st, 5);
+	return rv;
+}
+
+#define EMFILE_N 100 /* strangers, while rank 0 has 40 descriptors */
+
+/* Rank 0, with 40 descriptors and no secret, is flooded by 100 silent strangers: its server
+ * runs out of descriptors. Rank 0 measures its CPU time over 2 s of that; then the strangers
+ * go and rank 1 joins. */
+static int rank_emfile(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	struct flood *f = (struct flood *)j->arg;
+	int fds[EMFILE_N];
+	struct store *st = NULL;
+	struct store_opts o = opts(j, rank, 2, "flood", HANG_S);
+	struct dp_error err;
+	int rv = 0;
+	if (rank == 0)
+		return flood_rank0(j, f, 40, 1, NULL, msg, len);
+	EXPECT(wait_flag(&f->rank0_in) == 0, "rank 0 did not connect to its store");
+	if (strangers_connect(j, fds, EMFILE_N, msg, len) < 0)
+		return -1;
+	atomic_store(&f->flooded, 1);
+	int measured = wait_flag(&f->measured);
+	for (int i = 0; i < EMFILE_N; i++)
+		close(fds[i]);
+	EXPECT(measured == 0, "rank 0 did not measure");
+	EXPECT(store_open(&st, &o, &err) == 0, "open: %s", err.text);
+	EXPECT(store_barrier(st, "after", HANG_S, &err) == 0, "barrier: %s", err.text);
+	snprintf(msg, len, "opened");
+out:
+	store_close(st, 5);
+	return rv;
+}
+
+/* Runs a flood scenario with a fresh shared page, its log in a temporary file; text gets the
+ * log. */
+static struct flood *run_flood(int world, ranks_fn fn, struct ranks_out *out, char *text,
+			       size_t len)
+{
+	struct flood *f = flood_shared();
+	snprintf(f->log, sizeof(f->log), "/tmp/dptrain-store-flood.XXXXXX");
+	int lfd = mkstemp(f->log);
+	if (lfd < 0)
+		bail_out("mkstemp: cannot make a log file");
+	close(lfd);
+	struct ranks_job j = {.world = world, .arg = f};
+	ranks_run(&j, fn, -1, 3 * HANG_S, out);
+	FILE *l = fopen(f->log, "r");
+	size_t n = l ? fread(text, 1, len - 1, l) : 0;
+	text[n] = 0;
+	if (l)
+		fclose(l);
+	unlink(f->log);
+	return f;
+}
+
+/* How many lines of text hold needle. */
+static int count_lines(const char *text, const char *needle)
+{
+	int n = 0;
+	for (const char *p = text; (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
 /* Runs fn as the world ranks of a job, for up to a minute (a hang guard). */
 static void run(int world, ranks_fn fn, const void *arg, int nowait, struct ranks_out *out)
 {
@@ -582,7 +1197,13 @@ int main(void)
 		     "a rank 1 with no secret is refused");
 		ok(!strstr(out[1].msg, "4711"),
 		   "a refused connection learns nothing of the job (its id)");
-		like(out[1].msg, "http|0 bytes back", "another protocol gets no answer at all");
+		like(out[1].msg, "http|37 bytes back\n",
+		     "another protocol gets nothing but the challenge (37 bytes: a version, a "
+		     "nonce, a flag), nothing of the job");
+		like(out[1].msg,
+		     "v1|refused: this rank's dptrain speaks protocol 1, the store's (rank 0's) "
+		     "speaks 2: every node must run the same dptrain version",
+		     "a rank of protocol 1 is told which versions met");
 		note("%s", out[1].msg);
 		char text[4096] = "";
 		FILE *f = fopen(log, "r");
@@ -601,6 +1222,8 @@ int main(void)
 		like(text, "but gave no secret", "the log: no secret");
 		like(text, "it does not speak the dptrain store's protocol",
 		     "the log: another protocol");
+		like(text, "it speaks protocol 1 of the store, not 2 (another dptrain)",
+		     "the log: protocol 1");
 		ok(!strstr(text, SECRET), "the log does not hold the secret");
 		note("%s", text);
 	}
@@ -697,6 +1320,108 @@ int main(void)
 		like(out[other].msg, want, "rank %d names rank %d", other, asked);
 		like(out[other].msg, "was asked to stop (SIGTERM) during the rendezvous",
 		     "rank %d: as a stop, not a death", other);
+	}
+	{
+		run(2, rank_wire, NULL, -1, out);
+		ok(out[0].status == 0 && out[1].status == 0,
+		   "through a relay that sees every byte: the rank with the secret joins (%s; %s)",
+		   out[0].msg, out[1].msg);
+		like(out[1].msg, "its secret not sent, the job's not sent|",
+		     "a wrong secret is refused, and sent neither way");
+		like(out[1].msg, "refused rank 1: refused: not a rank of this job",
+		     "the rank with a wrong secret is told it is not one of the job's");
+		like(out[1].msg, "\nright: ", "the rank with the secret joined through the relay");
+		like(out[1].msg, "the secret not sent",
+		     "the job's secret is in no byte either way");
+		note("%s", out[1].msg);
+	}
+	for (int kind = FAKE_VERSION; kind <= FAKE_BAD_PROOF; kind++) {
+		static const char *what[] = {"of protocol 99", "without a secret",
+					     "whose proof is not the secret's"};
+		enum fake k = (enum fake)kind;
+		char want[256];
+		struct ranks_job j = {.world = 2, .arg = &k};
+		ranks_run(&j, rank_fake, -1, 2 * HANG_S, out);
+		ok(out[1].status == 0, "a store %s: the rank refuses it (%s)", what[kind],
+		   out[1].msg);
+		like(out[0].msg, "the secret not among them",
+		     "a store %s: the secret is in no byte the rank sent it", what[kind]);
+		note("%s | %s", out[0].msg, out[1].msg);
+		if (kind == FAKE_VERSION) {
+			snprintf(want, sizeof(want),
+				 "rendezvous: the store at 127.0.0.1:%d speaks protocol 99, this "
+				 "rank's dptrain speaks 2: every node must run the same dptrain "
+				 "version",
+				 j.port);
+			is(out[1].msg, want, "a store of another version: both versions named");
+			like(out[0].msg, "0 bytes from the rank",
+			     "a store of another version: the rank says nothing to it");
+		} else if (kind == FAKE_NO_SECRET) {
+			like(out[1].msg, "has no secret but rank 1 has the job's",
+			     "a store without a secret: the rank says so");
+			like(out[1].msg, "it is not this job's store",
+			     "a store without a secret is not this job's");
+		} else {
+			like(out[1].msg,
+			     "took rank 1's hello but could not prove that it knows "
+			     "the job's secret: it is not this job's store",
+			     "a store that cannot prove the secret is not this job's");
+		}
+	}
+	{
+		char text[8192];
+		struct flood *f = run_flood(3, rank_silent, out, text, sizeof(text));
+		for (int r = 0; r < 3; r++)
+			ok(out[r].status == 0,
+			   "%d silent strangers, rank 0 with 128 descriptors: rank %d joins (%s)",
+			   SILENT_N, r, out[r].msg);
+		like(text, "connections were waiting to send theirs (a flood? the oldest goes)",
+		     "rank 0 logs the strangers it drops");
+		ok(count_lines(text, "refused a connection") <= 20,
+		   "as many refusals as it logs at most (%d)",
+		   count_lines(text, "refused a connection"));
+		ok(!strstr(text, "out of file descriptors"), "rank 0 never ran out of descriptors");
+		ok(f->hwm_kb >= 0 && f->hwm_kb < 32768,
+		   "silent strangers: rank 0's peak memory grew by %ld kB (< 32 MiB)", f->hwm_kb);
+		note("%.300s", text);
+		munmap(f, sizeof(*f));
+	}
+	{
+		char text[8192];
+		struct flood *f = run_flood(2, rank_oversized, out, text, sizeof(text));
+		ok(out[0].status == 0 && out[1].status == 0,
+		   "after %d strangers announced 16 MiB frames the ranks join (%s; %s)", BIG_N,
+		   out[0].msg, out[1].msg);
+		ok(f->strangers == BIG_N && f->strangers_reset == BIG_N,
+		   "every one of them was cut off before its frame was sent (%d of %d; %zu MiB "
+		   "sent in all)",
+		   f->strangers_reset, f->strangers, f->stranger_bytes >> 20);
+		ok(f->hwm_kb >= 0 && f->hwm_kb < 32768,
+		   "rank 0's peak memory grew by %ld kB (< 32 MiB) while they sent %d MiB",
+		   f->hwm_kb, BIG_N * (BIG_FRAME >> 20));
+		like(text, "its first frame is 16777220 bytes, more than the 4096 a hello may be",
+		     "rank 0 logs why");
+		munmap(f, sizeof(*f));
+	}
+	{
+		char text[8192];
+		struct flood *f = run_flood(2, rank_emfile, out, text, sizeof(text));
+		ok(out[0].status == 0 && out[1].status == 0,
+		   "rank 0 out of descriptors: rank 1 joins once they come back (%s; %s)",
+		   out[0].msg, out[1].msg);
+		ok(f->cpu_s < 0.5,
+		   "rank 0 out of descriptors does not spin: %.3f s of CPU time in 2 s (< 0.5)",
+		   f->cpu_s);
+		is_int(count_lines(text, "rank 0 is out of file descriptors"), 1,
+		       "rank 0 says once that it ran out of descriptors");
+		is_int(count_lines(text, "warning: no secret"), 1,
+		       "without a secret rank 0 warns, once");
+		like(text,
+		     "accepts any program that can reach that port, as PyTorch's TCPStore does; "
+		     "srun --dptrain and dptrain-run give the ranks a secret",
+		     "the warning says what it means and what to do");
+		note("%.600s", text);
+		munmap(f, sizeof(*f));
 	}
 	diag("store tests took %.1f s", ranks_now() - t0);
 	return done_testing();

@@ -12,6 +12,8 @@
 #include "trainer/dist/comm.h"
 #include "common/error.h"
 #include "common/clock.h"
+#include "common/hmac.h"
+#include "common/random.h"
 #include "trainer/store/store.h"
 
 #include <arpa/inet.h>
@@ -33,7 +35,6 @@
 
 #define CPU_CHUNK_DEFAULT (1u << 20)
 #define CPU_MSG_MAX	  1024
-#define CPU_HELLO_MAGIC	  0x64707267u /* "dprg" */
 /* After a peer's EOF, how long to wait for the store to name the dead rank. When the peer
  * died the verdict comes within milliseconds, but only once rank 0's store thread has run,
  * which a busy machine can delay; the wait runs out only when the ring connection alone
@@ -508,63 +509,50 @@ static int parse_addr(const char *s, struct sockaddr_storage *ss, socklen_t *len
 	return -1;
 }
 
-/* Moves exactly n bytes over a nonblocking socket by the deadline: 0, or -1 (errno). */
-static int io_all(int fd, void *p, size_t n, int out, double deadline)
+/* The ring's handshake. The accepting rank sends a challenge (RING_MAGIC, RING_NONCE random
+ * bytes); the connecting rank answers (RING_MAGIC, its rank, the world size, the comm's
+ * generation, HMAC-SHA256(secret, RING_LABEL || nonce || rank || world || generation)); the
+ * accepting rank checks the answer in constant time and says that it took the connection
+ * (RING_MAGIC), so that a connecting rank whose connection was dropped before that, to make
+ * room (RING_PENDING), connects again. The secret never crosses the wire, and an answer seen
+ * once is worth nothing for another nonce.
+ * One way is enough: the connecting rank reaches the port its neighbour published through the
+ * store, whose answers it has authenticated (store_open's handshake is mutual), and that port
+ * was bound before it was published, so no stranger can be listening there instead; only the
+ * accepting rank has to learn who connected. Without a secret the key is empty, and the answer
+ * still says which rank of which comm connects. */
+#define RING_MAGIC     0x64707232u /* "dpr2": the ring's second handshake */
+#define RING_NONCE     16
+#define RING_CHALLENGE (4 + RING_NONCE)
+#define RING_ANSWER    (16 + DP_SHA256_LEN)
+#define RING_LABEL     "dptrain ring hello v2"
+/* Connections to a rank's ring port are heard all at once, each for at most RING_HELLO_S, and
+ * at most RING_PENDING of them: a new one beyond that drops the oldest, once that one has had
+ * RING_GRACE_S to answer (until then new ones wait in the backlog). So strangers that connect
+ * and say nothing, over and over, cannot keep the neighbour out, and delay its answer by
+ * RING_GRACE_S at most, instead of RING_HELLO_S each. */
+#define RING_PENDING 8
+#define RING_HELLO_S 5.0
+#define RING_GRACE_S 0.2
+
+/* The answer rank `from` gives to nonce. */
+static void ring_answer_make(const struct comm_cpu *c, const unsigned char *nonce, int from,
+			     long gen, unsigned char out[RING_ANSWER])
 {
-	size_t done = 0;
-	while (done < n) {
-		ssize_t k = out ? send(fd, (char *)p + done, n - done, MSG_NOSIGNAL | MSG_DONTWAIT)
-				: recv(fd, (char *)p + done, n - done, MSG_DONTWAIT);
-		if (k > 0) {
-			done += (size_t)k;
-			continue;
-		}
-		if (k == 0) {
-			errno = ECONNRESET;
-			return -1;
-		}
-		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			return -1;
-		struct pollfd pf = {.fd = fd, .events = out ? POLLOUT : POLLIN};
-		if (poll(&pf, 1, ms_until(deadline)) == 0 && now_s() >= deadline) {
-			errno = ETIMEDOUT;
-			return -1;
-		}
-	}
-	return 0;
+	const char *secret = store_secret(c->st);
+	uint32_t head[4] = {htonl(RING_MAGIC), htonl((uint32_t)from),
+			    htonl((uint32_t)c->base.world_size), htonl((uint32_t)gen)};
+	struct dp_hmac h;
+	memcpy(out, head, sizeof(head));
+	dp_hmac_init(&h, secret, strlen(secret));
+	dp_hmac_update(&h, RING_LABEL, sizeof(RING_LABEL)); /* with its NUL */
+	dp_hmac_update(&h, nonce, RING_NONCE);
+	dp_hmac_update(&h, head + 1, 3 * sizeof(uint32_t));
+	dp_hmac_final(&h, out + sizeof(head));
 }
 
-/* A ring neighbour's first words. secret: the job's secret (store_secret, "" when none),
- * so a stranger who connects to a rank's collective port is not taken for its neighbour. */
-struct ring_hello {
-	uint32_t magic, rank, world, gen;
-	char secret[64];
-};
-
-/* The hello rank `from` sends. */
-static void ring_hello_make(const struct comm_cpu *c, int from, long gen, struct ring_hello *h)
-{
-	memset(h, 0, sizeof(*h));
-	h->magic = htonl(CPU_HELLO_MAGIC);
-	h->rank = htonl((uint32_t)from);
-	h->world = htonl((uint32_t)c->base.world_size);
-	h->gen = htonl((uint32_t)gen);
-	snprintf(h->secret, sizeof(h->secret), "%s", store_secret(c->st));
-}
-
-/* 1 if h is the hello rank c->prev sends: every byte compared, whatever differs first. */
-static int ring_hello_ok(const struct comm_cpu *c, long gen, const struct ring_hello *h)
-{
-	struct ring_hello want;
-	unsigned char d = 0;
-	ring_hello_make(c, c->prev, gen, &want);
-	for (size_t i = 0; i < sizeof(want); i++)
-		d |= (unsigned char)(((const unsigned char *)h)[i] ^ ((unsigned char *)&want)[i]);
-	return d == 0;
-}
-
-static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double deadline,
-			struct dp_error *err)
+/* Connects to the next rank (TCP only: the handshake follows in ring_handshake). */
+static int ring_connect(struct comm_cpu *c, const char *addr, double deadline, struct dp_error *err)
 {
 	struct sockaddr_storage ss;
 	socklen_t len;
@@ -591,13 +579,8 @@ static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double d
 			}
 		}
 		if (e == 0) {
-			struct ring_hello h;
-			ring_hello_make(c, c->base.rank, gen, &h);
-			if (io_all(fd, &h, sizeof(h), 1, deadline) == 0) {
-				c->next_fd = fd;
-				return 0;
-			}
-			e = errno;
+			c->next_fd = fd;
+			return 0;
 		}
 		close(fd);
 		if (now_s() >= deadline || (e != ECONNREFUSED && e != EINTR))
@@ -608,35 +591,246 @@ static int ring_connect(struct comm_cpu *c, const char *addr, long gen, double d
 	return errprintf(err, "comm: cannot connect to %s at %s: %s", name, addr, strerror(e));
 }
 
-static int ring_accept(struct comm_cpu *c, int lfd, long gen, double deadline, struct dp_error *err)
+/* A connection to this rank's ring port, heard until it answers its challenge. */
+struct ring_peer {
+	int fd;
+	unsigned long seq; /* accepted as the seq'th: the oldest makes room */
+	double by;	   /* dropped if it has not answered by then */
+	unsigned char challenge[RING_CHALLENGE], answer[RING_ANSWER];
+	size_t sent, got;
+};
+
+/* What this rank says to the next one: its challenge read, the answer sent, its word that it
+ * took the connection read. */
+struct ring_out {
+	unsigned char challenge[RING_CHALLENGE], answer[RING_ANSWER], taken[4];
+	size_t got, sent, heard;
+};
+
+/* Moves bytes [*done, n) over a nonblocking socket: 1 when all are through, 0 for later, -1
+ * when the peer closed or the socket broke (errno; 0 for a close). */
+static int io_some(int fd, unsigned char *p, size_t n, size_t *done, int out)
 {
-	char name[300];
-	char refused[400] = "";
-	store_rank_name(c->st, c->prev, name, sizeof(name));
-	for (;;) {
-		struct pollfd p[2] = {{.fd = lfd, .events = POLLIN},
-				      {.fd = store_fd(c->st), .events = POLLIN}};
-		if (poll(p, 2, ms_until(deadline)) == 0 && now_s() >= deadline)
-			break;
-		if (p[1].revents && store_poll_abort(c->st, 0, err) == 1)
-			return errprefix(err, "comm");
-		if (!p[0].revents)
+	while (*done < n) {
+		ssize_t k = out ? send(fd, p + *done, n - *done, MSG_NOSIGNAL | MSG_DONTWAIT)
+				: recv(fd, p + *done, n - *done, MSG_DONTWAIT);
+		if (k > 0) {
+			*done += (size_t)k;
 			continue;
-		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		struct ring_hello h;
-		double d = now_s() + 5 < deadline ? now_s() + 5 : deadline;
-		if (io_all(fd, &h, sizeof(h), 0, d) == 0 && ring_hello_ok(c, gen, &h)) {
-			sock_tune(fd);
-			c->prev_fd = fd;
-			return 0;
 		}
-		snprintf(refused, sizeof(refused), " (a connection that was not %s's was refused)",
-			 name);
-		close(fd);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (k == 0)
+			errno = 0;
+		return -1;
 	}
-	return errprintf(err, "comm: %s did not connect within the timeout%s", name, refused);
+	return 1;
+}
+
+/* The next rank's challenge, this rank's answer, the next rank's word that it took the
+ * connection: 1 when done, 0 for later, -1 when the connection closed or broke, -2 when what
+ * came is not what a dptrain rank's ring port says. */
+static int ring_answer(struct comm_cpu *c, struct ring_out *o, long gen)
+{
+	uint32_t magic;
+	int r;
+	if (o->got < RING_CHALLENGE) {
+		r = io_some(c->next_fd, o->challenge, RING_CHALLENGE, &o->got, 0);
+		if (r <= 0)
+			return r;
+		memcpy(&magic, o->challenge, 4);
+		if (ntohl(magic) != RING_MAGIC)
+			return -2;
+		ring_answer_make(c, o->challenge + 4, c->base.rank, gen, o->answer);
+	}
+	if ((r = io_some(c->next_fd, o->answer, RING_ANSWER, &o->sent, 1)) <= 0)
+		return r;
+	if ((r = io_some(c->next_fd, o->taken, sizeof(o->taken), &o->heard, 0)) <= 0)
+		return r;
+	memcpy(&magic, o->taken, 4);
+	return ntohl(magic) == RING_MAGIC ? 1 : -2;
+}
+
+/* Hears the connections at this rank's ring port: 1 if one answered as c->prev (it becomes
+ * c->prev_fd), 0 if not yet; the others that answered wrong, broke or ran out of time are
+ * dropped (*refused). */
+static int ring_hear(struct comm_cpu *c, struct ring_peer *peer, size_t *npeer, long gen,
+		     int *refused)
+{
+	for (size_t i = 0; i < *npeer;) {
+		struct ring_peer *p = &peer[i];
+		int r = p->by > 0 ? io_some(p->fd, p->challenge, RING_CHALLENGE, &p->sent, 1) : -1;
+		if (r > 0)
+			r = io_some(p->fd, p->answer, RING_ANSWER, &p->got, 0);
+		if (r > 0) {
+			unsigned char want[RING_ANSWER];
+			ring_answer_make(c, p->challenge + 4, c->prev, gen, want);
+			uint32_t taken = htonl(RING_MAGIC);
+			size_t said = 0;
+			if (dp_equal_ct(p->answer, want, sizeof(want)) &&
+			    io_some(p->fd, (unsigned char *)&taken, 4, &said, 1) > 0) {
+				sock_tune(p->fd);
+				c->prev_fd = p->fd;
+				peer[i] = peer[--*npeer];
+				return 1;
+			}
+		}
+		if (r == 0 && now_s() < p->by) {
+			i++;
+			continue;
+		}
+		*refused = 1;
+		close(p->fd);
+		peer[i] = peer[--*npeer];
+	}
+	return 0;
+}
+
+/* Takes the connections waiting at this rank's ring port and sends each its challenge. With
+ * RING_PENDING heard already, those are heard first (the neighbour's answer may be there),
+ * then the oldest goes if it had RING_GRACE_S to answer; if not, the rest wait in the backlog
+ * until *take_after. 1 if the previous rank answered meanwhile, 0, or -1 if no nonce could be
+ * made. */
+static int ring_take(struct comm_cpu *c, int lfd, struct ring_peer *peer, size_t *npeer,
+		     unsigned long *seq, long gen, int *refused, double *take_after,
+		     struct dp_error *err)
+{
+	int fd;
+	for (;;) {
+		if (*npeer == RING_PENDING && ring_hear(c, peer, npeer, gen, refused))
+			return 1;
+		if (*npeer == RING_PENDING) {
+			size_t old = 0;
+			for (size_t i = 1; i < *npeer; i++)
+				if (peer[i].seq < peer[old].seq)
+					old = i;
+			double taken = peer[old].by - RING_HELLO_S;
+			struct pollfd q = {.fd = lfd, .events = POLLIN};
+			if (now_s() < taken + RING_GRACE_S) {
+				*take_after = taken + RING_GRACE_S;
+				return 0;
+			}
+			if (poll(&q, 1, 0) != 1) /* room for none: keep the oldest */
+				return 0;
+			close(peer[old].fd);
+			peer[old] = peer[--*npeer];
+			*refused = 1;
+		}
+		if ((fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) < 0)
+			return 0;
+		struct ring_peer *p = &peer[(*npeer)++];
+		memset(p, 0, sizeof(*p));
+		p->fd = fd;
+		p->seq = ++*seq;
+		p->by = now_s() + RING_HELLO_S;
+		uint32_t magic = htonl(RING_MAGIC);
+		memcpy(p->challenge, &magic, 4);
+		if (dp_random(p->challenge + 4, RING_NONCE, err) < 0)
+			return errprefix(err, "comm: cannot make the ring's challenge");
+		if (io_some(fd, p->challenge, RING_CHALLENGE, &p->sent, 1) < 0)
+			p->by = 0; /* gone already: dropped when heard */
+	}
+}
+
+/* Connects to the next rank and takes the previous one's connection, each with the handshake
+ * above, at the same time: every rank connects first (the next rank listens already: it
+ * published its address after listen, so the connection waits in its backlog), then hears its
+ * port while it answers the next rank's challenge. */
+static int ring_handshake(struct comm_cpu *c, int lfd, const char *addr, long gen, double deadline,
+			  struct dp_error *err)
+{
+	struct ring_peer peer[RING_PENDING];
+	struct ring_out o = {0};
+	size_t npeer = 0;
+	unsigned long seq = 0;
+	int answered = 0, refused = 0, rv = -1;
+	double take_after = 0; /* the listener rests until then (ring_take) */
+	char prev[300], next[300];
+	store_rank_name(c->st, c->prev, prev, sizeof(prev));
+	store_rank_name(c->st, c->next, next, sizeof(next));
+	if (ring_connect(c, addr, deadline, err) < 0)
+		return -1;
+	while (c->prev_fd < 0 || !answered) {
+		struct pollfd p[3 + RING_PENDING];
+		int np = 0, at_next = -1, at_lfd = -1;
+		double wake = deadline;
+		p[np++] = (struct pollfd){.fd = store_fd(c->st), .events = POLLIN};
+		if (!answered) {
+			at_next = np;
+			int sending = o.got == RING_CHALLENGE && o.sent < RING_ANSWER;
+			p[np++] =
+			    (struct pollfd){.fd = c->next_fd, .events = sending ? POLLOUT : POLLIN};
+		}
+		if (c->prev_fd < 0) {
+			int rest = now_s() < take_after;
+			at_lfd = np;
+			p[np++] = (struct pollfd){.fd = rest ? -1 : lfd, .events = POLLIN};
+			wake = rest && take_after < wake ? take_after : wake;
+			for (size_t i = 0; i < npeer; i++) {
+				p[np++] = (struct pollfd){
+				    .fd = peer[i].fd,
+				    .events = peer[i].sent < RING_CHALLENGE ? POLLOUT : POLLIN};
+				wake = peer[i].by < wake ? peer[i].by : wake;
+			}
+		}
+		int n = poll(p, (nfds_t)np, ms_until(wake));
+		if (n < 0 && errno != EINTR) {
+			errprintf(err, "comm: poll: %s", strerror(errno));
+			goto out;
+		}
+		if (p[0].revents && store_poll_abort(c->st, 0, err) == 1) {
+			errprefix(err, "comm");
+			goto out;
+		}
+		if (at_next >= 0 && p[at_next].revents) {
+			int r = ring_answer(c, &o, gen);
+			if (r == -2) {
+				errprintf(err,
+					  "comm: %s's ring port (%s) did not send a dptrain ring "
+					  "challenge",
+					  next, addr);
+				goto out;
+			}
+			if (r < 0) {
+				/* dropped by the next rank before it took the connection (the
+				 * oldest of too many at once): again, at once; if its port is
+				 * gone, so is the rank, which the store names */
+				double soon = now_s() + 2 < deadline ? now_s() + 2 : deadline;
+				close(c->next_fd);
+				c->next_fd = -1;
+				o = (struct ring_out){0};
+				if (ring_connect(c, addr, soon, err) < 0) {
+					if (store_poll_abort(c->st, CPU_PEER_WAIT_S, err) == 1)
+						errprefix(err, "comm");
+					goto out;
+				}
+			}
+			answered = r > 0;
+		}
+		if (at_lfd >= 0 && !ring_hear(c, peer, &npeer, gen, &refused) &&
+		    p[at_lfd].revents &&
+		    ring_take(c, lfd, peer, &npeer, &seq, gen, &refused, &take_after, err) < 0)
+			goto out;
+		if (now_s() >= deadline && (c->prev_fd < 0 || !answered))
+			break;
+	}
+	if (c->prev_fd >= 0 && answered)
+		rv = 0;
+	else if (c->prev_fd < 0)
+		errprintf(err, "comm: %s did not connect within the timeout%s%s%s", prev,
+			  refused ? " (a connection that was not " : "", refused ? prev : "",
+			  refused ? "'s was refused)" : "");
+	else
+		errprintf(err,
+			  "comm: %s at %s did not take this rank's ring connection within the "
+			  "timeout",
+			  next, addr);
+out:
+	for (size_t i = 0; i < npeer; i++)
+		close(peer[i].fd);
+	return rv;
 }
 
 int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_opts *o,
@@ -716,10 +910,7 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.addr.%d", gen, c->next);
 		if (store_get(st, key, &addr, &addrlen, c->timeout_s, err) < 0)
 			goto out;
-		/* the next rank listens already (it published after listen): connecting first
-		 * lands in its backlog, so every rank can then accept without a deadlock */
-		if (ring_connect(c, addr, gen, deadline, err) < 0 ||
-		    ring_accept(c, lfd, gen, deadline, err) < 0)
+		if (ring_handshake(c, lfd, addr, gen, deadline, err) < 0)
 			goto out;
 	}
 	*out = &c->base;

@@ -5,6 +5,8 @@
 #include "trainer/store/store_wire.h"
 #include "common/error.h"
 #include "common/clock.h"
+#include "common/hmac.h"
+#include "common/random.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -32,7 +34,7 @@ struct store {
 	int fd;
 	int rank, world;
 	char *job;
-	char *secret; /* store_opts.secret, given in the hello and to the collectives */
+	char *secret; /* store_opts.secret: the key of the hello's proof, and the collectives' */
 	char **hosts; /* per rank: the rank table's name, or the one its hello gave */
 	char master[HOST_MAX];
 	int port;
@@ -49,6 +51,7 @@ struct store {
 	int rollcall;		/* the server asked the ranks waiting in a collective to report */
 	const atomic_int *stop; /* store_opts.stop */
 	int opening;		/* in store_open: a stop request ends its waits */
+	int lost;		/* the connection closed or broke (cl_store_lost) */
 };
 
 static void cl_set_abort(struct store *st, const char *msg, int kind)
@@ -80,6 +83,7 @@ static void cl_store_lost(struct store *st, int e)
 	    msg, sizeof(msg),
 	    "%s died or left (the rendezvous store it runs at %s:%d closed the connection%s%s)",
 	    name, st->master, st->port, e ? ": " : "", e ? strerror(e) : "");
+	st->lost = 1;
 	cl_set_abort(st, msg, ABORT_FAILED);
 }
 
@@ -398,34 +402,138 @@ static void cl_local_addr(struct store *st)
 	}
 }
 
-/* The hello: this rank's identity and the job's secret, answered (within left seconds, at
- * most HELLO_ANSWER_S) with how long the rendezvous stays open (*open_timeout in all,
- * *open_left now). *sent once it is on its way (from there the server will know this rank). */
+/* cl_hello's answer when the store closed the connection before it answered: it may have
+ * dropped this rank as the oldest of too many connections waiting to say their hello (a flood
+ * of strangers), so store_open connects again, a few times. */
+#define HELLO_CLOSED (-3)
+
+/* The peer on MASTER_PORT is not a dptrain store (or rank 0 ended): why, and what to do. */
+static int cl_not_store(struct store *st, const char *why, struct dp_error *err)
+{
+	return errprintf(err,
+			 "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
+			 "but did not answer as a dptrain store does (%s): another program listens "
+			 "on that port, or rank 0 ended; choose another MASTER_PORT",
+			 st->master, st->port, st->rank, why);
+}
+
+/* The store's challenge (store_wire.h), its first frame, within the deadline: its nonce into
+ * snonce and its flags. A store of another protocol version is named, with both versions. */
+static int cl_challenge(struct store *st, double deadline, unsigned char *snonce, uint32_t *flags,
+			struct dp_error *err)
+{
+	char why[256];
+	double t0 = now_s();
+	for (;;) {
+		int type;
+		uint32_t id;
+		struct rd b;
+		int f = frame_next(&st->in, &type, &id, &b);
+		if (f < 0)
+			return cl_not_store(st, "it sent what is not a dptrain frame", err);
+		if (f > 0) {
+			uint32_t version = rd_u32(&b);
+			if (type != MSG_CHALLENGE || b.bad)
+				return cl_not_store(st, "it did not begin with a store's challenge",
+						    err);
+			if (version != STORE_PROTO)
+				return errprintf(
+				    err,
+				    "rendezvous: the store at %s:%d speaks protocol %u, "
+				    "this rank's dptrain speaks %d: every node must run "
+				    "the same dptrain version",
+				    st->master, st->port, version, STORE_PROTO);
+			size_t n;
+			const char *p = rd_blob(&b, &n);
+			*flags = rd_u32(&b);
+			if (b.bad || n != STORE_NONCE)
+				return cl_not_store(st, "its challenge is malformed", err);
+			memcpy(snonce, p, n);
+			return 0;
+		}
+		int rc = sbuf_fill(&st->in, st->fd), e = errno;
+		if (rc > 0)
+			continue;
+		/* silence, or a close after long silence (a store of protocol 1 waits for the
+		 * rank to speak first, and gives up at about the time this rank does) */
+		if ((rc == 0 && now_s() >= deadline) ||
+		    (rc < 0 && now_s() - t0 >= HELLO_ANSWER_S / 2)) {
+			snprintf(
+			    why, sizeof(why),
+			    "it said nothing for %.3g s, where a store sends its challenge at "
+			    "once; a dptrain of store protocol 1 says nothing first: every node "
+			    "must run the same dptrain version",
+			    now_s() - t0);
+			return cl_not_store(st, why, err);
+		}
+		if (rc < 0) {
+			snprintf(why, sizeof(why), "it closed the connection%s%s", e ? ": " : "",
+				 e ? strerror(e) : "");
+			cl_not_store(st, why, err);
+			return e == 0 || e == ECONNRESET ? HELLO_CLOSED : -1;
+		}
+		if (cl_stopped(st, err))
+			return -1;
+		struct pollfd p = {.fd = st->fd, .events = POLLIN};
+		int ms = ms_until(deadline);
+		if (st->opening && st->stop && ms > STOP_POLL_MS)
+			ms = STOP_POLL_MS;
+		poll(&p, 1, ms);
+	}
+}
+
+/* The handshake (store_wire.h): the store's challenge; the hello, with this rank's identity
+ * and its proof that it knows the job's secret; the store's answer, with its own proof, and
+ * how long the rendezvous stays open (*open_timeout in all, *open_left now). Within left
+ * seconds: the challenge within CHALLENGE_WAIT_S, the answer within HELLO_ANSWER_S. *sent once
+ * the hello is on its way (from there the server will know this rank). -1 with err, or
+ * HELLO_CLOSED. */
 static int cl_hello(struct store *st, double left, int *sent, double *open_timeout,
 		    double *open_left, struct dp_error *err)
 {
 	struct sbuf f = {0};
 	int status, rv = -1;
 	struct rd body;
+	unsigned char snonce[STORE_NONCE], cnonce[STORE_NONCE], mac[DP_SHA256_LEN];
+	uint32_t flags = 0;
+	double t0 = now_s();
+	double deadline = t0 + (left < CHALLENGE_WAIT_S ? (left > 1 ? left : 1) : CHALLENGE_WAIT_S);
+	if ((rv = cl_challenge(st, deadline, snonce, &flags, err)) < 0)
+		return rv;
+	rv = -1;
+	left -= now_s() - t0;
+	deadline = now_s() + (left < HELLO_ANSWER_S ? (left > 1 ? left : 1) : HELLO_ANSWER_S);
+	if (st->secret[0] && !(flags & CHALLENGE_SECRET))
+		return errprintf(
+		    err,
+		    "rendezvous: the store at %s:%d has no secret but rank %d has the job's "
+		    "(DPTRAIN_STORE_SECRET): it is not this job's store (its rank 0 was started "
+		    "without the secret, or another program listens on MASTER_PORT); start every "
+		    "rank the same way (srun --dptrain, dptrain-run)",
+		    st->master, st->port, st->rank);
+	if (dp_random(cnonce, sizeof(cnonce), err) < 0)
+		return errprefix(err, "rendezvous: cannot make the hello's nonce");
 	uint32_t id = cl_id(st);
 	size_t at = frame_begin(&f, MSG_HELLO, id);
+	put_u32(&f, STORE_PROTO);
 	put_u32(&f, (uint32_t)st->rank);
 	put_u32(&f, (uint32_t)st->world);
 	put_str(&f, st->job);
 	put_str(&f, st->hostname);
-	put_str(&f, st->secret);
+	put_blob(&f, cnonce, sizeof(cnonce));
+	if (st->secret[0]) {
+		auth_hello_mac(st->secret, snonce, cnonce, st->rank, st->world, st->job, mac);
+		put_blob(&f, mac, sizeof(mac));
+	} else {
+		put_blob(&f, NULL, 0);
+	}
 	frame_end(&f, at);
 	*sent = 1;
-	if (left > HELLO_ANSWER_S)
-		left = HELLO_ANSWER_S;
-	if (cl_call(st, &f, id, now_s() + (left > 1 ? left : 1), &status, &body, err) < 0) {
+	if (cl_call(st, &f, id, deadline, &status, &body, err) < 0) {
 		if (!cl_stopped(st, err))
-			errprintf(
-			    err,
-			    "rendezvous: %s:%d (MASTER_ADDR:MASTER_PORT) took rank %d's connection "
-			    "but did not answer as a dptrain store does (%s): another program "
-			    "listens on that port, or rank 0 ended; choose another MASTER_PORT",
-			    st->master, st->port, st->rank, err->text);
+			cl_not_store(st, err->text, err);
+		if (st->lost)
+			rv = HELLO_CLOSED;
 		goto out;
 	}
 	if (status != REPLY_OK) {
@@ -441,6 +549,8 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 	 * busy server), so every rank names the same missing ranks. */
 	*open_timeout = (double)rd_u64(&body) / 1e3;
 	*open_left = (double)rd_u64(&body) / 1e3;
+	size_t nproof;
+	const char *proof = rd_blob(&body, &nproof);
 	if (body.bad) {
 		errprintf(err,
 			  "rendezvous: the store at %s:%d sent a malformed answer to rank "
@@ -448,10 +558,34 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 			  st->master, st->port, st->rank);
 		goto out;
 	}
+	if (st->secret[0]) {
+		auth_ok_mac(st->secret, cnonce, snonce, st->rank, mac);
+		if (nproof != sizeof(mac) || !dp_equal_ct(proof, mac, sizeof(mac))) {
+			errprintf(
+			    err,
+			    "rendezvous: the store at %s:%d took rank %d's hello but could not "
+			    "prove that it knows the job's secret: it is not this job's store "
+			    "(another program listens on MASTER_PORT); choose another "
+			    "MASTER_PORT",
+			    st->master, st->port, st->rank);
+			goto out;
+		}
+	}
 	rv = 0;
 out:
 	sbuf_free(&f);
 	return rv;
+}
+
+/* Back to before the connection, for another try: what the lost one left is forgotten. */
+static void cl_disconnect(struct store *st)
+{
+	close(st->fd);
+	st->fd = -1;
+	sbuf_free(&st->in);
+	st->lost = 0;
+	st->aborted = 0;
+	st->abort_msg[0] = 0;
 }
 
 int store_open(struct store **out, const struct store_opts *o, struct dp_error *err)
@@ -459,7 +593,7 @@ int store_open(struct store **out, const struct store_opts *o, struct dp_error *
 	struct store *st = NULL;
 	int rv = -1, hello_sent = 0;
 	double t0 = now_s(), timeout = o->timeout_s > 0 ? o->timeout_s : 300;
-	double open_timeout, open_left;
+	double open_timeout = 0, open_left = 0;
 	*out = NULL;
 	if (o->world_size < 1 || o->rank < 0 || o->rank >= o->world_size)
 		return errprintf(err, "rendezvous: rank %d is out of range for %d ranks", o->rank,
@@ -496,15 +630,35 @@ int store_open(struct store **out, const struct store_opts *o, struct dp_error *
 				errprintf(err, "rendezvous: out of memory");
 				goto out;
 			}
+	if (strlen(st->job) >= STORE_JOB_MAX) {
+		errprintf(err, "rendezvous: the job's identity '%.32s...' is longer than %d bytes",
+			  st->job, STORE_JOB_MAX - 1);
+		goto out;
+	}
 	if (st->rank == 0 && srv_start(&st->srv, o, timeout, err) < 0)
 		goto out;
-	if (cl_connect(st, timeout, err) < 0)
-		goto out;
-	int one = 1;
-	setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	cl_local_addr(st);
-	if (cl_hello(st, timeout - (now_s() - t0), &hello_sent, &open_timeout, &open_left, err) < 0)
-		goto out;
+	for (int tries = 1;; tries++) {
+		/* again: rank 0 listens, unless it ended, which is not worth a whole timeout */
+		double left = tries == 1 ? timeout : timeout - (now_s() - t0);
+		if (tries > 1 && left > HELLO_ANSWER_S)
+			left = HELLO_ANSWER_S;
+		if (cl_connect(st, left > 1 ? left : 1, err) < 0)
+			goto out;
+		int one = 1;
+		setsockopt(st->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		cl_local_addr(st);
+		int h = cl_hello(st, timeout - (now_s() - t0), &hello_sent, &open_timeout,
+				 &open_left, err);
+		if (h == 0)
+			break;
+		if (h != HELLO_CLOSED || tries == HELLO_TRIES || now_s() - t0 >= timeout ||
+		    (st->stop && atomic_load(st->stop)))
+			goto out;
+		cl_disconnect(st);
+		hello_sent = 0;
+		struct timespec ts = {0, 100 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
 	char list[2048];
 	int missing;
 	if (cl_barrier(st, OPEN_BARRIER, open_left > 0.1 ? open_left : 0.1, &missing, list,

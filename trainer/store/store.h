@@ -14,7 +14,14 @@
  *
  * The rendezvous is judged by the server too: it closes rank 0's timeout_s after the server
  * started, and every rank that arrived is told the same verdict naming the ranks that did
- * not; a rank's own timeout_s only bounds how long it tries to reach the server. */
+ * not; a rank's own timeout_s only bounds how long it tries to reach the server.
+ *
+ * Strangers. With the job's secret, a connection is a rank only once it proved that it knows
+ * the secret, and the store proves it too before a rank believes it: a challenge-response
+ * (store_wire.h) in which the secret never crosses the wire, so neither someone on the path
+ * nor a program squatting on MASTER_PORT learns it. Until its proof, a connection costs rank
+ * 0 a few KiB and a descriptor, for at most 10 s, and only so many wait at once: a flood of
+ * them cannot take rank 0's memory or descriptors, nor lock the job's ranks out. */
 #ifndef DPTRAIN_STORE_H
 #define DPTRAIN_STORE_H
 
@@ -24,6 +31,7 @@
 
 #define STORE_KEY_MAX	256
 #define STORE_VALUE_MAX (16u << 20) /* one value; keys hold addresses, ids, small blobs */
+#define STORE_JOB_MAX	256	    /* a job identity, with its NUL */
 
 struct store;
 
@@ -32,13 +40,15 @@ struct store_opts {
 	int master_port;	 /* rank 0 binds it on master_addr if that is an IP address of
 				    its host, else on all addresses; others connect to it */
 	int rank, world_size;
-	const char *job;    /* job identity (e.g. "1234.0"); a rank of another job on the
-			       same port is refused by name. NULL: "" */
+	const char *job;    /* job identity (e.g. "1234.0", shorter than STORE_JOB_MAX); a
+			       rank of another job on the same port is refused by name. NULL: "" */
 	const char *secret; /* the job's secret (DPTRAIN_STORE_SECRET, which the launcher makes
-			       per step): rank 0's server refuses, and logs, a connection whose
-			       hello lacks it, telling it nothing about the job; the collectives'
-			       connections carry it too. NULL or "": none (anyone who reaches the
-			       port may join, as with torchrun's TCPStore) */
+			       per step): rank 0's server refuses, and logs, a connection that
+			       cannot prove it knows it, telling it nothing about the job, and a
+			       rank refuses a store that cannot prove it; the collectives' ring
+			       proves it too. It is never sent. NULL or "": none (anyone who
+			       reaches the port may join, as with torchrun's TCPStore; rank 0
+			       warns once) */
 	const char *const *hosts; /* world_size host names for messages ("rank 2 (n1)"), or NULL */
 	double timeout_s;	  /* rendezvous (0: 300): how long a rank tries to connect; rank
 				     0's also how long the rendezvous stays open */
@@ -47,7 +57,9 @@ struct store_opts {
 };
 
 /* Rank 0 starts the server (an error names the port in use and what to do) and every rank
- * connects, retrying until timeout_s; returns when every rank has connected (the first
+ * connects, retrying until timeout_s, and proves it is one of the job's ranks (a store that
+ * cannot prove it is the job's is refused: "not this job's store"; one of another dptrain
+ * version is named with both versions); returns when every rank has connected (the first
  * barrier), or -1 naming the ranks that did not arrive / the unreachable master. Whether a
  * rank arrived is rank 0's verdict, given to every rank that connected when rank 0's
  * timeout_s has passed: a rank whose own timeout_s is shorter, or started earlier, waits
@@ -91,7 +103,8 @@ void store_report_timeout(struct store *st, unsigned long seq, const char *what,
 /* "rank 2 (n1)" for messages. */
 const char *store_rank_name(const struct store *st, int rank, char *buf, size_t len);
 int store_rank(const struct store *st);
-/* store_opts.secret ("" when none), for the collectives' own connections. */
+/* store_opts.secret ("" when none), for the collectives' own handshakes: a key, never to be
+ * sent. */
 const char *store_secret(const struct store *st);
 int store_world_size(const struct store *st);
 /* The local address of this rank's connection to rank 0: the interface peers reach it on. */

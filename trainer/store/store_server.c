@@ -1,10 +1,13 @@
 /* store_server.c — rank 0's rendezvous server (store.h): one thread, one poll loop over the
  * listening socket, the clients and a wake-up pipe; the keys, gets, barriers, the job's
- * liveness verdicts and the refusal of strangers. The protocol is store_wire.h. */
+ * liveness verdicts and the refusal of strangers, within bounds a flood of them cannot pass.
+ * The protocol is store_wire.h. */
 #define _GNU_SOURCE
 #include "trainer/store/store_wire.h"
 #include "common/error.h"
 #include "common/clock.h"
+#include "common/hmac.h"
+#include "common/random.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,11 +29,20 @@
  * and a wake-up pipe; every wait in it is a deadline in that loop. */
 
 struct srv_conn {
-	int fd;
+	int fd;				 /* -1 once closed (a stranger dropped to make room) */
 	int rank;			 /* -1 until its hello was accepted */
 	char peer[INET6_ADDRSTRLEN + 8]; /* "addr:port" of the other end, for the refusal log */
+	double taken;			 /* when it was accepted */
 	double hello_by;		 /* a connection without a hello by then is dropped */
-	struct sbuf in, out;
+	unsigned long seq; /* accepted as the seq'th: the oldest stranger goes first */
+	unsigned char nonce[STORE_NONCE]; /* the challenge it was sent */
+	/* Until its hello is accepted (srv_read_preauth): its first frame, read to its length
+	 * and no further, a length over PREAUTH_FRAME_MAX refused before a byte of it is read. */
+	unsigned char head[4];
+	size_t nhead;
+	unsigned char *body;
+	size_t nbody, lbody;
+	struct sbuf in, out; /* in: once it is a rank */
 	int goodbye;
 	int closing; /* close once out is flushed (a refused hello) */
 	int dead;
@@ -71,6 +83,16 @@ struct store_server {
 	char *job;
 	char *secret; /* the job's secret ("" = none): a hello without it is refused */
 	int refusals; /* refused connections logged so far (at most REFUSALS_LOGGED) */
+	/* Strangers (connections without an accepted hello): at most preauth_max at once, the
+	 * oldest dropped for a new one; accepted counts the connections taken, for their seq. */
+	size_t preauth_max;
+	unsigned long accepted;
+	/* Out of descriptors, or of room for strangers: the listener is left alone until
+	 * accept_paused_until, so the loop sleeps. reserve is /dev/null, given up to accept and
+	 * close one waiting connection when there are no descriptors. */
+	int reserve;
+	double accept_paused_until;
+	int fds_logged; /* said once that rank 0 ran out of descriptors */
 	char hostname[HOST_MAX];
 	char **hosts;	   /* the rank table's names, or NULL */
 	char **hello_host; /* per rank, from its hello */
@@ -370,39 +392,58 @@ static void srv_refuse(struct store_server *s, struct srv_conn *c, const char *w
 	s->refusals++;
 }
 
-/* Compares two secrets in time that does not depend on where they differ. */
-static int secret_equal(const char *a, const char *b)
+/* A rank of a dptrain of another protocol. Protocol 1's hello (MSG_HELLO_V1) carried the
+ * secret itself: that one is told which versions met, as a hello of any later version is. */
+static void srv_version_refuse(struct store_server *s, struct srv_conn *c, uint32_t id,
+			       uint32_t version)
 {
-	size_t la = strlen(a), lb = strlen(b);
-	unsigned char d = la != lb;
-	for (size_t i = 0; i < la && i < lb; i++)
-		d |= (unsigned char)(a[i] ^ b[i]);
-	return d == 0;
+	char msg[MSG_MAX];
+	snprintf(msg, sizeof(msg),
+		 "refused: this rank's dptrain speaks protocol %u, the store's (rank 0's) speaks "
+		 "%d: every node must run the same dptrain version",
+		 version, STORE_PROTO);
+	srv_reply_str(c, id, REPLY_ERROR, msg);
+	c->closing = 1;
+	snprintf(msg, sizeof(msg), "it speaks protocol %u of the store, not %d (another dptrain)",
+		 version, STORE_PROTO);
+	srv_refuse(s, c, msg);
 }
 
 static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
+	uint32_t version = rd_u32(b);
+	if (!b->bad && c->rank < 0 && version != STORE_PROTO) {
+		srv_version_refuse(s, c, id, version); /* its fields may be laid out otherwise */
+		return;
+	}
 	int rank = (int)rd_u32(b), world = (int)rd_u32(b);
-	char *job = rd_strdup(b), *host = rd_strdup(b), *secret = rd_strdup(b);
+	char *job = rd_strdup(b), *host = rd_strdup(b);
+	size_t ncnonce, nproof;
+	const unsigned char *cnonce = (const unsigned char *)rd_blob(b, &ncnonce);
+	const unsigned char *proof = (const unsigned char *)rd_blob(b, &nproof);
+	unsigned char want[DP_SHA256_LEN];
 	char msg[MSG_MAX], name[HOST_MAX + 32];
-	if (b->bad || c->rank >= 0) {
+	if (b->bad || c->rank >= 0 || ncnonce != STORE_NONCE) {
 		if (c->rank < 0)
 			srv_refuse(s, c, "its hello is malformed");
 		c->dead = 1;
 		goto out;
 	}
-	/* Before anything is said about the job: a connection without the job's secret is not
-	 * one of its ranks (another user's program, a port scanner). It is told only that it
-	 * was refused. */
-	if (s->secret[0] && !secret_equal(secret, s->secret)) {
-		srv_reply_str(c, id, REPLY_ERROR,
-			      "refused: not a rank of this job (it lacks the job's secret, "
-			      "DPTRAIN_STORE_SECRET, which the launcher gives every rank)");
-		c->closing = 1;
-		snprintf(msg, sizeof(msg), "it said it was rank %d on '%.*s' but gave %s", rank,
-			 HOST_MAX - 1, host, secret[0] ? "a wrong secret" : "no secret");
-		srv_refuse(s, c, msg);
-		goto out;
+	/* Before anything is said about the job: a connection that cannot prove it knows the
+	 * job's secret is not one of its ranks (another user's program, a port scanner). It is
+	 * told only that it was refused. A rank without a secret sends no proof. */
+	if (s->secret[0]) {
+		auth_hello_mac(s->secret, c->nonce, cnonce, rank, world, job, want);
+		if (nproof != sizeof(want) || !dp_equal_ct(proof, want, sizeof(want))) {
+			srv_reply_str(c, id, REPLY_ERROR,
+				      "refused: not a rank of this job (it lacks the job's secret, "
+				      "DPTRAIN_STORE_SECRET, which the launcher gives every rank)");
+			c->closing = 1;
+			snprintf(msg, sizeof(msg), "it said it was rank %d on '%.*s' but gave %s",
+				 rank, HOST_MAX - 1, host, nproof ? "a wrong secret" : "no secret");
+			srv_refuse(s, c, msg);
+			goto out;
+		}
 	}
 	rank_label(name, sizeof(name), rank, host);
 	if (strcmp(job, s->job) != 0)
@@ -438,11 +479,18 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 	free(s->hello_host[rank]);
 	s->hello_host[rank] = host;
 	host = NULL;
-	/* how long the rendezvous stays open: the rank waits for the verdict, not its own timer */
+	/* how long the rendezvous stays open: the rank waits for the verdict, not its own timer;
+	 * and the store's proof, without which the rank believes none of it */
 	double open_left = s->open_deadline - now_s();
 	struct sbuf r = {0};
 	put_u64(&r, (uint64_t)(s->open_timeout * 1e3));
 	put_u64(&r, (uint64_t)(open_left > 0 ? open_left * 1e3 : 0));
+	if (s->secret[0]) {
+		auth_ok_mac(s->secret, cnonce, c->nonce, rank, want);
+		put_blob(&r, want, sizeof(want));
+	} else {
+		put_blob(&r, NULL, 0);
+	}
 	srv_reply(c, id, REPLY_OK, r.p, r.len);
 	sbuf_free(&r);
 	if (s->abort_msg)
@@ -450,7 +498,6 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 out:
 	free(job);
 	free(host);
-	free(secret);
 }
 
 /* One handler per request a rank may send after its hello. Each reads its fields from b; a
@@ -631,6 +678,10 @@ static void srv_request(struct store_server *s, struct srv_conn *c, int type, ui
 		srv_hello(s, c, id, b);
 		return;
 	}
+	if (type == MSG_HELLO_V1 && c->rank < 0) {
+		srv_version_refuse(s, c, id, 1);
+		return;
+	}
 	if (c->rank < 0) { /* nothing but a hello before the hello */
 		srv_refuse(s, c, "it sent something other than a dptrain hello");
 		c->dead = 1;
@@ -644,6 +695,7 @@ static void srv_request(struct store_server *s, struct srv_conn *c, int type, ui
 	srv_handlers[type](s, c, id, b);
 }
 
+/* A rank's requests: whatever arrived, in order. */
 static void srv_read(struct store_server *s, struct srv_conn *c)
 {
 	int rc = sbuf_fill(&c->in, c->fd);
@@ -652,17 +704,79 @@ static void srv_read(struct store_server *s, struct srv_conn *c)
 		uint32_t id;
 		struct rd body;
 		int f = frame_next(&c->in, &type, &id, &body);
-		if (f < 0) {
-			if (c->rank < 0)
-				srv_refuse(s, c, "it does not speak the dptrain store's protocol");
+		if (f < 0)
 			c->dead = 1;
-		}
 		if (f <= 0 || c->dead || c->closing)
 			break;
 		srv_request(s, c, type, id, &body);
 	}
 	if (rc < 0)
 		c->dead = 1;
+}
+
+/* A stranger's first frame, which must be its hello: read to the frame's length and not a
+ * byte further (what a rank sends after its hello is read as a rank's, by srv_read), into a
+ * buffer of that length, after the length was checked. So a stranger costs rank 0 at most
+ * PREAUTH_FRAME_MAX bytes, and one that announces more is dropped before its body is read. */
+static void srv_read_preauth(struct store_server *s, struct srv_conn *c)
+{
+	char why[128];
+	while (c->rank < 0 && !c->dead && !c->closing) {
+		int head = c->nhead < sizeof(c->head);
+		unsigned char *to = head ? c->head + c->nhead : c->body + c->nbody;
+		size_t want = head ? sizeof(c->head) - c->nhead : c->lbody - c->nbody;
+		ssize_t n = recv(c->fd, to, want, MSG_DONTWAIT);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) { /* gone before its hello: a port probe, nothing to log */
+			c->dead = 1;
+			return;
+		}
+		if (head) {
+			c->nhead += (size_t)n;
+			if (c->nhead < sizeof(c->head))
+				continue;
+			uint32_t be;
+			memcpy(&be, c->head, 4);
+			size_t len = ntohl(be);
+			if (len < FRAME_HEAD - 4 || len > FRAME_MAX) {
+				srv_refuse(s, c, "it does not speak the dptrain store's protocol");
+				c->dead = 1;
+				return;
+			}
+			if (len > PREAUTH_FRAME_MAX - 4) {
+				snprintf(
+				    why, sizeof(why),
+				    "its first frame is %zu bytes, more than the %d a hello may be",
+				    len + 4, PREAUTH_FRAME_MAX);
+				srv_refuse(s, c, why);
+				c->dead = 1;
+				return;
+			}
+			c->body = malloc(len);
+			if (!c->body) {
+				c->dead = 1;
+				return;
+			}
+			c->lbody = len;
+			c->nbody = 0;
+			continue;
+		}
+		c->nbody += (size_t)n;
+		if (c->nbody < c->lbody)
+			continue;
+		uint32_t be;
+		memcpy(&be, c->body + 1, 4);
+		struct rd body = {c->body + FRAME_HEAD - 4, c->lbody - (FRAME_HEAD - 4), 0, 0};
+		srv_request(s, c, c->body[0], ntohl(be), &body);
+		free(c->body);
+		c->body = NULL;
+		c->nhead = c->nbody = c->lbody = 0;
+	}
+	if (c->rank >= 0 && !c->dead && !c->closing)
+		srv_read(s, c); /* what it sent after its hello */
 }
 
 /* The rendezvous closed with ranks missing: every rank waiting in it gets the same list, and
@@ -765,14 +879,107 @@ static void peer_name(const struct sockaddr_storage *ss, char *buf, size_t len)
 	snprintf(buf, len, v6 ? "[%s]:%d" : "%s:%d", a, port);
 }
 
-static void srv_accept(struct store_server *s)
+static void srv_conn_free(struct srv_conn *c)
+{
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->body);
+	sbuf_free(&c->in);
+	sbuf_free(&c->out);
+	free(c);
+}
+
+/* Drops a stranger now, its descriptor and buffers too (the loop frees the rest). */
+static void srv_drop_stranger(struct srv_conn *c)
+{
+	c->dead = 1;
+	if (c->fd >= 0)
+		close(c->fd);
+	c->fd = -1;
+	free(c->body);
+	c->body = NULL;
+	sbuf_free(&c->out);
+}
+
+/* Room for one more stranger: 1, or 0 when there is none yet. While preauth_max wait already,
+ * the oldest goes once it has had PREAUTH_GRACE_S to say its hello (it is read first: a rank is
+ * never dropped for being read late); until then the listener rests, and new connections
+ * wait in its backlog rather than push out one that may be a rank about to speak. */
+static int srv_make_room(struct store_server *s)
 {
 	for (;;) {
+		struct srv_conn *old = NULL;
+		size_t waiting = 0;
+		for (size_t i = 0; i < s->nconns; i++) {
+			struct srv_conn *c = s->conns[i];
+			if (c->rank >= 0 || c->dead)
+				continue;
+			waiting++;
+			if (!old || c->seq < old->seq)
+				old = c;
+		}
+		if (waiting < s->preauth_max)
+			return 1;
+		if (!old->closing) {
+			srv_read_preauth(s, old);
+			if (old->rank >= 0 || old->dead)
+				continue;
+		}
+		if (now_s() < old->taken + PREAUTH_GRACE_S) {
+			s->accept_paused_until = old->taken + PREAUTH_GRACE_S;
+			return 0;
+		}
+		char why[160];
+		snprintf(why, sizeof(why),
+			 "it had not sent its hello, and %zu connections were waiting to send "
+			 "theirs (a flood? the oldest goes)",
+			 waiting);
+		if (!old->closing)
+			srv_refuse(s, old, why);
+		srv_drop_stranger(old);
+	}
+}
+
+/* accept() failed for want of descriptors, and the listener stays readable: the loop would
+ * spin. The reserve descriptor is given up to accept the oldest waiting connection and close
+ * it (it learns that it is refused, not left hanging), and the listener rests a while. */
+static void srv_out_of_fds(struct store_server *s, int e)
+{
+	if (!s->fds_logged)
+		fprintf(
+		    stderr,
+		    "dptrain: rendezvous: rank 0 is out of file descriptors (accept on port %d: "
+		    "%s): it turns connections away for now; if ranks cannot connect, raise the "
+		    "limit (ulimit -n)\n",
+		    s->port, strerror(e));
+	s->fds_logged = 1;
+	if (s->reserve >= 0) {
+		close(s->reserve);
+		s->reserve = -1;
+		int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
+		s->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	}
+	s->accept_paused_until = now_s() + ACCEPT_PAUSE_S;
+}
+
+/* Takes the waiting connections while there is room (at most preauth_max in one go, so the
+ * loop runs between) and sends each its challenge. */
+static void srv_accept(struct store_server *s)
+{
+	if (s->reserve < 0) /* given up while out of descriptors: take it back when one is free */
+		s->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	for (size_t k = 0; k < s->preauth_max && srv_make_room(s); k++) {
 		struct sockaddr_storage ss;
 		socklen_t sl = sizeof(ss);
 		int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0)
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM)
+				srv_out_of_fds(s, errno);
 			return;
+		}
 		/* the poll loop's array has room for every connection, the wake-up pipe and the
 		 * listening socket: made here, so that loop never allocates */
 		if (ARRAY_ROOM(s->conns, s->nconns, s->capconns, 16) < 0 ||
@@ -781,7 +988,9 @@ static void srv_accept(struct store_server *s)
 			return;
 		}
 		struct srv_conn *c = calloc(1, sizeof(*c));
-		if (!c) {
+		struct dp_error err;
+		if (!c || dp_random(c->nonce, sizeof(c->nonce), &err) < 0) {
+			free(c);
 			close(fd);
 			return;
 		}
@@ -789,18 +998,20 @@ static void srv_accept(struct store_server *s)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 		c->fd = fd;
 		c->rank = -1;
-		c->hello_by = now_s() + HELLO_ANSWER_S;
+		c->taken = now_s();
+		c->hello_by = c->taken + HELLO_ANSWER_S;
+		c->seq = ++s->accepted;
 		peer_name(&ss, c->peer, sizeof(c->peer));
 		s->conns[s->nconns++] = c;
+		struct sbuf f = {0};
+		size_t at = frame_begin(&f, MSG_CHALLENGE, 0);
+		put_u32(&f, STORE_PROTO);
+		put_blob(&f, c->nonce, sizeof(c->nonce));
+		put_u32(&f, s->secret[0] ? CHALLENGE_SECRET : 0);
+		frame_end(&f, at);
+		srv_send(c, &f);
+		sbuf_free(&f);
 	}
-}
-
-static void srv_conn_free(struct srv_conn *c)
-{
-	close(c->fd);
-	sbuf_free(&c->in);
-	sbuf_free(&c->out);
-	free(c);
 }
 
 static void *srv_main(void *arg)
@@ -821,10 +1032,16 @@ static void *srv_main(void *arg)
 			next = stop_deadline < next ? stop_deadline : next;
 		}
 		pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-		pfd[1] = (struct pollfd){.fd = s->lfd, .events = POLLIN};
+		/* out of descriptors: the listener rests (a negative fd is not polled) */
+		int paused = now_s() < s->accept_paused_until;
+		pfd[1] = (struct pollfd){.fd = paused ? -1 : s->lfd, .events = POLLIN};
+		if (paused)
+			next = s->accept_paused_until < next ? s->accept_paused_until : next;
 		for (size_t i = 0; i < s->nconns; i++) {
 			struct srv_conn *c = s->conns[i];
-			pfd[2 + i] = (struct pollfd){.fd = c->fd, .events = POLLIN};
+			/* a refused connection is only told why: what it sends is not read */
+			pfd[2 + i] =
+			    (struct pollfd){.fd = c->fd, .events = c->closing ? 0 : POLLIN};
 			if (c->out.off < c->out.len)
 				pfd[2 + i].events |= POLLOUT;
 		}
@@ -839,9 +1056,12 @@ static void *srv_main(void *arg)
 		for (size_t i = 0; i < n; i++) {
 			struct srv_conn *c = s->conns[i];
 			short re = pfd[2 + i].revents;
-			if ((re & POLLOUT) && sbuf_flush(&c->out, c->fd) < 0)
+			if (((re & POLLOUT) && sbuf_flush(&c->out, c->fd) < 0) ||
+			    ((re & (POLLHUP | POLLERR)) && c->closing))
 				c->dead = 1;
-			if ((re & (POLLIN | POLLHUP | POLLERR)) && !c->dead)
+			if ((re & (POLLIN | POLLHUP | POLLERR)) && !c->dead && c->rank < 0)
+				srv_read_preauth(s, c);
+			else if ((re & (POLLIN | POLLHUP | POLLERR)) && !c->dead)
 				srv_read(s, c);
 		}
 		if (pfd[1].revents)
@@ -851,8 +1071,9 @@ static void *srv_main(void *arg)
 			struct srv_conn *c = s->conns[i];
 			if (c->closing && !c->dead && c->out.off == c->out.len)
 				c->dead = 1;
-			if (c->rank < 0 && !c->closing && !c->dead && now_s() > c->hello_by) {
-				srv_refuse(s, c, "it sent no hello within 10 s");
+			if (c->rank < 0 && !c->dead && now_s() > c->hello_by) {
+				if (!c->closing)
+					srv_refuse(s, c, "it sent no hello within 10 s");
 				c->dead = 1;
 			}
 			if (!c->dead) {
@@ -902,6 +1123,8 @@ static void srv_free(struct store_server *s)
 	free(s->pfd);
 	if (s->lfd >= 0)
 		close(s->lfd);
+	if (s->reserve >= 0)
+		close(s->reserve);
 	if (s->wake[0] >= 0)
 		close(s->wake[0]);
 	if (s->wake[1] >= 0)
@@ -1007,6 +1230,9 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	s->lfd = s->wake[0] = s->wake[1] = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	s->world = o->world_size;
+	s->preauth_max = PREAUTH_PENDING + w;
+	/* a descriptor in hand for when there are none: see srv_out_of_fds */
+	s->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	s->port = o->master_port;
 	s->open_timeout = timeout_s;
 	s->open_deadline = now_s() + timeout_s;
@@ -1043,6 +1269,14 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	s->lfd = srv_listen(o->master_port, o->master_addr, s->hostname, err);
 	if (s->lfd < 0)
 		goto out;
+	if (!s->secret[0])
+		fprintf(
+		    stderr,
+		    "dptrain: rendezvous: warning: no secret (DPTRAIN_STORE_SECRET is not set): "
+		    "the store on port %d accepts any program that can reach that port, as "
+		    "PyTorch's TCPStore does; srun --dptrain and dptrain-run give the ranks a "
+		    "secret\n",
+		    s->port);
 	int e = pthread_create(&s->thread, NULL, srv_main, s);
 	if (e) {
 		errprintf(err, "rendezvous: cannot start the store thread: %s", strerror(e));

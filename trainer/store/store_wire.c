@@ -255,3 +255,39 @@ int array_room(void *arrp, size_t *cap, size_t n, size_t elem, size_t first)
 	*cap = ncap;
 	return 0;
 }
+
+/* ---------------------------------------------------------------------------------------
+ * The handshake's proofs (store_wire.h). Integers big-endian, as on the wire; the job last,
+ * so that no two different hellos hash the same bytes. */
+
+static void mac_u32(struct dp_hmac *h, uint32_t v)
+{
+	uint32_t be = htonl(v);
+	dp_hmac_update(h, &be, 4);
+}
+
+void auth_hello_mac(const char *secret, const unsigned char *snonce, const unsigned char *cnonce,
+		    int rank, int world, const char *job, unsigned char out[DP_SHA256_LEN])
+{
+	struct dp_hmac h;
+	dp_hmac_init(&h, secret, strlen(secret));
+	dp_hmac_update(&h, HELLO_LABEL, sizeof(HELLO_LABEL)); /* with its NUL */
+	dp_hmac_update(&h, snonce, STORE_NONCE);
+	dp_hmac_update(&h, cnonce, STORE_NONCE);
+	mac_u32(&h, (uint32_t)rank);
+	mac_u32(&h, (uint32_t)world);
+	dp_hmac_update(&h, job, strlen(job));
+	dp_hmac_final(&h, out);
+}
+
+void auth_ok_mac(const char *secret, const unsigned char *cnonce, const unsigned char *snonce,
+		 int rank, unsigned char out[DP_SHA256_LEN])
+{
+	struct dp_hmac h;
+	dp_hmac_init(&h, secret, strlen(secret));
+	dp_hmac_update(&h, OK_LABEL, sizeof(OK_LABEL));
+	dp_hmac_update(&h, cnonce, STORE_NONCE);
+	dp_hmac_update(&h, snonce, STORE_NONCE);
+	mac_u32(&h, (uint32_t)rank);
+	dp_hmac_final(&h, out);
+}
