@@ -118,7 +118,7 @@ void alloc_format_ranks(const int *ranks, int n, char *buf, size_t len)
 int alloc_table_write(const struct ranktable *rt, const char *path, struct dp_error *err)
 {
 
-	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, err) != 0) {
+	if (rt_write_atomic(rt, path, RT_SCHEMA_DPTRAIN, 0600, err) != 0) {
 		errprefix(err, "cannot write the rank table");
 		return -1;
 	}

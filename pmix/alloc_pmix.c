@@ -6,6 +6,7 @@
  * the library: a client call there hangs (see dptrain(8)). */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "common/error.h"
+#include "common/secret.h"
 #include "pmix/alloc_source.h"
 
 #include <limits.h>
@@ -68,10 +69,11 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, struct dp_err
 #include <pthread.h>
 #include <time.h>
 
-#define KEY_RANK      "dptrain.rank"  /* alloc_record_format's */
-#define KEY_READY     "dptrain.ready" /* published after the rank table is written */
-#define KEY_GATE      "dptrain.gate"  /* published once rank 0 holds the output directory */
-#define PROBE_S	      1		      /* how long a rank that missed a fence gets to answer a Get */
+#define KEY_RANK      "dptrain.rank"   /* alloc_record_format's */
+#define KEY_READY     "dptrain.ready"  /* published after the rank table is written */
+#define KEY_GATE      "dptrain.gate"   /* published once rank 0 holds the output directory */
+#define KEY_SECRET    "dptrain.secret" /* rank 0's, where the tasks' environment had none */
+#define PROBE_S	      1 /* how long a rank that missed a fence gets to answer a Get */
 #define NEAR_FIRST_S  2 /* how long rank 0 waits for its node's ranks before asking about others */
 #define ABORT_SLACK_S 5 /* rank 0's time to name the missing ranks after its deadline */
 
@@ -613,7 +615,10 @@ static int get_string(const pmix_proc_t *p, const char *key, char *buf, size_t l
 	return rv;
 }
 
-static int put_string(const char *key, const char *value, struct dp_error *err)
+/* Put key (and commit, with what was put before it unless `commit` is 0). One commit for
+ * everything a rank publishes before a fence: a peer's Get that comes between two commits
+ * finds the first and is told NOT-FOUND for the rest, where it would otherwise wait. */
+static int put_value(const char *key, const char *value, int commit, struct dp_error *err)
 {
 	pmix_value_t val;
 	pmix_status_t rc;
@@ -621,13 +626,18 @@ static int put_string(const char *key, const char *value, struct dp_error *err)
 	PMIX_VALUE_LOAD(&val, value, PMIX_STRING);
 	rc = PMIx_Put(PMIX_GLOBAL, key, &val);
 	PMIX_VALUE_DESTRUCT(&val);
-	if (rc == PMIX_SUCCESS)
+	if (rc == PMIX_SUCCESS && commit)
 		rc = PMIx_Commit();
 	if (rc != PMIX_SUCCESS) {
 		errprintf(err, "PMIx_Put/Commit of %s failed: %s", key, PMIx_Error_string(rc));
 		return -1;
 	}
 	return 0;
+}
+
+static int put_string(const char *key, const char *value, struct dp_error *err)
+{
+	return put_value(key, value, 1, err);
 }
 
 /* Node ranks from the published hosts: nodes in order of their PMIx node id (then of their
@@ -706,7 +716,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	char rec[512];
 	long v;
 	int *nodeid = NULL, *port = NULL, world, local = -1, mynode = -1, myport = 0, all_done = 0;
-	int r, spent, watching = 0, missing, rv = -1;
+	int r, spent, watching = 0, missing, need_secret, rv = -1;
 	const char *why;
 	pmix_status_t rc;
 
@@ -769,6 +779,22 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 		if (!myport && alloc_port_pick(self.addr, &myport, err) != 0)
 			goto out;
 	}
+	/* The step's secret (secret.h) reaches the tasks in srun's environment, unless the step
+	 * was started with --export=NONE (or SBATCH_EXPORT=NONE, which a batch script's sruns
+	 * inherit): then rank 0 makes one and hands it to the others through PMIx, whose data
+	 * only this step's processes can read, so that the store and the collectives still let
+	 * in none but this step's ranks. */
+	need_secret = !getenv(DP_SECRET_ENV) || !*getenv(DP_SECRET_ENV);
+	if (need_secret && a->rank == 0) {
+		char secret[DP_SECRET_LEN + 1];
+		/* committed with the record below */
+		if (dp_secret_make(secret, err) != 0 || put_value(KEY_SECRET, secret, 0, err) != 0)
+			goto out;
+		if (setenv(DP_SECRET_ENV, secret, 1) != 0) {
+			errprintf(err, "cannot set %s: %s", DP_SECRET_ENV, strerror(errno));
+			goto out;
+		}
+	}
 	alloc_stall(o, a->rank, "before publishing its PMIx record");
 	self.local_rank = local;
 	if (alloc_self_device_ip(o, &self, err) != 0)
@@ -815,6 +841,24 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	}
 	if (number_nodes(a, nodeid, err) != 0)
 		goto out;
+	if (need_secret && a->rank != 0) {
+		char secret[DP_SECRET_LEN + 1];
+		pmix_proc_t zero;
+		PMIX_LOAD_PROCID(&zero, s->me.nspace, 0);
+		if (get_string(&zero, KEY_SECRET, secret, sizeof(secret)) != 0 ||
+		    strlen(secret) != DP_SECRET_LEN) {
+			errprintf(err,
+				  "this rank's environment has no %s and rank 0 published none "
+				  "through PMIx (rank 0 had one: were the ranks started with "
+				  "different environments?)",
+				  DP_SECRET_ENV);
+			goto out;
+		}
+		if (setenv(DP_SECRET_ENV, secret, 1) != 0) {
+			errprintf(err, "cannot set %s: %s", DP_SECRET_ENV, strerror(errno));
+			goto out;
+		}
+	}
 	if (!a->master_addr[0])
 		snprintf(a->master_addr, sizeof(a->master_addr), "%s", a->ranks[0].addr);
 	if (!a->master_port)

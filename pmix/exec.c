@@ -2,6 +2,7 @@
  * one header line per launch, so a requeued job keeps its history), optionally also on the
  * console, then exec of the command. Owns the tee; must not touch the environment. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
+#include "common/openfile.h"
 #include "pmix/launch.h"
 #include "pmix/sched.h"
 #include "pmix/tee.h"
@@ -49,13 +50,15 @@ static int do_exec(const struct launch_exec *e, int fd, int fd2)
 
 int launch_open_log(const struct launch_exec *e)
 {
+	struct dp_error err;
 	int fd;
 
-	fd = open(e->train_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY,
-		  0644);
+	/* The rank's own file, never what another program put in its place (a FIFO would hang
+	 * the open until the wire-up's guard) */
+	fd = dp_open_regular(e->train_log, O_WRONLY | O_CREAT | O_APPEND, 0644, DP_OPEN_MINE, NULL,
+			     &err);
 	if (fd < 0) {
-		fprintf(stderr, "dptrain-launch: %s: cannot open %s: %s\n", e->ident, e->train_log,
-			strerror(errno));
+		fprintf(stderr, "dptrain-launch: %s: %s\n", e->ident, err.text);
 		return -1;
 	}
 	if (e->header) {

@@ -1,14 +1,17 @@
 /* hccn.c — a node's NPU addresses from hccn.conf ("address_N=IP" per device N, as Ascend's
  * hccn_tool writes it and MindSpore's hccl_tools.py reads it): HCCL's device_ip of a rank. */
 #include "common/error.h"
+#include "common/openfile.h"
 #include "pmix/alloc.h"
 #include "ranktable/ranktable.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define HCCN_DEFAULT "/etc/hccn.conf"
 
@@ -39,13 +42,31 @@ int alloc_hccn_lookup(const char *path, int device, char out[RT_ADDR_MAX], struc
 	int lineno = 0, found = 0;
 	FILE *f;
 
+	struct dp_error oerr;
+	int fd;
+
 	out[0] = '\0';
-	f = fopen(file, "re");
-	if (!f) {
-		if (errno == ENOENT && !(path && *path))
+	/* The same rule as the output directory's: the user's own file or the site's (root's),
+	 * that nobody else can write, opened without blocking (a FIFO would hang the wire-up):
+	 * another user's file must not choose this job's device addresses. */
+	fd = dp_open_regular(file, O_RDONLY, 0, DP_OPEN_MINE_OR_ROOT | DP_OPEN_NOT_SHARED, NULL,
+			     &oerr);
+	if (fd < 0) {
+		int e = errno;
+		if (e == ENOENT && !(path && *path))
 			return 0; /* not an NPU node: HCCL's device_ip is the host address */
+		if (e == EINVAL)  /* a check failed: its message says which */
+			errprintf(err, "%s (mindspore.hccn_conf names it)", oerr.text);
+		else
+			errprintf(err, "%s: cannot read it: %s (mindspore.hccn_conf names it)",
+				  file, strerror(e));
+		return -1;
+	}
+	f = fdopen(fd, "r");
+	if (!f) {
 		errprintf(err, "%s: cannot read it: %s (mindspore.hccn_conf names it)", file,
 			  strerror(errno));
+		close(fd);
 		return -1;
 	}
 	while (fgets(line, sizeof(line), f)) {

@@ -3,6 +3,7 @@
  * the environment, then exec the command. Runs once per task, started by the SPANK plugin, by
  * dptrain-run, or directly by srun. Must not contain training code. */
 #include "common/error.h"
+#include "common/secret.h"
 #include "pmix/alloc.h"
 #include "trainer/config/config.h"
 #include "pmix/launch.h"
@@ -327,7 +328,14 @@ static void read_settings(struct settings *st)
 		die("%s", err.text);
 }
 
-/* The rank's output directory (the pattern with %j %s %n expanded) and device directory:
+/* N of the rank's device<N> directory: its rank, or its device (output.device_dirs) */
+static int devdir_number(const struct settings *st, const struct alloc *a,
+			 const struct ranktable *rt)
+{
+	return st->device_dirs == CFG_DEVDIRS_DEVICE ? rt->ranks[a->rank].device_id : a->rank;
+}
+
+/* The rank's output directory (the pattern with %j %s %n %u expanded) and device directory:
  * device<RANK>, or device<DEVICE_ID> (output.device_dirs "device", as MindSpore's scripts
  * name them), which repeats on every node: refused on several nodes unless %n gives each
  * node its own directory. */
@@ -348,9 +356,21 @@ static int setup_paths(const struct settings *st, const struct alloc *a, const s
 	if (launch_outdir_expand(st->outdir, a->job_id, a->step_id, a->ranks[a->rank].host, outdir,
 				 err) != 0)
 		return -1;
-	return launch_paths_init(
-	    paths, outdir,
-	    st->device_dirs == CFG_DEVDIRS_DEVICE ? rt->ranks[a->rank].device_id : a->rank, err);
+	return launch_paths_init(paths, outdir, devdir_number(st, a, rt), err);
+}
+
+/* The output directory made, and checked so that no other user can swap it or any directory
+ * above it (launch_dir_safe); from here on every path is the resolved one. */
+static void safe_outdir(const struct settings *st, const struct alloc *a,
+			const struct ranktable *rt, struct launch_paths *paths)
+{
+	char canon[LAUNCH_PATH_MAX];
+	struct dp_error err;
+
+	if (launch_mkdir_p(paths->outdir, &err) != 0 ||
+	    launch_dir_safe(paths->outdir, canon, &err) != 0 ||
+	    launch_paths_init(paths, canon, devdir_number(st, a, rt), &err) != 0)
+		die("%s", err.text);
 }
 
 /* --wire-up=FD: dptrain-launch as the SPANK plugin's helper. The plugin starts it from
@@ -585,6 +605,17 @@ int main(int argc, char **argv)
 	pthread_mutex_lock(&ctx.lock);
 	snprintf(ctx.ident, sizeof(ctx.ident), "rank %d on %s", a.rank, a.ranks[a.rank].host);
 	pthread_mutex_unlock(&ctx.lock);
+	/* srun --dptrain made the step's secret; without it in the task's environment and
+	 * without PMIx to hand one over (alloc_pmix.c does), a store would let in anyone. */
+	if (wire_fd >= 0 && a.source != ALLOC_SRC_PMIX &&
+	    !(getenv(DP_SECRET_ENV) && *getenv(DP_SECRET_ENV)))
+		die("the task's environment lacks the step's secret %s, which srun --dptrain made: "
+		    "the step was started with --export=NONE, or inside a job submitted with "
+		    "sbatch --export=NONE (SBATCH_EXPORT=NONE), whose sruns inherit it. Without "
+		    "PMIx the ranks have no private way to agree on one, and a rendezvous without "
+		    "it would let any user of these nodes join this job: start the step with "
+		    "--mpi=pmix (the secret then goes through PMIx), or with --export=ALL",
+		    DP_SECRET_ENV);
 	rc = alloc_meet(&a, &st.opts, &err);
 	ctx.session_open = a.pmix != NULL || a.store != NULL;
 	if (rc != 0)
@@ -611,17 +642,16 @@ int main(int argc, char **argv)
 	}
 	/* Rank 0 takes the directory first; with PMIx no rank writes there before it has. */
 	if (a.rank == 0) {
-		if (launch_mkdir_p(paths.outdir, &err) != 0 ||
-		    launch_dir_owned(paths.outdir, &err) != 0)
-			die("%s", err.text);
+		safe_outdir(&st, &a, &rt, &paths);
 		lock_outdir(&a, paths.outdir);
 	}
 	set_step("waiting for rank 0 to take the output directory");
 	if (alloc_gate(&a, st.opts.timeout_s, &err) != 0)
 		die("%s", err.text);
 	set_step("writing the output directory");
-	if (launch_mkdir_p(paths.outdir, &err) != 0 || launch_dir_owned(paths.outdir, &err) != 0 ||
-	    launch_mkdir_p(paths.devdir, &err) != 0 || launch_dir_owned(paths.devdir, &err) != 0)
+	if (a.rank != 0)
+		safe_outdir(&st, &a, &rt, &paths);
+	if (launch_mkdir_p(paths.devdir, &err) != 0 || launch_dir_owned(paths.devdir, &err) != 0)
 		die("%s", err.text);
 	/* TORCHELASTIC_ERROR_FILE: one from an earlier run is not this run's root cause */
 	if (unlink(paths.errfile) != 0 && errno != ENOENT)

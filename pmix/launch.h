@@ -17,9 +17,9 @@
 
 /* --- output directory and files (outdir.c) -------------------------------------------- */
 
-/* Expand %j (job id), %s (step id), %n (node name) and %% in an output directory pattern; a
- * relative result is made absolute against the working directory. Any other %-sequence is an
- * error. */
+/* Expand %j (job id), %s (step id), %n (node name), %u (this user's name) and %% in an output
+ * directory pattern; a relative result is made absolute against the working directory. Any
+ * other %-sequence is an error. */
 int launch_outdir_expand(const char *pattern, const char *job, const char *step, const char *node,
 			 char out[LAUNCH_PATH_MAX], struct dp_error *err);
 
@@ -36,6 +36,17 @@ int launch_write_atomic(const char *path, const char *data, size_t len, unsigned
  * not writable by group or others. 0, or -1 with what to do in err. On a shared file system
  * another user could otherwise have made it first, to read or replace the job's files. */
 int launch_dir_owned(const char *path, struct dp_error *err);
+
+/* launch_dir_owned, and no other user can make the path lead elsewhere later: along the path
+ * with its links resolved, every directory is this user's or root's and lets nobody else
+ * rename what is in it (not writable by group or others, or sticky with the entry this
+ * user's or root's). canon gets the resolved path, which the job then uses (a link on the way
+ * could be replaced; what it led to cannot). 0, or -1 with the directory at fault and what to
+ * do in err. */
+int launch_dir_safe(const char *path, char canon[LAUNCH_PATH_MAX], struct dp_error *err);
+
+/* This user's name (for %u), or the uid where the name service has none. 0, or -1. */
+int launch_user_name(char *out, size_t len);
 
 /* Now, in UTC, as ISO 8601 ("2026-11-26T10:00:00Z"), for the lock's holder line and the
  * header train.log gets at each launch. */

@@ -227,8 +227,8 @@ int main(int argc, char **argv)
 	const char *outdir_opt = NULL, *timeout_opt = NULL, *s;
 	char *launcher = NULL, *trainer = NULL, **cmd, *default_cmd[] = {"dptrain", NULL};
 	struct dp_error err;
-	char outdir[LAUNCH_PATH_MAX], pattern[LAUNCH_PATH_MAX], job[64], secret[DP_SECRET_LEN + 1],
-	    what[128], node[RT_HOST_MAX];
+	char outdir[LAUNCH_PATH_MAX], canon[LAUNCH_PATH_MAX], pattern[LAUNCH_PATH_MAX], job[64],
+	    secret[DP_SECRET_LEN + 1], what[128], node[RT_HOST_MAX];
 	sigset_t block, oldmask;
 	struct timespec wait_ts;
 	struct cfg c;
@@ -318,12 +318,13 @@ int main(int argc, char **argv)
 	set("DPTRAIN_SOURCE", "env");
 	set("DPTRAIN_JOB_ID", job);
 	set("DPTRAIN_STEP_ID", "0");
-	set("DPTRAIN_OUTPUT_DIR", outdir);
 	/* The output directory is this run's before any rank starts: another live run or job in
 	 * it is refused here, with nothing written. The ranks inherit the lock (rank 0's launcher
 	 * takes it as its own: DPTRAIN_LOCK_FD). */
-	if (launch_mkdir_p(outdir, &err) != 0 || launch_dir_owned(outdir, &err) != 0)
+	if (launch_mkdir_p(outdir, &err) != 0 || launch_dir_safe(outdir, canon, &err) != 0)
 		die(1, "%s", err.text);
+	snprintf(outdir, sizeof(outdir), "%s", canon);
+	set("DPTRAIN_OUTPUT_DIR", outdir);
 	{
 		char who[LAUNCH_PATH_MAX + 128], when[LAUNCH_TIME_MAX];
 

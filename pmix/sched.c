@@ -1,6 +1,7 @@
 /* sched.c — MindSpore's scheduler process (sched.h). */
 #define _GNU_SOURCE
 #include "pmix/sched.h"
+#include "common/openfile.h"
 #include "common/path_search.h"
 #include "pmix/tee.h"
 
@@ -57,10 +58,11 @@ pid_t sched_start(char *const argv[], char *const envp[], const char *log, const
 			ident, argv[0], strerror(errno));
 		return -1;
 	}
-	fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC, 0644);
+	struct dp_error err;
+	fd = dp_open_regular(log, O_WRONLY | O_CREAT | O_APPEND, 0644, DP_OPEN_MINE,
+			     "the MindSpore scheduler's log", &err);
 	if (fd < 0) {
-		fprintf(stderr, "dptrain: %s: cannot open the scheduler's log %s: %s\n", ident, log,
-			strerror(errno));
+		fprintf(stderr, "dptrain: %s: %s\n", ident, err.text);
 		return -1;
 	}
 	env = sched_env(envp);

@@ -119,7 +119,7 @@ static int emit(const struct ranktable *rt, enum rt_schema schema, const char *o
 	struct dp_error err;
 
 	if (out) {
-		if (rt_write_atomic(rt, out, schema, &err) < 0) {
+		if (rt_write_atomic(rt, out, schema, 0644, &err) < 0) {
 			fprintf(stderr, PROG ": %s\n", err.text);
 			return 1;
 		}

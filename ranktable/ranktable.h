@@ -89,10 +89,12 @@ int rt_read(struct ranktable *rt, const char *path, struct dp_error *err);
 /* Serialise in the given schema; returns a malloc'd NUL-terminated string or NULL. */
 char *rt_to_json(const struct ranktable *rt, enum rt_schema schema, struct dp_error *err);
 
-/* Write atomically: temporary file in the same directory, fsync, rename, fsync directory.
- * Mode 0644. Readers never see a partial file. */
+/* Write atomically: temporary file in the same directory, fsync, rename, fsync directory,
+ * with the given mode (the launcher's table is 0600: it names the master port before the
+ * command has bound it, and only the job's user may know it). Readers never see a partial
+ * file. */
 int rt_write_atomic(const struct ranktable *rt, const char *path, enum rt_schema schema,
-		    struct dp_error *err);
+		    unsigned mode, struct dp_error *err);
 
 /* "dptrain", "hccl", "legacy"; rt_schema_from_name returns -1 for any other name. */
 const char *rt_schema_name(enum rt_schema s);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int rt_read(struct ranktable *rt, const char *path, struct dp_error *err)
@@ -19,8 +20,17 @@ int rt_read(struct ranktable *rt, const char *path, struct dp_error *err)
 	int fd, rv = -1;
 
 	memset(rt, 0, sizeof(*rt));
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+	/* O_NONBLOCK: a FIFO put where a table is expected cannot hang the open */
+	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0)
 		return errprintf(err, "%s: cannot open: %s", path, strerror(errno));
+	struct stat st;
+	int fl = fcntl(fd, F_GETFL);
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fl < 0 ||
+	    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		errprintf(err, "%s: not a regular file: not a rank table", path);
+		close(fd);
+		return -1;
+	}
 	for (;;) {
 		if (len == cap) {
 			cap = cap ? 2 * cap : 64 * 1024;
@@ -57,14 +67,14 @@ out:
 }
 
 int rt_write_atomic(const struct ranktable *rt, const char *path, enum rt_schema schema,
-		    struct dp_error *err)
+		    unsigned mode, struct dp_error *err)
 {
 	char *text;
 	int rv;
 
 	if (!(text = rt_to_json(rt, schema, err)))
 		return errprefix(err, "%s: not written", path);
-	rv = af_write(path, text, strlen(text), 0644, err);
+	rv = af_write(path, text, strlen(text), mode, err);
 	free(text);
 	return rv;
 }

@@ -59,6 +59,22 @@ static int dp_check_iface(const char *val, struct dp_error *err)
 	return 0;
 }
 
+/* The patterns dptrain-launch expands in an output directory (launch_outdir_expand). */
+static int dp_check_pattern(const char *val, struct dp_error *err)
+{
+	for (const char *p = strchr(val, '%'); p; p = strchr(p + 2, '%'))
+		if (!p[1] || !strchr("jsnu%", p[1])) {
+			errprintf(
+			    err,
+			    "dptrain: plugstack.conf: output_dir=%s: '%%%.1s' is not expanded "
+			    "(known: %%j job id, %%s step id, %%n node name, %%u user name, %%%% "
+			    "a percent sign)",
+			    val, p + 1);
+			return -1;
+		}
+	return 0;
+}
+
 /* Whole seconds: dptrain-launch reads DPTRAIN_TIMEOUT as an integer. */
 static int dp_check_timeout(const char *val, struct dp_error *err)
 {
@@ -127,7 +143,8 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, struct dp_error *err)
 			     dp_set(a->trainer, sizeof(a->trainer), keys[k], val, err);
 			break;
 		case 2:
-			rc = dp_set(a->output_dir, sizeof(a->output_dir), keys[k], val, err);
+			rc = dp_check_pattern(val, err) ||
+			     dp_set(a->output_dir, sizeof(a->output_dir), keys[k], val, err);
 			break;
 		case 3:
 			rc = dp_check_iface(val, err) ||

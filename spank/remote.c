@@ -26,6 +26,7 @@
 
 #include "common/clock.h"
 #include "common/errfile.h"
+#include "common/openfile.h"
 #include "common/path_search.h"
 #include "spank/dptrain.h"
 #include "pmix/sched.h"
@@ -64,14 +65,26 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 {
 	char env[PATH_MAX];
 	int have_env;
+	spank_err_t rc;
 
 	dp->active = 0;
 	dp->error[0] = '\0';
 	if (!dp_user_step(sp))
 		return 0;
-	have_env = spank_getenv(sp, DP_ENV_CONFIG, env, sizeof(env)) == ESPANK_SUCCESS && *env;
+	rc = spank_getenv(sp, DP_ENV_CONFIG, env, sizeof(env));
+	have_env = (rc == ESPANK_SUCCESS && *env) || rc == ESPANK_NOSPACE;
 	if ((!dp->option && !have_env) || (dp->option && strcmp(dp->option, DP_OPTION_NONE) == 0))
 		return 0; /* not a dptrain step: leave it exactly as it is */
+	if (rc == ESPANK_NOSPACE && !(dp->option && dp->option[0] == '/')) {
+		/* a value no path can have (srun --export=DPTRAIN_CONFIG=...): the step asked for
+		 * dptrain, so it fails rather than run without it */
+		snprintf(dp->error, sizeof(dp->error),
+			 "dptrain: %s in the task's environment is longer than %zu bytes, longer "
+			 "than a path can be: give the job config's path with --dptrain=FILE",
+			 DP_ENV_CONFIG, sizeof(env) - 1);
+		dp->active = 1;
+		return 0;
+	}
 
 	if (dp->args_error[0]) {
 		snprintf(dp->error, sizeof(dp->error), "%.*s", (int)sizeof(dp->error) - 1,
@@ -207,7 +220,11 @@ struct dp_wire {
 	int lock_fd; /* K: the output directory's lock (rank 0), held by the task; or -1 */
 };
 
-#define DP_WIRE_MAX	(1 << 20)
+#define DP_WIRE_MAX (1 << 20)
+/* The names (comm, 15 characters at most) of the task's process during task_init and of the
+ * watcher: anything but "slurmstepd", which proctrack/linuxproc never signals. */
+#define DP_TASK_NAME	"dptrain-task"
+#define DP_WATCH_NAME	"dptrain-watch"
 #define DP_FIRST_WORD_S 90 /* until the helper says its limit (D): it gives up at 60 */
 
 /* Reap the helper within `secs` seconds, else kill it. */
@@ -482,10 +499,13 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		return -1;
 	}
 	if (w->log) {
-		fd = open(w->log, O_WRONLY | O_APPEND | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC);
+		/* The user's own file, which the helper made; whatever replaced it since (a FIFO,
+		 * a device, a link) is refused without blocking: a task stuck in open(2) here is
+		 * one Slurm cannot end */
+		struct dp_error oerr;
+		fd = dp_open_regular(w->log, O_WRONLY | O_APPEND, 0, DP_OPEN_MINE, NULL, &oerr);
 		if (fd < 0) {
-			slurm_error("dptrain: %s: cannot open %s: %s", ident, w->log,
-				    strerror(errno));
+			slurm_error("dptrain: %s: %s", ident, oerr.text);
 			return -1;
 		}
 	}
@@ -532,6 +552,11 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		 * with the watcher, until the command has ended) */
 		return 0;
 	}
+	/* The watcher is a fork of slurmstepd that never execs: under its own name, so that
+	 * proctrack/linuxproc, which spares every process named slurmstepd, signals it like the
+	 * rest of the step (a stopped or stuck watcher otherwise outlives scancel, and Slurm
+	 * drains the node: "Kill task failed"). */
+	prctl(PR_SET_NAME, DP_WATCH_NAME);
 	if (out_p[1] >= 0) {
 		close(out_p[1]);
 		close(err_p[1]);
@@ -586,6 +611,10 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 
 	if (!dp->active)
 		return 0;
+	/* This task's process is a fork of slurmstepd until Slurm execs the command, and
+	 * proctrack/linuxproc never signals a process of that name: from here on it has its own,
+	 * so that scancel ends it whatever it waits for (dp_output names the watcher). */
+	prctl(PR_SET_NAME, DP_TASK_NAME);
 	if (dp->error[0]) {
 		slurm_error("%s", dp->error);
 		dp_fail_task();

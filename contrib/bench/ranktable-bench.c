@@ -55,7 +55,7 @@ int main(int argc, char **argv)
 		if (rt_build(&rt, &a, &err) < 0)
 			goto fail;
 		double t1 = now();
-		if (rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, &err) < 0)
+		if (rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, 0644, &err) < 0)
 			goto fail;
 		double t2 = now();
 		if (rt_read(&back, path, &err) < 0) /* parses and validates */

@@ -448,12 +448,13 @@ static const struct {
      "\"ascend\""},
     {"{" MIN ", \"device\": {\"allow_shared_gpus\": true}}",
      "job.json: device.allow_shared_gpus: unknown key; did you mean \"allow_shared_gpu\"?"},
-    {"{" MIN ", \"output\": {\"dir\": \"run.%u\"}}",
-     "job.json: output.dir: \"%u\" is not expanded; only %j (job id), %s (step id), %n (node name) "
-     "and %% are"},
+    {"{" MIN ", \"output\": {\"dir\": \"run.%U\"}}",
+     "job.json: output.dir: \"%U\" is not expanded; only %j (job id), %s (step id), %n (node "
+     "name), "
+     "%u (user name) and %% are"},
     {"{" MIN ", \"output\": {\"dir\": \"run.%\"}}",
-     "job.json: output.dir: \"%\" is not expanded; only %j (job id), %s (step id), %n (node name) "
-     "and %% are"},
+     "job.json: output.dir: \"%\" is not expanded; only %j (job id), %s (step id), %n (node name), "
+     "%u (user name) and %% are"},
     {"{" MIN ", \"output\": {\"console\": \"rank1\"}}",
      "job.json: output.console: expected one of \"rank0\", \"all\", \"none\", got \"rank1\"; "
      "did you mean \"rank0\"?"},

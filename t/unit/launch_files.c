@@ -2,6 +2,7 @@
  * mkdir -p, atomic files, env.log, the exported variables and the fallback's wait for the
  * rank table. Works in its own temporary directory. */
 #include "common/error.h"
+#include "common/openfile.h"
 #include "pmix/alloc.h"
 #include "pmix/launch.h"
 #include "t/lib/tap.h"
@@ -56,6 +57,12 @@ static void test_expand(void)
 	ok(launch_outdir_expand("runs/%j/%n", "7", "0", "gpu-node-12", out, &err) == 0, "%%n");
 	snprintf(want, sizeof(want), "%s/runs/7/gpu-node-12", cwd);
 	is(out, want, "... is the node's name");
+
+	char user[256];
+	ok(launch_user_name(user, sizeof(user)) == 0 && user[0], "this user's name: %s", user);
+	ok(launch_outdir_expand("/scratch/%u/%j.%s", "7", "1", "n1", out, &err) == 0, "%%u");
+	snprintf(want, sizeof(want), "/scratch/%s/7.1", user);
+	is(out, want, "... is the user's name");
 
 	ok(launch_outdir_expand("out.%x", "1", "0", "n1", out, &err) == -1, "%%x is refused");
 	like(err.text, "unknown pattern '%x'", "... naming it");
@@ -114,6 +121,106 @@ static void test_mkdir(void)
 	} else {
 		skip(3, "not root: cannot give a directory to another user");
 		ok(1, "not root");
+	}
+}
+
+/* No other user may be able to swap a directory on the way to the output directory (issue:
+ * a parent owned by another user, a group-writable project directory). */
+static void test_dir_safe(void)
+{
+	char base[512], path[600], link[600], canon[LAUNCH_PATH_MAX], want[600];
+	struct dp_error err = {""};
+
+	snprintf(base, sizeof(base), "%s/safe", tmp);
+	snprintf(path, sizeof(path), "%s/p/run", base);
+	ok(launch_mkdir_p(path, &err) == 0, "mkdir %s", path);
+	ok(launch_dir_safe(path, canon, &err) == 0, "our own tree: safe %s", err.text);
+	is(canon, path, "... the path as it is (no link on the way)");
+	snprintf(want, sizeof(want), "%s/p", base);
+	chmod(want, 0775);
+	ok(launch_dir_safe(path, canon, &err) == -1, "a group-writable parent: refused");
+	like(err.text, "/safe/p' on its way is writable by its group and not sticky (mode 0775)",
+	     "... naming it and why");
+	chmod(want, 0777);
+	ok(launch_dir_safe(path, canon, &err) == -1, "a world-writable parent: refused");
+	like(err.text, "writable by everyone and not sticky", "... saying so");
+	chmod(want, 01777);
+	ok(launch_dir_safe(path, canon, &err) == 0, "a sticky one, our entry in it: safe %s",
+	   err.text);
+	chmod(want, 0755);
+	snprintf(link, sizeof(link), "%s/l", base);
+	ok(symlink("p", link) == 0, "a link of ours on the way");
+	snprintf(want, sizeof(want), "%s/l/run", base);
+	ok(launch_dir_safe(want, canon, &err) == 0, "... is followed %s", err.text);
+	is(canon, path, "... and the resolved path is the one used");
+	snprintf(want, sizeof(want), "%s/l", base);
+	ok(launch_dir_safe(want, canon, &err) == -1, "the link itself as the directory: refused");
+	if (geteuid() == 0) {
+		snprintf(want, sizeof(want), "%s/p", base);
+		ok(chown(want, 65534, 65534) == 0, "the parent given to nobody");
+		ok(launch_dir_safe(path, canon, &err) == -1, "a parent of another user's: refused");
+		like(err.text, "/safe/p' on its way belongs to another user (uid 65534)",
+		     "... naming it and its owner");
+		ok(chown(want, 0, 0) == 0 && chmod(want, 01777) == 0 &&
+		       chown(path, 65534, 65534) == 0,
+		   "a sticky parent, the directory nobody's");
+		ok(launch_dir_safe(path, canon, &err) == -1, "... refused");
+		like(err.text, "belongs to another user (uid 65534)", "... naming its owner");
+		ok(chown(path, 0, 0) == 0 && chmod(want, 0755) == 0, "back to root's");
+	} else {
+		skip(7, "not root: cannot give a directory to another user");
+	}
+}
+
+/* dp_open_regular: what a user put in place of a file (a FIFO, a link, a directory) is
+ * refused at once, never waited for; the owner and mode checks. */
+static void test_open_regular(void)
+{
+	char fifo[512], file[512], link[512];
+	struct dp_error err = {""};
+	int fd;
+
+	snprintf(fifo, sizeof(fifo), "%s/fifo", tmp);
+	snprintf(file, sizeof(file), "%s/regular", tmp);
+	snprintf(link, sizeof(link), "%s/tofile", tmp);
+	ok(mkfifo(fifo, 0600) == 0, "a FIFO without a writer or reader");
+	alarm(20); /* a blocking open would hang: fail loudly instead */
+	ok(dp_open_regular(fifo, O_RDONLY, 0, 0, "the log", &err) == -1, "read: refused at once");
+	like(err.text, "the log ", "... named as the caller says");
+	like(err.text, "/fifo is a FIFO, not a regular file", "... saying what it is");
+	ok(dp_open_regular(fifo, O_WRONLY | O_APPEND, 0, DP_OPEN_MINE, NULL, &err) == -1,
+	   "write: refused at once");
+	like(err.text, "is a FIFO, not a regular file", "... saying what it is");
+	ok(dp_open_regular(tmp, O_RDONLY, 0, 0, NULL, &err) == -1, "a directory: refused");
+	like(err.text, "is a directory", "... saying so");
+	alarm(0);
+	fd = dp_open_regular(file, O_WRONLY | O_CREAT | O_APPEND, 0644, DP_OPEN_MINE, NULL, &err);
+	ok(fd >= 0, "a new file of ours: %s", err.text);
+	ok(fd >= 0 && !(fcntl(fd, F_GETFL) & O_NONBLOCK), "... returned blocking");
+	ok(fd >= 0 && (fcntl(fd, F_GETFD) & FD_CLOEXEC), "... close-on-exec");
+	if (fd >= 0)
+		close(fd);
+	ok(symlink(file, link) == 0 && dp_open_regular(link, O_RDONLY, 0, 0, NULL, &err) == -1,
+	   "a symbolic link: refused");
+	like(err.text, "a symbolic link is refused", "... saying so");
+	chmod(file, 0664);
+	ok(dp_open_regular(file, O_RDONLY, 0, DP_OPEN_NOT_SHARED, NULL, &err) == -1,
+	   "group-writable, when that matters: refused");
+	like(err.text, "writable by its group (mode 0664)", "... saying so");
+	ok((fd = dp_open_regular(file, O_RDONLY, 0, 0, NULL, &err)) >= 0, "... else fine");
+	if (fd >= 0)
+		close(fd);
+	chmod(file, 0644);
+	if (geteuid() == 0) {
+		ok(chown(file, 65534, 65534) == 0, "the file given to nobody");
+		ok(dp_open_regular(file, O_RDONLY, 0, DP_OPEN_MINE_OR_ROOT, NULL, &err) == -1,
+		   "another user's, mine or root's wanted: refused");
+		like(err.text, "belongs to another user (uid 65534), neither you nor root",
+		     "... naming the owner");
+		ok(dp_open_regular(file, O_WRONLY | O_APPEND, 0, DP_OPEN_MINE, NULL, &err) == -1,
+		   "another user's, mine wanted: refused");
+	} else {
+		skip(4, "not root: cannot give a file to another user");
 	}
 }
 
@@ -318,7 +425,8 @@ static void test_env(void)
 	   "local rank 1 times out without a rank table");
 	like(err.text, "rank 0 (local rank 0 on", "... naming the rank that should write it");
 	like(err.text, "within 1 s", "... and the timeout");
-	ok(rt_write_atomic(&rt, p.rank_table, RT_SCHEMA_DPTRAIN, &err) == 0, "rank table written");
+	ok(rt_write_atomic(&rt, p.rank_table, RT_SCHEMA_DPTRAIN, 0644, &err) == 0,
+	   "rank table written");
 	ok(alloc_sync(&a, p.rank_table, &rt, 1, &err) == 0, "then local rank 1 goes on %s",
 	   err.text);
 	rt_free(&rt);
@@ -342,6 +450,8 @@ int main(void)
 		bail_out("chdir: %s", strerror(errno));
 	test_expand();
 	test_mkdir();
+	test_dir_safe();
+	test_open_regular();
 	test_lock();
 	test_tee_pending();
 	test_atomic();

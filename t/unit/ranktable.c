@@ -84,7 +84,7 @@ static void test_round_trip(int world, int nodes, int gpus, int v6)
 	       what, gpus ? "GPU" : "local rank");
 	for (enum rt_schema s = RT_SCHEMA_DPTRAIN; s <= RT_SCHEMA_LEGACY; s++) {
 		snprintf(path, sizeof(path), "%s/rt-%s.json", tmpdir, rt_schema_name(s));
-		if (!ok(rt_write_atomic(&built, path, s, &err) == 0, "%s: write %s", what,
+		if (!ok(rt_write_atomic(&built, path, s, 0644, &err) == 0, "%s: write %s", what,
 			rt_schema_name(s))) {
 			diag("%s", err.text);
 			continue;
@@ -286,10 +286,11 @@ static void test_write_errors(void)
 	/* Two emulated nodes on one host share an address: fine for HCCL's server_list. */
 	ok(rt_build(&rt, &a, &err) == 0, "two nodes with one address: built");
 	snprintf(path, sizeof(path), "%s/t.json", dir);
-	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, &err) == 0, "... and written as dptrain");
+	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, 0644, &err) == 0,
+	   "... and written as dptrain");
 	ok(stat(path, &st) == 0 && (st.st_mode & 0777) == 0644, "written with mode 0644");
 	snprintf(path, sizeof(path), "%s/legacy.json", dir);
-	ok(rt_write_atomic(&rt, path, RT_SCHEMA_LEGACY, &err) == -1,
+	ok(rt_write_atomic(&rt, path, RT_SCHEMA_LEGACY, 0644, &err) == -1,
 	   "... but not as legacy, which tells nodes apart by server_id");
 	snprintf(want, sizeof(want),
 		 "%s: not written: two nodes share the address 127.0.0.1, and the legacy schema "
@@ -298,7 +299,8 @@ static void test_write_errors(void)
 	is(err.text, want, "legacy with shared addresses: message");
 	ok(access(path, F_OK) < 0, "legacy with shared addresses: no file");
 	snprintf(path, sizeof(path), "%s/nodir/t.json", dir);
-	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, &err) == -1, "a missing directory: fails");
+	ok(rt_write_atomic(&rt, path, RT_SCHEMA_DPTRAIN, 0644, &err) == -1,
+	   "a missing directory: fails");
 	snprintf(want, sizeof(want),
 		 "%s: cannot create a temporary file in %s/nodir: No such file or directory", path,
 		 dir);
@@ -332,7 +334,7 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 	if (rt_build(&t8, &f8.a, &err) < 0 || rt_build(&t16, &f16.a, &err) < 0)
 		bail_out("%s", err.text);
 	snprintf(path, sizeof(path), "%s/concurrent-%d.json", tmpdir, atomic);
-	if (rt_write_atomic(&t8, path, RT_SCHEMA_DPTRAIN, &err) < 0)
+	if (rt_write_atomic(&t8, path, RT_SCHEMA_DPTRAIN, 0644, &err) < 0)
 		bail_out("%s", err.text);
 	if (pipe(point) < 0 || pipe(ack) < 0)
 		bail_out("pipe: %s", strerror(errno));
@@ -345,7 +347,7 @@ static void concurrent(int atomic, int writes, int *reads, int *bad, int *seen8,
 		for (int i = 0; i < writes; i++) {
 			const struct ranktable *t = i % 2 ? &t8 : &t16;
 			if (atomic) {
-				if (rt_write_atomic(t, path, RT_SCHEMA_DPTRAIN, &err) < 0)
+				if (rt_write_atomic(t, path, RT_SCHEMA_DPTRAIN, 0644, &err) < 0)
 					_exit(1);
 				if (i < 2 &&
 				    (write(point[1], "w", 1) != 1 || read(ack[0], &c, 1) != 1))

@@ -935,11 +935,11 @@ static int check_output_dir(struct cfg_ctx *x)
 		if (*p != '%')
 			continue;
 		p++;
-		if (*p == 'j' || *p == 's' || *p == 'n' || *p == '%')
+		if (*p == 'j' || *p == 's' || *p == 'n' || *p == 'u' || *p == '%')
 			continue;
 		return cfg_fail(x, "output.dir",
 				"\"%%%.1s\" is not expanded; only %%j (job id), %%s (step id), %%n "
-				"(node name) and %%%% are",
+				"(node name), %%u (user name) and %%%% are",
 				p);
 	}
 	return 0;
