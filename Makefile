@@ -38,7 +38,7 @@ VERSION := $(shell cat VERSION 2>/dev/null || echo 0.0.0)
 
 WARN     := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral
 HARDEN   := -fstack-protector-strong -fPIC
-# Every project #include is written from the repository's root ("trainer/store/store.h"), so
+# Every project #include is written from the repository's root ("store/store.h"), so
 # where a dependency comes from is seen where it is used (contrib/ci/check-layers checks it).
 CPPFLAGS += -DDPTRAIN_VERSION='"$(VERSION)"' -I.
 CFLAGS   ?= -O2 -g
@@ -161,20 +161,22 @@ DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_i
 CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
 BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_ref.c \
 	trainer/backend/backend_cuda_none.c
-STORE_SRC   := trainer/store/store.c trainer/store/store_server.c trainer/store/store_wire.c
-CFG_LIB_SRC := trainer/config/config.c trainer/config/config_fields.c \
-	trainer/config/config_json.c trainer/config/config_msg.c trainer/config/config_schema.c
+STORE_SRC   := store/store.c store/store_server.c store/store_wire.c
+CFG_LIB_SRC := config/config.c config/config_fields.c \
+	config/config_json.c config/config_msg.c config/config_schema.c
 RT_LIB_SRC  := ranktable/hostlist.c ranktable/ranktable.c ranktable/rt_env.c ranktable/rt_io.c \
 	ranktable/rt_json.c ranktable/rt_validate.c
 COMMON_SRC  := common/atomic_file.c common/errfile.c common/error.c common/hmac.c \
 	common/openfile.c common/path_search.c common/random.c common/secret.c
-LAUNCH_LIB_SRC := pmix/alloc.c pmix/alloc_common.c pmix/alloc_env.c pmix/alloc_pmix.c \
-	pmix/alloc_store.c pmix/env_export.c pmix/exec.c pmix/gpu.c pmix/hccn.c pmix/netaddr.c \
-	pmix/nodeaddr.c pmix/outdir.c pmix/port.c pmix/sched.c pmix/tee.c
-SPANK_SRC   := spank/args.c spank/dptrain.c spank/local.c spank/remote.c
-# What the plugin shares with dptrain-launch: the tee of a rank's output and MindSpore's
-# scheduler (no PMIx in them).
-PLUGIN_SHARED_SRC := pmix/tee.c pmix/sched.c $(COMMON_SRC)
+# What a rank's task runs beside its command, for the plugin and the launcher alike: the tee
+# of its output and MindSpore's scheduler (no PMIx, no Slurm in them).
+TASK_SRC    := task/sched.c task/tee.c
+LAUNCH_LIB_SRC := launcher/alloc.c launcher/alloc_common.c launcher/alloc_env.c \
+	launcher/alloc_pmix.c launcher/alloc_store.c launcher/env_export.c launcher/exec.c \
+	launcher/gpu.c launcher/hccn.c launcher/netaddr.c launcher/nodeaddr.c launcher/outdir.c \
+	launcher/port.c
+SPANK_SRC   := spank/args.c spank/plugin.c spank/local.c spank/remote.c
+PLUGIN_SHARED_SRC := $(TASK_SRC) $(COMMON_SRC)
 TAP_SRC     := t/lib/tap.c t/lib/ranks.c
 UNIT_SRC    := $(wildcard t/unit/*.c)
 # The trainer's own code (what the optimizer flags below apply to)
@@ -195,6 +197,7 @@ LIBSTORE   := $(call lib,store)
 LIBCFG     := $(call lib,config)
 LIBRT      := $(call lib,ranktable)
 LIBCOMMON  := $(call lib,common)
+LIBTASK    := $(call lib,task)
 LIBLAUNCH  := $(call lib,launch)
 LIBTAP     := $(O)/lib/libtap.a
 # Everything the trainer links, in link order
@@ -261,11 +264,12 @@ $(LIBTAP): $(call obj,$(TAP_SRC))
 # gcc's -O2 does not vectorize loops of unknown length, and sqrtf's errno blocks it: the
 # optimizer updates are 2-4x faster with these, bit for bit the same (no FMA contraction).
 $(call obj,$(TRAINER_LIB_SRC)): CFLAGS += -ftree-vectorize -fno-math-errno -ffp-contract=off
+$(LIBTASK): $(call obj,$(TASK_SRC))
 $(LIBLAUNCH): $(call obj,$(LAUNCH_LIB_SRC))
 
 link = @mkdir -p $(@D); $(if $(filter 0,$(V)),echo "  LD      $@";,) $(CC) $(CFLAGS) $(LDFLAGS) -o $@
 
-$(BIN_RANKTABLE): $(call obj,ranktable/cli.c) $(LIBRT) $(LIBCOMMON)
+$(BIN_RANKTABLE): $(call obj,ranktable/dptrain-ranktable.c) $(LIBRT) $(LIBCOMMON)
 	$(link) $^ -ljansson
 
 TRAINER_LIBS := -ljansson -ljpeg -lpng -lz -lm
@@ -313,19 +317,19 @@ $(O)/obj/%.o: %.cc
 	$(Q)$(CXX) $(CPPFLAGS) $(CXXFLAGS) -MMD -MP -c -o $@ $<
 endif
 
-$(BIN_TRAINER): $(call obj,trainer/main.c) $(TRAINER_LIBS_A)
+$(BIN_TRAINER): $(call obj,trainer/dptrain.c) $(TRAINER_LIBS_A)
 	$(link) $^ $(TRAINER_LIBS)
 
 # Image folders and packed shards: index, pack, verify, and the transforms for tests.
-$(BIN_DATA): $(call obj,trainer/data_main.c) $(LIBDATA) $(LIBCOMMON)
+$(BIN_DATA): $(call obj,trainer/data/dptrain-data.c) $(LIBDATA) $(LIBCOMMON)
 	$(link) $^ -ljpeg -lpng -lz -lm
 
 # The rendezvous store is the trainer's; the launchers meet in it too without PMIx.
-LAUNCH_LIBS_A := $(LIBLAUNCH) $(LIBSTORE) $(LIBCFG) $(LIBRT) $(LIBCOMMON)
-$(BIN_LAUNCH): $(call obj,pmix/launch.c) $(LAUNCH_LIBS_A)
+LAUNCH_LIBS_A := $(LIBLAUNCH) $(LIBTASK) $(LIBSTORE) $(LIBCFG) $(LIBRT) $(LIBCOMMON)
+$(BIN_LAUNCH): $(call obj,launcher/dptrain-launch.c) $(LAUNCH_LIBS_A)
 	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
-$(BIN_RUN): $(call obj,pmix/run.c) $(LAUNCH_LIBS_A)
+$(BIN_RUN): $(call obj,launcher/dptrain-run.c) $(LAUNCH_LIBS_A)
 	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
 
 # The plugin is dlopen'ed by srun and slurmstepd, which are not built with ASan (its runtime
@@ -355,7 +359,7 @@ $(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(PLUGIN_SHARED_SRC
 	$(Q)$(CC) $(PLUGIN_CFLAGS) $(PLUGIN_LDFLAGS) -shared -Wl,--version-script=spank/dptrain.map \
 		-o $@ $(filter %.o,$^) -ljansson
 
-$(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(TRAINER_LIBS_A)
+$(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(LIBTASK) $(TRAINER_LIBS_A)
 	$(link) $^ $(TRAINER_LIBS) $(LAUNCH_LIBS)
 
 # Benchmarks (contrib/bench/*.c): built by `make bench`, run by the scripts beside them.

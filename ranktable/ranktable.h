@@ -47,7 +47,7 @@ struct ranktable {
 	struct rt_rank *ranks; /* world_size entries, indexed by rank id */
 };
 
-/* What the launcher knows about an allocation (pmix/'s struct alloc fills this). */
+/* What the launcher knows about an allocation (launcher/'s struct alloc fills this). */
 struct rt_alloc {
 	int world_size;
 	const char *master_addr; /* may be NULL or "" (unknown); an address or a host name */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "spank/dptrain.h"
+#include "spank/plugin.h"
 
 /* Where `make install` puts the programs; the Makefile passes it for the plugin's objects.
  * Without it the launcher and trainer are looked up on the task's PATH. */

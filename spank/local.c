@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trainer/config/config.h"
-#include "spank/dptrain.h"
+#include "config/config.h"
+#include "spank/plugin.h"
 #include "common/secret.h"
 
 /* The tasks start in another directory (--chdir, or sbatch's srun from elsewhere): the path

@@ -28,9 +28,9 @@
 #include "common/errfile.h"
 #include "common/openfile.h"
 #include "common/path_search.h"
-#include "spank/dptrain.h"
-#include "pmix/sched.h"
-#include "pmix/tee.h"
+#include "spank/plugin.h"
+#include "task/sched.h"
+#include "task/tee.h"
 
 /* Remember an error for task_init: failing here would fail the step with a message that
  * only reaches slurmd's log, while task_init's error reaches the user's srun. */
@@ -206,7 +206,7 @@ static void dp_ident(spank_t sp, char *out, size_t outlen)
 	snprintf(out, outlen, "rank %s on %s", rank, node);
 }
 
-/* What the helper said (dptrain-launch --wire-up: its records, see pmix/launch.c). */
+/* What the helper said (dptrain-launch --wire-up: its records, see launcher/dptrain-launch.c). */
 struct dp_wire {
 	char *buf;
 	size_t len, cap;

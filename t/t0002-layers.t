@@ -21,11 +21,11 @@ test_expect_success 'this tree and its build follow every rule' '
 put() { mkdir -p "$(dirname "bad/$1")" && printf '%s\n' "$2" >"bad/$1"; }
 test_expect_success 'a tree that breaks each rule once: every check fails, naming the file' '
 	put common/ok.h "" &&
-	put pmix/launch.h "" &&
+	put launcher/launcher.h "" &&
 	put trainer/backend/backend_cuda.h "" &&
 	put trainer/data/data.h "" &&
 	put trainer/nn/nn.c "#include \"trainer/nn/nn.h\"
-#include \"pmix/launch.h\"" &&
+#include \"launcher/launcher.h\"" &&
 	put trainer/nn/nn.h "#include \"trainer/dist/ddp.h\"" &&
 	put trainer/dist/ddp.h "#include \"trainer/nn/nn.h\"" &&
 	put trainer/data/loader.c "#include \"data.h\"" &&
@@ -36,7 +36,7 @@ test_expect_success 'a tree that breaks each rule once: every check fails, namin
 	grep "^not ok 1 - every project include is written from the repository.s root" out &&
 	grep "trainer/data/loader.c includes \"data.h\": not a path from the repository" out &&
 	grep "^not ok 2 - every include follows the allowed-dependency table" out &&
-	grep "trainer/nn/nn.c (nn) includes pmix/launch.h (launch)" out &&
+	grep "trainer/nn/nn.c (nn) includes launcher/launcher.h (launcher)" out &&
 	grep "trainer/nn/nn.h (nn) includes trainer/dist/ddp.h (dist)" out &&
 	grep "^not ok 3 - private headers" out &&
 	grep "trainer/data/sampler.c includes trainer/backend/backend_cuda.h, which is private" out &&

@@ -53,7 +53,7 @@ test_expect_success 'start a two-node cluster with the plugin and a probe launch
 	cat >"$PROBE" <<-\EOF &&
 	#!/bin/sh
 	# probe launcher: records what dptrain.so handed over, then answers as dptrain-launch
-	# --wire-up=FD does (pmix/launch.c), with nothing to change; Slurm runs the command.
+	# --wire-up=FD does (launcher/dptrain-launch.c), with nothing to change; Slurm runs the command.
 	n=${SLURM_PROCID:-x}
 	# the watcher asking to end the step after a failed command: noted, not done
 	case "$1" in --abort=*) echo "rank $n: $*" >>"$PROBE_OUT/aborts"; exit 0 ;; esac

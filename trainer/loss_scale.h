@@ -11,7 +11,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
-#include "trainer/config/config.h"
+#include "config/config.h"
 #include "trainer/nn/nn.h"
 
 struct loss_scale {

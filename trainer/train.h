@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "common/error.h"
-#include "trainer/config/config.h"
+#include "config/config.h"
 
 struct comm;
 

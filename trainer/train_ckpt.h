@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "trainer/dist/comm.h"
-#include "trainer/config/config.h"
+#include "config/config.h"
 #include "trainer/nn/nn.h"
 #include "trainer/optim/optim.h"
 

@@ -9,7 +9,7 @@
  * Output, one line per size: "size_mb median_ms GB/s". */
 #define _GNU_SOURCE
 #include "trainer/dist/comm.h"
-#include "trainer/store/store.h"
+#include "store/store.h"
 
 #include <netinet/in.h>
 #include <signal.h>

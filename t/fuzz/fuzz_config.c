@@ -1,7 +1,7 @@
 /* fuzz_config.c — libFuzzer target for the job config parser: any bytes through cfg_parse
  * must give a config or an error, never a crash or leak; an accepted config must print
  * (cfg_to_json) and read back into an equal struct. Seeds: t/fuzz/seeds/config/. */
-#include "trainer/config/config.h"
+#include "config/config.h"
 
 #include <stdint.h>
 #include <stdio.h>

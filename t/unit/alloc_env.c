@@ -2,8 +2,8 @@
  * the SLURM_* source and its layouts, master endpoint overrides and derivation, and the
  * messages bad variables give. Changes only its own process environment. */
 #include "common/error.h"
-#include "pmix/alloc.h"
-#include "pmix/alloc_source.h"
+#include "launcher/alloc.h"
+#include "launcher/alloc_source.h"
 #include "t/lib/tap.h"
 
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* alloc_gpu.c — unit tests of the launcher's GPU choice: CUDA_VISIBLE_DEVICES patterns against
  * local ranks, device counting, and the shared-GPU check. Owns nothing but its temp dir. */
 #include "common/error.h"
-#include "pmix/alloc.h"
-#include "pmix/alloc_source.h"
+#include "launcher/alloc.h"
+#include "launcher/alloc_source.h"
 #include "t/lib/tap.h"
 
 #include <fcntl.h>

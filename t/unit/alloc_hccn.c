@@ -2,8 +2,8 @@
  * what it ignores, what it refuses (naming file and line), a rank's device and %n. Owns its
  * temp dir. The end-to-end test (a rank table from per-node files) is t0330. */
 #include "common/error.h"
-#include "pmix/alloc.h"
-#include "pmix/alloc_source.h"
+#include "launcher/alloc.h"
+#include "launcher/alloc_source.h"
 #include "t/lib/tap.h"
 
 #include <stdio.h>

@@ -9,7 +9,7 @@
 #include "trainer/dist/comm.h"
 #include "common/hmac.h"
 #include "t/lib/ranks.h"
-#include "trainer/store/store.h"
+#include "store/store.h"
 #include "t/lib/tap.h"
 
 #include <arpa/inet.h>

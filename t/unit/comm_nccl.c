@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "trainer/dist/comm.h"
 #include "t/lib/ranks.h"
-#include "trainer/store/store.h"
+#include "store/store.h"
 #include "t/lib/tap.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
-/* config.c — unit tests of the job config parser (trainer/config/): defaults, every type and
+/* config.c — unit tests of the job config parser (config/): defaults, every type and
  * range check, cross-field checks, overrides, path resolution, did-you-mean, warnings.
  * Round trips through cfg_to_json are t/unit/config_roundtrip.c. */
-#include "trainer/config/config.h"
+#include "config/config.h"
 #include "t/lib/tap.h"
 
 #include <errno.h>

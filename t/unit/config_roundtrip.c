@@ -1,7 +1,7 @@
 /* config_roundtrip.c — unit tests of cfg_to_json, cfg_equal and cfg_expand_output_dir:
  * the printed config reads back into an equal struct, for the examples and for configs that
  * set every key. Parsing and its errors are t/unit/config.c. */
-#include "trainer/config/config.h"
+#include "config/config.h"
 #include "t/lib/tap.h"
 
 #include <jansson.h>

@@ -3,10 +3,10 @@
  * rank table. Works in its own temporary directory. */
 #include "common/error.h"
 #include "common/openfile.h"
-#include "pmix/alloc.h"
-#include "pmix/launch.h"
+#include "launcher/alloc.h"
+#include "launcher/launcher.h"
 #include "t/lib/tap.h"
-#include "pmix/tee.h"
+#include "task/tee.h"
 
 #include <errno.h>
 #include <fcntl.h>

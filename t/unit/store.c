@@ -1,4 +1,4 @@
-/* store.c — unit tests for the rendezvous store (trainer/store/store.c): set/get/add/barrier
+/* store.c — unit tests for the rendezvous store (store/store.c): set/get/add/barrier
  * between forked ranks on 127.0.0.1, the messages for a barrier timeout, a port in use, an
  * unreachable master, a foreign job and a duplicate rank, and the liveness verdicts (a rank that
  * never arrives, a rank that dies, a rank that does not answer a timeout's roll call, an abort, a
@@ -14,7 +14,7 @@
  * the scenario takes. */
 #define _GNU_SOURCE
 #include "t/lib/ranks.h"
-#include "trainer/store/store.h"
+#include "store/store.h"
 #include "t/lib/tap.h"
 
 #include <arpa/inet.h>

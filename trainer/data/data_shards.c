@@ -1,7 +1,7 @@
 /* data_shards.c — packed shard directories (data_load_shards in data.h): DIR/index and the tar
  * shards it names, each opened once; a sample's bytes are pread from its shard (so any thread
  * may read) and checked against the index's CRC-32. Owns reading shards; writing them is
- * dptrain-data pack's (trainer/data_main.c), the index format data_index.c's. */
+ * dptrain-data pack's (trainer/data/dptrain-data.c), the index format data_index.c's. */
 #include "trainer/data/data.h"
 #include "trainer/data/data_index.h"
 #include "common/error.h"

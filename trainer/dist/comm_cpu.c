@@ -14,7 +14,7 @@
 #include "common/clock.h"
 #include "common/hmac.h"
 #include "common/random.h"
-#include "trainer/store/store.h"
+#include "store/store.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -18,7 +18,7 @@
 #include "trainer/dist/comm.h"
 #include "common/error.h"
 #include "common/clock.h"
-#include "trainer/store/store.h"
+#include "store/store.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "trainer/config/config.h"
+#include "config/config.h"
 #include "trainer/nn/nn_build.h"
 
 static int mlp(struct builder *b, const int *hidden, int nhidden, struct dp_error *err)
