@@ -145,7 +145,7 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 			int type;
 			uint32_t id;
 			struct rd b;
-			int f = frame_next(&st->in, &type, &id, &b);
+			int f = sw_frame_next(&st->in, &type, &id, &b);
 			if (f < 0) {
 				cl_store_lost(st, EPROTO);
 				return -1;
@@ -154,8 +154,8 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 				break;
 			if (type == MSG_ABORT) {
 				size_t n;
-				const char *m = rd_blob(&b, &n);
-				int kind = (int)rd_u32(&b);
+				const char *m = sw_rd_blob(&b, &n);
+				int kind = (int)sw_rd_u32(&b);
 				char msg[MSG_MAX];
 				snprintf(msg, sizeof(msg), "%.*s", (int)n, m);
 				cl_set_abort(st, msg, kind == ABORT_STOPPED ? kind : ABORT_FAILED);
@@ -165,13 +165,13 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 				pthread_mutex_unlock(&st->lock);
 			} else if (type == MSG_REPLY && want && id == want) {
 				size_t n;
-				*status = (int)rd_u32(&b);
-				const char *d = rd_blob(&b, &n);
+				*status = (int)sw_rd_u32(&b);
+				const char *d = sw_rd_blob(&b, &n);
 				*body = (struct rd){(const unsigned char *)d, n, 0, b.bad};
 				return 1;
 			}
 		}
-		int rc = sbuf_fill(&st->in, st->fd);
+		int rc = sw_sbuf_fill(&st->in, st->fd);
 		if (rc < 0) {
 			cl_store_lost(st, errno);
 			return -1;
@@ -248,21 +248,21 @@ static void cl_announce_stop(struct store *st)
 	struct dp_error err;
 	int status, sig = atomic_load(st->stop);
 	struct rd body;
-	rank_label(name, sizeof(name), st->rank,
-		   st->hosts[st->rank] ? st->hosts[st->rank] : st->hostname);
+	sw_rank_label(name, sizeof(name), st->rank,
+		      st->hosts[st->rank] ? st->hosts[st->rank] : st->hostname);
 	snprintf(msg, sizeof(msg), "%s was asked to stop (%s) during the rendezvous", name,
 		 sig == SIGTERM	  ? "SIGTERM"
 		 : sig == SIGUSR1 ? "SIGUSR1"
 				  : "a stop request");
-	frame_abort(&f, msg, ABORT_STOPPED);
+	sw_frame_abort(&f, msg, ABORT_STOPPED);
 	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_GOODBYE, id);
-	frame_end(&f, at);
+	size_t at = sw_frame_begin(&f, MSG_GOODBYE, id);
+	sw_frame_end(&f, at);
 	st->opening = 0; /* the wait below is not ended by the request it announces */
 	double deadline = now_s() + 2;
 	if (cl_send(st, &f, deadline, &err) == 0)
 		cl_wait(st, id, deadline, 1, &status, &body, &err);
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 }
 
 static int cl_connect(struct store *st, double timeout_s, struct dp_error *err)
@@ -332,7 +332,7 @@ static void store_free(struct store *st)
 	free(st->hosts);
 	free(st->job);
 	free(st->secret);
-	sbuf_free(&st->in);
+	sw_sbuf_free(&st->in);
 	pthread_mutex_destroy(&st->lock);
 	free(st);
 }
@@ -343,19 +343,19 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 {
 	struct sbuf f = {0};
 	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_BARRIER, id);
+	size_t at = sw_frame_begin(&f, MSG_BARRIER, id);
 	int status, rv = -1;
 	struct rd body;
-	put_str(&f, name);
-	put_u64(&f, (uint64_t)(timeout_s * 1e3));
-	frame_end(&f, at);
+	sw_put_str(&f, name);
+	sw_put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	sw_frame_end(&f, at);
 	*missing = 0;
 	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	if (status == REPLY_TIMEOUT) {
 		size_t n;
-		*missing = (int)rd_u32(&body);
-		const char *l = rd_blob(&body, &n);
+		*missing = (int)sw_rd_u32(&body);
+		const char *l = sw_rd_blob(&body, &n);
 		snprintf(list, listlen, "%.*s", (int)n, l);
 		if (*missing < 1)
 			*missing = 1;
@@ -366,7 +366,7 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 	} else if (strcmp(name, OPEN_BARRIER) == 0) {
 		for (int r = 0; r < st->world; r++) {
 			size_t n;
-			const char *h = rd_blob(&body, &n);
+			const char *h = sw_rd_blob(&body, &n);
 			if (body.bad)
 				break;
 			if (!st->hosts[r] && n && !(st->hosts[r] = strndup(h, n))) {
@@ -377,7 +377,7 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 	}
 	rv = 0;
 out:
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 	return rv;
 }
 
@@ -428,11 +428,11 @@ static int cl_challenge(struct store *st, double deadline, unsigned char *snonce
 		int type;
 		uint32_t id;
 		struct rd b;
-		int f = frame_next(&st->in, &type, &id, &b);
+		int f = sw_frame_next(&st->in, &type, &id, &b);
 		if (f < 0)
 			return cl_not_store(st, "it sent what is not a dptrain frame", err);
 		if (f > 0) {
-			uint32_t version = rd_u32(&b);
+			uint32_t version = sw_rd_u32(&b);
 			if (type != MSG_CHALLENGE || b.bad)
 				return cl_not_store(st, "it did not begin with a store's challenge",
 						    err);
@@ -444,14 +444,14 @@ static int cl_challenge(struct store *st, double deadline, unsigned char *snonce
 				    "the same dptrain version",
 				    st->master, st->port, version, STORE_PROTO);
 			size_t n;
-			const char *p = rd_blob(&b, &n);
-			*flags = rd_u32(&b);
+			const char *p = sw_rd_blob(&b, &n);
+			*flags = sw_rd_u32(&b);
 			if (b.bad || n != STORE_NONCE)
 				return cl_not_store(st, "its challenge is malformed", err);
 			memcpy(snonce, p, n);
 			return 0;
 		}
-		int rc = sbuf_fill(&st->in, st->fd), e = errno;
+		int rc = sw_sbuf_fill(&st->in, st->fd), e = errno;
 		if (rc > 0)
 			continue;
 		/* silence, or a close after long silence (a store of protocol 1 waits for the
@@ -514,20 +514,20 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 	if (dp_random(cnonce, sizeof(cnonce), err) < 0)
 		return errprefix(err, "rendezvous: cannot make the hello's nonce");
 	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_HELLO, id);
-	put_u32(&f, STORE_PROTO);
-	put_u32(&f, (uint32_t)st->rank);
-	put_u32(&f, (uint32_t)st->world);
-	put_str(&f, st->job);
-	put_str(&f, st->hostname);
-	put_blob(&f, cnonce, sizeof(cnonce));
+	size_t at = sw_frame_begin(&f, MSG_HELLO, id);
+	sw_put_u32(&f, STORE_PROTO);
+	sw_put_u32(&f, (uint32_t)st->rank);
+	sw_put_u32(&f, (uint32_t)st->world);
+	sw_put_str(&f, st->job);
+	sw_put_str(&f, st->hostname);
+	sw_put_blob(&f, cnonce, sizeof(cnonce));
 	if (st->secret[0]) {
-		auth_hello_mac(st->secret, snonce, cnonce, st->rank, st->world, st->job, mac);
-		put_blob(&f, mac, sizeof(mac));
+		sw_auth_hello_mac(st->secret, snonce, cnonce, st->rank, st->world, st->job, mac);
+		sw_put_blob(&f, mac, sizeof(mac));
 	} else {
-		put_blob(&f, NULL, 0);
+		sw_put_blob(&f, NULL, 0);
 	}
-	frame_end(&f, at);
+	sw_frame_end(&f, at);
 	*sent = 1;
 	if (cl_call(st, &f, id, deadline, &status, &body, err) < 0) {
 		if (!cl_stopped(st, err))
@@ -547,10 +547,10 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 	/* From here rank 0's clock decides: the server says how long the rendezvous stays open
 	 * and judges it; this rank waits for that verdict (cl_barrier adds the margin for a
 	 * busy server), so every rank names the same missing ranks. */
-	*open_timeout = (double)rd_u64(&body) / 1e3;
-	*open_left = (double)rd_u64(&body) / 1e3;
+	*open_timeout = (double)sw_rd_u64(&body) / 1e3;
+	*open_left = (double)sw_rd_u64(&body) / 1e3;
 	size_t nproof;
-	const char *proof = rd_blob(&body, &nproof);
+	const char *proof = sw_rd_blob(&body, &nproof);
 	if (body.bad) {
 		errprintf(err,
 			  "rendezvous: the store at %s:%d sent a malformed answer to rank "
@@ -559,7 +559,7 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 		goto out;
 	}
 	if (st->secret[0]) {
-		auth_ok_mac(st->secret, cnonce, snonce, st->rank, mac);
+		sw_auth_ok_mac(st->secret, cnonce, snonce, st->rank, mac);
 		if (nproof != sizeof(mac) || !dp_equal_ct(proof, mac, sizeof(mac))) {
 			errprintf(
 			    err,
@@ -573,7 +573,7 @@ static int cl_hello(struct store *st, double left, int *sent, double *open_timeo
 	}
 	rv = 0;
 out:
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 	return rv;
 }
 
@@ -582,7 +582,7 @@ static void cl_disconnect(struct store *st)
 {
 	close(st->fd);
 	st->fd = -1;
-	sbuf_free(&st->in);
+	sw_sbuf_free(&st->in);
 	st->lost = 0;
 	st->aborted = 0;
 	st->abort_msg[0] = 0;
@@ -713,10 +713,10 @@ int store_set(struct store *st, const char *key, const void *val, size_t len, st
 		return errprintf(err, "rendezvous: set %s: %zu bytes is more than %u", key, len,
 				 STORE_VALUE_MAX);
 	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_SET, id);
-	put_str(&f, key);
-	put_blob(&f, val, len);
-	frame_end(&f, at);
+	size_t at = sw_frame_begin(&f, MSG_SET, id);
+	sw_put_str(&f, key);
+	sw_put_blob(&f, val, len);
+	sw_frame_end(&f, at);
 	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	if (status != REPLY_OK) {
@@ -728,7 +728,7 @@ int store_set(struct store *st, const char *key, const void *val, size_t len, st
 	}
 	rv = 0;
 out:
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 	return rv;
 }
 
@@ -743,10 +743,10 @@ int store_get(struct store *st, const char *key, void **val, size_t *len, double
 	if (check_key(key, err) < 0)
 		return -1;
 	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_GET, id);
-	put_str(&f, key);
-	put_u64(&f, (uint64_t)(timeout_s * 1e3));
-	frame_end(&f, at);
+	size_t at = sw_frame_begin(&f, MSG_GET, id);
+	sw_put_str(&f, key);
+	sw_put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	sw_frame_end(&f, at);
 	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	size_t n = body.n;
@@ -770,7 +770,7 @@ int store_get(struct store *st, const char *key, void **val, size_t *len, double
 	*len = n;
 	rv = 0;
 out:
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 	return rv;
 }
 
@@ -782,22 +782,22 @@ int store_add(struct store *st, const char *key, long delta, long *result, struc
 	if (check_key(key, err) < 0)
 		return -1;
 	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_ADD, id);
-	put_str(&f, key);
-	put_u64(&f, (uint64_t)(int64_t)delta);
-	frame_end(&f, at);
+	size_t at = sw_frame_begin(&f, MSG_ADD, id);
+	sw_put_str(&f, key);
+	sw_put_u64(&f, (uint64_t)(int64_t)delta);
+	sw_frame_end(&f, at);
 	if (cl_call(st, &f, id, now_s() + 30 + REPLY_MARGIN_S, &status, &body, err) < 0)
 		goto out;
 	if (status != REPLY_OK) {
 		errprintf(err, "rendezvous: add %s: %.*s", key, (int)body.n, (const char *)body.p);
 		goto out;
 	}
-	long res = (long)(int64_t)rd_u64(&body);
+	long res = (long)(int64_t)sw_rd_u64(&body);
 	if (result)
 		*result = res;
 	rv = 0;
 out:
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 	return rv;
 }
 
@@ -845,10 +845,10 @@ void store_abort(struct store *st, const char *reason)
 	struct dp_error err;
 	if (cl_get_abort(st, NULL))
 		return;
-	frame_abort(&f, reason, ABORT_FAILED);
+	sw_frame_abort(&f, reason, ABORT_FAILED);
 	cl_send(st, &f, now_s() + 5, &err);
 	cl_set_abort(st, reason, ABORT_FAILED);
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 }
 
 int store_rollcall(struct store *st)
@@ -868,13 +868,13 @@ void store_report_timeout(struct store *st, unsigned long seq, const char *what,
 		return;
 	if (waiting_for < 0 || waiting_for >= st->world)
 		waiting_for = 0;
-	size_t at = frame_begin(&f, MSG_REPORT, 0);
-	put_u64(&f, seq);
-	put_str(&f, what);
-	put_u32(&f, (uint32_t)waiting_for);
-	put_u64(&f, (uint64_t)(timeout_s * 1e3));
-	put_u64(&f, (uint64_t)(grace_s * 1e3));
-	frame_end(&f, at);
+	size_t at = sw_frame_begin(&f, MSG_REPORT, 0);
+	sw_put_u64(&f, seq);
+	sw_put_str(&f, what);
+	sw_put_u32(&f, (uint32_t)waiting_for);
+	sw_put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	sw_put_u64(&f, (uint64_t)(grace_s * 1e3));
+	sw_frame_end(&f, at);
 	if (cl_send(st, &f, now_s() + 2, err) == 0 &&
 	    store_poll_abort(st, grace_s + REPLY_MARGIN_S, err) == 1)
 		goto out;
@@ -895,13 +895,13 @@ void store_report_timeout(struct store *st, unsigned long seq, const char *what,
 		    "is not responding either (is rank 0 stalled?)",
 		    timeout_s, what, seq, name, zero);
 out:
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 }
 
 const char *store_rank_name(const struct store *st, int rank, char *buf, size_t len)
 {
 	const char *h = rank >= 0 && rank < st->world && st->hosts ? st->hosts[rank] : NULL;
-	rank_label(buf, len, rank, h);
+	sw_rank_label(buf, len, rank, h);
 	return buf;
 }
 
@@ -934,13 +934,13 @@ void store_close(struct store *st, double timeout_s)
 	int status;
 	struct rd body;
 	uint32_t id = cl_id(st);
-	size_t at = frame_begin(&f, MSG_GOODBYE, id);
-	frame_end(&f, at);
+	size_t at = sw_frame_begin(&f, MSG_GOODBYE, id);
+	sw_frame_end(&f, at);
 	/* the server's answer: our goodbye arrived before our connection closes */
 	double deadline = now_s() + (timeout_s < 5 ? timeout_s : 5);
 	if (cl_send(st, &f, deadline, &err) == 0)
 		cl_wait(st, id, deadline, 1, &status, &body, &err);
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 	struct store_server *srv = st->srv;
 	st->srv = NULL;
 	if (srv)

@@ -141,7 +141,7 @@ static const char *srv_host(const struct store_server *s, int rank)
 
 static void srv_name(const struct store_server *s, int rank, char *buf, size_t len)
 {
-	rank_label(buf, len, rank, srv_host(s, rank));
+	sw_rank_label(buf, len, rank, srv_host(s, rank));
 }
 
 /* "rank 2 (n1), rank 3 (n2)" for the ranks with flag[r] == want; returns their number. */
@@ -171,20 +171,20 @@ static void srv_send(struct srv_conn *c, struct sbuf *frame)
 {
 	if (c->dead || frame->bad)
 		return;
-	sbuf_put(&c->out, frame->p + frame->off, frame->len - frame->off);
-	if (c->out.bad || sbuf_flush(&c->out, c->fd) < 0)
+	sw_sbuf_put(&c->out, frame->p + frame->off, frame->len - frame->off);
+	if (c->out.bad || sw_sbuf_flush(&c->out, c->fd) < 0)
 		c->dead = 1;
 }
 
 static void srv_reply(struct srv_conn *c, uint32_t id, int status, const void *data, size_t n)
 {
 	struct sbuf f = {0};
-	size_t at = frame_begin(&f, MSG_REPLY, id);
-	put_u32(&f, (uint32_t)status);
-	put_blob(&f, data, n);
-	frame_end(&f, at);
+	size_t at = sw_frame_begin(&f, MSG_REPLY, id);
+	sw_put_u32(&f, (uint32_t)status);
+	sw_put_blob(&f, data, n);
+	sw_frame_end(&f, at);
 	srv_send(c, &f);
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 }
 
 static void srv_reply_str(struct srv_conn *c, uint32_t id, int status, const char *msg)
@@ -196,9 +196,9 @@ static void srv_reply_str(struct srv_conn *c, uint32_t id, int status, const cha
 static void srv_send_abort(struct store_server *s, struct srv_conn *c)
 {
 	struct sbuf f = {0};
-	frame_abort(&f, s->abort_msg, s->abort_kind);
+	sw_frame_abort(&f, s->abort_msg, s->abort_kind);
 	srv_send(c, &f);
-	sbuf_free(&f);
+	sw_sbuf_free(&f);
 }
 
 /* Records the job's first abort (kind: ABORT_FAILED or ABORT_STOPPED) and tells every rank but
@@ -226,7 +226,7 @@ static int srv_kv_set(struct store_server *s, const char *key, char *val, size_t
 {
 	struct srv_kv *e = srv_kv_find(s, key);
 	if (!e) {
-		if (ARRAY_ROOM(s->kv, s->nkv, s->capkv, 16) < 0)
+		if (SW_ARRAY_ROOM(s->kv, s->nkv, s->capkv, 16) < 0)
 			return -1;
 		e = &s->kv[s->nkv];
 		e->key = strdup(key);
@@ -277,7 +277,7 @@ static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32
 			break;
 		}
 	if (!b) {
-		if (ARRAY_ROOM(s->bars, s->nbars, s->capbars, 8) < 0)
+		if (SW_ARRAY_ROOM(s->bars, s->nbars, s->capbars, 8) < 0)
 			goto oom;
 		size_t w = (size_t)s->world;
 		b = calloc(1, sizeof(*b));
@@ -316,11 +316,11 @@ static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32
 	struct sbuf hosts = {0};
 	if (strcmp(name, OPEN_BARRIER) == 0)
 		for (int r = 0; r < s->world; r++)
-			put_str(&hosts, s->hello_host[r] ? s->hello_host[r] : "");
+			sw_put_str(&hosts, s->hello_host[r] ? s->hello_host[r] : "");
 	for (int r = 0; r < s->world; r++)
 		if (b->waiting[r] && s->by_rank[r])
 			srv_reply(s->by_rank[r], b->id[r], REPLY_OK, hosts.p, hosts.len);
-	sbuf_free(&hosts);
+	sw_sbuf_free(&hosts);
 	srv_barrier_free(b);
 	s->bars[bi] = s->bars[--s->nbars];
 	return;
@@ -411,16 +411,16 @@ static void srv_version_refuse(struct store_server *s, struct srv_conn *c, uint3
 
 static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
-	uint32_t version = rd_u32(b);
+	uint32_t version = sw_rd_u32(b);
 	if (!b->bad && c->rank < 0 && version != STORE_PROTO) {
 		srv_version_refuse(s, c, id, version); /* its fields may be laid out otherwise */
 		return;
 	}
-	int rank = (int)rd_u32(b), world = (int)rd_u32(b);
-	char *job = rd_strdup(b), *host = rd_strdup(b);
+	int rank = (int)sw_rd_u32(b), world = (int)sw_rd_u32(b);
+	char *job = sw_rd_strdup(b), *host = sw_rd_strdup(b);
 	size_t ncnonce, nproof;
-	const unsigned char *cnonce = (const unsigned char *)rd_blob(b, &ncnonce);
-	const unsigned char *proof = (const unsigned char *)rd_blob(b, &nproof);
+	const unsigned char *cnonce = (const unsigned char *)sw_rd_blob(b, &ncnonce);
+	const unsigned char *proof = (const unsigned char *)sw_rd_blob(b, &nproof);
 	unsigned char want[DP_SHA256_LEN];
 	char msg[MSG_MAX], name[HOST_MAX + 32];
 	if (b->bad || c->rank >= 0 || ncnonce != STORE_NONCE) {
@@ -433,7 +433,7 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 	 * job's secret is not one of its ranks (another user's program, a port scanner). It is
 	 * told only that it was refused. A rank without a secret sends no proof. */
 	if (s->secret[0]) {
-		auth_hello_mac(s->secret, c->nonce, cnonce, rank, world, job, want);
+		sw_auth_hello_mac(s->secret, c->nonce, cnonce, rank, world, job, want);
 		if (nproof != sizeof(want) || !dp_equal_ct(proof, want, sizeof(want))) {
 			srv_reply_str(c, id, REPLY_ERROR,
 				      "refused: not a rank of this job (it lacks the job's secret, "
@@ -445,7 +445,7 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 			goto out;
 		}
 	}
-	rank_label(name, sizeof(name), rank, host);
+	sw_rank_label(name, sizeof(name), rank, host);
 	if (strcmp(job, s->job) != 0)
 		snprintf(msg, sizeof(msg),
 			 "%s belongs to job '%s' but the store at port %d on %s serves job '%s' "
@@ -483,16 +483,16 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 	 * and the store's proof, without which the rank believes none of it */
 	double open_left = s->open_deadline - now_s();
 	struct sbuf r = {0};
-	put_u64(&r, (uint64_t)(s->open_timeout * 1e3));
-	put_u64(&r, (uint64_t)(open_left > 0 ? open_left * 1e3 : 0));
+	sw_put_u64(&r, (uint64_t)(s->open_timeout * 1e3));
+	sw_put_u64(&r, (uint64_t)(open_left > 0 ? open_left * 1e3 : 0));
 	if (s->secret[0]) {
-		auth_ok_mac(s->secret, cnonce, c->nonce, rank, want);
-		put_blob(&r, want, sizeof(want));
+		sw_auth_ok_mac(s->secret, cnonce, c->nonce, rank, want);
+		sw_put_blob(&r, want, sizeof(want));
 	} else {
-		put_blob(&r, NULL, 0);
+		sw_put_blob(&r, NULL, 0);
 	}
 	srv_reply(c, id, REPLY_OK, r.p, r.len);
-	sbuf_free(&r);
+	sw_sbuf_free(&r);
 	if (s->abort_msg)
 		srv_send_abort(s, c);
 out:
@@ -505,9 +505,9 @@ out:
 
 static void srv_on_set(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
-	char *key = rd_strdup(b);
+	char *key = sw_rd_strdup(b);
 	size_t n;
-	const char *v = rd_blob(b, &n);
+	const char *v = sw_rd_blob(b, &n);
 	char *val = b->bad ? NULL : malloc(n + 1);
 
 	if (val) {
@@ -528,8 +528,8 @@ static void srv_on_set(struct store_server *s, struct srv_conn *c, uint32_t id, 
 /* The value now, or when it is set (srv_kv_set answers the waiting gets), or a timeout. */
 static void srv_on_get(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
-	char *key = rd_strdup(b);
-	double timeout = (double)rd_u64(b) / 1e3;
+	char *key = sw_rd_strdup(b);
+	double timeout = (double)sw_rd_u64(b) / 1e3;
 	struct srv_kv *e;
 
 	if (b->bad) {
@@ -543,7 +543,7 @@ static void srv_on_get(struct store_server *s, struct srv_conn *c, uint32_t id, 
 		free(key);
 		return;
 	}
-	if (ARRAY_ROOM(s->gets, s->ngets, s->capgets, 16) < 0) {
+	if (SW_ARRAY_ROOM(s->gets, s->ngets, s->capgets, 16) < 0) {
 		srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
 		free(key);
 		return;
@@ -553,8 +553,8 @@ static void srv_on_get(struct store_server *s, struct srv_conn *c, uint32_t id, 
 
 static void srv_on_add(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
-	char *key = rd_strdup(b), *val, *end = NULL;
-	long delta = (long)(int64_t)rd_u64(b), v = 0;
+	char *key = sw_rd_strdup(b), *val, *end = NULL;
+	long delta = (long)(int64_t)sw_rd_u64(b), v = 0;
 	struct srv_kv *e;
 
 	if (b->bad) {
@@ -581,17 +581,17 @@ static void srv_on_add(struct store_server *s, struct srv_conn *c, uint32_t id, 
 		srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
 	} else {
 		struct sbuf r = {0};
-		put_u64(&r, (uint64_t)(int64_t)v);
+		sw_put_u64(&r, (uint64_t)(int64_t)v);
 		srv_reply(c, id, REPLY_OK, r.p, r.len);
-		sbuf_free(&r);
+		sw_sbuf_free(&r);
 	}
 	free(key);
 }
 
 static void srv_on_barrier(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
-	char *name = rd_strdup(b);
-	double timeout = (double)rd_u64(b) / 1e3;
+	char *name = sw_rd_strdup(b);
+	double timeout = (double)sw_rd_u64(b) / 1e3;
 
 	if (b->bad)
 		c->dead = 1;
@@ -602,8 +602,8 @@ static void srv_on_barrier(struct store_server *s, struct srv_conn *c, uint32_t 
 
 static void srv_on_abort(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
-	char *reason = rd_strdup(b);
-	int kind = (int)rd_u32(b);
+	char *reason = sw_rd_strdup(b);
+	int kind = (int)sw_rd_u32(b);
 
 	(void)id;
 	if (b->bad || (kind != ABORT_FAILED && kind != ABORT_STOPPED))
@@ -618,10 +618,10 @@ static void srv_on_abort(struct store_server *s, struct srv_conn *c, uint32_t id
  * every rank reported, or at the episode's deadline (srv_timers). */
 static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
 {
-	unsigned long seq = (unsigned long)rd_u64(b);
-	char *what = rd_strdup(b);
-	int waiting = (int)rd_u32(b);
-	double timeout = (double)rd_u64(b) / 1e3, grace = (double)rd_u64(b) / 1e3;
+	unsigned long seq = (unsigned long)sw_rd_u64(b);
+	char *what = sw_rd_strdup(b);
+	int waiting = (int)sw_rd_u32(b);
+	double timeout = (double)sw_rd_u64(b) / 1e3, grace = (double)sw_rd_u64(b) / 1e3;
 
 	(void)id;
 	if (b->bad || waiting < 0 || waiting >= s->world) {
@@ -640,14 +640,14 @@ static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t i
 			s->rep_timeout = timeout;
 			/* the others' timers fire when they fire: ask who waits too */
 			struct sbuf f = {0};
-			size_t at = frame_begin(&f, MSG_ROLLCALL, 0);
-			put_u64(&f, seq);
-			put_str(&f, what);
-			frame_end(&f, at);
+			size_t at = sw_frame_begin(&f, MSG_ROLLCALL, 0);
+			sw_put_u64(&f, seq);
+			sw_put_str(&f, what);
+			sw_frame_end(&f, at);
 			for (int r = 0; r < s->world; r++)
 				if (r != c->rank && s->by_rank[r])
 					srv_send(s->by_rank[r], &f);
-			sbuf_free(&f);
+			sw_sbuf_free(&f);
 		}
 		s->reported[c->rank] = 1;
 		if (memchr(s->reported, 0, (size_t)s->world) == NULL)
@@ -698,12 +698,12 @@ static void srv_request(struct store_server *s, struct srv_conn *c, int type, ui
 /* A rank's requests: whatever arrived, in order. */
 static void srv_read(struct store_server *s, struct srv_conn *c)
 {
-	int rc = sbuf_fill(&c->in, c->fd);
+	int rc = sw_sbuf_fill(&c->in, c->fd);
 	for (;;) {
 		int type;
 		uint32_t id;
 		struct rd body;
-		int f = frame_next(&c->in, &type, &id, &body);
+		int f = sw_frame_next(&c->in, &type, &id, &body);
 		if (f < 0)
 			c->dead = 1;
 		if (f <= 0 || c->dead || c->closing)
@@ -786,8 +786,8 @@ static void srv_open_verdict(struct store_server *s, struct srv_barrier *b)
 	char list[2048], msg[MSG_MAX + 2048];
 	int missing = srv_rank_list(s, b->arrived, 0, list, sizeof(list));
 	struct sbuf d = {0};
-	put_u32(&d, (uint32_t)missing);
-	put_str(&d, list);
+	sw_put_u32(&d, (uint32_t)missing);
+	sw_put_str(&d, list);
 	for (int r = 0; r < s->world; r++) {
 		if (!b->waiting[r])
 			continue;
@@ -795,7 +795,7 @@ static void srv_open_verdict(struct store_server *s, struct srv_barrier *b)
 		if (s->by_rank[r])
 			srv_reply(s->by_rank[r], b->id[r], REPLY_TIMEOUT, d.p, d.len);
 	}
-	sbuf_free(&d);
+	sw_sbuf_free(&d);
 	snprintf(msg, sizeof(msg), "rendezvous: %d of %d ranks did not connect within %g s: %s",
 		 missing, s->world, s->open_timeout, list);
 	srv_abort(s, msg, ABORT_FAILED, -1);
@@ -842,10 +842,10 @@ static double srv_timers(struct store_server *s)
 			char list[2048];
 			int missing = srv_rank_list(s, b->arrived, 0, list, sizeof(list));
 			struct sbuf d = {0};
-			put_u32(&d, (uint32_t)missing);
-			put_str(&d, list);
+			sw_put_u32(&d, (uint32_t)missing);
+			sw_put_str(&d, list);
 			srv_reply(s->by_rank[r], b->id[r], REPLY_TIMEOUT, d.p, d.len);
-			sbuf_free(&d);
+			sw_sbuf_free(&d);
 		}
 	}
 	if (s->rep_active) {
@@ -884,8 +884,8 @@ static void srv_conn_free(struct srv_conn *c)
 	if (c->fd >= 0)
 		close(c->fd);
 	free(c->body);
-	sbuf_free(&c->in);
-	sbuf_free(&c->out);
+	sw_sbuf_free(&c->in);
+	sw_sbuf_free(&c->out);
 	free(c);
 }
 
@@ -898,7 +898,7 @@ static void srv_drop_stranger(struct srv_conn *c)
 	c->fd = -1;
 	free(c->body);
 	c->body = NULL;
-	sbuf_free(&c->out);
+	sw_sbuf_free(&c->out);
 }
 
 /* Room for one more stranger: 1, or 0 when there is none yet. While preauth_max wait already,
@@ -982,8 +982,8 @@ static void srv_accept(struct store_server *s)
 		}
 		/* the poll loop's array has room for every connection, the wake-up pipe and the
 		 * listening socket: made here, so that loop never allocates */
-		if (ARRAY_ROOM(s->conns, s->nconns, s->capconns, 16) < 0 ||
-		    ARRAY_ROOM(s->pfd, s->nconns + 2, s->cappfd, 18) < 0) {
+		if (SW_ARRAY_ROOM(s->conns, s->nconns, s->capconns, 16) < 0 ||
+		    SW_ARRAY_ROOM(s->pfd, s->nconns + 2, s->cappfd, 18) < 0) {
 			close(fd);
 			return;
 		}
@@ -1004,13 +1004,13 @@ static void srv_accept(struct store_server *s)
 		peer_name(&ss, c->peer, sizeof(c->peer));
 		s->conns[s->nconns++] = c;
 		struct sbuf f = {0};
-		size_t at = frame_begin(&f, MSG_CHALLENGE, 0);
-		put_u32(&f, STORE_PROTO);
-		put_blob(&f, c->nonce, sizeof(c->nonce));
-		put_u32(&f, s->secret[0] ? CHALLENGE_SECRET : 0);
-		frame_end(&f, at);
+		size_t at = sw_frame_begin(&f, MSG_CHALLENGE, 0);
+		sw_put_u32(&f, STORE_PROTO);
+		sw_put_blob(&f, c->nonce, sizeof(c->nonce));
+		sw_put_u32(&f, s->secret[0] ? CHALLENGE_SECRET : 0);
+		sw_frame_end(&f, at);
 		srv_send(c, &f);
-		sbuf_free(&f);
+		sw_sbuf_free(&f);
 	}
 }
 
@@ -1056,7 +1056,7 @@ static void *srv_main(void *arg)
 		for (size_t i = 0; i < n; i++) {
 			struct srv_conn *c = s->conns[i];
 			short re = pfd[2 + i].revents;
-			if (((re & POLLOUT) && sbuf_flush(&c->out, c->fd) < 0) ||
+			if (((re & POLLOUT) && sw_sbuf_flush(&c->out, c->fd) < 0) ||
 			    ((re & (POLLHUP | POLLERR)) && c->closing))
 				c->dead = 1;
 			if ((re & (POLLIN | POLLHUP | POLLERR)) && !c->dead && c->rank < 0)
@@ -1246,7 +1246,7 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	s->reported = calloc(w, 1);
 	s->hello_host = calloc(w, sizeof(*s->hello_host));
 	if (!s->job || !s->secret || !s->by_rank || !s->left || !s->reported || !s->hello_host ||
-	    ARRAY_ROOM(s->pfd, 2, s->cappfd, 18) < 0) {
+	    SW_ARRAY_ROOM(s->pfd, 2, s->cappfd, 18) < 0) {
 		errprintf(err, "rendezvous: out of memory");
 		goto out;
 	}

@@ -12,7 +12,7 @@
 /* ---------------------------------------------------------------------------------------
  * Byte buffers and frames. */
 
-int sbuf_reserve(struct sbuf *b, size_t n)
+int sw_sbuf_reserve(struct sbuf *b, size_t n)
 {
 	if (b->off == b->len)
 		b->off = b->len = 0;
@@ -38,60 +38,60 @@ int sbuf_reserve(struct sbuf *b, size_t n)
 	return 0;
 }
 
-void sbuf_put(struct sbuf *b, const void *d, size_t n)
+void sw_sbuf_put(struct sbuf *b, const void *d, size_t n)
 {
-	if (sbuf_reserve(b, n) < 0)
+	if (sw_sbuf_reserve(b, n) < 0)
 		return;
 	if (n)
 		memcpy(b->p + b->len, d, n);
 	b->len += n;
 }
 
-void sbuf_free(struct sbuf *b)
+void sw_sbuf_free(struct sbuf *b)
 {
 	free(b->p);
 	memset(b, 0, sizeof(*b));
 }
 
-void put_u8(struct sbuf *b, uint8_t v)
+void sw_put_u8(struct sbuf *b, uint8_t v)
 {
-	sbuf_put(b, &v, 1);
+	sw_sbuf_put(b, &v, 1);
 }
 
-void put_u32(struct sbuf *b, uint32_t v)
+void sw_put_u32(struct sbuf *b, uint32_t v)
 {
 	uint32_t be = htonl(v);
-	sbuf_put(b, &be, 4);
+	sw_sbuf_put(b, &be, 4);
 }
 
-void put_u64(struct sbuf *b, uint64_t v)
+void sw_put_u64(struct sbuf *b, uint64_t v)
 {
-	put_u32(b, (uint32_t)(v >> 32));
-	put_u32(b, (uint32_t)v);
+	sw_put_u32(b, (uint32_t)(v >> 32));
+	sw_put_u32(b, (uint32_t)v);
 }
 
-void put_blob(struct sbuf *b, const void *d, size_t n)
+void sw_put_blob(struct sbuf *b, const void *d, size_t n)
 {
-	put_u32(b, (uint32_t)n);
-	sbuf_put(b, d, n);
+	sw_put_u32(b, (uint32_t)n);
+	sw_sbuf_put(b, d, n);
 }
 
-void put_str(struct sbuf *b, const char *s)
+void sw_put_str(struct sbuf *b, const char *s)
 {
-	put_blob(b, s, strlen(s));
+	sw_put_blob(b, s, strlen(s));
 }
 
-/* Starts a frame in b; returns where its length goes, for frame_end. */
-size_t frame_begin(struct sbuf *b, int type, uint32_t id)
+/* Starts a frame in b; returns where its length goes, for sw_frame_end. */
+size_t sw_frame_begin(struct sbuf *b, int type, uint32_t id)
 {
 	size_t at = b->len;
-	put_u32(b, 0);
-	put_u8(b, (uint8_t)type);
-	put_u32(b, id);
+	sw_put_u32(b, 0);
+	sw_put_u8(b, (uint8_t)type);
+	sw_put_u32(b, id);
 	return at;
 }
 
-void frame_end(struct sbuf *b, size_t at)
+void sw_frame_end(struct sbuf *b, size_t at)
 {
 	if (b->bad)
 		return;
@@ -99,15 +99,15 @@ void frame_end(struct sbuf *b, size_t at)
 	memcpy(b->p + at, &be, 4);
 }
 
-void frame_abort(struct sbuf *b, const char *reason, int kind)
+void sw_frame_abort(struct sbuf *b, const char *reason, int kind)
 {
-	size_t at = frame_begin(b, MSG_ABORT, 0);
-	put_str(b, reason);
-	put_u32(b, (uint32_t)kind);
-	frame_end(b, at);
+	size_t at = sw_frame_begin(b, MSG_ABORT, 0);
+	sw_put_str(b, reason);
+	sw_put_u32(b, (uint32_t)kind);
+	sw_frame_end(b, at);
 }
 
-uint32_t rd_u32(struct rd *r)
+uint32_t sw_rd_u32(struct rd *r)
 {
 	if (r->n - r->off < 4) {
 		r->bad = 1;
@@ -119,15 +119,15 @@ uint32_t rd_u32(struct rd *r)
 	return ntohl(be);
 }
 
-uint64_t rd_u64(struct rd *r)
+uint64_t sw_rd_u64(struct rd *r)
 {
-	uint64_t hi = rd_u32(r);
-	return hi << 32 | rd_u32(r);
+	uint64_t hi = sw_rd_u32(r);
+	return hi << 32 | sw_rd_u32(r);
 }
 
-const char *rd_blob(struct rd *r, size_t *len)
+const char *sw_rd_blob(struct rd *r, size_t *len)
 {
-	size_t n = rd_u32(r);
+	size_t n = sw_rd_u32(r);
 	if (r->bad || r->n - r->off < n) {
 		r->bad = 1;
 		*len = 0;
@@ -140,10 +140,10 @@ const char *rd_blob(struct rd *r, size_t *len)
 }
 
 /* A copy of a blob as a C string (keys, names, messages). */
-char *rd_strdup(struct rd *r)
+char *sw_rd_strdup(struct rd *r)
 {
 	size_t n;
-	const char *p = rd_blob(r, &n);
+	const char *p = sw_rd_blob(r, &n);
 	char *s = malloc(n + 1);
 	if (!s) {
 		r->bad = 1;
@@ -155,7 +155,7 @@ char *rd_strdup(struct rd *r)
 }
 
 /* One complete frame at the front of b, or 0; -1 for a frame no peer of ours sends. */
-int frame_next(struct sbuf *b, int *type, uint32_t *id, struct rd *body)
+int sw_frame_next(struct sbuf *b, int *type, uint32_t *id, struct rd *body)
 {
 	size_t have = b->len - b->off;
 	if (have < 4)
@@ -181,11 +181,11 @@ int frame_next(struct sbuf *b, int *type, uint32_t *id, struct rd *body)
 
 /* Reads what the socket has into b (nonblocking). 1: read some, 0: nothing now, -1: EOF or
  * error (errno; 0 for EOF). */
-int sbuf_fill(struct sbuf *b, int fd)
+int sw_sbuf_fill(struct sbuf *b, int fd)
 {
 	int got = 0;
 	for (;;) {
-		if (sbuf_reserve(b, 65536) < 0) {
+		if (sw_sbuf_reserve(b, 65536) < 0) {
 			errno = ENOMEM;
 			return -1;
 		}
@@ -210,7 +210,7 @@ int sbuf_fill(struct sbuf *b, int fd)
 }
 
 /* Sends what b holds (nonblocking). 0: all or some sent, -1: error. */
-int sbuf_flush(struct sbuf *b, int fd)
+int sw_sbuf_flush(struct sbuf *b, int fd)
 {
 	while (b->off < b->len) {
 		ssize_t n = send(fd, b->p + b->off, b->len - b->off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -228,7 +228,7 @@ int sbuf_flush(struct sbuf *b, int fd)
 	return 0;
 }
 
-void rank_label(char *buf, size_t len, int rank, const char *host)
+void sw_rank_label(char *buf, size_t len, int rank, const char *host)
 {
 	if (host && *host)
 		snprintf(buf, len, "rank %d (%s)", rank, host);
@@ -238,8 +238,8 @@ void rank_label(char *buf, size_t len, int rank, const char *host)
 
 /* Room for one more element in the growable array *arrp (its capacity *cap, n in use),
  * doubled from `first`: 0, or -1 when out of memory (the array is left as it was). Through
- * ARRAY_ROOM, which passes the element size. */
-int array_room(void *arrp, size_t *cap, size_t n, size_t elem, size_t first)
+ * SW_ARRAY_ROOM, which passes the element size. */
+int sw_array_room(void *arrp, size_t *cap, size_t n, size_t elem, size_t first)
 {
 	void *p, *q;
 	size_t ncap;
@@ -266,8 +266,8 @@ static void mac_u32(struct dp_hmac *h, uint32_t v)
 	dp_hmac_update(h, &be, 4);
 }
 
-void auth_hello_mac(const char *secret, const unsigned char *snonce, const unsigned char *cnonce,
-		    int rank, int world, const char *job, unsigned char out[DP_SHA256_LEN])
+void sw_auth_hello_mac(const char *secret, const unsigned char *snonce, const unsigned char *cnonce,
+		       int rank, int world, const char *job, unsigned char out[DP_SHA256_LEN])
 {
 	struct dp_hmac h;
 	dp_hmac_init(&h, secret, strlen(secret));
@@ -280,8 +280,8 @@ void auth_hello_mac(const char *secret, const unsigned char *snonce, const unsig
 	dp_hmac_final(&h, out);
 }
 
-void auth_ok_mac(const char *secret, const unsigned char *cnonce, const unsigned char *snonce,
-		 int rank, unsigned char out[DP_SHA256_LEN])
+void sw_auth_ok_mac(const char *secret, const unsigned char *cnonce, const unsigned char *snonce,
+		    int rank, unsigned char out[DP_SHA256_LEN])
 {
 	struct dp_hmac h;
 	dp_hmac_init(&h, secret, strlen(secret));

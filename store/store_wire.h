@@ -1,5 +1,7 @@
 /* store_wire.h — private to the rendezvous store (store/): the protocol shared by
  * rank 0's server (store_server.c) and every rank's client (store.c), and the helpers both use.
+ * Its functions and macros are prefixed sw_ (store wire): they are global symbols of the
+ * trainer and the launcher, which must not clash with anything linked beside them.
  *
  * A frame is u32 length (of what follows, big-endian), u8 type, u32 request id, then the
  * fields: u32/u64 big-endian integers and u32-length-prefixed byte strings (blobs, strings).
@@ -116,36 +118,37 @@ struct rd {
 	int bad;
 };
 
-int sbuf_reserve(struct sbuf *b, size_t n);
-void sbuf_put(struct sbuf *b, const void *d, size_t n);
-void sbuf_free(struct sbuf *b);
-void put_u8(struct sbuf *b, uint8_t v);
-void put_u32(struct sbuf *b, uint32_t v);
-void put_u64(struct sbuf *b, uint64_t v);
-void put_blob(struct sbuf *b, const void *d, size_t n);
-void put_str(struct sbuf *b, const char *s);
-size_t frame_begin(struct sbuf *b, int type, uint32_t id);
-void frame_end(struct sbuf *b, size_t at);
+int sw_sbuf_reserve(struct sbuf *b, size_t n);
+void sw_sbuf_put(struct sbuf *b, const void *d, size_t n);
+void sw_sbuf_free(struct sbuf *b);
+void sw_put_u8(struct sbuf *b, uint8_t v);
+void sw_put_u32(struct sbuf *b, uint32_t v);
+void sw_put_u64(struct sbuf *b, uint64_t v);
+void sw_put_blob(struct sbuf *b, const void *d, size_t n);
+void sw_put_str(struct sbuf *b, const char *s);
+size_t sw_frame_begin(struct sbuf *b, int type, uint32_t id);
+void sw_frame_end(struct sbuf *b, size_t at);
 /* A whole ABORT frame (reason, kind: ABORT_FAILED or ABORT_STOPPED), as both sides send it. */
-void frame_abort(struct sbuf *b, const char *reason, int kind);
-uint32_t rd_u32(struct rd *r);
-uint64_t rd_u64(struct rd *r);
-const char *rd_blob(struct rd *r, size_t *len);
-char *rd_strdup(struct rd *r);
-int frame_next(struct sbuf *b, int *type, uint32_t *id, struct rd *body);
-int sbuf_fill(struct sbuf *b, int fd);
-int sbuf_flush(struct sbuf *b, int fd);
-void rank_label(char *buf, size_t len, int rank, const char *host);
-int array_room(void *arrp, size_t *cap, size_t n, size_t elem, size_t first);
+void sw_frame_abort(struct sbuf *b, const char *reason, int kind);
+uint32_t sw_rd_u32(struct rd *r);
+uint64_t sw_rd_u64(struct rd *r);
+const char *sw_rd_blob(struct rd *r, size_t *len);
+char *sw_rd_strdup(struct rd *r);
+int sw_frame_next(struct sbuf *b, int *type, uint32_t *id, struct rd *body);
+int sw_sbuf_fill(struct sbuf *b, int fd);
+int sw_sbuf_flush(struct sbuf *b, int fd);
+void sw_rank_label(char *buf, size_t len, int rank, const char *host);
+int sw_array_room(void *arrp, size_t *cap, size_t n, size_t elem, size_t first);
 
 /* Room for one more element in a growable array `arr` of `cap` elements with `n` in use. */
-#define ARRAY_ROOM(arr, n, cap, first) array_room(&(arr), &(cap), (n), sizeof(*(arr)), (first))
+#define SW_ARRAY_ROOM(arr, n, cap, first)                                                          \
+	sw_array_room(&(arr), &(cap), (n), sizeof(*(arr)), (first))
 
 /* The handshake's proofs (above): the rank's, and the store's. secret: "" without one. */
-void auth_hello_mac(const char *secret, const unsigned char *snonce, const unsigned char *cnonce,
-		    int rank, int world, const char *job, unsigned char out[DP_SHA256_LEN]);
-void auth_ok_mac(const char *secret, const unsigned char *cnonce, const unsigned char *snonce,
-		 int rank, unsigned char out[DP_SHA256_LEN]);
+void sw_auth_hello_mac(const char *secret, const unsigned char *snonce, const unsigned char *cnonce,
+		       int rank, int world, const char *job, unsigned char out[DP_SHA256_LEN]);
+void sw_auth_ok_mac(const char *secret, const unsigned char *cnonce, const unsigned char *snonce,
+		    int rank, unsigned char out[DP_SHA256_LEN]);
 
 /* Rank 0's server (store_server.c), run by store_open on rank 0 and stopped by store_close. */
 struct store_server;

@@ -1,37 +1,78 @@
 /* metrics.c — metrics.h. */
+#define _GNU_SOURCE /* vasprintf */
 #include "trainer/metrics.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/error.h"
+#include "common/openfile.h"
 
 int metrics_open(struct metrics *mt, const char *dir, struct dp_error *err)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
-	mt->f = fopen(path, "a");
-	if (!mt->f)
-		return errprintf(err, "%s: cannot open: %s", path, strerror(errno));
+	struct dp_error oerr;
+
+	mt->open = 0;
+	mt->warned = 0;
+	snprintf(mt->path, sizeof(mt->path), "%s/metrics.jsonl", dir);
+	mt->fd = dp_open_regular(mt->path, O_WRONLY | O_APPEND | O_CREAT, 0644, DP_OPEN_MINE, NULL,
+				 &oerr);
+	if (mt->fd < 0)
+		return errprintf(err, "%s: cannot open: %s", mt->path,
+				 errno == EINVAL ? oerr.text : strerror(errno));
+	mt->open = 1;
 	return 0;
 }
 
 void metrics_line(struct metrics *mt, const char *fmt, ...)
 {
-	if (!mt->f)
+	char *line = NULL;
+	off_t at;
+	int n;
+
+	if (!mt->open)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	vfprintf(mt->f, fmt, ap);
+	n = vasprintf(&line, fmt, ap);
 	va_end(ap);
-	fputc('\n', mt->f);
-	fflush(mt->f);
+	if (n < 0)
+		return;
+	char *l = realloc(line, (size_t)n + 2);
+	if (!l) {
+		free(line);
+		return;
+	}
+	line = l;
+	line[n++] = '\n';
+	at = lseek(mt->fd, 0, SEEK_END);
+	ssize_t w;
+	do
+		w = write(mt->fd, line, (size_t)n);
+	while (w < 0 && errno == EINTR);
+	if (w != n) {
+		int e = w < 0 ? errno : ENOSPC;
+		/* a part of the line is no line: cut it off again */
+		if (w > 0 && at >= 0 && ftruncate(mt->fd, at) != 0)
+			e = errno;
+		if (!mt->warned)
+			fprintf(stderr,
+				"dptrain: warning: %s: cannot write a line (%s): it is left out, "
+				"and so is every later one that does not fit; training goes on\n",
+				mt->path, strerror(e));
+		mt->warned = 1;
+	}
+	free(line);
 }
 
 void metrics_close(struct metrics *mt)
 {
-	if (mt->f)
-		fclose(mt->f);
-	mt->f = NULL;
+	if (mt->open)
+		close(mt->fd);
+	mt->open = 0;
 }

@@ -1,15 +1,22 @@
 /* metrics.h — rank 0's metrics.jsonl (output.metrics): one JSON object per line (start, train,
- * eval, end events), appended and flushed as each is written, so that a run that stops or
- * crashes keeps every line before. */
+ * eval, end events), appended as each is written, so that a run that stops or crashes keeps
+ * every line before. A line is written whole or not at all: one write(2) of the whole line,
+ * and where the file system takes only part of it (full, a file-size limit) the file is cut
+ * back to where the line began; the first failure is said once on stderr, naming the file,
+ * and training goes on (a later line may fit again). */
 #ifndef DPTRAIN_METRICS_H
 #define DPTRAIN_METRICS_H
 
 #include <stddef.h>
-#include <stdio.h>
 #include "common/error.h"
 
+/* All zero (as in a struct that holds one): no file, lines go nowhere (other ranks,
+ * output.metrics false). */
 struct metrics {
-	FILE *f; /* NULL: lines go nowhere (other ranks, output.metrics false) */
+	int open; /* fd is metrics.jsonl's */
+	int fd;
+	int warned;	 /* the failure of a write was said */
+	char path[4096]; /* for that message */
 };
 
 /* Opens dir/metrics.jsonl for appending (a resumed run adds to it); -1 with err naming it. */

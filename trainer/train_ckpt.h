@@ -40,9 +40,10 @@ void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *outp
 		     struct nn_model *m, struct optim *o, struct comm *comm, int rank,
 		     int world_size, size_t train_samples);
 
-/* Per checkpoint.resume: nothing (0), or the weights, optimizer state and position restored
- * on every rank (1, *pos and *from set). auto skips invalid checkpoints with a warning on
- * stderr; a checkpoint of another model is an error. */
+/* Per checkpoint.resume: nothing (0), or a checkpoint restored (1, *pos and *from set on every
+ * rank): rank 0 loads the weights (train.c then broadcasts them to the others), every rank
+ * its position and its optimizer state (its own shard of it under ZeRO-1). auto skips
+ * invalid checkpoints with a warning on stderr; a checkpoint of another model is an error. */
 int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, size_t fromlen,
 		      struct dp_error *err);
 
