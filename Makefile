@@ -157,7 +157,7 @@ OPTIM_SRC   := trainer/optim/optim.c trainer/optim/optim_exec.c trainer/optim/lr
 DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_idx.c \
 	trainer/data/data_synth.c trainer/data/data_folder.c trainer/data/data_index.c \
 	trainer/data/data_shards.c trainer/data/image.c trainer/data/loader.c \
-	trainer/data/sampler.c trainer/data/transform.c
+	trainer/data/sampler.c trainer/data/shard_write.c trainer/data/transform.c
 CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
 BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_ref.c \
 	trainer/backend/backend_cuda_none.c
@@ -170,11 +170,12 @@ COMMON_SRC  := common/atomic_file.c common/errfile.c common/error.c common/hmac.
 	common/openfile.c common/path_search.c common/random.c common/secret.c
 # What a rank's task runs beside its command, for the plugin and the launcher alike: the tee
 # of its output and MindSpore's scheduler (no PMIx, no Slurm in them).
-TASK_SRC    := task/sched.c task/tee.c
+TASK_SRC    := task/sched.c task/tee.c task/wire.c
 LAUNCH_LIB_SRC := launcher/alloc.c launcher/alloc_common.c launcher/alloc_env.c \
 	launcher/alloc_pmix.c launcher/alloc_store.c launcher/env_export.c launcher/exec.c \
-	launcher/gpu.c launcher/hccn.c launcher/netaddr.c launcher/nodeaddr.c launcher/outdir.c \
-	launcher/port.c
+	launcher/gpu.c launcher/handover.c launcher/hccn.c launcher/local_run.c \
+	launcher/netaddr.c launcher/nodeaddr.c launcher/outdir.c launcher/port.c \
+	launcher/wire_send.c launcher/wireup.c
 SPANK_SRC   := spank/args.c spank/plugin.c spank/local.c spank/remote.c
 PLUGIN_SHARED_SRC := $(TASK_SRC) $(COMMON_SRC)
 TAP_SRC     := t/lib/tap.c t/lib/ranks.c

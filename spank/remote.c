@@ -31,6 +31,7 @@
 #include "spank/plugin.h"
 #include "task/sched.h"
 #include "task/tee.h"
+#include "task/wire.h"
 
 /* Remember an error for task_init: failing here would fail the step with a message that
  * only reaches slurmd's log, while task_init's error reaches the user's srun. */
@@ -206,26 +207,25 @@ static void dp_ident(spank_t sp, char *out, size_t outlen)
 	snprintf(out, outlen, "rank %s on %s", rank, node);
 }
 
-/* What the helper said (dptrain-launch --wire-up: its records, see launcher/dptrain-launch.c). */
+/* What the helper said (dptrain-launch --wire-up: its records, task/wire.h). */
 struct dp_wire {
-	char *buf;
+	char *buf; /* the records, as read */
 	size_t len, cap;
 	pid_t pid;
 	int status;	       /* the helper's wait status, once reaped */
-	int complete;	       /* its last record was Z */
-	const char *log;       /* L, or NULL */
-	int tee, blocked;      /* T, S */
-	const char *cwd;       /* C, or NULL */
-	const char *sched_log; /* M, or NULL */
-	int lock_fd; /* K: the output directory's lock (rank 0), held by the task; or -1 */
+	int complete;	       /* its last record was WIRE_END */
+	const char *log;       /* WIRE_LOG, or NULL */
+	int tee, blocked;      /* WIRE_TEE, WIRE_STOP_BLOCKED */
+	const char *cwd;       /* WIRE_CWD, or NULL */
+	const char *sched_log; /* WIRE_SCHED_LOG, or NULL */
+	int lock_fd; /* WIRE_LOCK: the output directory's lock (rank 0), held by the task; or -1 */
 };
 
-#define DP_WIRE_MAX (1 << 20)
 /* The names (comm, 15 characters at most) of the task's process during task_init and of the
  * watcher: anything but "slurmstepd", which proctrack/linuxproc never signals. */
 #define DP_TASK_NAME	"dptrain-task"
 #define DP_WATCH_NAME	"dptrain-watch"
-#define DP_FIRST_WORD_S 90 /* until the helper says its limit (D): it gives up at 60 */
+#define DP_FIRST_WORD_S 90 /* until the helper says its limit (WIRE_LIMIT): it gives up at 60 */
 
 /* Reap the helper within `secs` seconds, else kill it. */
 static void dp_reap(struct dp_wire *w, double secs)
@@ -235,6 +235,15 @@ static void dp_reap(struct dp_wire *w, double secs)
 	kill(w->pid, SIGKILL);
 	while (waitpid(w->pid, &w->status, 0) < 0 && errno == EINTR)
 		;
+}
+
+/* The helper given up on: its socket closed, itself killed and reaped. -1. */
+static int dp_stop_helper(struct dp_wire *w, int fd)
+{
+	close(fd);
+	kill(w->pid, SIGKILL);
+	dp_reap(w, 10);
+	return -1;
 }
 
 /* read(2) from the helper's socket, keeping the first descriptor it sends (close-on-exec)
@@ -284,6 +293,7 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 	char **argv = NULL, **env = NULL, **nargv;
 	char fdarg[32];
 	int argc = 0, p[2], i, limit = -1;
+	struct dp_error werr;
 	double start = now_s();
 
 	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
@@ -333,10 +343,7 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 			slurm_error("dptrain: %s: the wire-up (%s) did not finish within %d s; "
 				    "stopped it",
 				    ident, launcher, limit < 0 ? DP_FIRST_WORD_S : limit + 30);
-			close(p[0]);
-			kill(w->pid, SIGKILL);
-			dp_reap(w, 10);
-			return -1;
+			return dp_stop_helper(w, p[0]);
 		}
 		int ready = poll(&pf, 1, left > 60 ? 60000 : (int)(left * 1000) + 1);
 
@@ -347,13 +354,10 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 		if (w->len + 65536 > w->cap) {
 			char *nb;
 
-			if (w->cap >= DP_WIRE_MAX) {
+			if (w->cap >= WIRE_MAX_BYTES) {
 				slurm_error("dptrain: %s: the wire-up sent more than %d bytes",
-					    ident, DP_WIRE_MAX);
-				close(p[0]);
-				kill(w->pid, SIGKILL);
-				dp_reap(w, 10);
-				return -1;
+					    ident, WIRE_MAX_BYTES);
+				return dp_stop_helper(w, p[0]);
 			}
 			nb = realloc(w->buf, w->cap + 65536);
 			if (!nb)
@@ -367,55 +371,63 @@ static int dp_run_helper(spank_t sp, const char *launcher, const char *ident, st
 		if (n <= 0)
 			break;
 		w->len += (size_t)n;
-		if (limit < 0 && w->len > 1 && w->buf[0] == 'D' && memchr(w->buf, '\0', w->len))
-			limit = atoi(w->buf + 1) > 0 ? atoi(w->buf + 1) : 0;
+		/* The first record says the helper's limit and version: one of another version
+		 * is refused before anything else it sends is read. */
+		if (limit < 0 && wire_check_first(w->buf, w->len, launcher, &limit, &werr) < 0) {
+			slurm_error("dptrain: %s: %s", ident, werr.text);
+			return dp_stop_helper(w, p[0]);
+		}
 	}
 	close(p[0]);
 	dp_reap(w, 10);
 	return 0;
 }
 
-/* The records, applied to the task: its variables. Remembers L, T and S. */
-static int dp_apply(spank_t sp, const char *ident, struct dp_wire *w)
+/* The records, applied to the task: its variables. Remembers the rest for dp_output. */
+static int dp_apply(spank_t sp, const char *launcher, const char *ident, struct dp_wire *w)
 {
+	struct wire_rec r;
 	size_t off = 0;
+	char *eq;
 
-	while (off < w->len) {
-		char *rec = w->buf + off, *eq;
-		size_t n = strnlen(rec, w->len - off);
-
-		if (off + n == w->len)
-			break; /* unterminated: the helper died mid-record */
-		off += n + 1;
-		switch (rec[0]) {
-		case 'E':
-			eq = strchr(rec + 1, '=');
-			if (!eq || eq == rec + 1)
+	while (wire_next(w->buf, w->len, &off, &r)) {
+		switch (r.kind) {
+		case WIRE_LIMIT: /* read by dp_run_helper */
+		case WIRE_LOCK:	 /* its descriptor came with it (dp_recv) */
+			break;
+		case WIRE_ENV:
+			eq = strchr(r.value, '=');
+			if (!eq || eq == r.value)
 				continue;
 			*eq = '\0';
-			if (dp_setenv(sp, rec + 1, eq + 1, 1) < 0)
+			if (dp_setenv(sp, r.value, eq + 1, 1) < 0)
 				return -1;
 			break;
-		case 'L':
-			w->log = rec + 1;
+		case WIRE_LOG:
+			w->log = r.value;
 			break;
-		case 'T':
-			w->tee = rec[1] == '1';
+		case WIRE_TEE:
+			w->tee = r.value[0] == '1';
 			break;
-		case 'S':
-			w->blocked = rec[1] == '1';
+		case WIRE_STOP_BLOCKED:
+			w->blocked = r.value[0] == '1';
 			break;
-		case 'C':
-			w->cwd = rec + 1;
+		case WIRE_CWD:
+			w->cwd = r.value;
 			break;
-		case 'M':
-			w->sched_log = rec + 1;
+		case WIRE_SCHED_LOG:
+			w->sched_log = r.value;
 			break;
-		case 'Z':
+		case WIRE_END:
 			w->complete = 1;
 			break;
 		default:
-			break;
+			slurm_error(
+			    "dptrain: %s: the launcher %s sent a record this plugin does not "
+			    "know (kind byte %u) in wire-up protocol %d: install the same "
+			    "dptrain version of plugin and launcher on every node",
+			    ident, launcher, (unsigned char)r.kind, WIRE_VERSION);
+			return -1;
 		}
 	}
 	if (!w->complete) {
@@ -641,7 +653,7 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 		free(w.buf);
 		dp_leave_as(w.status); /* the helper said why */
 	}
-	if (rc < 0 || dp_apply(sp, ident, &w) < 0 ||
+	if (rc < 0 || dp_apply(sp, launcher, ident, &w) < 0 ||
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
 	    dp_output(ident, &w, &stop, launcher, argv, env,

@@ -53,7 +53,7 @@ test_expect_success 'start a two-node cluster with the plugin and a probe launch
 	cat >"$PROBE" <<-\EOF &&
 	#!/bin/sh
 	# probe launcher: records what dptrain.so handed over, then answers as dptrain-launch
-	# --wire-up=FD does (launcher/dptrain-launch.c), with nothing to change; Slurm runs the command.
+	# --wire-up=FD does (the records of task/wire.h), with nothing to change; Slurm runs the command.
 	n=${SLURM_PROCID:-x}
 	# the watcher asking to end the step after a failed command: noted, not done
 	case "$1" in --abort=*) echo "rank $n: $*" >>"$PROBE_OUT/aborts"; exit 0 ;; esac
@@ -273,6 +273,27 @@ test_expect_success 'a launcher that is not executable fails the task' '
 	test_must_fail timeout 30 srun -n1 -w n1 --dptrain=good.json true 2>err &&
 	grep "dptrain: the launcher .*noexec.sh cannot be executed (rank 0 on n1): Permission denied" err &&
 	plugstack
+'
+
+# A half-upgraded node: plugin and launcher of two wire-up protocol versions (task/wire.h).
+# The plugin refuses the launcher at its first record, naming the node and both versions,
+# never misreading what follows; it does not wait out the helper (which would run 10 minutes).
+test_expect_success 'a launcher of another wire-up protocol fails the step at once, naming both versions' '
+	cat >"$DPTRAIN_CLUSTER_RUNDIR/v2.sh" <<-\EOF &&
+	#!/bin/sh
+	# a dptrain-launch of a later version: protocol 2, then ten minutes of work
+	printf "D60 2\0EWHATEVER=1\0" >&3
+	exec sleep 600
+	EOF
+	chmod +x "$DPTRAIN_CLUSTER_RUNDIR/v2.sh" &&
+	plugstack launcher=$DPTRAIN_CLUSTER_RUNDIR/v2.sh &&
+	rc=0 && timeout 60 srun -n1 -w n2 --dptrain=good.json true 2>err || rc=$? &&
+	cat err &&
+	test $rc != 0 && test $rc != 124 &&
+	grep "dptrain: rank 0 on n2: the launcher $DPTRAIN_CLUSTER_RUNDIR/v2.sh speaks wire-up protocol 2, this plugin 1: install the same dptrain version of plugin and launcher on every node" err &&
+	! pgrep -f "$DPTRAIN_CLUSTER_RUNDIR/v2.sh" &&
+	plugstack &&
+	timeout 60 srun -n1 -w n2 --dptrain=good.json true
 '
 
 # A site admin's typo must not stop the cluster: it fails --dptrain jobs only, naming the

@@ -1,12 +1,15 @@
 /* launch_files.c — unit tests of what dptrain-launch writes: output directory patterns,
  * mkdir -p, atomic files, env.log, the exported variables and the fallback's wait for the
- * rank table. Works in its own temporary directory. */
+ * rank table; and the wire-up's phases (launcher/wireup.h) called one by one for a one-rank
+ * job, answering the plugin on a socket pair. Works in its own temporary directory. */
 #include "common/error.h"
 #include "common/openfile.h"
 #include "launcher/alloc.h"
 #include "launcher/launcher.h"
 #include "t/lib/tap.h"
+#include "launcher/wireup.h"
 #include "task/tee.h"
+#include "task/wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -440,6 +444,69 @@ static void test_exec_status(void)
 	is_int(launch_exec_status(ENOEXEC), 126, "bad format: 126");
 }
 
+/* The phases dptrain-launch's main calls, in its order, for rank 0 of 1 (env source), as the
+ * plugin's helper: each leaves what the next needs, and the records come back on the socket,
+ * the first with this protocol version, the last the end. */
+static void test_wireup_phases(void)
+{
+	static char cmd0[] = "true", *cmd[] = {cmd0, NULL};
+	struct wireup w;
+	struct dp_error err;
+	struct wire_rec r;
+	char out[600], path[700], buf[65536];
+	size_t len = 0, off = 0;
+	ssize_t n;
+	int sv[2], limit = -1, phase = 0, got_log = 0, got_end = 0, kinds_ok = 1;
+
+	snprintf(out, sizeof(out), "%s/wired", tmp);
+	clearenv();
+	setenv("PATH", "/usr/bin:/bin", 1);
+	setenv("DPTRAIN_SOURCE", "env", 1);
+	setenv("RANK", "0", 1);
+	setenv("WORLD_SIZE", "1", 1);
+	setenv("MASTER_ADDR", "127.0.0.1", 1);
+	setenv("MASTER_PORT", "29511", 1);
+	setenv("DPTRAIN_OUTPUT_DIR", out, 1);
+	setenv("DPTRAIN_STORE_SECRET", "0123456789abcdef0123456789abcdef", 1);
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+		bail_out("socketpair: %s", strerror(errno));
+	wireup_init(&w);
+	w.cmd = cmd;
+	like(w.ident, "rank 0 on ", "ident before discovery: the rank from the environment");
+	ok(wireup_to_plugin(&w, sv[1], &err) == 0, "answers the plugin on a socket");
+	int (*phases[])(struct wireup *, struct dp_error *) = {
+	    wireup_start, wireup_discover,   wireup_meet,	 wireup_outdir,
+	    wireup_gate,  wireup_rank_table, wireup_environment, wireup_env_log,
+	    wireup_sync,  wireup_finish,     wireup_command};
+	for (phase = 0; phase < (int)(sizeof(phases) / sizeof(phases[0])); phase++)
+		if (phases[phase](&w, &err) != 0)
+			break;
+	is_int(phase, 11, "every phase passes %s", phase < 11 ? err.text : "");
+	like(w.ident, "rank 0 on ", "ident after discovery");
+	ok(!w.guard_running && !w.session_open, "the guard stopped, no session open");
+	snprintf(path, sizeof(path), "%s/rank_table.json", out);
+	ok(access(path, F_OK) == 0, "the rank table written");
+	snprintf(path, sizeof(path), "%s/device0/env.log", out);
+	ok(access(path, F_OK) == 0, "device0/env.log written");
+	ok(w.lock_fd >= 0, "rank 0 holds the output directory's lock");
+	is_int(wireup_hand_over(&w, &err), 0, "the hand-over: the records sent");
+	while ((n = read(sv[0], buf + len, sizeof(buf) - len)) > 0)
+		len += (size_t)n;
+	close(sv[0]);
+	is_int(wire_check_first(buf, len, "test", &limit, &err), 1,
+	       "the first record: D of this protocol version");
+	is_int(limit, 2 * LAUNCH_DEFAULT_TIMEOUT + 30, "... the guard's limit");
+	while (wire_next(buf, len, &off, &r)) {
+		got_log |= r.kind == WIRE_LOG && strstr(r.value, "/device0/train.log") != NULL;
+		got_end = r.kind == WIRE_END;
+		kinds_ok &= strchr("DELTSCMKZ", r.kind) != NULL;
+	}
+	ok(got_log, "the log record names device0/train.log");
+	ok(kinds_ok && got_end && off == len, "known kinds, the end last");
+	if (w.lock_fd >= 0)
+		close(w.lock_fd);
+}
+
 int main(void)
 {
 	char cmd[600];
@@ -457,6 +524,7 @@ int main(void)
 	test_atomic();
 	test_env();
 	test_exec_status();
+	test_wireup_phases();
 	if (chdir("/") == 0) {
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
 		if (system(cmd) != 0)

@@ -1,9 +1,11 @@
 /* data_shards.c — packed shard directories (data_load_shards in data.h): DIR/index and the tar
  * shards it names, each opened once; a sample's bytes are pread from its shard (so any thread
- * may read) and checked against the index's CRC-32. Owns reading shards; writing them is
- * dptrain-data pack's (trainer/data/dptrain-data.c), the index format data_index.c's. */
+ * may read) and checked against the index's CRC-32. Owns reading shards and the shards' file
+ * names (shards.h), which the writer uses; writing them is shard_write.c's, the index format
+ * data_index.c's. */
 #include "trainer/data/data.h"
 #include "trainer/data/data_index.h"
+#include "trainer/data/shards.h"
 #include "common/error.h"
 
 #include <errno.h>
@@ -15,8 +17,37 @@
 #include <unistd.h>
 #include <zlib.h>
 
-/* No image file is this large; the index's word is not taken for more. */
-#define SHARD_MAX_MEMBER (1ull << 30)
+void shard_name(char out[SHARD_NAME_MAX], uint32_t k)
+{
+	snprintf(out, SHARD_NAME_MAX, SHARD_NAME, k);
+}
+
+void shard_partial_name(char out[SHARD_NAME_MAX], uint32_t k)
+{
+	snprintf(out, SHARD_NAME_MAX, SHARD_NAME SHARD_PARTIAL_SUFFIX, k);
+}
+
+/* The number is the name's first digits; the name must be exactly what shard_name or
+ * shard_partial_name make of it (so "shard-000001.tar" is no shard). */
+enum shard_file shard_parse_name(const char *name, uint32_t *k)
+{
+	const char *digits = strpbrk(name, "0123456789");
+	char canon[SHARD_NAME_MAX];
+	unsigned long long v;
+
+	if (!digits)
+		return SHARD_FILE_OTHER;
+	errno = 0;
+	v = strtoull(digits, NULL, 10);
+	if (errno || v > UINT32_MAX)
+		return SHARD_FILE_OTHER;
+	*k = (uint32_t)v;
+	shard_name(canon, *k);
+	if (!strcmp(name, canon))
+		return SHARD_FILE_SHARD;
+	shard_partial_name(canon, *k);
+	return !strcmp(name, canon) ? SHARD_FILE_PARTIAL : SHARD_FILE_OTHER;
+}
 
 struct shards {
 	struct di_index ix; /* first: di_of_set */
@@ -34,12 +65,12 @@ static int shards_read(const struct data_set *ds, size_t i, struct data_bytes *b
 
 	*label = (int)s->label;
 	if (s->size == 0)
-		return errprintf(err, "%s/shard-%05u.tar: %s: empty file, not an image", sh->dir,
+		return errprintf(err, "%s/" SHARD_NAME ": %s: empty file, not an image", sh->dir,
 				 s->shard, di_name(&sh->ix, i));
 	if (s->size > b->cap) {
 		uint8_t *p = realloc(b->p, (size_t)s->size);
 		if (!p)
-			return errprintf(err, "%s/shard-%05u.tar: %s: out of memory for %llu bytes",
+			return errprintf(err, "%s/" SHARD_NAME ": %s: out of memory for %llu bytes",
 					 sh->dir, s->shard, di_name(&sh->ix, i),
 					 (unsigned long long)s->size);
 		b->p = p;
@@ -52,7 +83,7 @@ static int shards_read(const struct data_set *ds, size_t i, struct data_bytes *b
 			continue;
 		if (r <= 0)
 			return errprintf(err,
-					 "%s/shard-%05u.tar: %s: %s; re-run dptrain-data pack "
+					 "%s/" SHARD_NAME ": %s: %s; re-run dptrain-data pack "
 					 "to repair the shard",
 					 sh->dir, s->shard, di_name(&sh->ix, i),
 					 r < 0 ? strerror(errno) : "the shard ends inside it");
@@ -66,7 +97,7 @@ static int shards_read(const struct data_set *ds, size_t i, struct data_bytes *b
 	}
 	if ((uint32_t)crc != s->crc)
 		return errprintf(err,
-				 "%s/shard-%05u.tar: %s: CRC-32 mismatch (corrupt shard); "
+				 "%s/" SHARD_NAME ": %s: CRC-32 mismatch (corrupt shard); "
 				 "dptrain-data verify %s lists every damaged sample",
 				 sh->dir, s->shard, di_name(&sh->ix, i), sh->dir);
 	return 0;
@@ -76,7 +107,7 @@ static void shards_describe(const struct data_set *ds, size_t i, char *buf, size
 {
 	const struct shards *sh = ds->priv;
 
-	snprintf(buf, n, "%s/shard-%05u.tar: %s", sh->dir, sh->ix.s[i].shard, di_name(&sh->ix, i));
+	snprintf(buf, n, "%s/" SHARD_NAME ": %s", sh->dir, sh->ix.s[i].shard, di_name(&sh->ix, i));
 }
 
 static void shards_release(struct shards *sh)
@@ -117,7 +148,7 @@ static int open_shards(struct shards *sh, struct dp_error *err)
 	for (uint32_t k = 0; k < x->shards; k++) {
 		struct stat st;
 
-		snprintf(path, sizeof(path), "%s/shard-%05u.tar", sh->dir, k);
+		snprintf(path, sizeof(path), "%s/" SHARD_NAME, sh->dir, k);
 		if ((sh->fd[k] = open(path, O_RDONLY | O_CLOEXEC)) < 0 || fstat(sh->fd[k], &st)) {
 			errprintf(err, "%s: %s%s", path, strerror(errno),
 				  errno == EMFILE ? " (every shard is kept open: raise ulimit -n, "
@@ -132,7 +163,7 @@ static int open_shards(struct shards *sh, struct dp_error *err)
 		const struct di_sample *s = &x->s[i];
 		if (s->offset + s->size > (uint64_t)size[s->shard]) {
 			errprintf(err,
-				  "%s/shard-%05u.tar: truncated: %lld bytes, but sample %zu (%s) "
+				  "%s/" SHARD_NAME ": truncated: %lld bytes, but sample %zu (%s) "
 				  "ends at byte %llu; re-run dptrain-data pack %s %s to repair",
 				  sh->dir, s->shard, (long long)size[s->shard], i, di_name(x, i),
 				  (unsigned long long)(s->offset + s->size), x->root, sh->dir);
