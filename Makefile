@@ -283,7 +283,10 @@ LDFLAGS += -fopenmp
 
 # The CUDA backend and NCCL: trainer/*/*.cu through nvcc (sm_90 code plus PTX for newer GPUs),
 # CUDA-side C files against the toolkit's headers. Built wherever the toolkit is, GPU or not.
-CUDA_BACKEND_SRC := trainer/backend/backend_cuda.cu
+CUDA_BACKEND_SRC := trainer/backend/backend_cuda.cu trainer/backend/cuda_mem.cu \
+	trainer/backend/cuda_op.cu trainer/backend/cuda_eltwise.cu trainer/backend/cuda_conv.cu \
+	trainer/backend/cuda_bn.cu trainer/backend/cuda_pool.cu trainer/backend/cuda_linear.cu \
+	trainer/backend/cuda_loss.cu
 CUDA_OPTIM_SRC   := trainer/optim/optim_cuda.cu
 ifeq ($(HAVE_CUDA)$(if $(NVCC),yes,no),yesyes)
 CPPFLAGS     += -DHAVE_CUDA=1 $(CUDA_CFLAGS)

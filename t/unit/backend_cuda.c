@@ -1272,88 +1272,6 @@ out:
 }
 
 /* ------------------------------------------------------------------------------------- */
-
-static const struct be_conv_desc convs[] = {
-    /* n  c   h   w   k  kh kw s  pad bias */
-    {2, 3, 9, 11, 5, 3, 3, 1, 1, 1, 0, 0},     /* odd sizes, bias */
-    {1, 5, 7, 7, 6, 3, 3, 2, 1, 0, 0, 0},      /* batch 1, stride 2 */
-    {3, 8, 6, 6, 12, 1, 1, 1, 0, 0, 0, 0},     /* 1x1 */
-    {2, 16, 8, 8, 8, 1, 1, 2, 0, 0, 0, 0},     /* 1x1/2 downsample */
-    {2, 3, 23, 23, 8, 7, 7, 2, 3, 0, 0, 0},    /* 7x7/2 stem */
-    {4, 17, 10, 10, 19, 3, 3, 1, 1, 0, 0, 0},  /* channels not multiple of 8 */
-    {2, 32, 14, 14, 32, 3, 3, 1, 1, 0, 0, 0},  /* Winograd-friendly */
-    {2, 64, 7, 7, 128, 3, 3, 2, 1, 0, 0, 0},   /* 3x3/2 widening */
-    {2, 4, 5, 5, 3, 5, 5, 1, 0, 1, 0, 0},      /* kernel covers the input */
-    {2, 16, 4, 4, 16, 1, 1, 1, 0, 1, 0, 0},    /* 1x1 with bias */
-    {2, 64, 12, 12, 256, 1, 1, 1, 0, 0, 0, 0}, /* bottleneck expansion */
-    {32, 64, 32, 32, 64, 3, 3, 1, 1, 0, 0, 0}, /* a real layer: big enough for FFT */
-};
-
-/* n, c, h, w, eps, fuse_relu, fuse_add */
-static const struct be_bn_desc bns[] = {
-    {2, 3, 5, 7, 1e-5f, 0, 0},	 {2, 3, 5, 7, 1e-5f, 1, 0},	{1, 16, 4, 4, 1e-5f, 1, 0},
-    {8, 17, 3, 3, 1e-5f, 0, 0},	 {4, 32, 8, 8, 1e-3f, 1, 0},	{3, 8, 1, 1, 1e-5f, 0, 0},
-    {3, 64, 6, 5, 1e-5f, 0, 0},	 {16, 24, 2, 2, 1e-5f, 1, 0},	{32, 64, 16, 16, 1e-5f, 1, 0},
-    {2, 3, 5, 7, 1e-5f, 1, 1},	 {8, 17, 3, 3, 1e-5f, 0, 1},	{4, 32, 8, 8, 1e-3f, 1, 1},
-    {16, 24, 2, 2, 1e-5f, 1, 1}, {32, 64, 16, 16, 1e-5f, 1, 1},
-};
-/* bf16's own BN kernels split each channel's n*h*w values into slabs (backend_cuda.cu): this
- * shape has many, the last one short, in either layout, and an odd channel count. */
-static const struct be_bn_desc bn_slabs = {9, 7, 37, 41, 1e-5f, 1, 1};
-
-static const struct be_pool_desc pools[] = {
-    {BE_POOL_MAX, 2, 3, 9, 9, 3, 3, 2, 1, 0, 0},   {BE_POOL_MAX, 2, 3, 7, 7, 2, 2, 2, 0, 0, 0},
-    {BE_POOL_MAX, 1, 4, 16, 16, 3, 3, 1, 1, 0, 0}, {BE_POOL_MAX, 2, 17, 12, 10, 3, 3, 2, 1, 0, 0},
-    {BE_POOL_AVG, 2, 3, 8, 8, 2, 2, 2, 0, 0, 0},   {BE_POOL_AVG, 2, 5, 9, 7, 3, 3, 1, 1, 0, 0},
-    {BE_POOL_AVG, 1, 16, 7, 7, 7, 7, 1, 0, 0, 0},  {BE_POOL_AVG, 2, 3, 11, 11, 3, 3, 2, 1, 0, 0},
-};
-/* n, in, out, bias, then the c x h x w the input was flattened from (nn.c's desc for a linear
- * layer after a conv or pool: lenet's fc1), 0 for plain rows */
-static const struct be_linear_desc lins[] = {
-    {1, 7, 3, 1, 0, 0, 0},	{5, 64, 10, 1, 0, 0, 0},     {8, 33, 17, 0, 0, 0, 0},
-    {16, 512, 100, 1, 0, 0, 0}, {256, 1000, 10, 1, 0, 0, 0}, {4, 256, 120, 1, 16, 4, 4},
-    {3, 30, 7, 0, 5, 2, 3},	{2, 24, 5, 1, 24, 1, 1},
-};
-
-static void run_suite(struct t *t, int convs_only)
-{
-	for (size_t i = 0; i < sizeof(convs) / sizeof(convs[0]); i++)
-		test_conv(t, convs[i]);
-	if (convs_only)
-		return;
-	for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++)
-		test_bn(t, bns[i]);
-	for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
-		test_pool(t, pools[i], 0);
-	/* Ties (ReLU outputs are full of zeros): both must pick the first maximum. */
-	test_pool(t, pools[0], 3);
-	test_pool(t, pools[3], 2);
-	for (size_t i = 0; i < sizeof(lins) / sizeof(lins[0]); i++)
-		test_linear(t, lins[i]);
-	test_eltwise(t, 1);
-	test_eltwise(t, 1000003);
-	test_input_u8(t, 3, 3, 224, 224);
-	test_input_u8(t, 1, 1, 5, 7);
-	test_gap(t, 2, 3, 5);
-	test_gap(t, 4, 64, 49);
-	test_xent(t, 1, 10, 0.0f, 1.0f);
-	test_xent(t, 16, 10, 0.1f, 1.0f);
-	test_xent(t, 7, 1000, 0.1f, 0.25f);
-	test_xent_known(t);
-	test_xent_nan(t);
-	test_errors(t);
-	test_arena(t);
-	if (t->tf32) {
-		test_model(t, "lenet", 1, 28, 28, 8, TOL_TF32_MODEL, TOL_TF32_LENET_GRAD, 1.0f);
-		test_model(t, "resnet18", 3, 32, 32, 4, TOL_TF32_MODEL, TOL_TF32_RESNET_GRAD, 1.0f);
-	} else {
-		test_model(t, "lenet", 1, 28, 28, 8, TOL_LENET, TOL_LENET, 1.0f);
-		test_model(t, "resnet18", 3, 32, 32, 4, TOL_RESNET, TOL_RESNET_GRAD, 1.0f);
-	}
-	test_async(t);
-}
-
-/* ------------------------------------------------------------------------------------- */
 /* bf16 and fp16 activations against the reference backend (float32, double sums) on the same
  * inputs, rounded to the type first: the GPU gets them through act_import (exact then) and
  * gives its results back through act_export; outputs start as NaN. Parameters and their
@@ -1707,7 +1625,7 @@ out_ops:
 		g->ops->op_destroy(g, og);
 }
 
-/* bf16's own batch norm kernels (backend_cuda.cu): the statistics of a channel `big` (-1: none)
+/* bf16's own batch norm kernels (cuda_bn.cu): the statistics of a channel `big` (-1: none)
  * whose mean is large against its spread, 1000 + U(-8, 8): with m = 13653 values a float32
  * E[x^2] - mean^2 gives a variance off by a factor of two or more (measured in a host emulation)
  * where the kernels' double sums agree with the reference's two passes to float32 rounding; and
@@ -2064,62 +1982,6 @@ static void test_xent_h(struct t *t, int n, int classes, float smoothing, float 
 	dfree(t, gl), dfree(t, gd), dfree(t, glab);
 }
 
-/* t->cpu is the reference backend, cpu the CPU backend for the whole models (the reference
- * would take a minute on resnet18). */
-static void run_half_suite(struct t *t, struct backend *cpu, int convs_only)
-{
-	struct t tm = *t;
-
-	if (!convs_only)
-		test_act_h(t);
-	for (size_t i = 0; i < sizeof(convs) / sizeof(convs[0]); i++)
-		test_conv_h(t, convs[i]);
-	if (convs_only && t->dt == BE_F16 && t->nhwc) {
-		/* fp16 NHWC training as it runs by default: batch norm through cuDNN's Ex calls
-		 * (persistent NHWC kernels, the ReLU and the add fused), which the deterministic
-		 * backend never takes */
-		for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++)
-			test_bn_h(t, bns[i]);
-		tm.cpu = cpu;
-		test_model(&tm, "resnet18", 3, 32, 32, 4, TOL_FP16_RESNET, TOL_FP16_RESNET_GRAD,
-			   FP16_MODEL_SCALE);
-	}
-	if (convs_only)
-		return;
-	for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++)
-		test_bn_h(t, bns[i]);
-	if (t->dt == BE_BF16) {
-		test_bn_h(t, bn_slabs);
-		test_bn_h_own(t, bn_slabs, 2);
-		test_bn_h_own(t, bns[8], -1);
-	}
-	for (size_t i = 0; i < sizeof(pools) / sizeof(pools[0]); i++)
-		test_pool_h(t, pools[i], 0);
-	test_pool_h(t, pools[0], 3);
-	test_pool_h(t, pools[3], 2);
-	for (size_t i = 0; i < sizeof(lins) / sizeof(lins[0]); i++)
-		test_linear_h(t, lins[i]);
-	test_eltwise_h(t, 1);
-	test_eltwise_h(t, 1000003);
-	test_gap_h(t, 2, 3, 5);
-	test_gap_h(t, 4, 64, 49);
-	test_xent_h(t, 1, 10, 0.0f, 1.0f);
-	test_xent_h(t, 16, 10, 0.1f, 1.0f);
-	test_xent_h(t, 7, 1000, 0.1f, 0.25f);
-	test_errors(t);
-	tm.cpu = cpu;
-	if (t->dt == BE_BF16) {
-		test_model(&tm, "lenet", 1, 28, 28, 8, TOL_BF16_LENET, TOL_BF16_LENET_GRAD, 1.0f);
-		test_model(&tm, "resnet18", 3, 32, 32, 4, TOL_BF16_RESNET, TOL_BF16_RESNET_GRAD,
-			   1.0f);
-	} else {
-		test_model(&tm, "lenet", 1, 28, 28, 8, TOL_FP16_LENET, TOL_FP16_LENET_GRAD,
-			   FP16_MODEL_SCALE);
-		test_model(&tm, "resnet18", 3, 32, 32, 4, TOL_FP16_RESNET, TOL_FP16_RESNET_GRAD,
-			   FP16_MODEL_SCALE);
-	}
-}
-
 /* ------------------------------------------------------------------------------------- */
 /* The half modes' two layouts against each other: t->gpu NHWC, tn->gpu the same type in NCHW
  * (DPTRAIN_CUDA_LAYOUT=nchw). */
@@ -2322,27 +2184,296 @@ out:
 	free(x), free(lab);
 }
 
-static void run_layout_suite(struct t *t, struct t *tn)
-{
-	static const struct be_conv_desc lc[] = {
-	    /* n  c   h   w   k  kh kw s  pad bias */
-	    {2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 0, 0},  /* bias, OHWI != OIHW */
-	    {2, 3, 9, 11, 5, 3, 3, 2, 1, 0, 0, 0},  /* odd sizes, channels not multiple of 8 */
-	    {2, 16, 8, 8, 32, 1, 1, 2, 0, 0, 0, 0}, /* 1x1: OHWI == OIHW */
-	    {2, 1, 12, 12, 6, 5, 5, 1, 0, 1, 0, 0}, /* lenet's conv1: C = 1 */
-	};
+/* ------------------------------------------------------------------------------------- */
+/* The cases: every op, shape and whole model the suite checks, and on which backends (modes).
+ * A case runs on each mode in its modes, in this order; an op's case compares the float32 modes
+ * with the CPU backend (test_conv, ...) and the half modes with the reference (test_conv_h, ...),
+ * each with its tolerances (the TOL_* above, by op and mode); whole models carry theirs. */
 
-	test_layout_memory(t, tn);
-	for (size_t i = 0; i < sizeof(lc) / sizeof(lc[0]); i++)
-		test_conv_layouts(t, tn, lc[i]);
-	if (t->dt == BE_BF16) {
-		test_model_layouts(t, tn, "lenet", 1, 28, 28, 8, TOL_BF16_LENET, 1.0f);
-		test_model_layouts(t, tn, "resnet18", 3, 32, 32, 4, TOL_BF16_RESNET, 1.0f);
-	} else {
-		test_model_layouts(t, tn, "lenet", 1, 28, 28, 8, TOL_FP16_LENET, FP16_MODEL_SCALE);
-		test_model_layouts(t, tn, "resnet18", 3, 32, 32, 4, TOL_FP16_RESNET,
-				   FP16_MODEL_SCALE);
+/* The modes: the backends main creates, one bit each. */
+enum {
+	M_F32_DET = 1 << 0,   /* float32, DPTRAIN_CUDA_DETERMINISTIC=1: repeats bit for bit */
+	M_F32_FAST = 1 << 1,  /* float32, cuDNN's fastest algorithms */
+	M_F32_TF32 = 1 << 2,  /* float32 with TF32 tensor cores */
+	M_BF16_NHWC = 1 << 3, /* bf16 and fp16 in both layouts, deterministic algorithms */
+	M_BF16_NCHW = 1 << 4, /* (DPTRAIN_CUDA_LAYOUT=nchw) */
+	M_FP16_NHWC = 1 << 5,
+	M_FP16_NCHW = 1 << 6,
+	M_BF16_NHWC_FAST = 1 << 7, /* the same with cuDNN's fastest algorithms */
+	M_BF16_NCHW_FAST = 1 << 8,
+	M_FP16_NHWC_FAST = 1 << 9,
+	M_FP16_NCHW_FAST = 1 << 10,
+	M_BF16_LAYOUTS = 1 << 11, /* NHWC against NCHW (run_case's nchw), deterministic */
+	M_FP16_LAYOUTS = 1 << 12,
+};
+#define M_F32	  (M_F32_DET | M_F32_TF32) /* the float32 suite; M_F32_FAST runs convolutions */
+#define M_BF16	  (M_BF16_NHWC | M_BF16_NCHW)
+#define M_FP16	  (M_FP16_NHWC | M_FP16_NCHW)
+#define M_HALF	  (M_BF16 | M_FP16) /* the half suite; the _FAST modes run convolutions */
+#define M_FULL	  (M_F32 | M_HALF)
+#define M_LAYOUTS (M_BF16_LAYOUTS | M_FP16_LAYOUTS)
+#define M_ALL                                                                                      \
+	(M_FULL | M_F32_FAST | M_BF16_NHWC_FAST | M_BF16_NCHW_FAST | M_FP16_NHWC_FAST |            \
+	 M_FP16_NCHW_FAST)
+/* fp16 NHWC training as it runs by default: batch norm through cuDNN's Ex calls (persistent NHWC
+ * kernels, the ReLU and the add fused), which the deterministic backend never takes */
+#define M_FP16_EX M_FP16_NHWC_FAST
+#define M_FULL_EX (M_FULL | M_FP16_EX)
+
+enum tc_op {
+	T_ACT,		 /* test_act_h: the act type, import and export */
+	T_CONV,		 /* test_conv, test_conv_h */
+	T_BN,		 /* test_bn, test_bn_h */
+	T_BN_OWN,	 /* test_bn_h_own: bf16's own kernels, arg the large-mean channel or -1 */
+	T_POOL,		 /* test_pool, test_pool_h: arg levels of x (ties), 0 for none */
+	T_LINEAR,	 /* test_linear, test_linear_h */
+	T_ELTWISE,	 /* test_eltwise, test_eltwise_h over n values */
+	T_INPUT_U8,	 /* test_input_u8, dims n c h w */
+	T_GAP,		 /* test_gap, test_gap_h, dims n c hw */
+	T_XENT,		 /* test_xent, test_xent_h */
+	T_XENT_KNOWN,	 /* test_xent_known */
+	T_XENT_NAN,	 /* test_xent_nan */
+	T_ERRORS,	 /* test_errors */
+	T_ARENA,	 /* test_arena */
+	T_ASYNC,	 /* test_async */
+	T_MODEL,	 /* test_model */
+	T_LAYOUT_MEMORY, /* test_layout_memory */
+	T_CONV_LAYOUTS,	 /* test_conv_layouts */
+	T_MODEL_LAYOUTS, /* test_model_layouts: model.tol as test_model's (gtol unused) */
+};
+
+struct tcase {
+	enum tc_op op;
+	unsigned modes; /* M_* */
+	union {
+		struct be_conv_desc conv;
+		struct be_bn_desc bn;
+		struct be_pool_desc pool;
+		struct be_linear_desc lin;
+		size_t n;
+		unsigned char dims[4]; /* small: bounds the buffers' sizes for the compiler too */
+		struct {
+			int n, classes;
+			float smoothing, scale;
+		} xent;
+		struct {
+			const char *name;
+			int c, h, w, n;
+			double tol, gtol; /* logits, loss, BN statistics, the last layer's gradient;
+					     every gradient */
+			float scale;	  /* of the loss gradient, both sides */
+		} model;
+	};
+	int arg;
+};
+
+static const struct tcase cases[] = {
+    {T_ACT, M_HALF, .n = 0},
+    /*                      n  c   h   w   k  kh kw s  pad bias */
+    {T_CONV, M_ALL, .conv = {2, 3, 9, 11, 5, 3, 3, 1, 1, 1, 0, 0}},  /* odd sizes, bias */
+    {T_CONV, M_ALL, .conv = {1, 5, 7, 7, 6, 3, 3, 2, 1, 0, 0, 0}},   /* batch 1, stride 2 */
+    {T_CONV, M_ALL, .conv = {3, 8, 6, 6, 12, 1, 1, 1, 0, 0, 0, 0}},  /* 1x1 */
+    {T_CONV, M_ALL, .conv = {2, 16, 8, 8, 8, 1, 1, 2, 0, 0, 0, 0}},  /* 1x1/2 downsample */
+    {T_CONV, M_ALL, .conv = {2, 3, 23, 23, 8, 7, 7, 2, 3, 0, 0, 0}}, /* 7x7/2 stem */
+    {T_CONV, M_ALL,
+     .conv = {4, 17, 10, 10, 19, 3, 3, 1, 1, 0, 0, 0}}, /* channels not multiple of 8 */
+    {T_CONV, M_ALL, .conv = {2, 32, 14, 14, 32, 3, 3, 1, 1, 0, 0, 0}}, /* Winograd-friendly */
+    {T_CONV, M_ALL, .conv = {2, 64, 7, 7, 128, 3, 3, 2, 1, 0, 0, 0}},  /* 3x3/2 widening */
+    {T_CONV, M_ALL, .conv = {2, 4, 5, 5, 3, 5, 5, 1, 0, 1, 0, 0}},     /* kernel covers the input */
+    {T_CONV, M_ALL, .conv = {2, 16, 4, 4, 16, 1, 1, 1, 0, 1, 0, 0}},   /* 1x1 with bias */
+    {T_CONV, M_ALL, .conv = {2, 64, 12, 12, 256, 1, 1, 1, 0, 0, 0, 0}}, /* bottleneck expansion */
+    {T_CONV, M_ALL, .conv = {32, 64, 32, 32, 64, 3, 3, 1, 1, 0, 0, 0}}, /* big enough for FFT */
+    /*                   n, c, h, w, eps, fuse_relu, fuse_add */
+    {T_BN, M_FULL_EX, .bn = {2, 3, 5, 7, 1e-5f, 0, 0}},
+    {T_BN, M_FULL_EX, .bn = {2, 3, 5, 7, 1e-5f, 1, 0}},
+    {T_BN, M_FULL_EX, .bn = {1, 16, 4, 4, 1e-5f, 1, 0}},
+    {T_BN, M_FULL_EX, .bn = {8, 17, 3, 3, 1e-5f, 0, 0}},
+    {T_BN, M_FULL_EX, .bn = {4, 32, 8, 8, 1e-3f, 1, 0}},
+    {T_BN, M_FULL_EX, .bn = {3, 8, 1, 1, 1e-5f, 0, 0}},
+    {T_BN, M_FULL_EX, .bn = {3, 64, 6, 5, 1e-5f, 0, 0}},
+    {T_BN, M_FULL_EX, .bn = {16, 24, 2, 2, 1e-5f, 1, 0}},
+    {T_BN, M_FULL_EX, .bn = {32, 64, 16, 16, 1e-5f, 1, 0}},
+    {T_BN, M_FULL_EX, .bn = {2, 3, 5, 7, 1e-5f, 1, 1}},
+    {T_BN, M_FULL_EX, .bn = {8, 17, 3, 3, 1e-5f, 0, 1}},
+    {T_BN, M_FULL_EX, .bn = {4, 32, 8, 8, 1e-3f, 1, 1}},
+    {T_BN, M_FULL_EX, .bn = {16, 24, 2, 2, 1e-5f, 1, 1}},
+    {T_BN, M_FULL_EX, .bn = {32, 64, 16, 16, 1e-5f, 1, 1}},
+    {T_MODEL, M_FP16_EX,
+     .model = {"resnet18", 3, 32, 32, 4, TOL_FP16_RESNET, TOL_FP16_RESNET_GRAD, FP16_MODEL_SCALE}},
+    /* bf16's own BN kernels split each channel's n*h*w values into slabs (cuda_bn.cu): this
+     * shape has many, the last one short, in either layout, and an odd channel count; then its
+     * statistics with a large-mean channel (2), and the repeats of a large shape */
+    {T_BN, M_BF16, .bn = {9, 7, 37, 41, 1e-5f, 1, 1}},
+    {T_BN_OWN, M_BF16, .bn = {9, 7, 37, 41, 1e-5f, 1, 1}, .arg = 2},
+    {T_BN_OWN, M_BF16, .bn = {32, 64, 16, 16, 1e-5f, 1, 0}, .arg = -1},
+    /*                      kind         n  c   h   w  kh kw s pad */
+    {T_POOL, M_FULL, .pool = {BE_POOL_MAX, 2, 3, 9, 9, 3, 3, 2, 1, 0, 0}},
+    {T_POOL, M_FULL, .pool = {BE_POOL_MAX, 2, 3, 7, 7, 2, 2, 2, 0, 0, 0}},
+    {T_POOL, M_FULL, .pool = {BE_POOL_MAX, 1, 4, 16, 16, 3, 3, 1, 1, 0, 0}},
+    {T_POOL, M_FULL, .pool = {BE_POOL_MAX, 2, 17, 12, 10, 3, 3, 2, 1, 0, 0}},
+    {T_POOL, M_FULL, .pool = {BE_POOL_AVG, 2, 3, 8, 8, 2, 2, 2, 0, 0, 0}},
+    {T_POOL, M_FULL, .pool = {BE_POOL_AVG, 2, 5, 9, 7, 3, 3, 1, 1, 0, 0}},
+    {T_POOL, M_FULL, .pool = {BE_POOL_AVG, 1, 16, 7, 7, 7, 7, 1, 0, 0, 0}},
+    {T_POOL, M_FULL, .pool = {BE_POOL_AVG, 2, 3, 11, 11, 3, 3, 2, 1, 0, 0}},
+    /* ties (ReLU outputs are full of zeros): both must pick the first maximum */
+    {T_POOL, M_FULL, .pool = {BE_POOL_MAX, 2, 3, 9, 9, 3, 3, 2, 1, 0, 0}, .arg = 3},
+    {T_POOL, M_FULL, .pool = {BE_POOL_MAX, 2, 17, 12, 10, 3, 3, 2, 1, 0, 0}, .arg = 2},
+    /* n, in, out, bias, then the c x h x w the input was flattened from (nn.c's desc for a
+     * linear layer after a conv or pool: lenet's fc1), 0 for plain rows */
+    {T_LINEAR, M_FULL, .lin = {1, 7, 3, 1, 0, 0, 0}},
+    {T_LINEAR, M_FULL, .lin = {5, 64, 10, 1, 0, 0, 0}},
+    {T_LINEAR, M_FULL, .lin = {8, 33, 17, 0, 0, 0, 0}},
+    {T_LINEAR, M_FULL, .lin = {16, 512, 100, 1, 0, 0, 0}},
+    {T_LINEAR, M_FULL, .lin = {256, 1000, 10, 1, 0, 0, 0}},
+    {T_LINEAR, M_FULL, .lin = {4, 256, 120, 1, 16, 4, 4}},
+    {T_LINEAR, M_FULL, .lin = {3, 30, 7, 0, 5, 2, 3}},
+    {T_LINEAR, M_FULL, .lin = {2, 24, 5, 1, 24, 1, 1}},
+    {T_ELTWISE, M_FULL, .n = 1},
+    {T_ELTWISE, M_FULL, .n = 1000003},
+    {T_INPUT_U8, M_F32, .dims = {3, 3, 224, 224}},
+    {T_INPUT_U8, M_F32, .dims = {1, 1, 5, 7}},
+    {T_GAP, M_FULL, .dims = {2, 3, 5}},
+    {T_GAP, M_FULL, .dims = {4, 64, 49}},
+    /*                       n, classes, smoothing, scale */
+    {T_XENT, M_FULL, .xent = {1, 10, 0.0f, 1.0f}},
+    {T_XENT, M_FULL, .xent = {16, 10, 0.1f, 1.0f}},
+    {T_XENT, M_FULL, .xent = {7, 1000, 0.1f, 0.25f}},
+    {T_XENT_KNOWN, M_F32, .n = 0},
+    {T_XENT_NAN, M_F32, .n = 0},
+    {T_ERRORS, M_FULL, .n = 0},
+    {T_ARENA, M_F32, .n = 0},
+    /* whole models: name, c, h, w, batch, tol, gtol, loss scale */
+    {T_MODEL, M_F32_DET, .model = {"lenet", 1, 28, 28, 8, TOL_LENET, TOL_LENET, 1.0f}},
+    {T_MODEL, M_F32_TF32,
+     .model = {"lenet", 1, 28, 28, 8, TOL_TF32_MODEL, TOL_TF32_LENET_GRAD, 1.0f}},
+    {T_MODEL, M_BF16, .model = {"lenet", 1, 28, 28, 8, TOL_BF16_LENET, TOL_BF16_LENET_GRAD, 1.0f}},
+    {T_MODEL, M_FP16,
+     .model = {"lenet", 1, 28, 28, 8, TOL_FP16_LENET, TOL_FP16_LENET_GRAD, FP16_MODEL_SCALE}},
+    {T_MODEL, M_F32_DET, .model = {"resnet18", 3, 32, 32, 4, TOL_RESNET, TOL_RESNET_GRAD, 1.0f}},
+    {T_MODEL, M_F32_TF32,
+     .model = {"resnet18", 3, 32, 32, 4, TOL_TF32_MODEL, TOL_TF32_RESNET_GRAD, 1.0f}},
+    {T_MODEL, M_BF16,
+     .model = {"resnet18", 3, 32, 32, 4, TOL_BF16_RESNET, TOL_BF16_RESNET_GRAD, 1.0f}},
+    {T_MODEL, M_FP16,
+     .model = {"resnet18", 3, 32, 32, 4, TOL_FP16_RESNET, TOL_FP16_RESNET_GRAD, FP16_MODEL_SCALE}},
+    {T_ASYNC, M_F32, .n = 0},
+    /* the two layouts against each other: n c h w k kh kw s pad bias */
+    {T_LAYOUT_MEMORY, M_LAYOUTS, .n = 0},
+    {T_CONV_LAYOUTS, M_LAYOUTS, .conv = {2, 8, 6, 6, 16, 3, 3, 1, 1, 1, 0, 0}},	 /* OHWI != OIHW */
+    {T_CONV_LAYOUTS, M_LAYOUTS, .conv = {2, 3, 9, 11, 5, 3, 3, 2, 1, 0, 0, 0}},	 /* odd sizes */
+    {T_CONV_LAYOUTS, M_LAYOUTS, .conv = {2, 16, 8, 8, 32, 1, 1, 2, 0, 0, 0, 0}}, /* OHWI == OIHW */
+    {T_CONV_LAYOUTS, M_LAYOUTS, .conv = {2, 1, 12, 12, 6, 5, 5, 1, 0, 1, 0, 0}}, /* lenet's conv1 */
+    {T_MODEL_LAYOUTS, M_BF16_LAYOUTS, .model = {"lenet", 1, 28, 28, 8, TOL_BF16_LENET, 0, 1.0f}},
+    {T_MODEL_LAYOUTS, M_FP16_LAYOUTS,
+     .model = {"lenet", 1, 28, 28, 8, TOL_FP16_LENET, 0, FP16_MODEL_SCALE}},
+    {T_MODEL_LAYOUTS, M_BF16_LAYOUTS,
+     .model = {"resnet18", 3, 32, 32, 4, TOL_BF16_RESNET, 0, 1.0f}},
+    {T_MODEL_LAYOUTS, M_FP16_LAYOUTS,
+     .model = {"resnet18", 3, 32, 32, 4, TOL_FP16_RESNET, 0, FP16_MODEL_SCALE}},
+};
+
+/* One case on t's backend: the float32 modes' test of its op, or the half modes'. models: the CPU
+ * backend whole models compare with (the reference would take a minute on resnet18); nchw: the
+ * NCHW twin of t's NHWC backend, for the layout cases. */
+static void run_case(struct t *t, const struct tcase *c, struct backend *models, struct t *nchw)
+{
+	int f32 = t->dt == BE_F32;
+	struct t tm;
+
+	switch (c->op) {
+	case T_ACT:
+		test_act_h(t);
+		break;
+	case T_CONV:
+		if (f32)
+			test_conv(t, c->conv);
+		else
+			test_conv_h(t, c->conv);
+		break;
+	case T_BN:
+		if (f32)
+			test_bn(t, c->bn);
+		else
+			test_bn_h(t, c->bn);
+		break;
+	case T_BN_OWN:
+		test_bn_h_own(t, c->bn, c->arg);
+		break;
+	case T_POOL:
+		if (f32)
+			test_pool(t, c->pool, c->arg);
+		else
+			test_pool_h(t, c->pool, c->arg);
+		break;
+	case T_LINEAR:
+		if (f32)
+			test_linear(t, c->lin);
+		else
+			test_linear_h(t, c->lin);
+		break;
+	case T_ELTWISE:
+		if (f32)
+			test_eltwise(t, c->n);
+		else
+			test_eltwise_h(t, c->n);
+		break;
+	case T_INPUT_U8:
+		test_input_u8(t, c->dims[0], c->dims[1], c->dims[2], c->dims[3]);
+		break;
+	case T_GAP:
+		if (f32)
+			test_gap(t, c->dims[0], c->dims[1], c->dims[2]);
+		else
+			test_gap_h(t, c->dims[0], c->dims[1], c->dims[2]);
+		break;
+	case T_XENT:
+		if (f32)
+			test_xent(t, c->xent.n, c->xent.classes, c->xent.smoothing, c->xent.scale);
+		else
+			test_xent_h(t, c->xent.n, c->xent.classes, c->xent.smoothing,
+				    c->xent.scale);
+		break;
+	case T_XENT_KNOWN:
+		test_xent_known(t);
+		break;
+	case T_XENT_NAN:
+		test_xent_nan(t);
+		break;
+	case T_ERRORS:
+		test_errors(t);
+		break;
+	case T_ARENA:
+		test_arena(t);
+		break;
+	case T_ASYNC:
+		test_async(t);
+		break;
+	case T_MODEL: /* against the CPU backend in every mode */
+		tm = *t;
+		tm.cpu = models;
+		test_model(&tm, c->model.name, c->model.c, c->model.h, c->model.w, c->model.n,
+			   c->model.tol, c->model.gtol, c->model.scale);
+		break;
+	case T_LAYOUT_MEMORY:
+		test_layout_memory(t, nchw);
+		break;
+	case T_CONV_LAYOUTS:
+		test_conv_layouts(t, nchw, c->conv);
+		break;
+	case T_MODEL_LAYOUTS:
+		test_model_layouts(t, nchw, c->model.name, c->model.c, c->model.h, c->model.w,
+				   c->model.n, c->model.tol, c->model.scale);
+		break;
 	}
+}
+
+/* Every case of mode, in the table's order, on t's backend (run_case says what models and nchw
+ * are). */
+static void run_cases(struct t *t, unsigned mode, struct backend *models, struct t *nchw)
+{
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (cases[i].modes & mode)
+			run_case(t, &cases[i], models, nchw);
 }
 
 int main(void)
@@ -2371,14 +2502,14 @@ int main(void)
 	   "float32 mode: act_size 4, acts are float arrays (no act_import/export/accum)");
 	diag("%d GPU(s) visible; comparing with the cpu backend (%s)", count, cpu->ops->name);
 	struct t td = {cpu, det, &rng, "cuda (deterministic)", 1, 0, BE_F32, 0};
-	run_suite(&td, 0);
+	run_cases(&td, M_F32_DET, cpu, NULL);
 	det->ops->destroy(det);
 
 	/* cuDNN's fastest algorithms, deterministic or not: the same results within tolerance. */
 	struct backend *fast = be_cuda_create(0, NULL, &err);
 	if (ok(fast != NULL, "be_cuda_create(0): %s", fast ? fast->ops->name : err.text)) {
 		struct t tf = {cpu, fast, &rng, "cuda", 0, 0, BE_F32, 0};
-		run_suite(&tf, 1);
+		run_cases(&tf, M_F32_FAST, cpu, NULL);
 		fast->ops->destroy(fast);
 	}
 
@@ -2387,7 +2518,7 @@ int main(void)
 	struct backend *tf = be_cuda_create(0, &to, &err);
 	if (ok(tf != NULL, "be_cuda_create(0, tf32): %s", tf ? tf->ops->name : err.text)) {
 		struct t tt = {cpu, tf, &rng, "cuda (tf32)", 0, 1, BE_F32, 0};
-		run_suite(&tt, 0);
+		run_cases(&tt, M_F32_TF32, cpu, NULL);
 		tf->ops->destroy(tf);
 	}
 
@@ -2397,6 +2528,11 @@ int main(void)
 	struct backend *ref = be_ref_create(&err);
 	if (!ref)
 		bail_out("be_ref_create: %s", err.text);
+	/* i: bf16 then fp16, each NHWC then NCHW, each deterministic then fast */
+	static const unsigned half_modes[8] = {
+	    M_BF16_NHWC, M_BF16_NHWC_FAST, M_BF16_NCHW, M_BF16_NCHW_FAST,
+	    M_FP16_NHWC, M_FP16_NHWC_FAST, M_FP16_NCHW, M_FP16_NCHW_FAST,
+	};
 	for (int i = 0; i < 8; i++) {
 		enum be_dtype dt = i < 4 ? BE_BF16 : BE_F16;
 		int nchw = (i >> 1) & 1, determ = !(i & 1);
@@ -2412,7 +2548,7 @@ int main(void)
 			hb ? hb->ops->name : err.text))
 			continue;
 		struct t th = {ref, hb, &rng, name, determ, 0, dt, !nchw};
-		run_half_suite(&th, cpu, !determ);
+		run_cases(&th, half_modes[i], cpu, NULL);
 		hb->ops->destroy(hb);
 	}
 	/* The two layouts against each other (DPTRAIN_CUDA_LAYOUT=nhwc: the default, by name). */
@@ -2432,7 +2568,7 @@ int main(void)
 		       hn ? "" : err.text, hc ? "" : err2.text)) {
 			struct t tn = {ref, hn, &rng, nn, 1, 0, dt, 1};
 			struct t tc = {ref, hc, &rng, nc, 1, 0, dt, 0};
-			run_layout_suite(&tn, &tc);
+			run_cases(&tn, i ? M_FP16_LAYOUTS : M_BF16_LAYOUTS, cpu, &tc);
 		}
 		if (hn)
 			hn->ops->destroy(hn);

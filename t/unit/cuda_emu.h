@@ -1,11 +1,11 @@
-/* cuda_emu.h — runs the CUDA backend's own kernels (trainer/backend/backend_cuda_kernels.cuh) on
- * the host, for t/unit/kernels_host.cc: one block at a time, a host thread per CUDA thread.
+/* cuda_emu.h — runs the CUDA backend's own kernels (trainer/backend/cuda_*_kernels.cuh) on the
+ * host, for t/unit/kernels_host.cc: one block at a time, a host thread per CUDA thread.
  * __syncthreads is a barrier of the block's live threads (a thread that returned counts as
  * arrived, as on the GPU), __shared__ variables are statics (one block runs at a time), and the
  * rounding intrinsics (__fadd_rn, __fmaf_rn, ...) are the IEEE operations they name. It checks
  * what a kernel computes, its indexing and its coverage of the data on any machine; not the
  * GPU's scheduling, memory model or speed (t/unit/backend_cuda.c does that on a GPU). Include it
- * before the kernels' header, in one C++ file. */
+ * before the kernels' headers, in one C++ file. */
 #ifndef DPTRAIN_CUDA_EMU_H
 #define DPTRAIN_CUDA_EMU_H
 

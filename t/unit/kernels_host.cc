@@ -1,5 +1,5 @@
-/* kernels_host.cc — the CUDA backend's own kernels (trainer/backend/backend_cuda_kernels.cuh) run
- * on the host through t/unit/cuda_emu.h, against the reference backend, on any machine: a GPU
+/* kernels_host.cc — the CUDA backend's own kernels (trainer/backend/cuda_*_kernels.cuh) run on
+ * the host through t/unit/cuda_emu.h, against the reference backend, on any machine: a GPU
  * run (t/unit/backend_cuda.c) is not at hand for every change. Covered: batch norm's own
  * kernels (bf16; the scalar ones in both layouts and the vector ones in NHWC: forward, backward,
  * the fused ReLU and residual, in-place calls), max pooling's backward (ties and NaN: bit for
@@ -7,7 +7,9 @@
  * runs each block's 256 threads as host threads: shapes are small. */
 #include "t/unit/cuda_emu.h"
 
-#include "trainer/backend/backend_cuda_kernels.cuh"
+#include "trainer/backend/cuda_bn_kernels.cuh"
+#include "trainer/backend/cuda_pool_kernels.cuh"
+#include "trainer/backend/cuda_loss_kernels.cuh"
 
 #include <vector>
 
@@ -180,7 +182,7 @@ struct bn_run {
 	std::vector<float> y, sm, si, rm, rv, dx, dz, dg, db;
 };
 
-/* The forward (train) then backward of backend_cuda.cu's bn_own_fwd_train and bn_own_bwd on the
+/* The forward (train) then backward of cuda_bn.cu's bn_own_fwd_train and bn_own_bwd on the
  * grid g, in bf16; dy_in_place: the backward writes dx over dy. */
 static bn_run bn_kernels(const struct be_bn_desc &d, const bn_geom &g, const std::vector<float> &x,
 			 const std::vector<float> &z, const std::vector<float> &dy,

@@ -1,7 +1,7 @@
 /* backend_cuda.h — private to trainer/backend/backend_cuda*.{cu,c}, the CUDA optimizer
  * (trainer/optim/optim_cuda.cu, which runs on the backend's stream) and their tests: what the CUDA
  * backend offers them besides backend.h. Every other file includes backend.h only
- * (contrib/ci/check-layers). */
+ * (contrib/ci/check-layers). The backend's own files share cuda_internal.h besides. */
 #ifndef DPTRAIN_BACKEND_CUDA_H
 #define DPTRAIN_BACKEND_CUDA_H
 
