@@ -222,7 +222,7 @@ ifeq ($(HAVE_SLURM),yes)
 PROGRAMS += $(SPANK_SO)
 endif
 
-.PHONY: all check check-unit check-integration check-layers format install uninstall clean deps fuzz help demo reference bench missing-deps
+.PHONY: all check check-unit check-integration check-layers check-env format install uninstall clean deps fuzz help demo reference bench missing-deps
 .DEFAULT_GOAL := all
 # Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
 .SECONDARY:
@@ -391,6 +391,10 @@ check-unit: all
 check-layers: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' t/t0002-layers.t
 
+# The environment contract (common/env.def, contrib/ci/check-env; also t/t0004-env.t).
+check-env:
+	@python3 contrib/ci/check-env
+
 check-integration: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(SHELL_TESTS)
 
@@ -465,6 +469,7 @@ help:
 	@echo "make deps                      install the Debian packages needed to build and test"
 	@echo "make check [SAN=1]             unit + integration tests through prove"
 	@echo "make check-layers              the dependency rules (contrib/ci/check-layers), also in make check"
+	@echo "make check-env                 the environment contract (common/env.def), also in make check"
 	@echo "make format                    clang-format every source (.clang-format names the version), checked by make check"
 	@echo "make fuzz [FUZZ_SECONDS=60]    libFuzzer on the rank-table reader and config parser"
 	@echo "make install PREFIX=/usr DESTDIR=...   install programs, plugin, man pages, examples"

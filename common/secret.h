@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 #include "common/error.h"
+#include "common/env.h"
 
-#define DP_SECRET_ENV "DPTRAIN_STORE_SECRET"
 #define DP_SECRET_LEN 32 /* hex digits: 128 random bits */
 
 /* A fresh secret (DP_SECRET_LEN hex digits and a NUL) from the kernel's random source.

@@ -4,6 +4,7 @@
  * alloc_store.c; what they share in alloc_common.c. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "launcher/alloc_source.h"
+#include "common/env.h"
 #include "common/error.h"
 
 #include <errno.h>
@@ -48,7 +49,7 @@ int alloc_source_from_name(const char *name, enum alloc_source *out)
 
 int alloc_user_master_addr(char addr[RT_HOST_MAX], struct dp_error *err)
 {
-	const char *s = getenv("MASTER_ADDR");
+	const char *s = getenv(ENV_MASTER_ADDR);
 	const char *p;
 
 	if (!s)
@@ -69,11 +70,11 @@ int alloc_user_master_addr(char addr[RT_HOST_MAX], struct dp_error *err)
 
 int alloc_user_master_port(int *port, struct dp_error *err)
 {
-	const char *s = getenv("MASTER_PORT");
+	const char *s = getenv(ENV_MASTER_PORT);
 
 	if (!s)
 		return 0;
-	return alloc_port_parse(s, "MASTER_PORT", port, err) == 0 ? 1 : -1;
+	return alloc_port_parse(s, ENV_MASTER_PORT, port, err) == 0 ? 1 : -1;
 }
 
 static void id_from_env(char out[RT_ID_MAX], const char *first, const char *second,
@@ -90,8 +91,8 @@ static void id_from_env(char out[RT_ID_MAX], const char *first, const char *seco
 
 void alloc_job_ids(char job[RT_ID_MAX], char step[RT_ID_MAX])
 {
-	id_from_env(job, "DPTRAIN_JOB_ID", "SLURM_JOB_ID", "local");
-	id_from_env(step, "DPTRAIN_STEP_ID", "SLURM_STEP_ID", "0");
+	id_from_env(job, ENV_DPTRAIN_JOB_ID, ENV_SLURM_JOB_ID, "local");
+	id_from_env(step, ENV_DPTRAIN_STEP_ID, ENV_SLURM_STEP_ID, "0");
 }
 
 static int by_node_local(const void *x, const void *y, void *ctx)
@@ -245,7 +246,7 @@ out:
 int alloc_gpu_advice(const struct alloc *a, char *self, size_t self_len, char *all, size_t all_len)
 {
 	const struct alloc_rank *me = &a->ranks[a->rank];
-	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *cvd = getenv(ENV_CUDA_VISIBLE_DEVICES);
 	char list[256];
 	int *off = NULL, n = 0, r;
 
@@ -299,9 +300,9 @@ int alloc_discover(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 	if (src == ALLOC_SRC_AUTO) {
 		if (alloc_pmix_present())
 			src = ALLOC_SRC_PMIX;
-		else if (getenv("SLURM_PROCID") && getenv("SLURM_STEP_NODELIST"))
+		else if (getenv(ENV_SLURM_PROCID) && getenv(ENV_SLURM_STEP_NODELIST))
 			src = ALLOC_SRC_SLURM;
-		else if (getenv("RANK") && getenv("WORLD_SIZE"))
+		else if (getenv(ENV_RANK) && getenv(ENV_WORLD_SIZE))
 			src = ALLOC_SRC_ENV;
 		else {
 			errprintf(

@@ -4,6 +4,7 @@
  * sources and alloc.c depend on it and never on each other in a circle. */
 #define _GNU_SOURCE
 #include "common/error.h"
+#include "common/env.h"
 #include "launcher/alloc_source.h"
 
 #include <errno.h>
@@ -15,7 +16,7 @@
 int alloc_self_gpu(const struct alloc_opts *o, enum alloc_source src, int local_rank,
 		   struct alloc_gpu *g, struct dp_error *err)
 {
-	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *cvd = getenv(ENV_CUDA_VISIBLE_DEVICES);
 	char all[ALLOC_GPU_MAX * 6];
 	size_t used = 0;
 	int n, i;

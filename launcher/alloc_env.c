@@ -3,6 +3,7 @@
  * its own address and GPU: peers on other nodes get 0.0.0.0 ("unknown") and GPU -1 until the
  * launchers meet (alloc_store.c, SLURM_* source). Reads the environment; writes nothing. */
 #include "common/error.h"
+#include "common/env.h"
 #include "launcher/alloc_source.h"
 
 #include "ranktable/hostlist.h"
@@ -42,20 +43,20 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 	int nhosts = 0, ncounts = 0, world, rank, local, node, nnodes, sum, r, k, rv = -1;
 
 	rterr.text[0] = '\0';
-	if (need_int("SLURM_PROCID", 0, &rank, err, hint) ||
-	    need_int("SLURM_LOCALID", 0, &local, err, hint) ||
-	    need_int("SLURM_NODEID", 0, &node, err, hint))
+	if (need_int(ENV_SLURM_PROCID, 0, &rank, err, hint) ||
+	    need_int(ENV_SLURM_LOCALID, 0, &local, err, hint) ||
+	    need_int(ENV_SLURM_NODEID, 0, &node, err, hint))
 		goto out;
-	k = rt_env_int("SLURM_STEP_NUM_TASKS", 1, INT_MAX, &world, err);
-	if (k == 0 && need_int("SLURM_NTASKS", 1, &world, err, hint) != 0)
+	k = rt_env_int(ENV_SLURM_STEP_NUM_TASKS, 1, INT_MAX, &world, err);
+	if (k == 0 && need_int(ENV_SLURM_NTASKS, 1, &world, err, hint) != 0)
 		goto out;
 	if (k < 0)
 		goto out;
-	list = getenv("SLURM_STEP_NODELIST");
-	tpn = env_either("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE");
+	list = getenv(ENV_SLURM_STEP_NODELIST);
+	tpn = env_either(ENV_SLURM_STEP_TASKS_PER_NODE, ENV_SLURM_TASKS_PER_NODE);
 	if (!list || !*list || !tpn || !*tpn) {
 		errprintf(err, "%s is not set (%s)",
-			  !list || !*list ? "SLURM_STEP_NODELIST" : "SLURM_STEP_TASKS_PER_NODE",
+			  !list || !*list ? ENV_SLURM_STEP_NODELIST : ENV_SLURM_STEP_TASKS_PER_NODE,
 			  hint);
 		goto out;
 	}
@@ -75,7 +76,8 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 		    list, nhosts, tpn, ncounts);
 		goto out;
 	}
-	if (rt_env_int("SLURM_STEP_NUM_NODES", 1, INT_MAX, &nnodes, err) == 1 && nnodes != nhosts) {
+	if (rt_env_int(ENV_SLURM_STEP_NUM_NODES, 1, INT_MAX, &nnodes, err) == 1 &&
+	    nnodes != nhosts) {
 		errprintf(err, "SLURM_STEP_NUM_NODES=%d but SLURM_STEP_NODELIST='%s' names %d",
 			  nnodes, list, nhosts);
 		goto out;
@@ -97,8 +99,8 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 		errprintf(err, "out of memory for %d ranks", world);
 		goto out;
 	}
-	if (rt_slurm_layout(getenv("SLURM_DISTRIBUTION"), nhosts, counts, world, node_of, local_of,
-			    err) != 0)
+	if (rt_slurm_layout(getenv(ENV_SLURM_DISTRIBUTION), nhosts, counts, world, node_of,
+			    local_of, err) != 0)
 		goto out;
 	/* The layout is derived; Slurm's own word for this rank must agree with it. */
 	if (node_of[rank] != node || local_of[rank] != local) {
@@ -107,7 +109,7 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 			  "SLURM_STEP_TASKS_PER_NODE='%s' says node %d, local rank %d; run with "
 			  "--mpi=pmix",
 			  rank, node, local,
-			  getenv("SLURM_DISTRIBUTION") ? getenv("SLURM_DISTRIBUTION") : "block",
+			  getenv(ENV_SLURM_DISTRIBUTION) ? getenv(ENV_SLURM_DISTRIBUTION) : "block",
 			  tpn, node_of[rank], local_of[rank]);
 		goto out;
 	}
@@ -151,7 +153,7 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 	}
 	if (!a->master_port)
 		a->master_port =
-		    rt_default_port(a->job_id, a->step_id, getenv("DPTRAIN_STORE_SECRET"));
+		    rt_default_port(a->job_id, a->step_id, getenv(ENV_DPTRAIN_STORE_SECRET));
 	rv = 0;
 out:
 	if (hosts)
@@ -171,14 +173,15 @@ int alloc_from_env(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 	int world, rank, local = 0, lws = 0, node = 0, nnodes, r, k, rv = -1;
 	int have_local, have_lws, have_node;
 
-	if (need_int("RANK", 0, &rank, err, hint) || need_int("WORLD_SIZE", 1, &world, err, hint))
+	if (need_int(ENV_RANK, 0, &rank, err, hint) ||
+	    need_int(ENV_WORLD_SIZE, 1, &world, err, hint))
 		goto out;
-	if ((have_local = rt_env_int("LOCAL_RANK", 0, INT_MAX, &local, err)) < 0 ||
-	    (have_lws = rt_env_int("LOCAL_WORLD_SIZE", 1, INT_MAX, &lws, err)) < 0)
+	if ((have_local = rt_env_int(ENV_LOCAL_RANK, 0, INT_MAX, &local, err)) < 0 ||
+	    (have_lws = rt_env_int(ENV_LOCAL_WORLD_SIZE, 1, INT_MAX, &lws, err)) < 0)
 		goto out;
-	have_node = rt_env_int("GROUP_RANK", 0, INT_MAX, &node, err);
+	have_node = rt_env_int(ENV_GROUP_RANK, 0, INT_MAX, &node, err);
 	if (have_node == 0)
-		have_node = rt_env_int("NODE_RANK", 0, INT_MAX, &node, err);
+		have_node = rt_env_int(ENV_NODE_RANK, 0, INT_MAX, &node, err);
 	if (have_node < 0)
 		goto out;
 	if (rank >= world) {
@@ -187,8 +190,8 @@ int alloc_from_env(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 	}
 	if (have_local != have_lws) {
 		errprintf(err, "%s is set but %s is not (%s)",
-			  have_local ? "LOCAL_RANK" : "LOCAL_WORLD_SIZE",
-			  have_local ? "LOCAL_WORLD_SIZE" : "LOCAL_RANK", hint);
+			  have_local ? ENV_LOCAL_RANK : ENV_LOCAL_WORLD_SIZE,
+			  have_local ? ENV_LOCAL_WORLD_SIZE : ENV_LOCAL_RANK, hint);
 		goto out;
 	}
 	if (!have_local) {
@@ -215,7 +218,7 @@ int alloc_from_env(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 	}
 	if (!a->master_addr[0] || !a->master_port) {
 		errprintf(err, "%s is not set (%s)",
-			  a->master_addr[0] ? "MASTER_PORT" : "MASTER_ADDR", hint);
+			  a->master_addr[0] ? ENV_MASTER_PORT : ENV_MASTER_ADDR, hint);
 		goto out;
 	}
 	a->ranks = calloc((size_t)world, sizeof(*a->ranks));

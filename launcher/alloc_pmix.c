@@ -6,6 +6,7 @@
  * the library: a client call there hangs (see dptrain(8)). */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "common/error.h"
+#include "common/env.h"
 #include "common/secret.h"
 #include "launcher/alloc_source.h"
 
@@ -127,7 +128,7 @@ static struct {
 
 int alloc_pmix_present(void)
 {
-	return getenv("PMIX_RANK") && getenv("PMIX_NAMESPACE");
+	return getenv(ENV_PMIX_RANK) && getenv(ENV_PMIX_NAMESPACE);
 }
 
 static struct batch *batch_new(int n)
@@ -730,7 +731,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 		errprintf(err,
 			  "PMIx_Init failed: %s (PMIX_NAMESPACE=%s); was the step started with "
 			  "srun --mpi=pmix?",
-			  PMIx_Error_string(rc), getenv("PMIX_NAMESPACE"));
+			  PMIx_Error_string(rc), getenv(ENV_PMIX_NAMESPACE));
 		free(s);
 		return -1;
 	}
@@ -750,7 +751,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	/* Our own local rank and node id are right even where peers' are missing. */
 	if (get_long(s, &s->me, PMIX_LOCAL_RANK, &v) == 0)
 		local = (int)v;
-	else if (rt_env_int("SLURM_LOCALID", 0, INT_MAX, &local, err) != 1)
+	else if (rt_env_int(ENV_SLURM_LOCALID, 0, INT_MAX, &local, err) != 1)
 		local = -1;
 	if (local < 0) {
 		errprintf(err,
@@ -761,14 +762,14 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	}
 	if (get_long(s, &s->me, PMIX_NODEID, &v) == 0)
 		mynode = (int)v;
-	else if (rt_env_int("SLURM_NODEID", 0, INT_MAX, &mynode, err) != 1)
+	else if (rt_env_int(ENV_SLURM_NODEID, 0, INT_MAX, &mynode, err) != 1)
 		mynode = -1;
 
 	memset(&self, 0, sizeof(self));
 	/* Under Slurm the node's name is Slurm's (SLURMD_NODENAME): PMIX_HOSTNAME is Slurm's node
 	 * name with PMIx 4 or the hash store, but the machine's hostname with PMIx 5's default
 	 * store, which emulated nodes of one machine share. Elsewhere PMIx's, else gethostname. */
-	if (getenv("SLURMD_NODENAME") ||
+	if (getenv(ENV_SLURMD_NODENAME) ||
 	    get_string(&s->me, PMIX_HOSTNAME, self.host, sizeof(self.host)) != 0)
 		alloc_hostname(self.host);
 	if (alloc_iface_addr(o->iface, self.addr, err) != 0 ||
@@ -784,14 +785,15 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	 * inherit): then rank 0 makes one and hands it to the others through PMIx, whose data
 	 * only this step's processes can read, so that the store and the collectives still let
 	 * in none but this step's ranks. */
-	need_secret = !getenv(DP_SECRET_ENV) || !*getenv(DP_SECRET_ENV);
+	need_secret = !getenv(ENV_DPTRAIN_STORE_SECRET) || !*getenv(ENV_DPTRAIN_STORE_SECRET);
 	if (need_secret && a->rank == 0) {
 		char secret[DP_SECRET_LEN + 1];
 		/* committed with the record below */
 		if (dp_secret_make(secret, err) != 0 || put_value(KEY_SECRET, secret, 0, err) != 0)
 			goto out;
-		if (setenv(DP_SECRET_ENV, secret, 1) != 0) {
-			errprintf(err, "cannot set %s: %s", DP_SECRET_ENV, strerror(errno));
+		if (setenv(ENV_DPTRAIN_STORE_SECRET, secret, 1) != 0) {
+			errprintf(err, "cannot set %s: %s", ENV_DPTRAIN_STORE_SECRET,
+				  strerror(errno));
 			goto out;
 		}
 	}
@@ -851,11 +853,12 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 				  "this rank's environment has no %s and rank 0 published none "
 				  "through PMIx (rank 0 had one: were the ranks started with "
 				  "different environments?)",
-				  DP_SECRET_ENV);
+				  ENV_DPTRAIN_STORE_SECRET);
 			goto out;
 		}
-		if (setenv(DP_SECRET_ENV, secret, 1) != 0) {
-			errprintf(err, "cannot set %s: %s", DP_SECRET_ENV, strerror(errno));
+		if (setenv(ENV_DPTRAIN_STORE_SECRET, secret, 1) != 0) {
+			errprintf(err, "cannot set %s: %s", ENV_DPTRAIN_STORE_SECRET,
+				  strerror(errno));
 			goto out;
 		}
 	}

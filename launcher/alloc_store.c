@@ -17,6 +17,7 @@
  * secret (DPTRAIN_STORE_SECRET, made per step by the plugin) a stranger is refused and logged;
  * without one the store is open to whoever reaches the port, like torchrun's. */
 #include "common/error.h"
+#include "common/env.h"
 #include "launcher/alloc_source.h"
 #include "store/store.h"
 
@@ -144,7 +145,7 @@ int alloc_store_open(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 	so.rank = a->rank;
 	so.world_size = a->world_size;
 	so.job = job;
-	so.secret = getenv("DPTRAIN_STORE_SECRET");
+	so.secret = getenv(ENV_DPTRAIN_STORE_SECRET);
 	so.hosts = hosts;
 	so.timeout_s = o->timeout_s;
 	rv = store_open(&st, &so, err); /* it keeps copies of the hosts */

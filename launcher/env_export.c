@@ -2,6 +2,7 @@
  * table variables, dptrain's own) and env.log, its sorted copy in the device directory. Only
  * sets variables; must not decide the values (alloc.c and the rank table do). */
 #include "common/error.h"
+#include "common/env.h"
 #include "launcher/launcher.h"
 #include "common/secret.h"
 
@@ -52,28 +53,31 @@ int launch_env_export(const struct alloc *a, const struct ranktable *rt,
 		long value;
 	} ints[] = {
 	    /* PyTorch env:// (torchrun's names) */
-	    {"RANK", a->rank},
-	    {"WORLD_SIZE", a->world_size},
-	    {"LOCAL_RANK", a->local_rank},
-	    {"LOCAL_WORLD_SIZE", a->local_size},
-	    {"NODE_RANK", a->node_rank},
-	    {"GROUP_RANK", a->node_rank},
-	    {"GROUP_WORLD_SIZE", a->node_count},
-	    {"MASTER_PORT", a->master_port},
+	    {ENV_RANK, a->rank},
+	    {ENV_WORLD_SIZE, a->world_size},
+	    {ENV_LOCAL_RANK, a->local_rank},
+	    {ENV_LOCAL_WORLD_SIZE, a->local_size},
+	    {ENV_NODE_RANK, a->node_rank},
+	    {ENV_GROUP_RANK, a->node_rank},
+	    {ENV_GROUP_WORLD_SIZE, a->node_count},
+	    {ENV_MASTER_PORT, a->master_port},
 	    /* MindSpore / HCCL */
-	    {"RANK_ID", a->rank},
-	    {"RANK_SIZE", a->world_size},
-	    {"DEVICE_ID", rt->ranks[a->rank].device_id},
+	    {ENV_RANK_ID, a->rank},
+	    {ENV_RANK_SIZE, a->world_size},
+	    {ENV_DEVICE_ID, rt->ranks[a->rank].device_id},
 	    /* dptrain: the CUDA device index into CUDA_VISIBLE_DEVICES, -1 for the CPU */
-	    {"DPTRAIN_GPU", a->ranks[a->rank].gpu.index},
+	    {ENV_DPTRAIN_GPU, a->ranks[a->rank].gpu.index},
 	};
 	const struct {
 		const char *name;
 		const char *value;
 	} strs[] = {
-	    {"MASTER_ADDR", a->master_addr},	   {"RANK_TABLE_FILE", p->rank_table},
-	    {"DPTRAIN_RANK_TABLE", p->rank_table}, {"DPTRAIN_DEVICE_DIR", p->devdir},
-	    {"DPTRAIN_OUTPUT_DIR", p->outdir},	   {"DPTRAIN_SOURCE", alloc_source_name(a->source)},
+	    {ENV_MASTER_ADDR, a->master_addr},
+	    {ENV_RANK_TABLE_FILE, p->rank_table},
+	    {ENV_DPTRAIN_RANK_TABLE, p->rank_table},
+	    {ENV_DPTRAIN_DEVICE_DIR, p->devdir},
+	    {ENV_DPTRAIN_OUTPUT_DIR, p->outdir},
+	    {ENV_DPTRAIN_SOURCE, alloc_source_name(a->source)},
 	};
 	size_t i;
 
@@ -103,13 +107,13 @@ int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p, s
 	if (rt_task_threads(a->local_size, &threads, err) < 0)
 		return -1;
 	snprintf(buf, sizeof(buf), "%d", threads);
-	if (set_default("OMP_NUM_THREADS", buf, err) < 0)
+	if (set_default(ENV_OMP_NUM_THREADS, buf, err) < 0)
 		return -1;
 	/* Gloo and NCCL pick their interface from the host name, which can resolve to
 	 * loopback: the interface of this rank's address, the one its peers reach it on. */
 	if (alloc_addr_iface(a->ranks[a->rank].addr, ifname) == 1 &&
-	    (set_default("GLOO_SOCKET_IFNAME", ifname, err) < 0 ||
-	     set_default("NCCL_SOCKET_IFNAME", ifname, err) < 0))
+	    (set_default(ENV_GLOO_SOCKET_IFNAME, ifname, err) < 0 ||
+	     set_default(ENV_NCCL_SOCKET_IFNAME, ifname, err) < 0))
 		return -1;
 	/* torchrun's set: torch.distributed.is_torchelastic_launched() is true, and a rank that
 	 * dies in a function decorated with @record writes its exception to the error file. */
@@ -118,17 +122,18 @@ int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p, s
 		const char *name;
 		const char *value;
 	} elastic[] = {
-	    {"TORCHELASTIC_RUN_ID", buf[0] ? buf : "none"},
-	    {"TORCHELASTIC_RESTART_COUNT", "0"},
-	    {"TORCHELASTIC_MAX_RESTARTS", "0"},
-	    {"TORCHELASTIC_USE_AGENT_STORE", "False"}, /* the rendezvous is dptrain's */
-	    {"TORCHELASTIC_ERROR_FILE", p->errfile},
-	    {"ROLE_NAME", "default"},
+	    {ENV_TORCHELASTIC_RUN_ID, buf[0] ? buf : "none"},
+	    {ENV_TORCHELASTIC_RESTART_COUNT, "0"},
+	    {ENV_TORCHELASTIC_MAX_RESTARTS, "0"},
+	    {ENV_TORCHELASTIC_USE_AGENT_STORE, "False"}, /* the rendezvous is dptrain's */
+	    {ENV_TORCHELASTIC_ERROR_FILE, p->errfile},
+	    {ENV_ROLE_NAME, "default"},
 	};
 	for (size_t i = 0; i < sizeof(elastic) / sizeof(elastic[0]); i++)
 		if (set_str(elastic[i].name, elastic[i].value, err) != 0)
 			return -1;
-	return set_int("ROLE_RANK", a->rank, err) || set_int("ROLE_WORLD_SIZE", a->world_size, err)
+	return set_int(ENV_ROLE_RANK, a->rank, err) ||
+		       set_int(ENV_ROLE_WORLD_SIZE, a->world_size, err)
 		   ? -1
 		   : 0;
 }
@@ -144,11 +149,11 @@ int launch_env_mindspore(const struct alloc *a, int timeout_s, struct dp_error *
 		return -1;
 	}
 	snprintf(buf, sizeof(buf), "%d", timeout_s);
-	return set_str("MS_ROLE", "MS_WORKER", err) || set_str("MS_SCHED_HOST", host, err) ||
-		       set_int("MS_SCHED_PORT", a->master_port, err) ||
-		       set_int("MS_WORKER_NUM", a->world_size, err) ||
-		       set_int("MS_NODE_ID", a->rank, err) ||
-		       set_default("MS_TOPO_TIMEOUT", buf, err)
+	return set_str(ENV_MS_ROLE, "MS_WORKER", err) || set_str(ENV_MS_SCHED_HOST, host, err) ||
+		       set_int(ENV_MS_SCHED_PORT, a->master_port, err) ||
+		       set_int(ENV_MS_WORKER_NUM, a->world_size, err) ||
+		       set_int(ENV_MS_NODE_ID, a->rank, err) ||
+		       set_default(ENV_MS_TOPO_TIMEOUT, buf, err)
 		   ? -1
 		   : 0;
 }
@@ -180,8 +185,8 @@ int launch_env_log(const char *path, struct dp_error *err)
 	for (i = 0; i < n; i++) {
 		size_t l = strlen(vars[i]);
 		/* the step's secret is the one value not written down, even in a 0600 file */
-		if (strncmp(vars[i], DP_SECRET_ENV "=", sizeof(DP_SECRET_ENV)) == 0)
-			l = sizeof(DP_SECRET_ENV);
+		if (dp_env_is(vars[i], ENV_DPTRAIN_STORE_SECRET))
+			l = sizeof(ENV_DPTRAIN_STORE_SECRET); /* "NAME=" */
 		memcpy(buf + used, vars[i], l);
 		used += l;
 		buf[used++] = '\n';

@@ -3,6 +3,7 @@
  * then the exec, or for the SPANK plugin the records of task/wire.h that let the task run it.
  * Must not talk PMIx or the store: the wire-up is finished when this runs. */
 #include "launcher/wireup.h"
+#include "common/env.h"
 #include "task/wire.h"
 
 #include <errno.h>
@@ -16,7 +17,7 @@
 static void log_header(struct wireup *w)
 {
 	const struct alloc *a = &w->a;
-	const char *restart = getenv("SLURM_RESTART_COUNT");
+	const char *restart = getenv(ENV_SLURM_RESTART_COUNT);
 	const char *warnings[] = {w->gpu_self, w->gpu_all};
 	char when[LAUNCH_TIME_MAX];
 	int i, used;
@@ -42,7 +43,7 @@ int wireup_command(struct wireup *w, struct dp_error *err)
 {
 	struct launch_exec *ex = &w->ex;
 	const struct wireup_settings *st = &w->st;
-	const char *trainer = getenv("DPTRAIN_TRAINER");
+	const char *trainer = getenv(ENV_DPTRAIN_TRAINER);
 	int tee;
 
 	memset(ex, 0, sizeof(*ex));

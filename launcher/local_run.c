@@ -3,6 +3,7 @@
  * for. Owns the ranks' process groups; what each rank does is dptrain-launch's. */
 #define _GNU_SOURCE /* sigabbrev_np */
 #include "launcher/local_run.h"
+#include "common/env.h"
 #include "common/errfile.h"
 #include "common/secret.h"
 #include "launcher/alloc.h"
@@ -64,13 +65,13 @@ int local_run_config(struct local_run *r, struct dp_error *err)
 	if (r->cfg_path) {
 		if ((bundled ? cfg_load(&r->c, r->cfg_path, 0, NULL, err)
 			     : cfg_load_launch(&r->c, r->cfg_path, err)) != 0 ||
-		    set("DPTRAIN_CONFIG", r->c.path, err) != 0)
+		    set(ENV_DPTRAIN_CONFIG, r->c.path, err) != 0)
 			return -1;
 	} else {
-		unsetenv("DPTRAIN_CONFIG"); /* one from an outer job is not this run's */
+		unsetenv(ENV_DPTRAIN_CONFIG); /* one from an outer job is not this run's */
 	}
 	r->per_rank_logs = r->cfg_path ? r->c.output.per_rank_logs : 1; /* the launcher's default */
-	s = getenv("DPTRAIN_OUTPUT_DIR");
+	s = getenv(ENV_DPTRAIN_OUTPUT_DIR);
 	snprintf(r->pattern, sizeof(r->pattern), "%s",
 		 r->outdir_opt			       ? r->outdir_opt
 		 : s && *s			       ? s
@@ -87,8 +88,8 @@ int local_run_programs(struct local_run *r, struct dp_error *err)
 		    err,
 		    "dptrain-launch is not installed next to dptrain-run (in the same directory)");
 	r->trainer = sibling("dptrain");
-	if (r->trainer && !getenv("DPTRAIN_TRAINER"))
-		return set("DPTRAIN_TRAINER", r->trainer, err);
+	if (r->trainer && !getenv(ENV_DPTRAIN_TRAINER))
+		return set(ENV_DPTRAIN_TRAINER, r->trainer, err);
 	return 0;
 }
 
@@ -103,8 +104,8 @@ int local_run_job(struct local_run *r, struct dp_error *err)
 	/* held until the ranks are done: no other program takes it before rank 0 binds it */
 	if (alloc_port_hold("127.0.0.1", &r->port, &r->port_fd, err) != 0)
 		return -1;
-	return set("DPTRAIN_SOURCE", "env", err) || set("DPTRAIN_JOB_ID", r->job, err) ||
-		       set("DPTRAIN_STEP_ID", "0", err)
+	return set(ENV_DPTRAIN_SOURCE, "env", err) || set(ENV_DPTRAIN_JOB_ID, r->job, err) ||
+		       set(ENV_DPTRAIN_STEP_ID, "0", err)
 		   ? -1
 		   : 0;
 }
@@ -116,7 +117,7 @@ int local_run_outdir(struct local_run *r, struct dp_error *err)
 	if (launch_mkdir_p(r->outdir, err) != 0 || launch_dir_safe(r->outdir, canon, err) != 0)
 		return -1;
 	snprintf(r->outdir, sizeof(r->outdir), "%s", canon);
-	if (set("DPTRAIN_OUTPUT_DIR", r->outdir, err) != 0)
+	if (set(ENV_DPTRAIN_OUTPUT_DIR, r->outdir, err) != 0)
 		return -1;
 	launch_utc_now(when);
 	snprintf(who, sizeof(who), "dptrain-run pid %ld (job %s), since %s", (long)getpid(), r->job,
@@ -126,7 +127,7 @@ int local_run_outdir(struct local_run *r, struct dp_error *err)
 		if (fcntl(r->lock_fd, F_SETFD, 0) != 0)
 			return errprintf(err, "cannot pass on the output directory's lock: %s",
 					 strerror(errno));
-		return set_int("DPTRAIN_LOCK_FD", r->lock_fd, err);
+		return set_int(ENV_DPTRAIN_LOCK_FD, r->lock_fd, err);
 	case 1:
 		fprintf(stderr, "dptrain-run: warning: %s\n", err->text);
 		return 0;
@@ -139,14 +140,15 @@ int local_run_environment(struct local_run *r, struct dp_error *err)
 {
 	char secret[DP_SECRET_LEN + 1];
 
-	if (set_int("WORLD_SIZE", r->nranks, err) || set_int("LOCAL_WORLD_SIZE", r->nranks, err) ||
-	    set("NODE_RANK", "0", err) || set("GROUP_RANK", "0", err) ||
-	    set("MASTER_ADDR", "127.0.0.1", err) || set_int("MASTER_PORT", r->port, err))
+	if (set_int(ENV_WORLD_SIZE, r->nranks, err) ||
+	    set_int(ENV_LOCAL_WORLD_SIZE, r->nranks, err) || set(ENV_NODE_RANK, "0", err) ||
+	    set(ENV_GROUP_RANK, "0", err) || set(ENV_MASTER_ADDR, "127.0.0.1", err) ||
+	    set_int(ENV_MASTER_PORT, r->port, err))
 		return -1;
 	/* this run's secret: another user's program on 127.0.0.1 cannot join the ranks */
-	if (dp_secret_make(secret, err) != 0 || set(DP_SECRET_ENV, secret, err) != 0)
+	if (dp_secret_make(secret, err) != 0 || set(ENV_DPTRAIN_STORE_SECRET, secret, err) != 0)
 		return -1;
-	if (r->timeout_opt && set("DPTRAIN_TIMEOUT", r->timeout_opt, err) != 0)
+	if (r->timeout_opt && set(ENV_DPTRAIN_TIMEOUT, r->timeout_opt, err) != 0)
 		return -1;
 	if (r->verbose)
 		fprintf(stderr,
@@ -192,8 +194,8 @@ static pid_t start_rank(struct local_run *r, int rank, struct dp_error *err)
 	if (pid == 0) {
 		/* Own process group: dptrain-run signals a rank and whatever it started at once. */
 		setpgid(0, 0);
-		child_set("RANK", rank);
-		child_set("LOCAL_RANK", rank);
+		child_set(ENV_RANK, rank);
+		child_set(ENV_LOCAL_RANK, rank);
 		fd = open("/dev/null", O_RDONLY);
 		if (fd >= 0 && fd != STDIN_FILENO) {
 			dup2(fd, STDIN_FILENO);

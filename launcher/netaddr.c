@@ -2,6 +2,7 @@
  * and the environment; never resolves peers (ranktable's rt_resolve_host does that) and never
  * binds anything. */
 #include "common/error.h"
+#include "common/env.h"
 #include "launcher/alloc.h"
 
 #include <arpa/inet.h>
@@ -131,7 +132,7 @@ out:
 
 void alloc_hostname(char host[RT_HOST_MAX])
 {
-	const char *s = getenv("SLURMD_NODENAME");
+	const char *s = getenv(ENV_SLURMD_NODENAME);
 
 	if (s && *s && strlen(s) < RT_HOST_MAX) {
 		snprintf(host, RT_HOST_MAX, "%s", s);

@@ -4,6 +4,7 @@
  * scontrol; writes nothing. */
 #define _GNU_SOURCE /* pipe2 */
 #include "common/error.h"
+#include "common/env.h"
 #include "launcher/alloc_source.h"
 
 #include <errno.h>
@@ -22,7 +23,7 @@
 /* SLURM_NODE_ALIASES: "name:addr:hostname,..." (addr may be "[v6]"). 0 when node is listed. */
 static int from_aliases(const char *node, char *out, size_t len)
 {
-	const char *s = getenv("SLURM_NODE_ALIASES"), *p, *e;
+	const char *s = getenv(ENV_SLURM_NODE_ALIASES), *p, *e;
 	size_t n = strlen(node);
 
 	if (!s || !*s || strcmp(s, "(null)") == 0)

@@ -3,6 +3,7 @@
  * into the files (env_export.c, ranktable/ do). */
 #define _GNU_SOURCE /* O_PATH */
 #include "common/atomic_file.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "launcher/launcher.h"
 
@@ -329,14 +330,14 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, struct dp_e
 	 * down (DPTRAIN_LOCK_FD), is rank 0's */
 	struct stat ist;
 	int inherited;
-	if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &inherited, err) == 1 &&
+	if (rt_env_int(ENV_DPTRAIN_LOCK_FD, 3, INT_MAX, &inherited, err) == 1 &&
 	    fstat(inherited, &ist) == 0 && ist.st_dev == st.st_dev && ist.st_ino == st.st_ino &&
 	    flock(inherited, LOCK_EX | LOCK_NB) == 0) {
 		int held = fcntl(inherited, F_DUPFD_CLOEXEC, 0);
 		close(f);
 		if (held >= 0) { /* one copy, close-on-exec like any other lock */
 			close(inherited);
-			unsetenv("DPTRAIN_LOCK_FD");
+			unsetenv(ENV_DPTRAIN_LOCK_FD);
 		}
 		if (held < 0) {
 			errprintf(err, "cannot keep the output directory's lock: %s",

@@ -3,6 +3,7 @@
  * the environment, env.log, the sync and the finish. What happens after (the exec, the
  * records to the plugin) is handover.c's; the allocation itself alloc*.c's. */
 #include "launcher/wireup.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/secret.h"
 #include "task/wire.h"
@@ -25,7 +26,7 @@
 
 void wireup_init(struct wireup *w)
 {
-	const char *names[] = {"PMIX_RANK", "SLURM_PROCID", "RANK"};
+	const char *names[] = {ENV_PMIX_RANK, ENV_SLURM_PROCID, ENV_RANK};
 	char host[RT_HOST_MAX];
 	const char *r = NULL;
 	size_t i;
@@ -207,7 +208,7 @@ static int read_config(struct wireup_settings *st, const char *cfg_path, struct 
 
 	memset(&c, 0, sizeof(c));
 	if (cfg_load_launch(&c, cfg_path, err) != 0)
-		return errprefix(err, "DPTRAIN_CONFIG");
+		return errprefix(err, ENV_DPTRAIN_CONFIG);
 	if (c.output.dir && c.output.dir[0])
 		snprintf(st->outdir, sizeof(st->outdir), "%s", c.output.dir);
 	st->per_rank_logs = c.output.per_rank_logs;
@@ -235,7 +236,7 @@ static int read_config(struct wireup_settings *st, const char *cfg_path, struct 
 /* What the job config says, or the defaults without one, then the environment's word. */
 static int read_settings(struct wireup_settings *st, struct dp_error *err)
 {
-	const char *cfg_path = getenv("DPTRAIN_CONFIG"), *s;
+	const char *cfg_path = getenv(ENV_DPTRAIN_CONFIG), *s;
 	int v, rc;
 
 	memset(st, 0, sizeof(*st));
@@ -244,29 +245,29 @@ static int read_settings(struct wireup_settings *st, struct dp_error *err)
 	st->console = CFG_CONSOLE_RANK0;
 	st->opts.timeout_s = LAUNCH_DEFAULT_TIMEOUT;
 	st->opts.stall_rank = -1;
-	st->opts.verbose = env_flag("DPTRAIN_VERBOSE");
+	st->opts.verbose = env_flag(ENV_DPTRAIN_VERBOSE);
 	if (cfg_path && *cfg_path && read_config(st, cfg_path, err) != 0)
 		return -1;
-	s = getenv("DPTRAIN_OUTPUT_DIR");
+	s = getenv(ENV_DPTRAIN_OUTPUT_DIR);
 	if (s && *s)
 		snprintf(st->outdir, sizeof(st->outdir), "%s", s);
-	rc = rt_env_int("DPTRAIN_TIMEOUT", 1, INT_MAX, &v, err);
+	rc = rt_env_int(ENV_DPTRAIN_TIMEOUT, 1, INT_MAX, &v, err);
 	if (rc < 0)
 		return -1;
 	if (rc == 1)
 		st->opts.timeout_s = v;
 	if (st->opts.timeout_s < 1)
 		st->opts.timeout_s = 1;
-	s = getenv("DPTRAIN_IFACE");
+	s = getenv(ENV_DPTRAIN_IFACE);
 	st->opts.iface = s && *s ? s : st->iface[0] ? st->iface : NULL;
 	st->opts.hccn_conf = st->hccn_conf[0] ? st->hccn_conf : NULL;
-	if (alloc_source_from_name(getenv("DPTRAIN_SOURCE"), &st->opts.source) != 0)
+	if (alloc_source_from_name(getenv(ENV_DPTRAIN_SOURCE), &st->opts.source) != 0)
 		return errprintf(err, "DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",
-				 getenv("DPTRAIN_SOURCE"));
-	if (rt_env_int("DPTRAIN_TEST_STALL_RANK", 0, INT_MAX, &st->opts.stall_rank, err) < 0)
+				 getenv(ENV_DPTRAIN_SOURCE));
+	if (rt_env_int(ENV_DPTRAIN_TEST_STALL_RANK, 0, INT_MAX, &st->opts.stall_rank, err) < 0)
 		return -1;
 	st->opts.stall_s = 3600;
-	if (rt_env_int("DPTRAIN_TEST_STALL_SECONDS", 0, INT_MAX, &st->opts.stall_s, err) < 0)
+	if (rt_env_int(ENV_DPTRAIN_TEST_STALL_SECONDS, 0, INT_MAX, &st->opts.stall_s, err) < 0)
 		return -1;
 	return 0;
 }
@@ -303,7 +304,7 @@ int wireup_discover(struct wireup *w, struct dp_error *err)
 	 * store. PMIx 5's default store takes a second client, and OpenMPI 5 needs the node-level
 	 * data the hash store lacks (dptrain(8), VERSIONS): left as it is there, as the plugin
 	 * does. */
-	if (getenv("PMIX_RANK") && setenv("PMIX_MCA_gds", "hash", 0) != 0)
+	if (getenv(ENV_PMIX_RANK) && setenv(ENV_PMIX_MCA_gds, "hash", 0) != 0)
 		return errprintf(err, "cannot set PMIX_MCA_gds: %s", strerror(errno));
 #endif
 	err->text[0] = '\0';
@@ -327,7 +328,7 @@ int wireup_meet(struct wireup *w, struct dp_error *err)
 	/* srun --dptrain made the step's secret; without it in the task's environment and
 	 * without PMIx to hand one over (alloc_pmix.c does), a store would let in anyone. */
 	if (w->wire_fd >= 0 && a->source != ALLOC_SRC_PMIX &&
-	    !(getenv(DP_SECRET_ENV) && *getenv(DP_SECRET_ENV)))
+	    !(getenv(ENV_DPTRAIN_STORE_SECRET) && *getenv(ENV_DPTRAIN_STORE_SECRET)))
 		return errprintf(
 		    err,
 		    "the task's environment lacks the step's secret %s, which srun --dptrain made: "
@@ -336,7 +337,7 @@ int wireup_meet(struct wireup *w, struct dp_error *err)
 		    "PMIx the ranks have no private way to agree on one, and a rendezvous without "
 		    "it would let any user of these nodes join this job: start the step with "
 		    "--mpi=pmix (the secret then goes through PMIx), or with --export=ALL",
-		    DP_SECRET_ENV);
+		    ENV_DPTRAIN_STORE_SECRET);
 	rc = alloc_meet(&w->a, &w->st.opts, err);
 	w->session_open = a->pmix != NULL || a->store != NULL;
 	if (rc != 0)
@@ -425,12 +426,12 @@ int wireup_outdir(struct wireup *w, struct dp_error *err)
 		return -1;
 	/* The lock dptrain-run holds for its ranks is rank 0's alone to pass on: another rank's
 	 * command (and whatever it leaves behind) must not hold the directory. */
-	if (w->a.rank != 0 && getenv("DPTRAIN_LOCK_FD")) {
+	if (w->a.rank != 0 && getenv(ENV_DPTRAIN_LOCK_FD)) {
 		struct dp_error ignored;
 		int lfd;
-		if (rt_env_int("DPTRAIN_LOCK_FD", 3, INT_MAX, &lfd, &ignored) == 1)
+		if (rt_env_int(ENV_DPTRAIN_LOCK_FD, 3, INT_MAX, &lfd, &ignored) == 1)
 			close(lfd);
-		unsetenv("DPTRAIN_LOCK_FD");
+		unsetenv(ENV_DPTRAIN_LOCK_FD);
 	}
 	/* Rank 0 takes the directory first; with PMIx no rank writes there before it has. */
 	if (w->a.rank == 0 && (safe_outdir(w, err) != 0 || lock_outdir(w, err) != 0))

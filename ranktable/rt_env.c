@@ -5,6 +5,7 @@
  * variables only: no Slurm or PMIx library, no files. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "common/error.h"
+#include "common/env.h"
 #include "ranktable/hostlist.h"
 #include "ranktable/rt_internal.h"
 
@@ -176,9 +177,9 @@ static const char *rt_env_first(const char *const *names, const char **which)
 /* MASTER_ADDR/MASTER_PORT set by the user win over what the source would choose. */
 static int rt_env_master(const char **addr, int *port, struct dp_error *err)
 {
-	const char *a = getenv("MASTER_ADDR");
+	const char *a = getenv(ENV_MASTER_ADDR);
 	int p = 0;
-	if (rt_env_int("MASTER_PORT", 1, 65535, &p, err) < 0)
+	if (rt_env_int(ENV_MASTER_PORT, 1, 65535, &p, err) < 0)
 		return -1;
 	if (a && *a) {
 		if (!rt_is_address(a) && !rt_is_hostname(a))
@@ -194,24 +195,24 @@ static int rt_env_master(const char **addr, int *port, struct dp_error *err)
 static int rt_from_slurm(struct ranktable *rt, char used[RT_USED_MAX], struct dp_error *err)
 {
 	/* A step's own variables when inside srun; the job's in a batch script. */
-	static const char *const step_nodes[] = {"SLURM_STEP_NODELIST", NULL};
-	static const char *const job_nodes[] = {"SLURM_JOB_NODELIST", "SLURM_NODELIST", NULL};
-	static const char *const step_tasks[] = {"SLURM_STEP_TASKS_PER_NODE", NULL};
-	static const char *const job_tasks[] = {"SLURM_TASKS_PER_NODE", NULL};
-	static const char *const step_ntasks[] = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", NULL};
-	static const char *const job_ntasks[] = {"SLURM_NTASKS", "SLURM_NPROCS", NULL};
-	static const char *const job_ids[] = {"SLURM_JOB_ID", "SLURM_JOBID", NULL};
-	static const char *const step_ids[] = {"SLURM_STEP_ID", "SLURM_STEPID", NULL};
+	static const char *const step_nodes[] = {ENV_SLURM_STEP_NODELIST, NULL};
+	static const char *const job_nodes[] = {ENV_SLURM_JOB_NODELIST, ENV_SLURM_NODELIST, NULL};
+	static const char *const step_tasks[] = {ENV_SLURM_STEP_TASKS_PER_NODE, NULL};
+	static const char *const job_tasks[] = {ENV_SLURM_TASKS_PER_NODE, NULL};
+	static const char *const step_ntasks[] = {ENV_SLURM_STEP_NUM_TASKS, ENV_SLURM_NTASKS, NULL};
+	static const char *const job_ntasks[] = {ENV_SLURM_NTASKS, ENV_SLURM_NPROCS, NULL};
+	static const char *const job_ids[] = {ENV_SLURM_JOB_ID, ENV_SLURM_JOBID, NULL};
+	static const char *const step_ids[] = {ENV_SLURM_STEP_ID, ENV_SLURM_STEPID, NULL};
 	const char *nodes_var, *tasks_var, *ntasks_var, *job_var, *step_var;
 	const char *nodelist, *tpn, *ntasks_s, *job, *step;
 	char **hosts = NULL, (*addrs)[RT_ADDR_MAX] = NULL;
 	int nhosts = 0, *counts = NULL, ncounts = 0, world = 0, ntasks = 0, rv = -1;
 	int *node_of = NULL, *local_of = NULL;
-	const char *dist = getenv("SLURM_DISTRIBUTION");
+	const char *dist = getenv(ENV_SLURM_DISTRIBUTION);
 	struct rt_alloc_rank *ranks = NULL;
 	struct rt_alloc a = {0};
 
-	int in_step = getenv("SLURM_STEP_NODELIST") != NULL;
+	int in_step = getenv(ENV_SLURM_STEP_NODELIST) != NULL;
 	nodelist = rt_env_first(in_step ? step_nodes : job_nodes, &nodes_var);
 	tpn = rt_env_first(in_step ? step_tasks : job_tasks, &tasks_var);
 	ntasks_s = rt_env_first(in_step ? step_ntasks : job_ntasks, &ntasks_var);
@@ -278,7 +279,7 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_USED_MAX], struct dp
 		ranks[r] = (struct rt_alloc_rank){
 		    hosts[node_of[r]], addrs[node_of[r]], node_of[r], local_of[r], -1, NULL};
 	a = (struct rt_alloc){world, addrs[0], 0, job, step, ranks};
-	a.master_port = rt_default_port(job, step, getenv("DPTRAIN_STORE_SECRET"));
+	a.master_port = rt_default_port(job, step, getenv(ENV_DPTRAIN_STORE_SECRET));
 	if (rt_env_master(&a.master_addr, &a.master_port, err) < 0)
 		goto out;
 	/* Each value is cut short, so the whole line fits in RT_USED_MAX. */
@@ -312,8 +313,8 @@ static int rt_from_torchrun(struct ranktable *rt, char used[RT_USED_MAX], struct
 	struct rt_alloc a = {0};
 	int rv = -1;
 
-	if (rt_env_int("WORLD_SIZE", 1, RT_WORLD_MAX, &world, err) < 0 ||
-	    rt_env_int("LOCAL_WORLD_SIZE", 1, RT_WORLD_MAX, &local, err) < 0)
+	if (rt_env_int(ENV_WORLD_SIZE, 1, RT_WORLD_MAX, &world, err) < 0 ||
+	    rt_env_int(ENV_LOCAL_WORLD_SIZE, 1, RT_WORLD_MAX, &local, err) < 0)
 		return -1;
 	if (!world)
 		return errprintf(err, "WORLD_SIZE is not set: no torchrun-style environment");
@@ -333,7 +334,7 @@ static int rt_from_torchrun(struct ranktable *rt, char used[RT_USED_MAX], struct
 	host[sizeof(host) - 1] = '\0';
 	/* One host: the master is this host, and its address is every rank's. */
 	if (rt_resolve_host(a.master_addr, addr, err) < 0)
-		return errprefix(err, "MASTER_ADDR");
+		return errprefix(err, ENV_MASTER_ADDR);
 	if (!(ranks = calloc((size_t)world, sizeof(*ranks))))
 		return errprintf(err, "out of memory for %d ranks", world);
 	for (int r = 0; r < world; r++)
@@ -355,10 +356,10 @@ int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_US
 	memset(rt, 0, sizeof(*rt));
 	used[0] = '\0';
 	if (source == RT_ENV_AUTO) {
-		if (getenv("SLURM_STEP_NODELIST") || getenv("SLURM_JOB_NODELIST") ||
-		    getenv("SLURM_NODELIST"))
+		if (getenv(ENV_SLURM_STEP_NODELIST) || getenv(ENV_SLURM_JOB_NODELIST) ||
+		    getenv(ENV_SLURM_NODELIST))
 			source = RT_ENV_SLURM;
-		else if (getenv("WORLD_SIZE"))
+		else if (getenv(ENV_WORLD_SIZE))
 			source = RT_ENV_TORCHRUN;
 		else
 			return errprintf(err,
@@ -379,8 +380,8 @@ int rt_task_threads(int local_ranks, int *threads, struct dp_error *err)
 		   : online > 0					? (int)online
 								: 1;
 
-	if (rt_env_int("SLURM_CPUS_PER_TASK", 1, 1 << 20, &per_task, err) < 0 ||
-	    rt_env_int("SLURM_CPUS_ON_NODE", 1, 1 << 20, &on_node, err) < 0)
+	if (rt_env_int(ENV_SLURM_CPUS_PER_TASK, 1, 1 << 20, &per_task, err) < 0 ||
+	    rt_env_int(ENV_SLURM_CPUS_ON_NODE, 1, 1 << 20, &on_node, err) < 0)
 		return -1;
 	if (local_ranks < 1)
 		local_ranks = 1;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "config/config.h"
+#include "common/env.h"
 #include "spank/plugin.h"
 #include "common/secret.h"
 
@@ -47,9 +48,9 @@ static int dp_absolute(const char *path, char *out, size_t outlen)
  * the same file. 1 with the path in out, else 0. */
 static int dp_inherited(const char *given, char *out, size_t outlen)
 {
-	static const char *const vars[] = {"SLURM_SPANK__SLURM_SPANK_OPTION_dptrain_dptrain",
-					   "_SLURM_SPANK_OPTION_dptrain_dptrain"};
-	const char *env = getenv(DP_ENV_CONFIG), *v, *rel = given;
+	static const char *const vars[] = {ENV_SLURM_SPANK__SLURM_SPANK_OPTION_dptrain_dptrain,
+					   ENV__SLURM_SPANK_OPTION_dptrain_dptrain};
+	const char *env = getenv(ENV_DPTRAIN_CONFIG), *v, *rel = given;
 	size_t i, n, e;
 	int inherited = 0;
 
@@ -84,12 +85,12 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	if (given && strcmp(given, DP_OPTION_NONE) == 0) {
 		/* One step of a --dptrain job run without dptrain: its tasks must not see the
 		 * config either (a script that reads DPTRAIN_CONFIG). */
-		unsetenv(DP_ENV_CONFIG);
+		unsetenv(ENV_DPTRAIN_CONFIG);
 		return 0;
 	}
 	if (!given) {
-		given = getenv(DP_ENV_CONFIG);
-		from = DP_ENV_CONFIG;
+		given = getenv(ENV_DPTRAIN_CONFIG);
+		from = ENV_DPTRAIN_CONFIG;
 		if (!given || !*given)
 			return 0; /* not a dptrain job: nothing to do, nothing to change */
 	}
@@ -108,7 +109,7 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	if (dp_option_nofile(given)) {
 		/* --dptrain without a file: the wire-up alone, for any command (a config of an
 		 * enclosing job is not this step's) */
-		unsetenv(DP_ENV_CONFIG);
+		unsetenv(ENV_DPTRAIN_CONFIG);
 	} else {
 		if (dp_inherited(given, path, sizeof(path))) {
 			from = "--dptrain of the job's sbatch or salloc";
@@ -126,8 +127,9 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 			slurm_spank_log("dptrain: %s: warning: %s", path, c.warnings[i]);
 		/* srun and sbatch pass their environment to the job: this is how the tasks (and
 		 * the sruns of a batch script) learn the absolute path. */
-		if (setenv(DP_ENV_CONFIG, path, 1) < 0) {
-			slurm_error("dptrain: cannot set %s: %s", DP_ENV_CONFIG, strerror(errno));
+		if (setenv(ENV_DPTRAIN_CONFIG, path, 1) < 0) {
+			slurm_error("dptrain: cannot set %s: %s", ENV_DPTRAIN_CONFIG,
+				    strerror(errno));
 			goto out;
 		}
 		snprintf(dp->config, sizeof(dp->config), "%s", path);
@@ -142,8 +144,9 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 			slurm_error("dptrain: %s; nothing was launched", err.text);
 			goto out;
 		}
-		if (setenv(DP_SECRET_ENV, secret, 1) < 0) {
-			slurm_error("dptrain: cannot set %s: %s", DP_SECRET_ENV, strerror(errno));
+		if (setenv(ENV_DPTRAIN_STORE_SECRET, secret, 1) < 0) {
+			slurm_error("dptrain: cannot set %s: %s", ENV_DPTRAIN_STORE_SECRET,
+				    strerror(errno));
 			goto out;
 		}
 	}

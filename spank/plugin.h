@@ -9,13 +9,9 @@
 #include <string.h>
 #include <slurm/spank.h>
 #include "common/error.h"
+#include "common/env.h"
 
 /* Environment the plugin reads (srun/sbatch side) and sets (in the task). */
-#define DP_ENV_CONFIG	  "DPTRAIN_CONFIG"
-#define DP_ENV_OUTPUT_DIR "DPTRAIN_OUTPUT_DIR"
-#define DP_ENV_TRAINER	  "DPTRAIN_TRAINER"
-#define DP_ENV_IFACE	  "DPTRAIN_IFACE"
-#define DP_ENV_TIMEOUT	  "DPTRAIN_TIMEOUT"
 
 /* --dptrain=none: this step without dptrain, in a job submitted with --dptrain (a file of
  * that name is ./none). */

@@ -25,6 +25,7 @@
 #include <slurm/slurm.h>
 
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/errfile.h"
 #include "common/openfile.h"
 #include "common/path_search.h"
@@ -40,7 +41,7 @@ static int dp_remember_relative(struct dp_plugin *dp, const char *path)
 	snprintf(dp->error, sizeof(dp->error),
 		 "dptrain: the job config path '%s' is not absolute and srun did not export "
 		 "%s (was the step started with --export=NONE?): give --dptrain an absolute path",
-		 path, DP_ENV_CONFIG);
+		 path, ENV_DPTRAIN_CONFIG);
 	dp->active = 1;
 	return 0;
 }
@@ -72,7 +73,7 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 	dp->error[0] = '\0';
 	if (!dp_user_step(sp))
 		return 0;
-	rc = spank_getenv(sp, DP_ENV_CONFIG, env, sizeof(env));
+	rc = spank_getenv(sp, ENV_DPTRAIN_CONFIG, env, sizeof(env));
 	have_env = (rc == ESPANK_SUCCESS && *env) || rc == ESPANK_NOSPACE;
 	if ((!dp->option && !have_env) || (dp->option && strcmp(dp->option, DP_OPTION_NONE) == 0))
 		return 0; /* not a dptrain step: leave it exactly as it is */
@@ -82,7 +83,7 @@ int dp_remote_init_post_opt(struct dp_plugin *dp, spank_t sp)
 		snprintf(dp->error, sizeof(dp->error),
 			 "dptrain: %s in the task's environment is longer than %zu bytes, longer "
 			 "than a path can be: give the job config's path with --dptrain=FILE",
-			 DP_ENV_CONFIG, sizeof(env) - 1);
+			 ENV_DPTRAIN_CONFIG, sizeof(env) - 1);
 		dp->active = 1;
 		return 0;
 	}
@@ -145,24 +146,24 @@ static int dp_task_env(struct dp_plugin *dp, spank_t sp)
 {
 	const struct dp_args *a = &dp->args;
 
-	if (dp->config[0] ? dp_setenv(sp, DP_ENV_CONFIG, dp->config, 1)
-			  : spank_unsetenv(sp, DP_ENV_CONFIG) != ESPANK_SUCCESS)
+	if (dp->config[0] ? dp_setenv(sp, ENV_DPTRAIN_CONFIG, dp->config, 1)
+			  : spank_unsetenv(sp, ENV_DPTRAIN_CONFIG) != ESPANK_SUCCESS)
 		return -1;
-	if (dp_setenv(sp, DP_ENV_TRAINER, a->trainer, 1))
+	if (dp_setenv(sp, ENV_DPTRAIN_TRAINER, a->trainer, 1))
 		return -1;
 #if defined(DPTRAIN_PMIX_MAJOR) && DPTRAIN_PMIX_MAJOR < 5
 	/* PMIx 4: without it a second PMIx client in the rank (OpenMPI's MPI_Init after the
 	 * launcher's PMIx_Finalize) fails, the ds21 shared-memory store cannot be attached twice.
 	 * Not with PMIx 5: its store (shmem2) takes a second client, and with hash alone the
 	 * node-level data (PMIX_LOCAL_PEERS) is missing and OpenMPI 5's MPI_Init fails. */
-	if (dp_setenv(sp, "PMIX_MCA_gds", "hash", 1))
+	if (dp_setenv(sp, ENV_PMIX_MCA_gds, "hash", 1))
 		return -1;
 #endif
-	if (a->output_dir[0] && dp_setenv(sp, DP_ENV_OUTPUT_DIR, a->output_dir, 1))
+	if (a->output_dir[0] && dp_setenv(sp, ENV_DPTRAIN_OUTPUT_DIR, a->output_dir, 1))
 		return -1;
-	if (a->iface[0] && dp_setenv(sp, DP_ENV_IFACE, a->iface, 1))
+	if (a->iface[0] && dp_setenv(sp, ENV_DPTRAIN_IFACE, a->iface, 1))
 		return -1;
-	if (a->timeout[0] && dp_setenv(sp, DP_ENV_TIMEOUT, a->timeout, 1))
+	if (a->timeout[0] && dp_setenv(sp, ENV_DPTRAIN_TIMEOUT, a->timeout, 1))
 		return -1;
 	return 0;
 }
@@ -199,10 +200,10 @@ static void dp_ident(spank_t sp, char *out, size_t outlen)
 {
 	char rank[32] = "?", node[256] = "";
 
-	if (spank_getenv(sp, "SLURM_PROCID", rank, sizeof(rank)) != ESPANK_SUCCESS)
+	if (spank_getenv(sp, ENV_SLURM_PROCID, rank, sizeof(rank)) != ESPANK_SUCCESS)
 		snprintf(rank, sizeof(rank), "?");
 	/* The Slurm node name: emulated nodes share one hostname. */
-	if (spank_getenv(sp, "SLURMD_NODENAME", node, sizeof(node)) != ESPANK_SUCCESS)
+	if (spank_getenv(sp, ENV_SLURMD_NODENAME, node, sizeof(node)) != ESPANK_SUCCESS)
 		gethostname(node, sizeof(node) - 1);
 	snprintf(out, outlen, "rank %s on %s", rank, node);
 }
@@ -473,8 +474,8 @@ static void dp_end_step(const char *launcher, char **env, const char *ident, int
 			 strsignal(WTERMSIG(status)));
 	/* The root cause, where the rank recorded it (PyTorch's @record): said once, here. */
 	for (char **e = env; e && *e && !errfile; e++)
-		if (!strncmp(*e, "TORCHELASTIC_ERROR_FILE=", 24))
-			errfile = *e + 24;
+		if (dp_env_is(*e, ENV_TORCHELASTIC_ERROR_FILE))
+			errfile = *e + sizeof(ENV_TORCHELASTIC_ERROR_FILE);
 	if (errfile && dp_errfile_message(errfile, recorded, sizeof(recorded)))
 		snprintf(cause, sizeof(cause), " (it recorded: %s; the traceback is in %s)",
 			 recorded, errfile);
@@ -657,7 +658,7 @@ int dp_remote_task_init(struct dp_plugin *dp, spank_t sp)
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS ||
 	    dp_output(ident, &w, &stop, launcher, argv, env,
-		      spank_getenv(sp, "PMIX_RANK", pmix_rank, sizeof(pmix_rank)) ==
+		      spank_getenv(sp, ENV_PMIX_RANK, pmix_rank, sizeof(pmix_rank)) ==
 			  ESPANK_SUCCESS) < 0) {
 		free(w.buf);
 		dp_fail_task();

@@ -3,6 +3,7 @@
  * collectives; keeps no global state. */
 #define _GNU_SOURCE
 #include "store/store_wire.h"
+#include "common/env.h"
 #include "common/error.h"
 #include "common/clock.h"
 #include "common/hmac.h"

@@ -1,6 +1,7 @@
 /* sched.c — MindSpore's scheduler process (sched.h). */
 #define _GNU_SOURCE
 #include "task/sched.h"
+#include "common/env.h"
 #include "common/openfile.h"
 #include "common/path_search.h"
 #include "task/tee.h"
@@ -37,12 +38,15 @@ static char **sched_env(char *const envp[])
 	e = calloc(n + 3, sizeof(*e));
 	if (!e)
 		return NULL;
+	static char role[64], rank[64];
+	snprintf(role, sizeof(role), "%s=MS_SCHED", ENV_MS_ROLE);
+	snprintf(rank, sizeof(rank), "%s=0", ENV_RANK_ID);
 	for (size_t i = 0; i < n; i++)
-		if (strncmp(envp[i], "MS_ROLE=", 8) != 0 && strncmp(envp[i], "RANK_ID=", 8) != 0 &&
-		    strncmp(envp[i], "MS_NODE_ID=", 11) != 0)
+		if (!dp_env_is(envp[i], ENV_MS_ROLE) && !dp_env_is(envp[i], ENV_RANK_ID) &&
+		    !dp_env_is(envp[i], ENV_MS_NODE_ID))
 			e[k++] = envp[i];
-	e[k++] = "MS_ROLE=MS_SCHED";
-	e[k++] = "RANK_ID=0";
+	e[k++] = role;
+	e[k++] = rank;
 	e[k] = NULL;
 	return e;
 }

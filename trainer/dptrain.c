@@ -3,6 +3,7 @@
  * config/, the training loop trainer/train.c. */
 #define _GNU_SOURCE
 #include "common/error.h"
+#include "common/env.h"
 #include "trainer/backend/backend.h"
 #include "trainer/dist/comm.h"
 #include "config/config.h"
@@ -123,7 +124,7 @@ static void take_stop_signals(int training)
 {
 	pthread_t t;
 	pthread_attr_t attr;
-	const char *r = getenv("RANK");
+	const char *r = getenv(ENV_RANK);
 
 	snprintf(stop.who, sizeof(stop.who), "rank %.12s", r && *r ? r : "0");
 	atomic_store(&stop.training, training);
@@ -259,7 +260,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 	if (a->resume)
 		a->overrides[a->noverrides++] = a->resume;
 	if (!a->config) {
-		const char *env = getenv("DPTRAIN_CONFIG");
+		const char *env = getenv(ENV_DPTRAIN_CONFIG);
 		if (!env || !env[0]) {
 			fprintf(stderr,
 				"dptrain: no config: give CONFIG or set DPTRAIN_CONFIG; see "
@@ -307,10 +308,10 @@ static int env_int(const char *name, int def)
  * timeouts.rendezvous_s. -1 when DPTRAIN_TIMEOUT is set but not a number of seconds. */
 static double rendezvous_timeout(const struct cfg *c)
 {
-	const char *v = getenv("DPTRAIN_TIMEOUT");
+	const char *v = getenv(ENV_DPTRAIN_TIMEOUT);
 	if (!v || !*v)
 		return c->timeouts.rendezvous_s;
-	int t = env_int("DPTRAIN_TIMEOUT", 0);
+	int t = env_int(ENV_DPTRAIN_TIMEOUT, 0);
 	return t >= 1 ? t : -1;
 }
 
@@ -339,7 +340,7 @@ static int list_devices(void)
 	char desc[512];
 	struct dp_error why;
 	int n = be_cuda_device_count(&why);
-	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *cvd = getenv(ENV_CUDA_VISIBLE_DEVICES);
 	be_cpu_describe(desc, sizeof(desc));
 	printf("CPU: %s\n", desc);
 	if (n <= 0) {
@@ -359,11 +360,11 @@ static int list_devices(void)
  * hand (no DPTRAIN_GPU), GPU 0 when there is one. */
 static int choose_gpu(const struct cfg *c, int rank, struct dp_error *err)
 {
-	const char *env = getenv("DPTRAIN_GPU"), *cvd = getenv("CUDA_VISIBLE_DEVICES");
+	const char *env = getenv(ENV_DPTRAIN_GPU), *cvd = getenv(ENV_CUDA_VISIBLE_DEVICES);
 	int gpu = 0;
 	if (c->device.kind == CFG_DEVICE_CPU)
 		return -1;
-	if (rt_env_int("DPTRAIN_GPU", -1, 1 << 20, &gpu, err) < 0) {
+	if (rt_env_int(ENV_DPTRAIN_GPU, -1, 1 << 20, &gpu, err) < 0) {
 		errprintf(
 		    err,
 		    "%s: not a GPU index (or -1 for none); it is set by dptrain-launch, unset "
@@ -418,12 +419,12 @@ struct dist {
 static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_size, int gpu,
 		     struct dp_error *err)
 {
-	const char *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
-	const char *rtpath = getenv("DPTRAIN_RANK_TABLE");
+	const char *addr = getenv(ENV_MASTER_ADDR), *port = getenv(ENV_MASTER_PORT);
+	const char *rtpath = getenv(ENV_DPTRAIN_RANK_TABLE);
 	struct ranktable rt = {0};
 	char job[2 * RT_ID_MAX + 2] = "";
 	const char **hosts = NULL;
-	int p = env_int("MASTER_PORT", 0), rv = -1;
+	int p = env_int(ENV_MASTER_PORT, 0), rv = -1;
 	if (!addr || !*addr || !port || !*port || p < 1 || p > 65535) {
 		errprintf(
 		    err,
@@ -448,7 +449,7 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 	    .rank = rank,
 	    .world_size = world_size,
 	    .job = job,
-	    .secret = getenv(DP_SECRET_ENV),
+	    .secret = getenv(ENV_DPTRAIN_STORE_SECRET),
 	    .hosts = hosts,
 	    .timeout_s = rendezvous_timeout(c),
 	    .stop = &stop.requested,
@@ -492,12 +493,12 @@ static void dist_close(struct dist *d, const struct cfg *c, int clean)
  * OpenMP threads spin against each other). 0: OpenMP's own default. */
 static int default_threads(void)
 {
-	const char *omp = getenv("OMP_NUM_THREADS");
+	const char *omp = getenv(ENV_OMP_NUM_THREADS);
 	struct dp_error err;
 	int threads;
 	if (omp && *omp)
 		return 0;
-	if (rt_task_threads(env_int("LOCAL_WORLD_SIZE", 1), &threads, &err) < 0) {
+	if (rt_task_threads(env_int(ENV_LOCAL_WORLD_SIZE, 1), &threads, &err) < 0) {
 		fprintf(stderr, "dptrain: warning: %s; threads: OpenMP's default\n", err.text);
 		return 0;
 	}
@@ -546,21 +547,21 @@ static int train(const struct cfg *c, int outdir_overridden)
 {
 	char outdir[4096];
 	struct dp_error err;
-	const char *od = getenv("DPTRAIN_OUTPUT_DIR");
+	const char *od = getenv(ENV_DPTRAIN_OUTPUT_DIR);
 	struct train_env env = {.out = stdout};
 	struct train_result res;
 	env.threads = default_threads();
 	env.stop = &stop.requested;
-	env.rank = env_int("RANK", 0);
-	env.world_size = env_int("WORLD_SIZE", 1);
+	env.rank = env_int(ENV_RANK, 0);
+	env.world_size = env_int(ENV_WORLD_SIZE, 1);
 	if (stopped_early(env.rank, NULL))
 		return EXIT_STOPPED;
 	if (env.rank < 0 || env.world_size < 1 || env.rank >= env.world_size) {
 		fprintf(stderr,
 			"dptrain: RANK=%s WORLD_SIZE=%s: not a rank of a job; unset them or "
 			"start ranks with srun --dptrain or dptrain-run\n",
-			getenv("RANK") ? getenv("RANK") : "",
-			getenv("WORLD_SIZE") ? getenv("WORLD_SIZE") : "");
+			getenv(ENV_RANK) ? getenv(ENV_RANK) : "",
+			getenv(ENV_WORLD_SIZE) ? getenv(ENV_WORLD_SIZE) : "");
 		return EXIT_USAGE;
 	}
 	if (od && *od && outdir_overridden) {
@@ -593,12 +594,12 @@ static int train(const struct cfg *c, int outdir_overridden)
 	}
 	/* DPTRAIN_DDP=1: the whole data-parallel machinery even for one rank (as torchrun
 	 * --nproc-per-node=1 does), to test it where there is one GPU */
-	int force_ddp = env_int("DPTRAIN_DDP", 0) == 1;
+	int force_ddp = env_int(ENV_DPTRAIN_DDP, 0) == 1;
 	if (rendezvous_timeout(c) < 0) {
 		fprintf(stderr,
 			"dptrain: rank %d: DPTRAIN_TIMEOUT=%s is not a number of seconds "
 			"(1 or more); it bounds the rendezvous (dptrain-run --timeout)\n",
-			env.rank, getenv("DPTRAIN_TIMEOUT"));
+			env.rank, getenv(ENV_DPTRAIN_TIMEOUT));
 		return EXIT_CONFIG;
 	}
 	struct dist dist = {0};

@@ -1,5 +1,6 @@
 /* loss_scale.c — loss_scale.h on the model's gradients through its backend. */
 #include "trainer/loss_scale.h"
+#include "common/env.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -61,7 +62,7 @@ int loss_scale_check(struct loss_scale *sc, struct nn_model *m, long step, FILE 
 
 int loss_scale_test_overflow(long step)
 {
-	const char *e = getenv("DPTRAIN_TEST_OVERFLOW_AT");
+	const char *e = getenv(ENV_DPTRAIN_TEST_OVERFLOW_AT);
 	for (const char *p = e; p && *p;) {
 		char *end;
 		long v = strtol(p, &end, 10);

@@ -4,6 +4,7 @@
  * evaluation is sharded and reduced, and rank 0 reports the global figures. */
 #define _GNU_SOURCE
 #include "trainer/train.h"
+#include "common/env.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -700,7 +701,7 @@ static int run_announce(struct run *r, struct dp_error *err)
 		     m->name, nn_param_count(m), env->world_size, r->spe, r->total);
 
 	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
-	if (rt_env_int("DPTRAIN_PROFILE_STEP", 1, INT_MAX, &r->prof, err) < 0)
+	if (rt_env_int(ENV_DPTRAIN_PROFILE_STEP, 1, INT_MAX, &r->prof, err) < 0)
 		return errprintf(err, "%s: the step to profile, from 1", err->text);
 	if (r->prof && r->be->ops->profile && r->prof == r->pos.step + 1 &&
 	    r->be->ops->profile(r->be, 1) < 0)

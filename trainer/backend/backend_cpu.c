@@ -16,6 +16,7 @@
 #endif
 
 #include "common/error.h"
+#include "common/env.h"
 #include "trainer/backend/backend_ref.h"
 
 #ifndef HAVE_DNNL
@@ -1010,7 +1011,7 @@ struct backend *be_cpu_create(int threads, struct dp_error *err)
 	struct backend *be = calloc(1, sizeof(*be));
 	struct cpu_ctx *ctx = calloc(1, sizeof(*ctx));
 	dnnl_status_t st;
-	const char *conv = getenv("DPTRAIN_CPU_CONV");
+	const char *conv = getenv(ENV_DPTRAIN_CPU_CONV);
 
 	if (!be || !ctx) {
 		errprintf(err, "cpu backend: out of memory");

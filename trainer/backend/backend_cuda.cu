@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "common/error.h"
+#include "common/env.h"
 #include "trainer/backend/backend.h"
 #include "trainer/backend/backend_cuda.h"
 #include "trainer/backend/backend_ref.h"
@@ -271,10 +272,10 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 {
 	struct backend *be = NULL;
 	struct cu_ctx *ctx = NULL;
-	const char *det = getenv("DPTRAIN_CUDA_DETERMINISTIC");
-	const char *cvd = getenv("CUDA_VISIBLE_DEVICES");
-	const char *layout = getenv("DPTRAIN_CUDA_LAYOUT");
-	const char *bn_vec = getenv("DPTRAIN_CUDA_BN_VEC");
+	const char *det = getenv(ENV_DPTRAIN_CUDA_DETERMINISTIC);
+	const char *cvd = getenv(ENV_CUDA_VISIBLE_DEVICES);
+	const char *layout = getenv(ENV_DPTRAIN_CUDA_LAYOUT);
+	const char *bn_vec = getenv(ENV_DPTRAIN_CUDA_BN_VEC);
 	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	int count;
 	cudaError_t e;

@@ -4,6 +4,7 @@
  * the directories themselves) and never follows a symbolic link; knows nothing of file contents. */
 #define _GNU_SOURCE /* renameat2 */
 #include "trainer/ckpt/ckpt.h"
+#include "common/env.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
 
@@ -210,7 +211,7 @@ static int ck_remove_dir(int dirfd, const char *name)
 		if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
 			unlinkat(fd, e->d_name, 0);
 			/* tests: a crash in the middle of a removal (t/unit/ckpt.c) */
-			if (getenv("DPTRAIN_TEST_CKPT_CRASH_IN_REMOVE"))
+			if (getenv(ENV_DPTRAIN_TEST_CKPT_CRASH_IN_REMOVE))
 				_exit(99);
 		}
 	}
