@@ -4,6 +4,7 @@
  * config_json.c. No Slurm, PMIx or trainer code here: the SPANK plugin links this file. */
 #include "config/config_schema.h"
 #include "common/error.h"
+#include "common/readfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -790,9 +791,8 @@ static int load(struct cfg *c, const char *path, int noverrides, char *const ove
 {
 	char *abspath = NULL;
 	char *buf = NULL;
-	size_t len = 0, cap = 0;
-	struct stat st;
-	int fd = -1, rv = -1;
+	size_t len = 0;
+	int rv = -1;
 
 	memset(c, 0, sizeof(*c));
 	if (err)
@@ -801,66 +801,23 @@ static int load(struct cfg *c, const char *path, int noverrides, char *const ove
 		errprintf(err, "no config file given");
 		goto out;
 	}
-	/* O_NONBLOCK so that a FIFO without a writer cannot hang the open; reads block again. */
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)) < 0) {
-		errprintf(err, "%s: cannot open: %s", path, strerror(errno));
-		goto out;
-	}
-	if (fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-		errprintf(err, "%s: cannot read: %s", path, strerror(EISDIR));
-		goto out;
-	}
-	/* Only a regular file: a FIFO or a device could keep srun, slurmstepd or the launcher
-	 * waiting for data that never comes. */
-	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-		errprintf(err,
-			  "%s: not a regular file (a job config must be a file, not a "
-			  "FIFO, device or socket)",
-			  path);
-		goto out;
-	}
-	if (st.st_size > CFG_MAX_FILE_SIZE) {
-		errprintf(err, "%s: too large: a config is at most %u bytes", path,
-			  CFG_MAX_FILE_SIZE);
-		goto out;
-	}
-	int flags = fcntl(fd, F_GETFL);
-	if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
-		errprintf(err, "%s: cannot read: %s", path, strerror(errno));
-		goto out;
-	}
-	for (;;) {
-		if (len == cap) {
-			cap = cap ? cap * 2 : 16384;
-			char *nb = realloc(buf, cap);
-			if (!nb) {
-				errprintf(err, "%s: out of memory", path);
-				goto out;
-			}
-			buf = nb;
-		}
-		ssize_t n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			errprintf(err, "%s: cannot read: %s", path, strerror(errno));
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-		if (len > CFG_MAX_FILE_SIZE) {
+	/* Only a regular file, opened without blocking: a FIFO or a device could keep srun,
+	 * slurmstepd or the launcher waiting for data that never comes. */
+	if (dp_read_file(path, CFG_MAX_FILE_SIZE, 0, &buf, &len, err) != 0) {
+		if (errno == EINVAL)
+			errprintf(err,
+				  "%s: not a regular file (a job config must be a file, not a "
+				  "FIFO, device or socket)",
+				  path);
+		else if (errno == EFBIG)
 			errprintf(err, "%s: too large: a config is at most %u bytes", path,
 				  CFG_MAX_FILE_SIZE);
-			goto out;
-		}
+		goto out;
 	}
 	abspath = file_abspath(path);
 	rv = parse(c, buf, len, path, abspath, noverrides, overrides, launch, err);
 out:
 	free(abspath);
-	if (fd >= 0)
-		close(fd);
 	free(buf);
 	return rv;
 }

@@ -4,8 +4,10 @@
  * alloc_store.c; what they share in alloc_common.c. */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
 #include "launcher/alloc_source.h"
+#include "common/clock.h"
 #include "common/env.h"
 #include "common/error.h"
+#include "common/slurm_step.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -77,22 +79,25 @@ int alloc_user_master_port(int *port, struct dp_error *err)
 	return alloc_port_parse(s, ENV_MASTER_PORT, port, err) == 0 ? 1 : -1;
 }
 
-static void id_from_env(char out[RT_ID_MAX], const char *first, const char *second,
-			const char *dflt)
+/* dptrain-run's id, else Slurm's, else dflt; one too long for RT_ID_MAX is passed over. */
+static void id_from_env(char out[RT_ID_MAX], const char *first, const char *slurm, const char *dflt)
 {
 	const char *s = getenv(first);
 
 	if (!s || !*s || strlen(s) >= RT_ID_MAX)
-		s = getenv(second);
-	if (!s || !*s || strlen(s) >= RT_ID_MAX)
+		s = slurm;
+	if (!s || strlen(s) >= RT_ID_MAX)
 		s = dflt;
 	snprintf(out, RT_ID_MAX, "%s", s);
 }
 
 void alloc_job_ids(char job[RT_ID_MAX], char step[RT_ID_MAX])
 {
-	id_from_env(job, ENV_DPTRAIN_JOB_ID, ENV_SLURM_JOB_ID, "local");
-	id_from_env(step, ENV_DPTRAIN_STEP_ID, ENV_SLURM_STEP_ID, "0");
+	struct dp_slurm_step ss;
+
+	dp_slurm_step_read(&ss);
+	id_from_env(job, ENV_DPTRAIN_JOB_ID, ss.job_id.value, "local");
+	id_from_env(step, ENV_DPTRAIN_STEP_ID, ss.step_id.value, "0");
 }
 
 static int by_node_local(const void *x, const void *y, void *ctx)
@@ -285,6 +290,7 @@ int alloc_gpu_advice(const struct alloc *a, char *self, size_t self_len, char *a
 int alloc_discover(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	enum alloc_source src = o->source;
+	struct dp_slurm_step ss;
 	int rv = -1, have_port = 0;
 
 	memset(a, 0, sizeof(*a));
@@ -298,9 +304,10 @@ int alloc_discover(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 	alloc_job_ids(a->job_id, a->step_id);
 
 	if (src == ALLOC_SRC_AUTO) {
+		dp_slurm_step_read(&ss);
 		if (alloc_pmix_present())
 			src = ALLOC_SRC_PMIX;
-		else if (getenv(ENV_SLURM_PROCID) && getenv(ENV_SLURM_STEP_NODELIST))
+		else if (ss.procid.value && ss.in_step)
 			src = ALLOC_SRC_SLURM;
 		else if (getenv(ENV_RANK) && getenv(ENV_WORLD_SIZE))
 			src = ALLOC_SRC_ENV;
@@ -368,13 +375,6 @@ static int table_matches(const struct ranktable *got, const struct ranktable *wa
 			return 0;
 	}
 	return 1;
-}
-
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 int alloc_meet(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)

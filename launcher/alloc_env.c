@@ -1,9 +1,12 @@
-/* alloc_env.c — the allocation without PMIx: from Slurm's SLURM_* variables (srun --mpi=none)
- * or from torchrun-style RANK/WORLD_SIZE/... (dptrain-run, torchrun). A rank then knows only
- * its own address and GPU: peers on other nodes get 0.0.0.0 ("unknown") and GPU -1 until the
- * launchers meet (alloc_store.c, SLURM_* source). Reads the environment; writes nothing. */
+/* alloc_env.c — the allocation without PMIx: from Slurm's SLURM_* variables (srun --mpi=none;
+ * read by common/slurm_step.c) or from torchrun-style RANK/WORLD_SIZE/... (dptrain-run,
+ * torchrun). A rank then knows only its own address and GPU: peers on other nodes get 0.0.0.0
+ * ("unknown") and GPU -1 until the launchers meet (alloc_store.c, SLURM_* source). Reads the
+ * environment; writes nothing. */
 #include "common/error.h"
 #include "common/env.h"
+#include "common/envint.h"
+#include "common/slurm_step.h"
 #include "launcher/alloc_source.h"
 
 #include "ranktable/hostlist.h"
@@ -15,49 +18,53 @@
 
 #define UNKNOWN_ADDR "0.0.0.0"
 
-/* A required integer variable. */
-static int need_int(const char *name, int min, int *out, struct dp_error *err, const char *hint)
+/* A required integer variable (rc: dp_parse_int's for it). */
+static int need(int rc, const char *name, struct dp_error *err, const char *hint)
 {
-	int rc = rt_env_int(name, min, INT_MAX, out, err);
-
 	if (rc == 0)
 		errprintf(err, "%s is not set (%s)", name, hint);
 	return rc == 1 ? 0 : -1;
 }
 
-static const char *env_either(const char *a, const char *b)
+/* A required integer variable of the environment. */
+static int need_int(const char *name, int min, int *out, struct dp_error *err, const char *hint)
 {
-	const char *s = getenv(a);
-	return s && *s ? s : getenv(b);
+	return need(dp_env_int(name, min, INT_MAX, out, err), name, err, hint);
+}
+
+/* A required integer variable of the Slurm step. */
+static int need_slurm(const struct dp_slurm_var *v, int min, int *out, struct dp_error *err,
+		      const char *hint)
+{
+	return need(dp_slurm_int(v, min, INT_MAX, out, err), v->name, err, hint);
 }
 
 int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_error *err)
 {
 	static const char hint[] = "not in a Slurm job step? run under srun, or use "
 				   "DPTRAIN_SOURCE=env with RANK, WORLD_SIZE, ...";
-	const char *list, *tpn;
+	const char *list, *tpn, *dist;
 	char myaddr[RT_ADDR_MAX], addr[RT_ADDR_MAX];
 	struct dp_error rterr;
+	struct dp_slurm_step ss;
 	char **hosts = NULL;
 	int *counts = NULL, *node_of = NULL, *local_of = NULL;
 	int nhosts = 0, ncounts = 0, world, rank, local, node, nnodes, sum, r, k, rv = -1;
 
 	rterr.text[0] = '\0';
-	if (need_int(ENV_SLURM_PROCID, 0, &rank, err, hint) ||
-	    need_int(ENV_SLURM_LOCALID, 0, &local, err, hint) ||
-	    need_int(ENV_SLURM_NODEID, 0, &node, err, hint))
+	dp_slurm_step_read(&ss);
+	if (need_slurm(&ss.procid, 0, &rank, err, hint) ||
+	    need_slurm(&ss.localid, 0, &local, err, hint) ||
+	    need_slurm(&ss.nodeid, 0, &node, err, hint) ||
+	    need_slurm(&ss.ntasks, 1, &world, err, hint))
 		goto out;
-	k = rt_env_int(ENV_SLURM_STEP_NUM_TASKS, 1, INT_MAX, &world, err);
-	if (k == 0 && need_int(ENV_SLURM_NTASKS, 1, &world, err, hint) != 0)
-		goto out;
-	if (k < 0)
-		goto out;
-	list = getenv(ENV_SLURM_STEP_NODELIST);
-	tpn = env_either(ENV_SLURM_STEP_TASKS_PER_NODE, ENV_SLURM_TASKS_PER_NODE);
-	if (!list || !*list || !tpn || !*tpn) {
+	/* a task of a step: the step's variables (SLURM_STEP_NODELIST makes it one) */
+	list = ss.in_step ? ss.nodelist.value : NULL;
+	tpn = ss.tasks_per_node.value;
+	dist = ss.distribution.value;
+	if (!list || !tpn) {
 		errprintf(err, "%s is not set (%s)",
-			  !list || !*list ? ENV_SLURM_STEP_NODELIST : ENV_SLURM_STEP_TASKS_PER_NODE,
-			  hint);
+			  !list ? ENV_SLURM_STEP_NODELIST : ENV_SLURM_STEP_TASKS_PER_NODE, hint);
 		goto out;
 	}
 	if (rt_hostlist_expand(list, &hosts, &nhosts, &rterr) != 0) {
@@ -76,8 +83,7 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 		    list, nhosts, tpn, ncounts);
 		goto out;
 	}
-	if (rt_env_int(ENV_SLURM_STEP_NUM_NODES, 1, INT_MAX, &nnodes, err) == 1 &&
-	    nnodes != nhosts) {
+	if (dp_slurm_int(&ss.nnodes, 1, INT_MAX, &nnodes, err) == 1 && nnodes != nhosts) {
 		errprintf(err, "SLURM_STEP_NUM_NODES=%d but SLURM_STEP_NODELIST='%s' names %d",
 			  nnodes, list, nhosts);
 		goto out;
@@ -99,8 +105,7 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 		errprintf(err, "out of memory for %d ranks", world);
 		goto out;
 	}
-	if (rt_slurm_layout(getenv(ENV_SLURM_DISTRIBUTION), nhosts, counts, world, node_of,
-			    local_of, err) != 0)
+	if (rt_slurm_layout(dist, nhosts, counts, world, node_of, local_of, err) != 0)
 		goto out;
 	/* The layout is derived; Slurm's own word for this rank must agree with it. */
 	if (node_of[rank] != node || local_of[rank] != local) {
@@ -108,9 +113,8 @@ int alloc_from_slurm(struct alloc *a, const struct alloc_opts *o, struct dp_erro
 			  "Slurm puts rank %d on node %d as local rank %d, but the %s layout of "
 			  "SLURM_STEP_TASKS_PER_NODE='%s' says node %d, local rank %d; run with "
 			  "--mpi=pmix",
-			  rank, node, local,
-			  getenv(ENV_SLURM_DISTRIBUTION) ? getenv(ENV_SLURM_DISTRIBUTION) : "block",
-			  tpn, node_of[rank], local_of[rank]);
+			  rank, node, local, dist ? dist : "block", tpn, node_of[rank],
+			  local_of[rank]);
 		goto out;
 	}
 	a->world_size = world;
@@ -176,12 +180,12 @@ int alloc_from_env(struct alloc *a, const struct alloc_opts *o, struct dp_error 
 	if (need_int(ENV_RANK, 0, &rank, err, hint) ||
 	    need_int(ENV_WORLD_SIZE, 1, &world, err, hint))
 		goto out;
-	if ((have_local = rt_env_int(ENV_LOCAL_RANK, 0, INT_MAX, &local, err)) < 0 ||
-	    (have_lws = rt_env_int(ENV_LOCAL_WORLD_SIZE, 1, INT_MAX, &lws, err)) < 0)
+	if ((have_local = dp_env_int(ENV_LOCAL_RANK, 0, INT_MAX, &local, err)) < 0 ||
+	    (have_lws = dp_env_int(ENV_LOCAL_WORLD_SIZE, 1, INT_MAX, &lws, err)) < 0)
 		goto out;
-	have_node = rt_env_int(ENV_GROUP_RANK, 0, INT_MAX, &node, err);
+	have_node = dp_env_int(ENV_GROUP_RANK, 0, INT_MAX, &node, err);
 	if (have_node == 0)
-		have_node = rt_env_int(ENV_NODE_RANK, 0, INT_MAX, &node, err);
+		have_node = dp_env_int(ENV_NODE_RANK, 0, INT_MAX, &node, err);
 	if (have_node < 0)
 		goto out;
 	if (rank >= world) {

@@ -5,8 +5,10 @@
  * from PMIx_Init to PMIx_Finalize; must not run inside slurmstepd, whose PMIx server shares
  * the library: a client call there hangs (see dptrain(8)). */
 #define _GNU_SOURCE /* qsort_r, pipe2, mkostemp */
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/env.h"
+#include "common/slurm_step.h"
 #include "common/secret.h"
 #include "launcher/alloc_source.h"
 
@@ -85,13 +87,6 @@ struct alloc_pmix {
 	double abort_at;   /* CLOCK_MONOTONIC time before which this rank does not end the step */
 };
 
-static double mono_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* "timed out after 300 s", or "failed (WHY) after 0.2 s": a fence that failed early says so. */
 static void fence_outcome(const struct alloc_pmix *s, const char *why, int timeout_s, char *buf,
 			  size_t len)
@@ -109,7 +104,7 @@ struct op {
 	pmix_status_t status;
 	char *value; /* a Get's string, strdup'ed in the callback */
 	pmix_proc_t proc;
-	double at; /* when it finished (mono_s) */
+	double at; /* when it finished (now_s) */
 };
 
 struct batch {
@@ -141,7 +136,7 @@ static void op_finish(struct op *op, pmix_status_t st, char *value)
 	pthread_mutex_lock(&px.mu);
 	op->status = st;
 	op->value = value;
-	op->at = mono_s();
+	op->at = now_s();
 	op->done = 1;
 	pthread_cond_broadcast(&px.cv);
 	pthread_mutex_unlock(&px.mu);
@@ -248,7 +243,7 @@ static int fence(struct alloc_pmix *s, int collect, int timeout_s, const char **
 	int secs = timeout_s, ok, rv = -1;
 	pmix_status_t rc;
 
-	double t0 = mono_s();
+	double t0 = now_s();
 
 	*why = "out of memory";
 	s->fence_took = 0;
@@ -270,7 +265,7 @@ static int fence(struct alloc_pmix *s, int collect, int timeout_s, const char **
 	}
 	/* One second more than the server's own timeout, which fires where it works. */
 	ok = batch_wait(b, timeout_s + 1);
-	s->fence_took = mono_s() - t0;
+	s->fence_took = now_s() - t0;
 	if (!ok) {
 		*why = "timed out";
 		return -1;
@@ -377,7 +372,7 @@ static int watch_start(struct alloc_pmix *s, struct watch *w, const char *key, i
 		       int timeout_s)
 {
 	int *near = NULL, *far = NULL, nnear, nfar = 0, r, i, zero = 0;
-	double t0 = mono_s();
+	double t0 = now_s();
 
 	memset(w, 0, sizeof(*w));
 	if (s->me.rank != 0) {
@@ -406,7 +401,7 @@ static int watch_start(struct alloc_pmix *s, struct watch *w, const char *key, i
 	}
 	free(near);
 	free(far);
-	return (int)(mono_s() - t0);
+	return (int)(now_s() - t0);
 }
 
 /* After a successful fence the watch is not needed: freed, or left to its late callbacks. */
@@ -519,7 +514,7 @@ static void name_missing(struct alloc_pmix *s, struct watch *w, int world, const
 			/* Where the server is stuck rank 0 may well be alive, with a deadline
 			 * like ours: leave it the time to say which ranks are missing. */
 			if (stuck[0])
-				s->abort_at = mono_s() + timeout_s + ABORT_SLACK_S;
+				s->abort_at = now_s() + timeout_s + ABORT_SLACK_S;
 			goto out;
 		}
 		errprintf(err,
@@ -719,6 +714,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	int *nodeid = NULL, *port = NULL, world, local = -1, mynode = -1, myport = 0, all_done = 0;
 	int r, spent, watching = 0, missing, need_secret, rv = -1;
 	const char *why;
+	struct dp_slurm_step ss;
 	pmix_status_t rc;
 
 	s = calloc(1, sizeof(*s));
@@ -749,9 +745,10 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	a->world_size = world;
 	a->rank = (int)s->me.rank;
 	/* Our own local rank and node id are right even where peers' are missing. */
+	dp_slurm_step_read(&ss);
 	if (get_long(s, &s->me, PMIX_LOCAL_RANK, &v) == 0)
 		local = (int)v;
-	else if (rt_env_int(ENV_SLURM_LOCALID, 0, INT_MAX, &local, err) != 1)
+	else if (dp_slurm_int(&ss.localid, 0, INT_MAX, &local, err) != 1)
 		local = -1;
 	if (local < 0) {
 		errprintf(err,
@@ -762,7 +759,7 @@ int alloc_from_pmix(struct alloc *a, const struct alloc_opts *o, struct dp_error
 	}
 	if (get_long(s, &s->me, PMIX_NODEID, &v) == 0)
 		mynode = (int)v;
-	else if (rt_env_int(ENV_SLURM_NODEID, 0, INT_MAX, &mynode, err) != 1)
+	else if (dp_slurm_int(&ss.nodeid, 0, INT_MAX, &mynode, err) != 1)
 		mynode = -1;
 
 	memset(&self, 0, sizeof(self));
@@ -958,7 +955,7 @@ int alloc_pmix_abort(struct alloc *a, int status, const char *msg, struct dp_err
 		}
 	}
 	if (a->pmix && a->pmix->abort_at > 0) {
-		double left = a->pmix->abort_at - mono_s();
+		double left = a->pmix->abort_at - now_s();
 		struct timespec ts;
 
 		if (left > 0) {

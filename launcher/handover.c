@@ -4,6 +4,7 @@
  * Must not talk PMIx or the store: the wire-up is finished when this runs. */
 #include "launcher/wireup.h"
 #include "common/env.h"
+#include "common/warn.h"
 #include "task/wire.h"
 
 #include <errno.h>
@@ -33,10 +34,11 @@ static void log_header(struct wireup *w)
 		used +=
 		    snprintf(w->header + used, sizeof(w->header) - (size_t)used, " %s", w->cmd[i]);
 	for (i = 0; i < 2; i++)
-		if (warnings[i][0] && used > 0 && used < (int)sizeof(w->header))
-			used +=
-			    snprintf(w->header + used, sizeof(w->header) - (size_t)used,
-				     "\ndptrain-launch: %s: warning: %s", w->ident, warnings[i]);
+		if (warnings[i][0] && used > 0 && used < (int)sizeof(w->header) - 1) {
+			w->header[used++] = '\n';
+			used += dp_warn_format(w->header + used, sizeof(w->header) - (size_t)used,
+					       "dptrain-launch", w->ident, "%s", warnings[i]);
+		}
 }
 
 int wireup_command(struct wireup *w, struct dp_error *err)
@@ -71,7 +73,7 @@ int wireup_command(struct wireup *w, struct dp_error *err)
 					       sizeof(w->gpu_all)) != 0)
 		return errprintf(err, "out of memory");
 	if (w->gpu_all[0])
-		fprintf(stderr, "dptrain-launch: %s: warning: %s\n", w->ident, w->gpu_all);
+		dp_warn("dptrain-launch", w->ident, "%s", w->gpu_all);
 	if (st->per_rank_logs) {
 		snprintf(w->train_log, sizeof(w->train_log), "%s/train.log", w->paths.devdir);
 		ex->train_log = w->train_log;

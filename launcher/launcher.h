@@ -24,9 +24,6 @@
 int launch_outdir_expand(const char *pattern, const char *job, const char *step, const char *node,
 			 char out[LAUNCH_PATH_MAX], struct dp_error *err);
 
-/* mkdir -p with mode 0755; safe when other ranks create the same directories at once. */
-int launch_mkdir_p(const char *path, struct dp_error *err);
-
 /* Write a file others read: temporary in the same directory, fsync, rename, fsync dir. */
 /* write(2) all of p[0..len), retrying after EINTR and short writes; 0 or -1 (errno). */
 int launch_write_all(int fd, const char *p, size_t len);

@@ -5,7 +5,9 @@
 #include "launcher/local_run.h"
 #include "common/env.h"
 #include "common/errfile.h"
+#include "common/mkdir_p.h"
 #include "common/secret.h"
+#include "common/warn.h"
 #include "launcher/alloc.h"
 
 #include <errno.h>
@@ -114,7 +116,7 @@ int local_run_outdir(struct local_run *r, struct dp_error *err)
 {
 	char canon[LAUNCH_PATH_MAX], who[LAUNCH_PATH_MAX + 128], when[LAUNCH_TIME_MAX];
 
-	if (launch_mkdir_p(r->outdir, err) != 0 || launch_dir_safe(r->outdir, canon, err) != 0)
+	if (dp_mkdir_p(r->outdir, 0755, err) != 0 || launch_dir_safe(r->outdir, canon, err) != 0)
 		return -1;
 	snprintf(r->outdir, sizeof(r->outdir), "%s", canon);
 	if (set(ENV_DPTRAIN_OUTPUT_DIR, r->outdir, err) != 0)
@@ -129,7 +131,7 @@ int local_run_outdir(struct local_run *r, struct dp_error *err)
 					 strerror(errno));
 		return set_int(ENV_DPTRAIN_LOCK_FD, r->lock_fd, err);
 	case 1:
-		fprintf(stderr, "dptrain-run: warning: %s\n", err->text);
+		dp_warn("dptrain-run", NULL, "%s", err->text);
 		return 0;
 	default:
 		return -1;

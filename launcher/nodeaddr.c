@@ -3,6 +3,7 @@
  * or from `scontrol -o show node NAME`, run with a deadline. Reads the environment and runs
  * scontrol; writes nothing. */
 #define _GNU_SOURCE /* pipe2 */
+#include "common/clock.h"
 #include "common/error.h"
 #include "common/env.h"
 #include "launcher/alloc_source.h"
@@ -50,13 +51,6 @@ static int from_aliases(const char *node, char *out, size_t len)
 	return -1;
 }
 
-static double mono(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* Run scontrol -o show node NODE for at most timeout_s; its output (stdout and stderr) in a
  * malloc'd string. -1 with err when it cannot run, fails or takes too long. */
 static char *scontrol_node(const char *node, int timeout_s, struct dp_error *err)
@@ -64,7 +58,7 @@ static char *scontrol_node(const char *node, int timeout_s, struct dp_error *err
 	int p[2], status, n, fd;
 	char *out = NULL;
 	size_t used = 0;
-	double end = mono() + timeout_s;
+	double end = now_s() + timeout_s;
 	pid_t pid;
 
 	/* before the fork: a child whose output cannot be read must not be waited for */
@@ -101,7 +95,7 @@ static char *scontrol_node(const char *node, int timeout_s, struct dp_error *err
 	close(p[1]);
 	while (out) {
 		struct pollfd pf = {.fd = p[0], .events = POLLIN};
-		double left = end - mono();
+		double left = end - now_s();
 
 		if (left <= 0) {
 			kill(pid, SIGKILL);

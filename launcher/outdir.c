@@ -4,6 +4,7 @@
 #define _GNU_SOURCE /* O_PATH */
 #include "common/atomic_file.h"
 #include "common/env.h"
+#include "common/envint.h"
 #include "common/error.h"
 #include "launcher/launcher.h"
 
@@ -105,37 +106,6 @@ int launch_user_name(char *out, size_t len)
 	}
 	/* no name service answer: the uid, which is as unique */
 	return snprintf(out, len, "%u", (unsigned)geteuid()) < (int)len ? 0 : -1;
-}
-
-int launch_mkdir_p(const char *path, struct dp_error *err)
-{
-	char buf[LAUNCH_PATH_MAX];
-	struct stat st;
-	char *p;
-
-	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
-		errprintf(err, "directory name is too long: '%.80s...'", path);
-		return -1;
-	}
-	/* Every prefix in turn; EEXIST is fine, another rank may have made it a moment ago. */
-	for (p = buf + 1; buf[0] != '\0'; p++) {
-		char c = *p;
-		if (c != '/' && c != '\0')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0755) != 0 && errno != EEXIST) {
-			errprintf(err, "cannot create directory '%s': %s", buf, strerror(errno));
-			return -1;
-		}
-		*p = c;
-		if (c == '\0')
-			break;
-	}
-	if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-		errprintf(err, "'%s' exists and is not a directory", path);
-		return -1;
-	}
-	return 0;
 }
 
 int launch_write_all(int fd, const char *p, size_t len)
@@ -330,7 +300,7 @@ int launch_outdir_lock(const char *outdir, const char *who, int *fd, struct dp_e
 	 * down (DPTRAIN_LOCK_FD), is rank 0's */
 	struct stat ist;
 	int inherited;
-	if (rt_env_int(ENV_DPTRAIN_LOCK_FD, 3, INT_MAX, &inherited, err) == 1 &&
+	if (dp_env_int(ENV_DPTRAIN_LOCK_FD, 3, INT_MAX, &inherited, err) == 1 &&
 	    fstat(inherited, &ist) == 0 && ist.st_dev == st.st_dev && ist.st_ino == st.st_ino &&
 	    flock(inherited, LOCK_EX | LOCK_NB) == 0) {
 		int held = fcntl(inherited, F_DUPFD_CLOEXEC, 0);

@@ -3,9 +3,13 @@
  * the environment, env.log, the sync and the finish. What happens after (the exec, the
  * records to the plugin) is handover.c's; the allocation itself alloc*.c's. */
 #include "launcher/wireup.h"
+#include "common/clock.h"
 #include "common/env.h"
+#include "common/envint.h"
 #include "common/error.h"
+#include "common/mkdir_p.h"
 #include "common/secret.h"
+#include "common/warn.h"
 #include "task/wire.h"
 
 #include <errno.h>
@@ -94,7 +98,6 @@ void wireup_set_step(struct wireup *w, const char *step)
 static void *guard_main(void *arg)
 {
 	struct wireup *w = arg;
-	struct timespec end;
 	struct pollfd fds[2] = {{.fd = w->sigfd, .events = POLLIN},
 				{.fd = w->wakefd, .events = POLLIN}};
 	struct signalfd_siginfo si;
@@ -102,16 +105,12 @@ static void *guard_main(void *arg)
 	int sig = 0, n;
 
 	for (;;) {
-		struct timespec now;
-		long long left_ms;
+		double end, left_ms;
 		pthread_mutex_lock(&w->lock); /* the limit grows once the config is read */
-		end = w->start;
-		end.tv_sec += w->limit_s;
+		end = w->start + w->limit_s;
 		pthread_mutex_unlock(&w->lock);
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		left_ms = (long long)(end.tv_sec - now.tv_sec) * 1000 +
-			  (end.tv_nsec - now.tv_nsec) / 1000000;
-		if (left_ms <= 0)
+		left_ms = (end - now_s()) * 1000;
+		if (left_ms < 1)
 			break;
 		n = poll(fds, 2, left_ms > 60000 ? 60000 : (int)left_ms);
 		if (n < 0 && errno != EINTR)
@@ -152,7 +151,7 @@ int wireup_guard_start(struct wireup *w, struct dp_error *err)
 	w->wakefd = eventfd(0, EFD_CLOEXEC);
 	if (w->sigfd < 0 || w->wakefd < 0)
 		return errprintf(err, "cannot wait for stop signals: %s", strerror(errno));
-	clock_gettime(CLOCK_MONOTONIC, &w->start);
+	w->start = now_s();
 	e = pthread_create(&w->guard, NULL, guard_main, w);
 	if (e != 0)
 		return errprintf(err, "cannot start a thread: %s", strerror(e));
@@ -251,7 +250,7 @@ static int read_settings(struct wireup_settings *st, struct dp_error *err)
 	s = getenv(ENV_DPTRAIN_OUTPUT_DIR);
 	if (s && *s)
 		snprintf(st->outdir, sizeof(st->outdir), "%s", s);
-	rc = rt_env_int(ENV_DPTRAIN_TIMEOUT, 1, INT_MAX, &v, err);
+	rc = dp_env_int(ENV_DPTRAIN_TIMEOUT, 1, INT_MAX, &v, err);
 	if (rc < 0)
 		return -1;
 	if (rc == 1)
@@ -264,10 +263,10 @@ static int read_settings(struct wireup_settings *st, struct dp_error *err)
 	if (alloc_source_from_name(getenv(ENV_DPTRAIN_SOURCE), &st->opts.source) != 0)
 		return errprintf(err, "DPTRAIN_SOURCE='%s' is not one of pmix, slurm, env, auto",
 				 getenv(ENV_DPTRAIN_SOURCE));
-	if (rt_env_int(ENV_DPTRAIN_TEST_STALL_RANK, 0, INT_MAX, &st->opts.stall_rank, err) < 0)
+	if (dp_env_int(ENV_DPTRAIN_TEST_STALL_RANK, 0, INT_MAX, &st->opts.stall_rank, err) < 0)
 		return -1;
 	st->opts.stall_s = 3600;
-	if (rt_env_int(ENV_DPTRAIN_TEST_STALL_SECONDS, 0, INT_MAX, &st->opts.stall_s, err) < 0)
+	if (dp_env_int(ENV_DPTRAIN_TEST_STALL_SECONDS, 0, INT_MAX, &st->opts.stall_s, err) < 0)
 		return -1;
 	return 0;
 }
@@ -389,7 +388,7 @@ static int safe_outdir(struct wireup *w, struct dp_error *err)
 {
 	char canon[LAUNCH_PATH_MAX];
 
-	if (launch_mkdir_p(w->paths.outdir, err) != 0 ||
+	if (dp_mkdir_p(w->paths.outdir, 0755, err) != 0 ||
 	    launch_dir_safe(w->paths.outdir, canon, err) != 0 ||
 	    launch_paths_init(&w->paths, canon, devdir_number(w), err) != 0)
 		return -1;
@@ -411,7 +410,7 @@ static int lock_outdir(struct wireup *w, struct dp_error *err)
 	case 0:
 		return 0;
 	case 1:
-		fprintf(stderr, "dptrain-launch: %s: warning: %s\n", w->ident, err->text);
+		dp_warn("dptrain-launch", w->ident, "%s", err->text);
 		return 0;
 	default:
 		return -1;
@@ -429,7 +428,7 @@ int wireup_outdir(struct wireup *w, struct dp_error *err)
 	if (w->a.rank != 0 && getenv(ENV_DPTRAIN_LOCK_FD)) {
 		struct dp_error ignored;
 		int lfd;
-		if (rt_env_int(ENV_DPTRAIN_LOCK_FD, 3, INT_MAX, &lfd, &ignored) == 1)
+		if (dp_env_int(ENV_DPTRAIN_LOCK_FD, 3, INT_MAX, &lfd, &ignored) == 1)
 			close(lfd);
 		unsetenv(ENV_DPTRAIN_LOCK_FD);
 	}
@@ -447,7 +446,7 @@ int wireup_gate(struct wireup *w, struct dp_error *err)
 	wireup_set_step(w, "writing the output directory");
 	if (w->a.rank != 0 && safe_outdir(w, err) != 0)
 		return -1;
-	if (launch_mkdir_p(w->paths.devdir, err) != 0 ||
+	if (dp_mkdir_p(w->paths.devdir, 0755, err) != 0 ||
 	    launch_dir_owned(w->paths.devdir, err) != 0)
 		return -1;
 	/* TORCHELASTIC_ERROR_FILE: one from an earlier run is not this run's root cause */

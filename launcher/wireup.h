@@ -41,11 +41,11 @@ struct wireup {
 	pthread_mutex_t lock;
 	char ident[RT_HOST_MAX + 64]; /* "rank 3 on n2" */
 	char step[128];
-	int limit_s;	       /* the guard's: from start, WIREUP_FIRST_LIMIT until the config */
-	struct timespec start; /* CLOCK_MONOTONIC when the guard started */
-	int session_open;      /* PMIx, or the launchers' store (alloc.h) */
-	sigset_t stop;	       /* SIGTERM, SIGUSR1: blocked from wireup_init on */
-	pthread_t guard;       /* takes them, and ends a wire-up that outlives every timeout */
+	int limit_s;	  /* the guard's: from start, WIREUP_FIRST_LIMIT until the config */
+	double start;	  /* now_s() when the guard started */
+	int session_open; /* PMIx, or the launchers' store (alloc.h) */
+	sigset_t stop;	  /* SIGTERM, SIGUSR1: blocked from wireup_init on */
+	pthread_t guard;  /* takes them, and ends a wire-up that outlives every timeout */
 	int guard_running;
 	int sigfd, wakefd; /* the guard's: a signalfd for stop, an eventfd to end it */
 

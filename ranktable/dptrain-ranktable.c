@@ -3,6 +3,7 @@
  * everything about tables is the library's (ranktable.h). Exit 0 ok, 1 bad table or failure, 2
  * usage. */
 #include "common/error.h"
+#include "common/readfile.h"
 #include "ranktable/ranktable.h"
 
 #include <errno.h>
@@ -58,43 +59,6 @@ static int usage_error(const char *fmt, ...)
 	return EXIT_USAGE;
 }
 
-/* Standard input, whole, bounded like rt_read. */
-static char *read_stdin(size_t *len, struct dp_error *err)
-{
-	size_t cap = 64 * 1024, limit = (size_t)1 << 30;
-	char *buf = malloc(cap);
-
-	*len = 0;
-	if (!buf) {
-		errprintf(err, "<stdin>: out of memory");
-		return NULL;
-	}
-	for (;;) {
-		size_t got = fread(buf + *len, 1, cap - *len, stdin);
-		*len += got;
-		if (got == 0) {
-			if (ferror(stdin)) {
-				errprintf(err, "<stdin>: cannot read: %s", strerror(errno));
-				break;
-			}
-			return buf;
-		}
-		if (*len == cap) {
-			char *grown = cap < limit ? realloc(buf, 2 * cap) : NULL;
-			if (!grown) {
-				errprintf(err, "<stdin>: %s",
-					  cap < limit ? "out of memory"
-						      : "too large for a rank table");
-				break;
-			}
-			buf = grown;
-			cap *= 2;
-		}
-	}
-	free(buf);
-	return NULL;
-}
-
 /* Read FILE ("-": standard input); prints the error and returns -1 on failure. */
 static int load(const char *file, struct ranktable *rt)
 {
@@ -103,8 +67,13 @@ static int load(const char *file, struct ranktable *rt)
 
 	if (strcmp(file, "-") == 0) {
 		size_t len;
-		char *text = read_stdin(&len, &err);
-		rv = text ? rt_parse(rt, text, len, "<stdin>", &err) : -1;
+		char *text;
+		/* bounded like rt_read */
+		rv = dp_read_fd(STDIN_FILENO, "<stdin>", RT_FILE_MAX, &text, &len, &err);
+		if (rv == 0)
+			rv = rt_parse(rt, text, len, "<stdin>", &err);
+		else if (errno == EFBIG)
+			errprintf(&err, "%s: not a rank table", err.text);
 		free(text);
 	} else {
 		rv = rt_read(rt, file, &err);

@@ -8,11 +8,12 @@
 #include <stddef.h>
 #include "common/error.h"
 
-#define RT_HOST_MAX  256       /* a hostname or Slurm NodeName */
-#define RT_ADDR_MAX  64	       /* a textual IPv4/IPv6 address */
-#define RT_ID_MAX    32	       /* a job or step id */
-#define RT_USED_MAX  512       /* rt_from_env's line saying what it read */
-#define RT_WORLD_MAX (1 << 20) /* most ranks in a table: bounds what bad input can allocate */
+#define RT_HOST_MAX  256	/* a hostname or Slurm NodeName */
+#define RT_ADDR_MAX  64		/* a textual IPv4/IPv6 address */
+#define RT_ID_MAX    32		/* a job or step id */
+#define RT_USED_MAX  512	/* rt_from_env's line saying what it read */
+#define RT_WORLD_MAX (1 << 20)	/* most ranks in a table: bounds what bad input can allocate */
+#define RT_FILE_MAX  (1L << 30) /* largest rank-table file read: ~100 bytes per rank at most */
 
 /* Which on-disk form a table was read from / is written as. */
 enum rt_schema {
@@ -118,11 +119,6 @@ int rt_resolve_host(const char *host, char addr[RT_ADDR_MAX], struct dp_error *e
  * node rarely collide. */
 int rt_default_port(const char *job_id, const char *step_id, const char *secret);
 
-/* An integer environment variable in [min, max]: 1 and *out when set, 0 when unset or empty
- * (*out untouched), -1 with err naming the variable, its value and the range. The one parser
- * of integer variables, dptrain-launch's too. */
-int rt_env_int(const char *name, int min, int max, int *out, struct dp_error *err);
-
 /* The threads one rank's compute should use: SLURM_CPUS_PER_TASK (what Slurm gave the
  * task), else SLURM_CPUS_ON_NODE (the job's CPUs on this node) shared by the node's
  * local_ranks, else this process's CPUs shared likewise; never more than the CPUs the
@@ -138,7 +134,8 @@ int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, 
 /* Build a table from the environment of a job step (what `dptrain-ranktable from-env` does):
  * RT_ENV_SLURM: SLURM_STEP_NODELIST/SLURM_JOB_NODELIST, SLURM_STEP_TASKS_PER_NODE/
  * SLURM_TASKS_PER_NODE, SLURM_STEP_NUM_TASKS/SLURM_NTASKS, SLURM_JOB_ID, SLURM_STEP_ID,
- * SLURM_DISTRIBUTION (rt_slurm_layout), hosts resolved with rt_resolve_host; RT_ENV_TORCHRUN:
+ * SLURM_DISTRIBUTION (rt_slurm_layout; all as common/slurm_step.h reads them, with its
+ * fallbacks), hosts resolved with rt_resolve_host; RT_ENV_TORCHRUN:
  * WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT on this one host; RT_ENV_AUTO: Slurm when
  * a node list is set, else torchrun-style when WORLD_SIZE is. MASTER_ADDR/MASTER_PORT, when set,
  * win in both. `used` says which variables were read. */

@@ -1,11 +1,13 @@
 /* rt_env.c — a rank table from a job step's environment: Slurm's SLURM_* variables (the
- * step's nodes and SLURM_DISTRIBUTION's layout) or torchrun-style WORLD_SIZE/MASTER_* on one
- * host, plus host-name resolution, the default master port, and the integer-variable parser
- * and Slurm layout that dptrain-launch uses too, and the threads a rank should run. Reads
- * variables only: no Slurm or PMIx library, no files. */
+ * step's nodes and SLURM_DISTRIBUTION's layout, read by common/slurm_step.c) or
+ * torchrun-style WORLD_SIZE/MASTER_* on one host, plus host-name resolution, the default
+ * master port, the Slurm layout that dptrain-launch uses too, and the threads a rank should
+ * run. Reads variables only: no Slurm or PMIx library, no files. */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include "common/error.h"
 #include "common/env.h"
+#include "common/envint.h"
+#include "common/slurm_step.h"
 #include "ranktable/hostlist.h"
 #include "ranktable/rt_internal.h"
 
@@ -78,29 +80,6 @@ int rt_default_port(const char *job_id, const char *step_id, const char *secret)
 	return 61000 + (int)((job * 64 + step) % 4500);
 }
 
-/* A positive decimal from the environment; 0 when unset, -1 when malformed. */
-int rt_env_int(const char *name, int min, int max, int *out, struct dp_error *err)
-{
-	const char *s = getenv(name);
-	char *end;
-	long v;
-
-	if (!s || !*s)
-		return 0;
-	errno = 0;
-	v = strtol(s, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		if (max == INT_MAX)
-			errprintf(err, "%s='%.64s' is not an integer >= %d", name, s, min);
-		else
-			errprintf(err, "%s='%.64s' is not an integer from %d to %d", name, s, min,
-				  max);
-		return -1;
-	}
-	*out = (int)v;
-	return 1;
-}
-
 int rt_slurm_layout(const char *dist, int nnodes, const int *counts, int world, int *node_of,
 		    int *local_of, struct dp_error *err)
 {
@@ -160,26 +139,12 @@ out:
 	return rv;
 }
 
-/* The first of names that is set; *which says which (the first name when none is). */
-static const char *rt_env_first(const char *const *names, const char **which)
-{
-	*which = names[0];
-	for (; *names; names++) {
-		const char *v = getenv(*names);
-		if (v) {
-			*which = *names;
-			return v;
-		}
-	}
-	return NULL;
-}
-
 /* MASTER_ADDR/MASTER_PORT set by the user win over what the source would choose. */
 static int rt_env_master(const char **addr, int *port, struct dp_error *err)
 {
 	const char *a = getenv(ENV_MASTER_ADDR);
 	int p = 0;
-	if (rt_env_int(ENV_MASTER_PORT, 1, 65535, &p, err) < 0)
+	if (dp_env_int(ENV_MASTER_PORT, 1, 65535, &p, err) < 0)
 		return -1;
 	if (a && *a) {
 		if (!rt_is_address(a) && !rt_is_hostname(a))
@@ -195,29 +160,24 @@ static int rt_env_master(const char **addr, int *port, struct dp_error *err)
 static int rt_from_slurm(struct ranktable *rt, char used[RT_USED_MAX], struct dp_error *err)
 {
 	/* A step's own variables when inside srun; the job's in a batch script. */
-	static const char *const step_nodes[] = {ENV_SLURM_STEP_NODELIST, NULL};
-	static const char *const job_nodes[] = {ENV_SLURM_JOB_NODELIST, ENV_SLURM_NODELIST, NULL};
-	static const char *const step_tasks[] = {ENV_SLURM_STEP_TASKS_PER_NODE, NULL};
-	static const char *const job_tasks[] = {ENV_SLURM_TASKS_PER_NODE, NULL};
-	static const char *const step_ntasks[] = {ENV_SLURM_STEP_NUM_TASKS, ENV_SLURM_NTASKS, NULL};
-	static const char *const job_ntasks[] = {ENV_SLURM_NTASKS, ENV_SLURM_NPROCS, NULL};
-	static const char *const job_ids[] = {ENV_SLURM_JOB_ID, ENV_SLURM_JOBID, NULL};
-	static const char *const step_ids[] = {ENV_SLURM_STEP_ID, ENV_SLURM_STEPID, NULL};
-	const char *nodes_var, *tasks_var, *ntasks_var, *job_var, *step_var;
-	const char *nodelist, *tpn, *ntasks_s, *job, *step;
+	struct dp_slurm_step ss;
+	const char *nodes_var, *tasks_var, *ntasks_var;
+	const char *nodelist, *tpn, *job, *step, *dist;
 	char **hosts = NULL, (*addrs)[RT_ADDR_MAX] = NULL;
-	int nhosts = 0, *counts = NULL, ncounts = 0, world = 0, ntasks = 0, rv = -1;
+	int nhosts = 0, *counts = NULL, ncounts = 0, world = 0, ntasks = 0, have_ntasks, rv = -1;
 	int *node_of = NULL, *local_of = NULL;
-	const char *dist = getenv(ENV_SLURM_DISTRIBUTION);
 	struct rt_alloc_rank *ranks = NULL;
 	struct rt_alloc a = {0};
 
-	int in_step = getenv(ENV_SLURM_STEP_NODELIST) != NULL;
-	nodelist = rt_env_first(in_step ? step_nodes : job_nodes, &nodes_var);
-	tpn = rt_env_first(in_step ? step_tasks : job_tasks, &tasks_var);
-	ntasks_s = rt_env_first(in_step ? step_ntasks : job_ntasks, &ntasks_var);
-	job = rt_env_first(job_ids, &job_var);
-	step = rt_env_first(step_ids, &step_var);
+	dp_slurm_step_read(&ss);
+	nodes_var = ss.nodelist.name;
+	nodelist = ss.nodelist.value;
+	tasks_var = ss.tasks_per_node.name;
+	tpn = ss.tasks_per_node.value;
+	ntasks_var = ss.ntasks.name;
+	job = ss.job_id.value;
+	step = ss.step_id.value;
+	dist = ss.distribution.value;
 	if (!nodelist)
 		return errprintf(err, "neither SLURM_STEP_NODELIST nor SLURM_JOB_NODELIST is set: "
 				      "not inside a Slurm job");
@@ -247,9 +207,9 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_USED_MAX], struct dp
 		}
 		world += counts[i];
 	}
-	if (ntasks_s && rt_env_int(ntasks_var, 1, RT_WORLD_MAX, &ntasks, err) < 0)
+	if ((have_ntasks = dp_slurm_int(&ss.ntasks, 1, RT_WORLD_MAX, &ntasks, err)) < 0)
 		goto out;
-	if (ntasks_s && ntasks != world) {
+	if (have_ntasks && ntasks != world) {
 		errprintf(err, "%s=%d but %s=\"%.64s\" adds up to %d task%s", ntasks_var, ntasks,
 			  tasks_var, tpn, world, world == 1 ? "" : "s");
 		goto out;
@@ -286,11 +246,12 @@ static int rt_from_slurm(struct ranktable *rt, char used[RT_USED_MAX], struct dp
 	int len = snprintf(used, RT_USED_MAX, "Slurm variables (%s=%.64s, %s=%.64s", nodes_var,
 			   nodelist, tasks_var, tpn);
 	if (job)
-		len += snprintf(used + len, RT_USED_MAX - (size_t)len, ", %s=%.32s", job_var, job);
+		len += snprintf(used + len, RT_USED_MAX - (size_t)len, ", %s=%.32s", ss.job_id.name,
+				job);
 	if (step)
-		len +=
-		    snprintf(used + len, RT_USED_MAX - (size_t)len, ", %s=%.32s", step_var, step);
-	if (dist && *dist)
+		len += snprintf(used + len, RT_USED_MAX - (size_t)len, ", %s=%.32s",
+				ss.step_id.name, step);
+	if (dist)
 		len += snprintf(used + len, RT_USED_MAX - (size_t)len, ", SLURM_DISTRIBUTION=%.32s",
 				dist);
 	snprintf(used + len, RT_USED_MAX - (size_t)len, ")");
@@ -313,8 +274,8 @@ static int rt_from_torchrun(struct ranktable *rt, char used[RT_USED_MAX], struct
 	struct rt_alloc a = {0};
 	int rv = -1;
 
-	if (rt_env_int(ENV_WORLD_SIZE, 1, RT_WORLD_MAX, &world, err) < 0 ||
-	    rt_env_int(ENV_LOCAL_WORLD_SIZE, 1, RT_WORLD_MAX, &local, err) < 0)
+	if (dp_env_int(ENV_WORLD_SIZE, 1, RT_WORLD_MAX, &world, err) < 0 ||
+	    dp_env_int(ENV_LOCAL_WORLD_SIZE, 1, RT_WORLD_MAX, &local, err) < 0)
 		return -1;
 	if (!world)
 		return errprintf(err, "WORLD_SIZE is not set: no torchrun-style environment");
@@ -356,8 +317,9 @@ int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_US
 	memset(rt, 0, sizeof(*rt));
 	used[0] = '\0';
 	if (source == RT_ENV_AUTO) {
-		if (getenv(ENV_SLURM_STEP_NODELIST) || getenv(ENV_SLURM_JOB_NODELIST) ||
-		    getenv(ENV_SLURM_NODELIST))
+		struct dp_slurm_step ss;
+		dp_slurm_step_read(&ss);
+		if (ss.nodelist.value)
 			source = RT_ENV_SLURM;
 		else if (getenv(ENV_WORLD_SIZE))
 			source = RT_ENV_TORCHRUN;
@@ -374,14 +336,16 @@ int rt_from_env(struct ranktable *rt, enum rt_env_source source, char used[RT_US
 int rt_task_threads(int local_ranks, int *threads, struct dp_error *err)
 {
 	int per_task = 0, on_node = 0, n;
+	struct dp_slurm_step ss;
 	cpu_set_t set;
 	long online = sysconf(_SC_NPROCESSORS_ONLN);
 	int mine = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
 		   : online > 0					? (int)online
 								: 1;
 
-	if (rt_env_int(ENV_SLURM_CPUS_PER_TASK, 1, 1 << 20, &per_task, err) < 0 ||
-	    rt_env_int(ENV_SLURM_CPUS_ON_NODE, 1, 1 << 20, &on_node, err) < 0)
+	dp_slurm_step_read(&ss);
+	if (dp_slurm_int(&ss.cpus_per_task, 1, 1 << 20, &per_task, err) < 0 ||
+	    dp_slurm_int(&ss.cpus_on_node, 1, 1 << 20, &on_node, err) < 0)
 		return -1;
 	if (local_ranks < 1)
 		local_ranks = 1;

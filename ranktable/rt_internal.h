@@ -9,8 +9,6 @@
 
 #include <stddef.h>
 
-#define RT_FILE_MAX (1L << 30) /* largest rank-table file read: ~100 bytes per rank at most */
-
 /* The fields of a rank that a message can point at. */
 enum rt_field {
 	RT_F_RANK_ID,

@@ -12,6 +12,7 @@
 #include "common/env.h"
 #include "spank/plugin.h"
 #include "common/secret.h"
+#include "common/warn.h"
 
 /* The tasks start in another directory (--chdir, or sbatch's srun from elsewhere): the path
  * must not depend on the current one. Symlinks are kept, as the user named them. */
@@ -123,8 +124,12 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 				    from, given);
 			goto out;
 		}
-		for (i = 0; i < c.nwarnings; i++)
-			slurm_spank_log("dptrain: %s: warning: %s", path, c.warnings[i]);
+		for (i = 0; i < c.nwarnings; i++) {
+			char line[PATH_MAX + 1024];
+			dp_warn_format(line, sizeof(line), "dptrain", NULL, "%s: %s", path,
+				       c.warnings[i]);
+			slurm_spank_log("%s", line);
+		}
 		/* srun and sbatch pass their environment to the job: this is how the tasks (and
 		 * the sruns of a batch script) learn the absolute path. */
 		if (setenv(ENV_DPTRAIN_CONFIG, path, 1) < 0) {

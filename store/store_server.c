@@ -6,6 +6,7 @@
 #include "store/store_wire.h"
 #include "common/error.h"
 #include "common/clock.h"
+#include "common/warn.h"
 #include "common/hmac.h"
 #include "common/random.h"
 
@@ -1270,13 +1271,11 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	if (s->lfd < 0)
 		goto out;
 	if (!s->secret[0])
-		fprintf(
-		    stderr,
-		    "dptrain: rendezvous: warning: no secret (DPTRAIN_STORE_SECRET is not set): "
-		    "the store on port %d accepts any program that can reach that port, as "
-		    "PyTorch's TCPStore does; srun --dptrain and dptrain-run give the ranks a "
-		    "secret\n",
-		    s->port);
+		dp_warn("dptrain", "rendezvous",
+			"no secret (DPTRAIN_STORE_SECRET is not set): the store on port %d accepts "
+			"any program that can reach that port, as PyTorch's TCPStore does; srun "
+			"--dptrain and dptrain-run give the ranks a secret",
+			s->port);
 	int e = pthread_create(&s->thread, NULL, srv_main, s);
 	if (e) {
 		errprintf(err, "rendezvous: cannot start the store thread: %s", strerror(e));

@@ -4,11 +4,14 @@
 #define _GNU_SOURCE
 #include "common/error.h"
 #include "common/env.h"
+#include "common/envint.h"
+#include "common/mkdir_p.h"
 #include "trainer/backend/backend.h"
 #include "trainer/dist/comm.h"
 #include "config/config.h"
 #include "ranktable/ranktable.h"
 #include "common/secret.h"
+#include "common/warn.h"
 #include "store/store.h"
 #include "trainer/train.h"
 
@@ -144,9 +147,9 @@ static void take_stop_signals(int training)
 			pthread_kill(t, sig);
 	} else {
 		/* nobody would take them: leave their default action to them */
-		fprintf(stderr,
-			"dptrain: warning: no thread for SIGTERM/SIGUSR1 (%s): they end "
-			"the process without a checkpoint\n",
+		dp_warn("dptrain", NULL,
+			"no thread for SIGTERM/SIGUSR1 (%s): they end the process without a "
+			"checkpoint",
 			strerror(e));
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGUSR1, SIG_DFL);
@@ -290,17 +293,11 @@ static int print_config(const struct cfg *c)
 	return EXIT_OK;
 }
 
+/* An integer variable from 0 to 2^24 (dp_env_int): def when unset, -1 when malformed. */
 static int env_int(const char *name, int def)
 {
-	const char *v = getenv(name);
-	char *end;
-	if (!v || !*v)
-		return def;
-	errno = 0;
-	long x = strtol(v, &end, 10);
-	if (errno || *end || x < 0 || x > 1 << 24)
-		return -1;
-	return (int)x;
+	int v = def;
+	return dp_env_int(name, 0, 1 << 24, &v, NULL) < 0 ? -1 : v;
 }
 
 /* How long the rendezvous may take: DPTRAIN_TIMEOUT (dptrain-run --timeout, plugstack.conf
@@ -313,25 +310,6 @@ static double rendezvous_timeout(const struct cfg *c)
 		return c->timeouts.rendezvous_s;
 	int t = env_int(ENV_DPTRAIN_TIMEOUT, 0);
 	return t >= 1 ? t : -1;
-}
-
-/* mkdir -p; existing directories are fine. */
-static int make_dirs(const char *path)
-{
-	char buf[4096];
-	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	for (char *p = buf + 1; *p; p++) {
-		if (*p != '/')
-			continue;
-		*p = '\0';
-		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
-			return -1;
-		*p = '/';
-	}
-	return mkdir(buf, 0755) < 0 && errno != EEXIST ? -1 : 0;
 }
 
 /* dptrain --devices: the GPUs as this process sees them (after CUDA_VISIBLE_DEVICES). */
@@ -364,7 +342,7 @@ static int choose_gpu(const struct cfg *c, int rank, struct dp_error *err)
 	int gpu = 0;
 	if (c->device.kind == CFG_DEVICE_CPU)
 		return -1;
-	if (rt_env_int(ENV_DPTRAIN_GPU, -1, 1 << 20, &gpu, err) < 0) {
+	if (dp_env_int(ENV_DPTRAIN_GPU, -1, 1 << 20, &gpu, err) < 0) {
 		errprintf(
 		    err,
 		    "%s: not a GPU index (or -1 for none); it is set by dptrain-launch, unset "
@@ -499,7 +477,7 @@ static int default_threads(void)
 	if (omp && *omp)
 		return 0;
 	if (rt_task_threads(env_int(ENV_LOCAL_WORLD_SIZE, 1), &threads, &err) < 0) {
-		fprintf(stderr, "dptrain: warning: %s; threads: OpenMP's default\n", err.text);
+		dp_warn("dptrain", NULL, "%s; threads: OpenMP's default", err.text);
 		return 0;
 	}
 	return threads;
@@ -581,7 +559,7 @@ static int train(const struct cfg *c, int outdir_overridden)
 		fprintf(stderr, "dptrain: output.dir \"%s\" is too long\n", c->output.dir);
 		return EXIT_CONFIG;
 	}
-	if (make_dirs(outdir) < 0) {
+	if (dp_mkdir_p(outdir, 0755, NULL) < 0) {
 		fprintf(stderr, "dptrain: cannot create output directory %s: %s\n", outdir,
 			strerror(errno));
 		return EXIT_TRAIN;
@@ -672,7 +650,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	for (int i = 0; i < c.nwarnings; i++)
-		fprintf(stderr, "dptrain: warning: %s: %s\n", a.config, c.warnings[i]);
+		dp_warn("dptrain", NULL, "%s: %s", a.config, c.warnings[i]);
 	int outdir_overridden = 0;
 	for (int i = 0; i < a.noverrides; i++)
 		if (strncmp(a.overrides[i], "output.dir=", 11) == 0)

@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "common/openfile.h"
+#include "common/warn.h"
 
 int metrics_open(struct metrics *mt, const char *dir, struct dp_error *err)
 {
@@ -61,9 +62,9 @@ void metrics_line(struct metrics *mt, const char *fmt, ...)
 		if (w > 0 && at >= 0 && ftruncate(mt->fd, at) != 0)
 			e = errno;
 		if (!mt->warned)
-			fprintf(stderr,
-				"dptrain: warning: %s: cannot write a line (%s): it is left out, "
-				"and so is every later one that does not fit; training goes on\n",
+			dp_warn("dptrain", NULL,
+				"%s: cannot write a line (%s): it is left out, and so is every "
+				"later one that does not fit; training goes on",
 				mt->path, strerror(e));
 		mt->warned = 1;
 	}

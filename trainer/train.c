@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "trainer/train.h"
 #include "common/env.h"
+#include "common/envint.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -21,6 +22,7 @@
 #include "trainer/dist/ddp.h"
 #include "common/error.h"
 #include "common/clock.h"
+#include "common/warn.h"
 #include "trainer/data/loader.h"
 #include "trainer/optim/lr_schedule.h"
 #include "trainer/nn/nn.h"
@@ -518,9 +520,9 @@ static int run_backend(struct run *r, struct dp_error *err)
 	 * device.kind cpu the config check has already warned) */
 	if (r->rank0 && c->device.kind != CFG_DEVICE_CPU &&
 	    (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
-		fprintf(stderr,
-			"dptrain: warning: precision.mode %s is a GPU mode; the CPU computes "
-			"in fp32 (loss scaling as precision.loss_scale says)\n",
+		dp_warn("dptrain", NULL,
+			"precision.mode %s is a GPU mode; the CPU computes in fp32 (loss scaling "
+			"as precision.loss_scale says)",
 			c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16");
 	return 0;
 }
@@ -701,7 +703,7 @@ static int run_announce(struct run *r, struct dp_error *err)
 		     m->name, nn_param_count(m), env->world_size, r->spe, r->total);
 
 	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
-	if (rt_env_int(ENV_DPTRAIN_PROFILE_STEP, 1, INT_MAX, &r->prof, err) < 0)
+	if (dp_env_int(ENV_DPTRAIN_PROFILE_STEP, 1, INT_MAX, &r->prof, err) < 0)
 		return errprintf(err, "%s: the step to profile, from 1", err->text);
 	if (r->prof && r->be->ops->profile && r->prof == r->pos.step + 1 &&
 	    r->be->ops->profile(r->be, 1) < 0)

@@ -14,6 +14,7 @@
 
 #include "trainer/ckpt/ckpt.h"
 #include "common/error.h"
+#include "common/warn.h"
 #include "trainer/ckpt/safetensors.h"
 
 void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,
@@ -271,8 +272,7 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 		int found = ckpt_find_latest(k->root, state_check, k, &ck, warn, sizeof(warn), why);
 		for (char *l = warn, *nl; *l; l = nl ? nl + 1 : l + strlen(l)) {
 			nl = strchr(l, '\n');
-			fprintf(stderr, "dptrain: warning: %.*s\n",
-				nl ? (int)(nl - l) : (int)strlen(l), l);
+			dp_warn("dptrain", NULL, "%.*s", nl ? (int)(nl - l) : (int)strlen(l), l);
 		}
 		if (found < 0)
 			return -1;

@@ -3,6 +3,7 @@
  * rank table; and the wire-up's phases (launcher/wireup.h) called one by one for a one-rank
  * job, answering the plugin on a socket pair. Works in its own temporary directory. */
 #include "common/error.h"
+#include "common/mkdir_p.h"
 #include "common/openfile.h"
 #include "launcher/alloc.h"
 #include "launcher/launcher.h"
@@ -87,21 +88,11 @@ static void test_mkdir(void)
 	char path[512], file[512];
 	struct dp_error err = {""};
 	struct stat st;
-	int fd;
 
+	/* dp_mkdir_p itself: t/unit/mkdir_p.c */
 	snprintf(path, sizeof(path), "%s/a/b/c/", tmp);
-	ok(launch_mkdir_p(path, &err) == 0, "mkdir -p a/b/c/ %s", err.text);
+	ok(dp_mkdir_p(path, 0755, &err) == 0, "mkdir -p a/b/c/ %s", err.text);
 	ok(stat(path, &st) == 0 && S_ISDIR(st.st_mode), "... exists");
-	ok(launch_mkdir_p(path, &err) == 0, "again: fine (another rank made it)");
-	snprintf(file, sizeof(file), "%s/afile", tmp);
-	fd = open(file, O_WRONLY | O_CREAT, 0644);
-	close(fd);
-	ok(launch_mkdir_p(file, &err) == -1, "a file in the way is refused");
-	like(err.text, "not a directory", "... saying so");
-	snprintf(path, sizeof(path), "%s/afile/sub", tmp);
-	ok(launch_mkdir_p(path, &err) == -1, "a file as a parent is refused");
-	like(err.text, "cannot create directory", "... naming the directory");
-	ok(launch_mkdir_p("/", &err) == 0, "/ exists");
 
 	/* Whose directory the job's files may go into (issue: a shared output_dir) */
 	snprintf(path, sizeof(path), "%s/a/b", tmp);
@@ -137,7 +128,7 @@ static void test_dir_safe(void)
 
 	snprintf(base, sizeof(base), "%s/safe", tmp);
 	snprintf(path, sizeof(path), "%s/p/run", base);
-	ok(launch_mkdir_p(path, &err) == 0, "mkdir %s", path);
+	ok(dp_mkdir_p(path, 0755, &err) == 0, "mkdir %s", path);
 	ok(launch_dir_safe(path, canon, &err) == 0, "our own tree: safe %s", err.text);
 	is(canon, path, "... the path as it is (no link on the way)");
 	snprintf(want, sizeof(want), "%s/p", base);
@@ -238,7 +229,7 @@ static void test_lock(void)
 	int fd = -1, fd2 = -1;
 
 	snprintf(dir, sizeof(dir), "%s/locked", tmp);
-	ok(launch_mkdir_p(dir, &err) == 0, "a directory to lock %s", err.text);
+	ok(dp_mkdir_p(dir, 0755, &err) == 0, "a directory to lock %s", err.text);
 	ok(launch_outdir_lock(dir, "job 7 step 1, rank 0 on n3", &fd, &err) == 0 && fd >= 0,
 	   "the first taker holds it %s", err.text);
 	ok((fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0, "... close-on-exec until passed on");

@@ -7,6 +7,8 @@
 #include "common/env.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/mkdir_p.h"
+#include "common/readfile.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -99,29 +101,12 @@ static int ck_fsync_dir(const char *dir, struct dp_error *err)
 	return 0;
 }
 
+/* mkdir -p root (common/mkdir_p.c), with advice when the disk is full. */
 static int ck_mkdir_p(const char *root, struct dp_error *err)
 {
-	char p[CKPT_PATH_MAX];
-	struct stat st;
-	if (snprintf(p, sizeof(p), "%s", root) >= (int)sizeof(p))
-		return errprintf(err, "%s: path too long", root);
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST)
-			return errprintf(err, "%s: cannot create directory: %s%s", p,
-					 strerror(errno), ck_full(errno));
-		*s = '/';
-	}
-	if (mkdir(p, 0755) < 0 && errno != EEXIST)
-		return errprintf(err, "%s: cannot create directory: %s%s", p, strerror(errno),
-				 ck_full(errno));
-	if (stat(p, &st) < 0)
-		return errprintf(err, "%s: %s", p, strerror(errno));
-	if (!S_ISDIR(st.st_mode))
-		return errprintf(err, "%s: exists and is not a directory", p);
-	return 0;
+	if (dp_mkdir_p(root, 0755, err) == 0)
+		return 0;
+	return errprintf(err, "%s%s", err->text, ck_full(errno));
 }
 
 /* dir/name = text, atomically (atomic_file.c), with advice when the disk is full. */
@@ -304,44 +289,21 @@ static int ck_scan(const char *root, struct ck_ent **out, size_t *n, int *missin
 	return 0;
 }
 
+/* The whole small file at path (a symbolic link is refused); label names it in messages. */
 static char *ck_read_small(const char *path, size_t *lenp, struct dp_error *err, const char *label)
 {
-	char *buf = NULL;
-	struct stat st;
-	size_t len = 0;
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	char *buf;
 
-	if (fd < 0) {
-		errprintf(err, "%s: %s", label, errno == ENOENT ? "missing" : strerror(errno));
-		return NULL;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CK_STATE_MAX) {
+	if (dp_read_file(path, CK_STATE_MAX, O_NOFOLLOW, &buf, lenp, err) == 0)
+		return buf;
+	if (errno == ENOENT)
+		errprintf(err, "%s: missing", label);
+	else if (errno == EISDIR || errno == EINVAL || errno == EFBIG)
 		errprintf(err, "%s: not a regular file of at most %ld bytes", label, CK_STATE_MAX);
-		goto fail;
-	}
-	if (!(buf = malloc((size_t)st.st_size + 1))) {
+	else if (errno == ENOMEM)
 		errprintf(err, "%s: out of memory", label);
-		goto fail;
-	}
-	while (len < (size_t)st.st_size) {
-		ssize_t got = read(fd, buf + len, (size_t)st.st_size - len);
-		if (got < 0 && errno == EINTR)
-			continue;
-		if (got < 0) {
-			errprintf(err, "%s: cannot read: %s", label, strerror(errno));
-			goto fail;
-		}
-		if (got == 0)
-			break;
-		len += (size_t)got;
-	}
-	buf[len] = '\0';
-	close(fd);
-	*lenp = len;
-	return buf;
-fail:
-	free(buf);
-	close(fd);
+	else
+		errprintf(err, "%s: %s", label, strerror(errno));
 	return NULL;
 }
 

@@ -5,6 +5,8 @@
 #include "trainer/data/data.h"
 #include "trainer/data/data_index.h"
 #include "common/error.h"
+#include "common/mkdir_p.h"
+#include "common/warn.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,11 +30,6 @@ struct folder {
 	int rootfd;
 	char root[]; /* as the caller named it (no trailing '/'), for messages */
 };
-
-static void warn(const char *msg)
-{
-	fprintf(stderr, "%s: warning: %s\n", program_invocation_short_name, msg);
-}
 
 /* The whole file at fd into b (what is there now, whatever the index said). */
 static int read_all(int fd, struct data_bytes *b, const char *root, const char *rel,
@@ -158,25 +155,6 @@ stale:
 	return 1;
 }
 
-static int mkdirs(const char *dir)
-{
-	char p[PATH_MAX];
-	size_t n = strlen(dir);
-
-	if (n >= sizeof(p))
-		return errno = ENAMETOOLONG, -1;
-	memcpy(p, dir, n + 1);
-	for (size_t i = 1; i <= n; i++)
-		if (p[i] == '/' || p[i] == '\0') {
-			char c = p[i];
-			p[i] = '\0';
-			if (mkdir(p, 0777) != 0 && errno != EEXIST)
-				return -1;
-			p[i] = c;
-		}
-	return 0;
-}
-
 /* List the folder and write the list to the cache at path (a failure to write it is a
  * warning). */
 static int scan_to_cache(struct di_index *ix, const char *abs, const char *cache_dir,
@@ -186,7 +164,7 @@ static int scan_to_cache(struct di_index *ix, const char *abs, const char *cache
 	struct timespec t0;
 
 	if (why->text[0])
-		warn(why->text);
+		dp_warn(program_invocation_short_name, NULL, "%s", why->text);
 	fprintf(stderr, "%s: listing the image folder %s (once: the list is kept in %s)\n",
 		program_invocation_short_name, abs, path);
 	/* A folder that changes while it is listed is newer than the cache: the cache's time is
@@ -196,14 +174,14 @@ static int scan_to_cache(struct di_index *ix, const char *abs, const char *cache
 	if (di_scan(ix, abs, &w, err) != 0)
 		return -1;
 	if (w.text[0])
-		warn(w.text);
-	if (mkdirs(cache_dir) != 0) {
+		dp_warn(program_invocation_short_name, NULL, "%s", w.text);
+	if (dp_mkdir_p(cache_dir, 0777, NULL) != 0) {
 		errprintf(&w, "cannot create the cache folder %s: %s; not cached", cache_dir,
 			  strerror(errno));
-		warn(w.text);
+		dp_warn(program_invocation_short_name, NULL, "%s", w.text);
 	} else if (di_write(ix, path, &t0, &w) != 0) {
 		errprintf(&w, "%s; not cached", w.text);
-		warn(w.text);
+		dp_warn(program_invocation_short_name, NULL, "%s", w.text);
 	}
 	return 0;
 }
@@ -243,7 +221,7 @@ static int load_cached(struct di_index *ix, const char *abs, const char *cache_d
 		return errprintf(err, "%s: the cache folder's path is too long", cache_dir);
 	if (cache_fresh(ix, path, abs, &why) == 0)
 		return 0;
-	if (mkdirs(cache_dir) == 0 && (lock = lock_cache(path)) >= 0 &&
+	if (dp_mkdir_p(cache_dir, 0777, NULL) == 0 && (lock = lock_cache(path)) >= 0 &&
 	    cache_fresh(ix, path, abs, &why) == 0) {
 		close(lock); /* another rank listed it while this one waited */
 		return 0;
@@ -275,7 +253,7 @@ static int load_list(struct folder *f, const char *abs, const char *index, const
 	if (di_scan(&f->ix, abs, &w, err) != 0)
 		return -1;
 	if (w.text[0])
-		warn(w.text);
+		dp_warn(program_invocation_short_name, NULL, "%s", w.text);
 	return 0;
 }
 

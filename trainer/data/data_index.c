@@ -6,12 +6,14 @@
 #include "trainer/data/data_index.h"
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/readfile.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -671,42 +673,20 @@ int di_parse(struct di_index *x, const char *path, const char *buf, size_t len,
 
 int di_read(struct di_index *x, const char *path, struct dp_error *err)
 {
-	struct stat st;
-	char *buf = NULL;
-	size_t have = 0;
-	int fd, rv = -1;
+	char *buf;
+	size_t len;
+	int rv;
 
 	memset(x, 0, sizeof(*x));
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return errprintf(err, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) != 0) {
-		errprintf(err, "%s: %s", path, strerror(errno));
-		goto out;
+	if (dp_read_file(path, SIZE_MAX, 0, &buf, &len, err) != 0) {
+		if (errno == EISDIR || errno == EINVAL)
+			errprintf(err, "%s: not a regular file, so not an index", path);
+		else if (errno != ENOMEM)
+			errprintf(err, "%s: %s", path, strerror(errno));
+		return -1;
 	}
-	if (!S_ISREG(st.st_mode)) {
-		errprintf(err, "%s: not a regular file, so not an index", path);
-		goto out;
-	}
-	if (!(buf = malloc((size_t)st.st_size + 1))) {
-		errprintf(err, "%s: out of memory for %lld bytes", path, (long long)st.st_size);
-		goto out;
-	}
-	while (have < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + have, (size_t)st.st_size - have);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			errprintf(err, "%s: read error: %s", path, strerror(errno));
-			goto out;
-		}
-		if (r == 0)
-			break;
-		have += (size_t)r;
-	}
-	rv = di_parse(x, path, buf, have, err);
-out:
+	rv = di_parse(x, path, buf, len, err);
 	free(buf);
-	close(fd);
 	return rv;
 }
 

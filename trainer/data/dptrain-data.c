@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "common/atomic_file.h"
 #include "common/error.h"
+#include "common/warn.h"
 #include "trainer/data/data.h"
 #include "trainer/data/data_index.h"
 #include "trainer/data/image.h"
@@ -257,7 +258,7 @@ static int cmd_index(int argc, char **argv)
 	if (di_scan(&x, argv[optind], &warn, &err) != 0)
 		return fail("%s", err.text);
 	if (warn.text[0])
-		fprintf(stderr, PROG ": warning: %s\n", warn.text);
+		dp_warn(PROG, NULL, "%s", warn.text);
 	if (strcmp(out, "-") == 0) {
 		char *text;
 		size_t len;
@@ -838,8 +839,7 @@ static int transform_one(const struct data_set *ds, const struct imtf *t, const 
 	if (rc != 0)
 		return fail("%s: %s", desc, err.text);
 	if (warning)
-		fprintf(stderr, PROG ": warning: %s: %s (decoded what was there)\n", desc,
-			err.text);
+		dp_warn(PROG, NULL, "%s: %s (decoded what was there)", desc, err.text);
 #if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 	if (!o->u8)
 		for (size_t k = 0; k < out_bytes / 4; k++)

@@ -4,6 +4,7 @@
  * (signals blocked: the trainer's main thread takes SIGTERM/SIGUSR1) and buffers. */
 #include "trainer/data/loader.h"
 #include "common/error.h"
+#include "common/warn.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -107,10 +108,10 @@ static int note_bad(struct loader *l, size_t idx, bool skipped, const char *why,
 	nbad = l->nbad;
 	memcpy(last, l->bad_last_msg, sizeof(last));
 	if (first)
-		fprintf(l->o.warn ? l->o.warn : stderr, "dptrain: warning: %s: %s: %s%s\n",
-			l->o.what ? l->o.what : "data", name, why,
-			skipped ? "; skipped (the next sample takes its place)"
-				: "; decoded what was there");
+		dp_warn_to(l->o.warn, "dptrain", NULL, "%s: %s: %s%s",
+			   l->o.what ? l->o.what : "data", name, why,
+			   skipped ? "; skipped (the next sample takes its place)"
+				   : "; decoded what was there");
 	pthread_mutex_unlock(&l->bad_mu);
 	if (skipped && nbad > l->o.max_bad)
 		return errprintf(err,

@@ -9,6 +9,7 @@
 #include "common/atomic_file.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/warn.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -675,8 +676,12 @@ static int pack_list(struct pack *p, const char *index, char **abs_root)
 	} else {
 		if (di_scan(&p->x, *abs_root, &warn, p->err) != 0)
 			return -1;
-		if (warn.text[0])
-			say(p, "warning: %s", warn.text);
+		if (warn.text[0]) {
+			/* the form of every warning; the caller's say() puts its name first */
+			char line[DP_ERROR_MAX + 16];
+			dp_warn_format(line, sizeof(line), NULL, NULL, "%s", warn.text);
+			say(p, "%s", line);
+		}
 	}
 	p->x.kind = DI_FOLDER;
 	if (di_format(&p->x, &text, &len, p->err) != 0)
