@@ -7,7 +7,7 @@
 #     /usr/bin/python3 contrib/bench/train-bench.py [BUILD_DIR]        (after `make`)
 # Two builds of dptrain instead of PyTorch (a change's before and after, same run): each model
 # runs ROUNDS times from each build, alternating, and the table gives the median img/s.
-#     /usr/bin/python3 contrib/bench/train-bench.py --builds BEFORE AFTER [ROUNDS (3)]
+#     /usr/bin/python3 contrib/bench/train-bench.py --builds BEFORE AFTER [ROUNDS (3)] [MODEL...]
 import gzip
 import os
 import re
@@ -81,12 +81,14 @@ def dptrain_cmd(build, name, steps, outdir):
     return cmd
 
 
-def compare_builds(before, after, rounds):
+def compare_builds(before, after, rounds, models=None):
     """The same models from two builds, alternating; the median img/s of each."""
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, steps in PLAN.items():
+            if models and name not in models:
+                continue
             got = {before: [], after: []}
             for r in range(rounds):
                 for build in (before, after) if r % 2 == 0 else (after, before):
@@ -112,7 +114,8 @@ def main():
         return torch_side(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     if len(sys.argv) > 3 and sys.argv[1] == "--builds":
         rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
-        return compare_builds(os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), rounds)
+        return compare_builds(os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), rounds,
+                              sys.argv[5:])
     build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(TOP, "build")
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     blas = "/usr/lib/x86_64-linux-gnu/openblas-openmp"  # torch is 10x slower on reference BLAS
