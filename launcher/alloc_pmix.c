@@ -315,20 +315,25 @@ static struct batch *gather(struct alloc_pmix *s, const char *key, int n, int ge
 	return b;
 }
 
-/* The ranks on this node (PMIX_LOCAL_PEERS, "0,1,2"), into a new array; -1 if not given. */
+/* The ranks on this node (PMIX_LOCAL_PEERS, "0,1,2"), into a new array; -1 if not given. Asked
+ * of the server (it answers at once: this is before any fence), not PMIX_OPTIONAL: with the
+ * hash store the ranks use (PMIX_MCA_gds=hash, dptrain(8)) the key is not in the client's
+ * cache, and an optional Get answered NOT-FOUND (Slurm 22.05, PMIx 4.2), so rank 0 asked about
+ * every rank at once and named its own node's ranks as missing when the server got stuck. */
 static int local_peers(struct alloc_pmix *s, int world, int **out)
 {
-	pmix_info_t info;
+	pmix_info_t info[2];
 	pmix_value_t *v = NULL;
 	bool yes = true;
 	const char *p;
 	char *end;
-	int *r = NULL, n = 0;
+	int *r = NULL, n = 0, secs = PROBE_S;
 	long x;
 
 	*out = NULL;
-	PMIX_INFO_LOAD(&info, PMIX_OPTIONAL, &yes, PMIX_BOOL);
-	if (PMIx_Get(&s->all, PMIX_LOCAL_PEERS, &info, 1, &v) != PMIX_SUCCESS || !v ||
+	PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &secs, PMIX_INT);
+	PMIX_INFO_LOAD(&info[1], PMIX_NODE_INFO, &yes, PMIX_BOOL);
+	if (PMIx_Get(&s->all, PMIX_LOCAL_PEERS, info, 2, &v) != PMIX_SUCCESS || !v ||
 	    v->type != PMIX_STRING || !v->data.string || !(r = malloc((size_t)world * sizeof(int))))
 		goto fail;
 	for (p = v->data.string; *p;) {

@@ -425,10 +425,12 @@ test_expect_success 'the helper failing on n2: rank 0 names ranks 2-3 and no oth
 	sed "s|launcher=[^ ]*|launcher=$lw|" plugstack.saved >"$conf" &&
 	grep -F "launcher=$lw " "$conf" &&
 	for i in 1 2 3; do
+		rc=0 &&
 		as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/n2fail" DPTRAIN_TIMEOUT=8 timeout 120 \
-			srun -N2 --ntasks-per-node=2 --mpi=pmix --dptrain true >n2fail.out 2>&1 &&
-		return 1
+			srun -N2 --ntasks-per-node=2 --mpi=pmix --dptrain true >n2fail.out 2>&1 ||
+		rc=$?
 		cat n2fail.out &&
+		test "$rc" -ne 0 &&
 		grep "rank 0 on n1: PMIx fence (rendezvous of all ranks) timed out after 8 s: 2 of 4 ranks did not arrive: ranks 2-3 on n2[ ;]" n2fail.out ||
 		return 1
 	done
