@@ -9,6 +9,12 @@ test_description='srun --dptrain end to end: plugin, launcher, trainer'
 . "$(dirname "$0")/sharness.sh"
 
 dp_need_cluster
+# Two users of this script's own (t/sharness.d/00-dptrain.sh), made before the cluster starts
+# so that they are removed after it stops.
+dp_make_user VICTIM victim && dp_make_user ATTACKER attacker || {
+	echo "Bail out! could not make the test users"
+	exit 1
+}
 
 # newest DIR: the most recent step directory under DIR
 newest() {
@@ -232,38 +238,31 @@ test_expect_success 'a step into an output directory another step is using is re
 # job output is the victim's, and the attacker can neither take that directory over, read its
 # environment, nor lure the victim's job into a directory (and symlinks) the attacker made.
 test_expect_success 'two unprivileged users share a sticky directory: neither can take over or read the other'"'"'s job' '
-	made= &&
-	for u in dpvictim dpattacker; do
-		if ! id -u $u >/dev/null 2>&1; then
-			useradd --system --no-create-home --shell /bin/sh $u && made="$made $u" || return 1
-		fi
-	done &&
-	test_when_finished "for u in $made; do userdel \$u; done" &&
 	mkdir -m 1777 shared &&
 	as() {
 		_u=$1 && shift &&
 		(cd shared && runuser -u "$_u" -- env PATH="$PATH" SLURM_CONF="$SLURM_CONF" "$@")
 	} &&
-	as dpvictim env DPTRAIN_OUTPUT_DIR="$PWD/shared/run" timeout 120 \
+	as $VICTIM env DPTRAIN_OUTPUT_DIR="$PWD/shared/run" timeout 120 \
 		srun -n2 --dptrain=../job.json ../probe.sh >out 2>err &&
-	test "$(stat -c %U shared/run shared/run/device0 shared/run/device1/env.log shared/run/rank_table.json | sort -u)" = dpvictim &&
+	test "$(stat -c %U shared/run shared/run/device0 shared/run/device1/env.log shared/run/rank_table.json | sort -u)" = $VICTIM &&
 	test "$(stat -c %a shared/run/device0/env.log)" = 600 &&
 	grep "^probe rank=1 " shared/run/device1/train.log &&
-	test_must_fail as dpattacker cat "$PWD/shared/run/device0/env.log" &&
+	test_must_fail as $ATTACKER cat "$PWD/shared/run/device0/env.log" &&
 	# the attacker runs a job into the victim'"'"'s directory: refused, nothing written there
 	ls -lR shared/run >before &&
-	rc=0 && as dpattacker env DPTRAIN_OUTPUT_DIR="$PWD/shared/run" timeout 120 \
+	rc=0 && as $ATTACKER env DPTRAIN_OUTPUT_DIR="$PWD/shared/run" timeout 120 \
 		srun -n1 --dptrain=../job.json ../probe.sh >out 2>err || rc=$? &&
 	cat err && test $rc != 0 && test $rc != 124 &&
-	grep "the output directory .*shared/run. belongs to another user (uid $(id -u dpvictim))" err &&
+	grep "the output directory .*shared/run. belongs to another user (uid $(id -u $VICTIM))" err &&
 	ls -lR shared/run | cmp - before &&
 	# the attacker prepares a directory, world-writable, whose train.log leads to a file of
 	# the attacker'"'"'s: the victim'"'"'s job refuses it and writes nothing through the link
-	as dpattacker sh -c "mkdir -m 777 trap trap/device0 && : >loot && chmod 666 loot && ln -s ../../shared/loot trap/device0/train.log" &&
-	rc=0 && as dpvictim env DPTRAIN_OUTPUT_DIR="$PWD/shared/trap" timeout 120 \
+	as $ATTACKER sh -c "mkdir -m 777 trap trap/device0 && : >loot && chmod 666 loot && ln -s ../../shared/loot trap/device0/train.log" &&
+	rc=0 && as $VICTIM env DPTRAIN_OUTPUT_DIR="$PWD/shared/trap" timeout 120 \
 		srun -n1 --dptrain=../job.json ../probe.sh >out 2>err || rc=$? &&
 	cat err && test $rc != 0 && test $rc != 124 &&
-	grep "the output directory .*shared/trap. belongs to another user (uid $(id -u dpattacker))" err &&
+	grep "the output directory .*shared/trap. belongs to another user (uid $(id -u $ATTACKER))" err &&
 	test_must_be_empty shared/loot &&
 	test "$(ls shared/trap)" = device0
 '

@@ -6,7 +6,8 @@
 # of strangers and never lets one in, even under --export=NONE; the rank table does not give
 # the master port away; no directory a stranger owns on the way to an output directory, and
 # no file of a stranger's (hccn.conf), is used. Every cluster ends with its nodes idle. Owns
-# its trash directory, its clusters and the two users it creates (removed at the end).
+# its trash directory, its clusters and the two users it creates (removed at the end, however
+# it ends).
 
 test_description='a hostile user: node drain, rendezvous flood, secret, port, output directory'
 
@@ -21,17 +22,12 @@ if ! test_have_prereq TOOLS; then
 	test_done
 fi
 
-MADE_USERS=
-for u in dpvictim dpattacker; do
-	if ! id -u $u >/dev/null 2>&1; then
-		useradd --system --no-create-home --shell /bin/sh $u || exit 1
-		MADE_USERS="$MADE_USERS $u"
-	fi
-done
-remove_users() {
-	for u in $MADE_USERS; do userdel $u; done
+# The two users of this script's own (t/sharness.d/00-dptrain.sh): names of fixed spelling
+# were shared with t0320 running beside it.
+dp_make_user VICTIM victim && dp_make_user ATTACKER attacker || {
+	echo "Bail out! could not make the test users"
+	exit 1
 }
-cleanup remove_users
 
 SH="$PWD/shared"
 BIN="$DPTRAIN_BUILD_DIR/bin"
@@ -66,11 +62,20 @@ resume_nodes() {
 	done
 }
 
-# pid_of USER NAME: the pid of USER's process NAME, within 60 s.
+# mine PID...: those of the PIDs started by this script's jobs (their environment names the
+# shared directory, which no other script has), one a line.
+mine() {
+	for _m in "$@"; do
+		grep -qzF "$SH" "/proc/$_m/environ" 2>/dev/null && echo "$_m"
+	done
+	return 0
+}
+
+# pid_of USER NAME: the pid of USER's process NAME of this script's jobs, within 60 s.
 pid_of() {
 	_i=0
 	while test $_i -lt 600; do
-		_p=$(pgrep -u "$1" -x "$2" | head -n 1)
+		_p=$(mine $(pgrep -u "$1" -x "$2") | head -n 1)
 		test -n "$_p" && echo "$_p" && return 0
 		sleep 0.1
 		_i=$((_i + 1))
@@ -118,14 +123,14 @@ proctrack_tests() {
 	# "slurmstepd", scancel timed out and Slurm drained the node ("Kill task failed").
 	test_expect_success $prereq "$pt: stopping one's own watcher, then scancel, does not drain the node" '
 		test_when_finished "resume_nodes" &&
-		{ as dpattacker env DPTRAIN_OUTPUT_DIR="$SH/stop-$pt.%j" timeout 120 \
+		{ as $ATTACKER env DPTRAIN_OUTPUT_DIR="$SH/stop-$pt.%j" timeout 120 \
 			srun -w n2 -n1 --mpi=pmix --dptrain sleep 300 >"stop-$pt.out" 2>&1 & } &&
-		s=$(pid_of dpattacker sleep) &&
+		s=$(pid_of $ATTACKER sleep) &&
 		w=$(ps -o ppid= -p $s | tr -d " ") &&
 		test "$(cat /proc/$w/comm)" = dptrain-watch &&
-		job=$(squeue -h -u dpattacker -o %A) &&
-		as dpattacker kill -STOP $w &&
-		as dpattacker scancel $job &&
+		job=$(squeue -h -u $ATTACKER -o %A) &&
+		as $ATTACKER kill -STOP $w &&
+		as $ATTACKER scancel $job &&
 		dp_job_wait $job 120 &&
 		wait &&
 		! test -e /proc/$w &&
@@ -137,10 +142,10 @@ proctrack_tests() {
 	# the task: a process Slurm cannot end; in the helper: until its guard gave up).
 	test_expect_success $prereq "$pt: a FIFO at train.log fails the step at once, naming it" '
 		test_when_finished "resume_nodes" &&
-		as dpattacker sh -c "mkdir -p fifo-$pt/device0 && mkfifo fifo-$pt/device0/train.log" &&
+		as $ATTACKER sh -c "mkdir -p fifo-$pt/device0 && mkfifo fifo-$pt/device0/train.log" &&
 		for mpi in pmix none; do
 			rc=0 &&
-			as dpattacker env DPTRAIN_OUTPUT_DIR="$SH/fifo-$pt" DPTRAIN_TIMEOUT=10 \
+			as $ATTACKER env DPTRAIN_OUTPUT_DIR="$SH/fifo-$pt" DPTRAIN_TIMEOUT=10 \
 				MASTER_ADDR=127.0.0.1 timeout 120 srun -w n2 -n1 --mpi=$mpi \
 				--dptrain true >"fifo-$pt.out" 2>&1 || rc=$? &&
 			cat "fifo-$pt.out" &&
@@ -216,16 +221,16 @@ test_expect_success 'export=NONE, PMIx: another user who knows the port is refus
 	test_when_finished "touch $SH/go" &&
 	rm -f shared/go shared/secret.* &&
 	job_with_dir "$SH/none" >shared/none.json &&
-	{ as dpvictim timeout 180 srun --export=NONE -n2 --mpi=pmix --dptrain="$SH/none.json" \
+	{ as $VICTIM timeout 180 srun --export=NONE -n2 --mpi=pmix --dptrain="$SH/none.json" \
 		"$SH/rank.sh" >none.out 2>&1; echo $? >none.rc; } &
 	set -- $(wait_table shared/none) && addr=$1 port=$2 &&
 	test "$(stat -c %a shared/none/rank_table.json)" = 600 &&
-	test_must_fail as dpattacker cat "$SH/none/rank_table.json" &&
+	test_must_fail as $ATTACKER cat "$SH/none/rank_table.json" &&
 	wait_listen $port &&
 	# what the attacker can learn or guess: the job and step (squeue), the port (here, from
 	# the table as root)
 	cp shared/none/rank_table.json shared/att-table.json && chmod 644 shared/att-table.json &&
-	rc=0 && as dpattacker env RANK=1 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=$addr \
+	rc=0 && as $ATTACKER env RANK=1 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=$addr \
 		MASTER_PORT=$port RANK_TABLE_FILE="$SH/att-table.json" timeout 60 \
 		"$BIN/dptrain" "$SH/job.json" output.dir="$SH/attacker-out" >attacker.out 2>&1 ||
 		rc=$? &&
@@ -242,7 +247,7 @@ test_expect_success 'export=NONE, PMIx: another user who knows the port is refus
 
 test_expect_success 'export=NONE without PMIx: the step is refused, naming --export=NONE' '
 	job_with_dir "$SH/none2" >shared/none2.json &&
-	rc=0 && as dpvictim timeout 120 srun --export=NONE,MASTER_ADDR=127.0.0.1 -n2 --mpi=none \
+	rc=0 && as $VICTIM timeout 120 srun --export=NONE,MASTER_ADDR=127.0.0.1 -n2 --mpi=none \
 		--dptrain="$SH/none2.json" /bin/true >none2.out 2>&1 || rc=$? &&
 	cat none2.out &&
 	test $rc != 0 && test $rc != 124 &&
@@ -296,15 +301,15 @@ test_expect_success 'a flood of strangers at the store: the job trains, rank 0 s
 	            held[s.fileno()] = s
 	print("flood: %d connections made in all" % made, flush=True)
 	EOF
-	{ as dpvictim sh -c "ulimit -n 1024 && DPTRAIN_OUTPUT_DIR=\"$SH/flood\" timeout 180 \
+	{ as $VICTIM sh -c "ulimit -n 1024 && DPTRAIN_OUTPUT_DIR=\"$SH/flood\" timeout 180 \
 		srun -n2 --mpi=pmix --dptrain=\"$SH/job.json\" \"$SH/rank.sh\"" >flood.out 2>&1; \
 		echo $? >flood.rc; } &
 	set -- $(wait_table shared/flood) && addr=$1 port=$2 &&
 	wait_listen $port &&
-	r0=$(for p in $(pgrep -u dpvictim -x dptrain); do
+	r0=$(for p in $(mine $(pgrep -u $VICTIM -x dptrain)); do
 		grep -qz "^RANK=0$" /proc/$p/environ && echo $p; done) &&
 	rss0=$(awk "/^VmRSS:/ {print \$2}" /proc/$r0/status) &&
-	{ as dpattacker /usr/bin/python3 "$PWD/flood.py" $addr $port "$SH/stop-flood" \
+	{ as $ATTACKER /usr/bin/python3 "$PWD/flood.py" $addr $port "$SH/stop-flood" \
 		>flood-attacker.out 2>&1 & } &&
 	i=0 && while ! grep -q "^flood:" flood-attacker.out && test $i -lt 1200; do
 		sleep 0.1; i=$((i + 1)); done &&
@@ -327,34 +332,34 @@ test_expect_success 'a flood of strangers at the store: the job trains, rank 0 s
 # the site/ of the first user'"'"'s job) could swap the job'"'"'s directory after any check,
 # and the job would resume the stranger'"'"'s checkpoint and write its weights there.
 test_expect_success 'an output directory under another user'"'"'s directory is refused' '
-	as dpattacker sh -c "mkdir -m 777 proj" &&
-	rc=0 && as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/proj/run" timeout 120 \
+	as $ATTACKER sh -c "mkdir -m 777 proj" &&
+	rc=0 && as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/proj/run" timeout 120 \
 		srun -n1 --dptrain true >proj.out 2>&1 || rc=$? &&
 	cat proj.out &&
 	test $rc != 0 && test $rc != 124 &&
-	grep "the output directory .*proj/run. is not safe: .*shared/proj. on its way belongs to another user (uid $(id -u dpattacker)" proj.out &&
+	grep "the output directory .*proj/run. is not safe: .*shared/proj. on its way belongs to another user (uid $(id -u $ATTACKER)" proj.out &&
 	! test -e shared/proj/run/rank_table.json
 '
 
 test_expect_success 'the swap itself: a directory renamed under the victim is never followed' '
-	as dpattacker sh -c "mkdir -m 777 site && mkdir -m 700 site/decoy" &&
-	as dpvictim sh -c "mkdir -m 755 site/v" &&
+	as $ATTACKER sh -c "mkdir -m 777 site && mkdir -m 700 site/decoy" &&
+	as $VICTIM sh -c "mkdir -m 755 site/v" &&
 	# the attacker moves the victim'"'"'s directory away and puts a link to its own there
-	as dpattacker sh -c "mv site/v site/v.old && ln -s decoy site/v" &&
-	rc=0 && as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/site/v" timeout 120 \
+	as $ATTACKER sh -c "mv site/v site/v.old && ln -s decoy site/v" &&
+	rc=0 && as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/site/v" timeout 120 \
 		srun -n1 --dptrain true >swap.out 2>&1 || rc=$? &&
 	cat swap.out && test $rc != 0 && test $rc != 124 &&
 	test -z "$(ls -A shared/site/decoy)"
 '
 
 test_expect_success 'a group-writable parent is refused; a sticky one, and a link of one'"'"'s own, are not' '
-	as dpvictim sh -c "mkdir -m 775 gw && mkdir -m 1777 sticky && mkdir -m 755 real && ln -s real link" &&
-	rc=0 && as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/gw/run" timeout 120 \
+	as $VICTIM sh -c "mkdir -m 775 gw && mkdir -m 1777 sticky && mkdir -m 755 real && ln -s real link" &&
+	rc=0 && as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/gw/run" timeout 120 \
 		srun -n1 --dptrain true >gw.out 2>&1 || rc=$? &&
 	cat gw.out && test $rc != 0 && test $rc != 124 &&
 	grep "gw. on its way is writable by its group and not sticky" gw.out &&
-	as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/sticky/run" timeout 120 srun -n1 --dptrain true &&
-	as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/link/run" timeout 120 srun -n1 --dptrain true &&
+	as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/sticky/run" timeout 120 srun -n1 --dptrain true &&
+	as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/link/run" timeout 120 srun -n1 --dptrain true &&
 	grep -x "DPTRAIN_OUTPUT_DIR=$SH/real/run" shared/real/run/device0/env.log
 '
 
@@ -362,14 +367,14 @@ test_expect_success 'a group-writable parent is refused; a sticky one, and a lin
 # first. Both users'"'"' jobs run; a directory squatted under the victim'"'"'s name is named.
 test_expect_success 'output_dir=ROOT/%u/%j.%s under a sticky root: each user'"'"'s own' '
 	mkdir -m 1777 shared/scratch &&
-	for u in dpvictim dpattacker; do
+	for u in $VICTIM $ATTACKER; do
 		as $u env DPTRAIN_OUTPUT_DIR="$SH/scratch/%u/%j.%s" timeout 120 \
 			srun -n2 --dptrain true || return 1
 		test "$(stat -c %U shared/scratch/$u)" = $u || return 1
 	done &&
-	ls shared/scratch/dpvictim/*/rank_table.json &&
-	as dpattacker sh -c "mkdir -m 777 scratch/dpx" &&
-	rc=0 && as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/scratch/dpx/%j" timeout 120 \
+	ls shared/scratch/$VICTIM/*/rank_table.json &&
+	as $ATTACKER sh -c "mkdir -m 777 scratch/dpx" &&
+	rc=0 && as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/scratch/dpx/%j" timeout 120 \
 		srun -n1 --dptrain true >squat.out 2>&1 || rc=$? &&
 	cat squat.out && test $rc != 0 &&
 	grep "scratch/dpx. on its way belongs to another user" squat.out
@@ -377,29 +382,29 @@ test_expect_success 'output_dir=ROOT/%u/%j.%s under a sticky root: each user'"'"
 
 # hccn.conf chooses the ranks'"'"' device addresses: the same rule as the output directory.
 test_expect_success 'mindspore.hccn_conf: another user'"'"'s file, a shared-writable one or a FIFO is refused' '
-	as dpattacker sh -c "printf \"address_0=192.0.2.66\n\" >evil.conf && chmod 644 evil.conf" &&
-	as dpvictim sh -c "printf \"address_0=192.0.2.7\n\" >ww.conf && chmod 666 ww.conf && mkfifo fifo.conf && printf \"address_0=192.0.2.8\n\" >good.conf" &&
+	as $ATTACKER sh -c "printf \"address_0=192.0.2.66\n\" >evil.conf && chmod 644 evil.conf" &&
+	as $VICTIM sh -c "printf \"address_0=192.0.2.7\n\" >ww.conf && chmod 666 ww.conf && mkfifo fifo.conf && printf \"address_0=192.0.2.8\n\" >good.conf" &&
 	for f in evil ww fifo good; do
 		printf "{\"mindspore\": {\"hccn_conf\": \"%s\"}}\n" "$SH/$f.conf" >shared/hccn-$f.json &&
 		chmod 644 shared/hccn-$f.json || return 1
 	done &&
 	for f in evil ww fifo; do
-		rc=0 && as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/hccn-$f" timeout 120 \
+		rc=0 && as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/hccn-$f" timeout 120 \
 			srun -n1 --dptrain="$SH/hccn-$f.json" true >hccn-$f.out 2>&1 || rc=$? &&
 		cat hccn-$f.out && test $rc != 0 && test $rc != 124 || return 1
 	done &&
-	grep "evil.conf belongs to another user (uid $(id -u dpattacker)), neither you nor root" hccn-evil.out &&
+	grep "evil.conf belongs to another user (uid $(id -u $ATTACKER)), neither you nor root" hccn-evil.out &&
 	grep "ww.conf is writable by everyone" hccn-ww.out &&
 	grep "fifo.conf is a FIFO, not a regular file" hccn-fifo.out &&
 	! grep -r 192.0.2.66 shared/hccn-evil &&
-	as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/hccn-good" timeout 120 \
+	as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/hccn-good" timeout 120 \
 		srun -n1 --dptrain="$SH/hccn-good.json" true &&
 	grep 192.0.2.8 shared/hccn-good/rank_table.json
 '
 
 test_expect_success 'a DPTRAIN_CONFIG longer than a path is refused, not ignored' '
 	long=/$(printf "%05000d" 0) &&
-	rc=0 && as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/long" timeout 120 \
+	rc=0 && as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/long" timeout 120 \
 		srun -n1 --export=ALL,DPTRAIN_CONFIG=$long sh -c "echo ran: \${RANK:-no rank}" \
 		>long.out 2>&1 || rc=$? &&
 	cut -c 1-300 long.out &&
@@ -426,7 +431,7 @@ test_expect_success 'the helper failing on n2: rank 0 names ranks 2-3 and no oth
 	grep -F "launcher=$lw " "$conf" &&
 	for i in 1 2 3; do
 		rc=0 &&
-		as dpvictim env DPTRAIN_OUTPUT_DIR="$SH/n2fail" DPTRAIN_TIMEOUT=8 timeout 120 \
+		as $VICTIM env DPTRAIN_OUTPUT_DIR="$SH/n2fail" DPTRAIN_TIMEOUT=8 timeout 120 \
 			srun -N2 --ntasks-per-node=2 --mpi=pmix --dptrain true >n2fail.out 2>&1 ||
 		rc=$?
 		cat n2fail.out &&

@@ -66,7 +66,6 @@ dp_cluster_stop_all() {
 	done
 }
 
-_dp_cluster_hooks=
 _dp_cluster_register() {
 	case "
 $DP_CLUSTERS
@@ -77,13 +76,7 @@ $1
 	*) DP_CLUSTERS="$DP_CLUSTERS
 $1" ;;
 	esac
-	test -z "$_dp_cluster_hooks" || return 0
-	_dp_cluster_hooks=t
-	cleanup dp_cluster_stop_all
-	# sharness's own EXIT trap is 'die'; keep it, with the exit status it expects.
-	trap '_dp_rc=$?; dp_cluster_stop_all; (exit $_dp_rc); die' EXIT
-	trap 'exit 130' INT
-	trap 'exit 143' TERM
+	dp_exit_hook dp_cluster_stop_all
 }
 
 dp_cluster_start() {
