@@ -25,6 +25,11 @@ O ?= build-san
 else
 O ?= build
 endif
+# make names files by words: a build directory with a blank cannot be one. The checkout's own
+# path may have blanks (O is relative to it by default).
+ifneq ($(words $(O)),1)
+$(error the build directory O='$(O)' has a blank, and make cannot name files in it: give O a path without blanks, for instance one relative to the checkout (the default is build))
+endif
 
 CC      ?= gcc
 ifeq ($(origin CC),default)

@@ -2,10 +2,19 @@
 test_description='the build: dependency probes, what is skipped, make install'
 . "$(dirname "$0")/sharness.sh"
 
-# make cannot take paths with spaces (sharness trash directories have one): install into a
-# directory of our own and link it here.
-dest="$DPTRAIN_BUILD_DIR/t/install-root"
-mk() { env -u MAKEFLAGS -u MAKELEVEL make --no-print-directory -C "$DPTRAIN_SRC_DIR" O="$DPTRAIN_BUILD_DIR" SAN="${DPTRAIN_SAN:-0}" "$@"; }
+# make cannot take paths with blanks (sharness trash directories have one, and so may the
+# checkout's path): the build directories are named relative to the checkout, and the install
+# goes into a directory of our own under /tmp, linked here.
+rel() {
+	case "$1" in
+	"$DPTRAIN_SRC_DIR"/*) printf '%s\n' "${1#"$DPTRAIN_SRC_DIR"/}" ;;
+	*) printf '%s\n' "$1" ;;
+	esac
+}
+dest=$(mktemp -d /tmp/dptrain-t0001.XXXXXX) || exit 1
+rm_dest() { rm -rf "$dest"; }
+dp_exit_hook rm_dest
+mk() { env -u MAKEFLAGS -u MAKELEVEL make --no-print-directory -C "$DPTRAIN_SRC_DIR" O="$(rel "$DPTRAIN_BUILD_DIR")" SAN="${DPTRAIN_SAN:-0}" "$@"; }
 
 test_expect_success 'make reports every probed dependency' '
 	mk -n all >out 2>&1 &&
@@ -18,7 +27,7 @@ test_expect_success 'without a CUDA toolkit: CUDA is reported absent and the CPU
 	mk -n all CUDA_HOME=/nonexistent >out 2>&1 &&
 	grep "^  cuda: *no -- no toolkit at CUDA_HOME=/nonexistent: CUDA backend skipped" out &&
 	grep "^  cudnn: *no" out && grep "^  nccl: *no" out &&
-	mk all CUDA_HOME=/nonexistent O="$DPTRAIN_BUILD_DIR/t/nocuda" >build.log 2>&1 &&
+	mk all CUDA_HOME=/nonexistent O="$(rel "$DPTRAIN_BUILD_DIR/t/nocuda")" >build.log 2>&1 &&
 	test -x "$DPTRAIN_BUILD_DIR/t/nocuda/bin/dptrain" &&
 	test -x "$DPTRAIN_BUILD_DIR/t/nocuda/bin/dptrain-ranktable"
 '

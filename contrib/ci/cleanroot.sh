@@ -328,12 +328,7 @@ if [ $USE_CACHE = 1 ]; then
 	find "$CACHE/debs" -maxdepth 1 -name '*.deb' -mtime +30 -delete
 	mount --bind "$CACHE/debs" "$ROOT/var/cache/apt/archives"
 fi
-mkdir -p "$ROOT$SRC_IN_ROOT"
-(cd "$TOP" && git ls-files -z --cached --others --exclude-standard) |
-	while IFS= read -r -d '' f; do
-		if [ -e "$TOP/$f" ] || [ -L "$TOP/$f" ]; then printf '%s\0' "$f"; fi
-	done |
-	tar -C "$TOP" --null -T - -cf - | tar -C "$ROOT$SRC_IN_ROOT" -xf - ||
+"$TOP/contrib/ci/copy-checkout.sh" "$TOP" "$ROOT$SRC_IN_ROOT" ||
 	fail "could not copy the checkout into the root"
 phase_end
 
