@@ -19,9 +19,7 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd -P)
 rm -rf "$OUT/src" && mkdir -p "$OUT/src"
 rm -f "$OUT"/dptrain*.deb "$OUT"/dptrain*.changes "$OUT"/dptrain*.buildinfo
-(cd "$TOP" && git ls-files -z --cached --others --exclude-standard |
-	xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
-	tar --null -T - -cf -) | tar -C "$OUT/src" -xf -
+sh "$TOP/contrib/pkg/tree.sh" "$TOP" | tar -C "$OUT/src" -xf -
 cd "$OUT/src"
 # the parent make's jobserver and variables are not the package build's
 echo "make deb: dpkg-buildpackage in $OUT/src (log: $OUT/build.log)"

@@ -16,9 +16,10 @@ OUT=$(cd "$OUT" && pwd -P)
 R=$OUT/rpmbuild
 rm -rf "$R" && mkdir -p "$R/SOURCES" "$R/SPECS" "$R/BUILD" "$R/RPMS" "$R/SRPMS"
 rm -f "$OUT"/dptrain*.rpm
-(cd "$TOP" && git ls-files -z --cached --others --exclude-standard |
-	xargs -0 sh -c 'for f; do [ -e "$f" ] && printf "%s\0" "$f"; done' sh |
-	tar --null -T - --transform "s|^|dptrain-$VERSION/|" -czf "$R/SOURCES/dptrain-$VERSION.tar.gz")
+mkdir -p "$R/tree/dptrain-$VERSION"
+sh "$TOP/contrib/pkg/tree.sh" "$TOP" | tar -C "$R/tree/dptrain-$VERSION" -xf -
+tar -C "$R/tree" -czf "$R/SOURCES/dptrain-$VERSION.tar.gz" "dptrain-$VERSION"
+rm -rf "$R/tree"
 cp "$TOP/contrib/rpm/dptrain.spec" "$R/SPECS/"
 set -- --define "_topdir $R" --define "version_from_tree $VERSION"
 if ! rpm -q glibc >/dev/null 2>&1 && ! rpm -q slurm-devel >/dev/null 2>&1; then
