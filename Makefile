@@ -131,8 +131,10 @@ MISSING_DEPS := $(strip $(call need,$(HAVE_CC),a C compiler '$(CC)' (Debian: gcc
 	$(call need,$(HAVE_JANSSON),jansson (Debian: libjansson-dev)) $(call need,$(HAVE_ZLIB),zlib (Debian: zlib1g-dev)) \
 	$(call need,$(HAVE_JPEG),libjpeg-turbo (Debian: libjpeg62-turbo-dev)) $(call need,$(HAVE_PNG),libpng (Debian: libpng-dev)))
 
-# Print what was found once per top-level make (not for 'clean').
-ifeq ($(filter clean distclean deps demo help format,$(MAKECMDGOALS)),)
+# Print what was found once per top-level make (not for 'clean', nor the package targets,
+# which build in a copy).
+PKG_TARGETS := deb rpm package-test
+ifeq ($(filter clean distclean deps demo help format $(PKG_TARGETS),$(MAKECMDGOALS)),)
 $(info dptrain $(VERSION): build directory $(O)$(if $(filter 1,$(SAN)), (AddressSanitizer + UBSan),))
 $(info $(space) cc:        $(HAVE_CC) ($(CC))$(if $(filter yes,$(HAVE_CC)),, -- required (Debian: gcc libc6-dev)))
 $(info $(space) jansson:   $(HAVE_JANSSON)$(if $(filter yes,$(HAVE_JANSSON)), ($(JANSSON_VERSION)), -- required (Debian: libjansson-dev)))
@@ -228,7 +230,7 @@ ifeq ($(HAVE_SLURM),yes)
 PROGRAMS += $(SPANK_SO)
 endif
 
-.PHONY: all check check-unit check-integration check-layers check-env format install uninstall clean deps fuzz help demo reference bench missing-deps
+.PHONY: $(PKG_TARGETS) programs all check check-unit check-integration check-layers check-env format install uninstall clean deps fuzz help demo reference bench missing-deps
 .DEFAULT_GOAL := all
 # Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
 .SECONDARY:
@@ -238,6 +240,9 @@ all: $(PROGRAMS) $(UNIT_TESTS)
 else
 all: missing-deps
 endif
+
+# The programs and the plugin alone (the packages' build: debian/rules, the RPM spec).
+programs: $(if $(MISSING_DEPS),missing-deps,$(PROGRAMS))
 
 missing-deps:
 	@echo "dptrain: cannot build without $(MISSING_DEPS)" | sed 's/; *$$/./; s/;/,/g' >&2
@@ -372,6 +377,19 @@ $(SPANK_SO): $(patsubst %.c,$(O)/obj-plugin/%.o,$(SPANK_SRC) $(PLUGIN_SHARED_SRC
 $(O)/t/%.t: $(O)/obj/t/unit/%.o $(LIBTAP) $(LIBLAUNCH) $(LIBTASK) $(TRAINER_LIBS_A)
 	$(link) $^ $(TRAINER_LIBS) $(LAUNCH_LIBS)
 
+# A launcher of a later release that speaks wire-up protocol 2 (task/wire.h): the real launcher
+# with its two version-carrying files rebuilt, for t0310's half-upgraded node.
+WIRE2_LAUNCH := $(O)/t/dptrain-launch-wire2
+$(O)/obj-wire2/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(filter 0,$(V)),echo "  CC      $< (wire-up protocol 2)",:)
+	$(Q)$(CC) $(CPPFLAGS) -UDPTRAIN_VERSION -DDPTRAIN_VERSION='"9.9.9"' -DWIRE_VERSION=2 $(CFLAGS) -MMD -MP -c -o $@ $<
+$(WIRE2_LAUNCH): $(O)/obj-wire2/task/wire.o $(O)/obj-wire2/launcher/dptrain-launch.o $(LAUNCH_LIBS_A)
+	$(link) $^ -ljansson $(LAUNCH_LIBS) -lpthread
+ifeq ($(MISSING_DEPS),)
+all: $(WIRE2_LAUNCH)
+endif
+
 # Benchmarks (contrib/bench/*.c): built by `make bench`, run by the scripts beside them.
 BENCH_PROGS := $(patsubst contrib/bench/%.c,$(O)/bench/%,$(wildcard contrib/bench/*.c))
 $(O)/bench/%: $(O)/obj/contrib/bench/%.o $(TRAINER_LIBS_A)
@@ -447,7 +465,7 @@ reference:
 	@set -e; for g in $(filter-out t/reference/gen_model.py,$(wildcard t/reference/gen_*.py)); do \
 		echo "  REF     $$g"; $(REFERENCE_PY) $$g; done
 
-install: all
+install: programs
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBDIR)/slurm $(DESTDIR)$(MANDIR)/man1 \
 		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DATADIR)/examples \
 		$(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d
@@ -460,6 +478,16 @@ install: all
 	sed 's|@LIBDIR@|$(LIBDIR)|g; s|@BINDIR@|$(BINDIR)|g' contrib/plugstack.conf.in \
 		> $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/dptrain.conf.example
 	chmod 644 $(DESTDIR)$(SYSCONFDIR)/slurm/plugstack.conf.d/dptrain.conf.example
+
+# Packages: make deb (debian/, dpkg-buildpackage, lintian) and make rpm (contrib/rpm/dptrain.spec,
+# rpmbuild); the files land in $(O)/pkg. make package-test: contrib/ci/package-test.sh, the
+# Debian packages built and installed in fresh Debian 12 and 13 roots (CI runs Debian 12's).
+deb:
+	$(if $(filter command line,$(origin CUDA_HOME)),DEB_CUDA_HOME=$(CUDA_HOME)) sh contrib/pkg/build-deb.sh $(O)/pkg
+rpm:
+	sh contrib/pkg/build-rpm.sh $(O)/pkg
+package-test:
+	bash contrib/ci/package-test.sh --debian 12 && bash contrib/ci/package-test.sh --debian 13
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(BINDIR)/,$(notdir $(filter $(O)/bin/%,$(PROGRAMS))))
@@ -479,8 +507,10 @@ help:
 	@echo "make format                    clang-format every source (.clang-format names the version), checked by make check"
 	@echo "make fuzz [FUZZ_SECONDS=60]    libFuzzer on the rank-table reader and config parser"
 	@echo "make install PREFIX=/usr DESTDIR=...   install programs, plugin, man pages, examples"
+	@echo "make deb | rpm                 Debian packages (debian/) or RPMs (contrib/rpm/dptrain.spec) in $(O)/pkg"
+	@echo "make package-test              the Debian packages installed and used in fresh Debian 12 and 13 roots"
 	@echo "make demo                      packages, build, a private Slurm, srun --dptrain jobs"
 	@echo "make bench                     build the benchmark programs (contrib/bench, doc/performance.md)"
 	@echo "make reference                 regenerate t/reference/data with Debian's python3-torch"
 
--include $(shell find $(O)/obj $(O)/obj-plugin -name '*.d' 2>/dev/null)
+-include $(shell find $(O)/obj $(O)/obj-plugin $(O)/obj-wire2 -name '*.d' 2>/dev/null)

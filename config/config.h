@@ -217,7 +217,9 @@ struct cfg {
 	} device;
 
 	struct cfg_output {
-		char *dir; /* as given, with %j %s %n %% (see cfg_expand_output_dir) */
+		char *dir;	/* as given, with %j %s %n %% (see cfg_expand_output_dir) */
+		bool dir_given; /* the config names output.dir (a site's default_output_dir=
+				   applies where it does not) */
 		bool per_rank_logs;
 		enum cfg_console console;
 		bool metrics;
@@ -236,6 +238,8 @@ struct cfg {
 
 	struct cfg_timeouts {
 		double rendezvous_s;
+		bool rendezvous_given; /* the config names it (a site's max_timeout= caps the
+					  default without failing the job) */
 		double collective_s;
 		double shutdown_s;
 	} timeouts;

@@ -1001,6 +1001,8 @@ int cfg_check(struct cfg_ctx *x)
 			 "the buckets itself; remove one of them");
 		goto out;
 	}
+	c->output.dir_given = given(x, "output.dir");
+	c->timeouts.rendezvous_given = given(x, "timeouts.rendezvous_s");
 	if (!given(x, "precision.loss_scale"))
 		c->precision.dynamic_loss_scale = c->precision.mode == CFG_PREC_FP16;
 

@@ -5,6 +5,7 @@
  * launcher/wireup.c's. Must not contain training code. */
 #include "common/error.h"
 #include "launcher/wireup.h"
+#include "task/wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -102,7 +103,8 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-		printf("dptrain-launch %s\n", DPTRAIN_VERSION);
+		/* with what a half-upgraded node's plugin compares (task/wire.h) */
+		printf("dptrain-launch %s (wire-up protocol %d)\n", DPTRAIN_VERSION, WIRE_VERSION);
 		return 0;
 	}
 	if (cmd[0] && strncmp(cmd[0], "--wire-up=", 10) == 0) {

@@ -210,6 +210,8 @@ static int read_config(struct wireup_settings *st, const char *cfg_path, struct 
 		return errprefix(err, ENV_DPTRAIN_CONFIG);
 	if (c.output.dir && c.output.dir[0])
 		snprintf(st->outdir, sizeof(st->outdir), "%s", c.output.dir);
+	st->outdir_given = c.output.dir_given;
+	st->timeout_given = c.timeouts.rendezvous_given;
 	st->per_rank_logs = c.output.per_rank_logs;
 	st->console = c.output.console;
 	/* Whole seconds, rounded up (no libm in the launcher). */
@@ -232,6 +234,30 @@ static int read_config(struct wireup_settings *st, const char *cfg_path, struct 
 	return rv;
 }
 
+/* The site's limit (plugstack.conf max_timeout=): a timeout asked for above it fails the rank,
+ * naming where it came from; the default is lowered to it. */
+static int check_max_timeout(struct wireup_settings *st, struct dp_error *err)
+{
+	int max, rc = dp_env_int(ENV_DPTRAIN_MAX_TIMEOUT, 1, INT_MAX, &max, err);
+
+	if (rc <= 0)
+		return rc;
+	if (st->opts.timeout_s <= max)
+		return 0;
+	if (!st->timeout_given) {
+		st->opts.timeout_s = max;
+		return 0;
+	}
+	return errprintf(err,
+			 "a rendezvous timeout of %d s (%s) is more than this site allows: at most "
+			 "%d s (max_timeout= in plugstack.conf, see dptrain(8))",
+			 st->opts.timeout_s,
+			 getenv(ENV_DPTRAIN_TIMEOUT) && *getenv(ENV_DPTRAIN_TIMEOUT)
+			     ? ENV_DPTRAIN_TIMEOUT
+			     : "the job config's timeouts.rendezvous_s",
+			 max);
+}
+
 /* What the job config says, or the defaults without one, then the environment's word. */
 static int read_settings(struct wireup_settings *st, struct dp_error *err)
 {
@@ -250,13 +276,17 @@ static int read_settings(struct wireup_settings *st, struct dp_error *err)
 	s = getenv(ENV_DPTRAIN_OUTPUT_DIR);
 	if (s && *s)
 		snprintf(st->outdir, sizeof(st->outdir), "%s", s);
+	else if (!st->outdir_given && (s = getenv(ENV_DPTRAIN_DEFAULT_OUTPUT_DIR)) && *s)
+		snprintf(st->outdir, sizeof(st->outdir), "%s", s); /* the site's default */
 	rc = dp_env_int(ENV_DPTRAIN_TIMEOUT, 1, INT_MAX, &v, err);
 	if (rc < 0)
 		return -1;
 	if (rc == 1)
-		st->opts.timeout_s = v;
+		st->opts.timeout_s = v, st->timeout_given = 1;
 	if (st->opts.timeout_s < 1)
 		st->opts.timeout_s = 1;
+	if (check_max_timeout(st, err) != 0)
+		return -1;
 	s = getenv(ENV_DPTRAIN_IFACE);
 	st->opts.iface = s && *s ? s : st->iface[0] ? st->iface : NULL;
 	st->opts.hccn_conf = st->hccn_conf[0] ? st->hccn_conf : NULL;

@@ -24,6 +24,8 @@
 /* What the job config says, or the defaults without one, with the environment's overrides. */
 struct wireup_settings {
 	char outdir[LAUNCH_PATH_MAX]; /* pattern */
+	int outdir_given;	      /* the job config names output.dir */
+	int timeout_given;	      /* the config or DPTRAIN_TIMEOUT names the timeout */
 	int per_rank_logs;
 	enum cfg_console console;
 	enum cfg_device_dirs device_dirs;

@@ -19,7 +19,9 @@
 #define DP_DEFAULT_TRAINER  "dptrain"
 #endif
 
-#define DP_KNOWN_KEYS "launcher=, trainer=, output_dir=, iface=, timeout="
+#define DP_KNOWN_KEYS                                                                              \
+	"launcher=, trainer=, output_dir=, default_output_dir=, iface=, timeout=, max_timeout=, "  \
+	"max_data_workers="
 
 static int dp_set(char *dst, size_t size, const char *key, const char *val, struct dp_error *err)
 {
@@ -60,34 +62,36 @@ static int dp_check_iface(const char *val, struct dp_error *err)
 }
 
 /* The patterns dptrain-launch expands in an output directory (launch_outdir_expand). */
-static int dp_check_pattern(const char *val, struct dp_error *err)
+static int dp_check_pattern(const char *key, const char *val, struct dp_error *err)
 {
 	for (const char *p = strchr(val, '%'); p; p = strchr(p + 2, '%'))
 		if (!p[1] || !strchr("jsnu%", p[1])) {
 			errprintf(
 			    err,
-			    "dptrain: plugstack.conf: output_dir=%s: '%%%.1s' is not expanded "
+			    "dptrain: plugstack.conf: %s=%s: '%%%.1s' is not expanded "
 			    "(known: %%j job id, %%s step id, %%n node name, %%u user name, %%%% "
 			    "a percent sign)",
-			    val, p + 1);
+			    key, val, p + 1);
 			return -1;
 		}
 	return 0;
 }
 
-/* Whole seconds: dptrain-launch reads DPTRAIN_TIMEOUT as an integer. */
-static int dp_check_timeout(const char *val, struct dp_error *err)
+/* A whole number from 1 to max (dptrain-launch and the trainer read the variables the plugin
+ * sets from these as integers), digits only. */
+static int dp_check_count(const char *key, const char *val, long max, const char *what,
+			  const char *example, struct dp_error *err)
 {
 	char *end;
 	long s;
 
 	errno = 0;
 	s = strtol(val, &end, 10);
-	if (errno || end == val || *end || s < 1 || s > 7 * 86400) {
+	if (errno || end == val || *end || val[0] < '0' || val[0] > '9' || s < 1 || s > max) {
 		errprintf(err,
-			  "dptrain: plugstack.conf: timeout=%s is not a whole number of seconds "
-			  "from 1 to 604800 (e.g. timeout=300)",
-			  val);
+			  "dptrain: plugstack.conf: %s=%s is not a whole number of %s from 1 to "
+			  "%ld (e.g. %s=%s)",
+			  key, val, what, max, key, example);
 		return -1;
 	}
 	return 0;
@@ -103,8 +107,9 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, struct dp_error *err)
 	strcpy(a->trainer, DP_DEFAULT_TRAINER);
 
 	for (i = 0; i < ac; i++) {
-		static const char *const keys[] = {"launcher", "trainer", "output_dir", "iface",
-						   "timeout"};
+		static const char *const keys[] = {
+		    "launcher",		  "trainer",	 "output_dir",	    "iface", "timeout",
+		    "default_output_dir", "max_timeout", "max_data_workers"};
 		const char *eq = strchr(av[i], '=');
 		const char *val = eq ? eq + 1 : NULL;
 		unsigned k;
@@ -139,24 +144,48 @@ int dp_args_parse(struct dp_args *a, int ac, char **av, struct dp_error *err)
 			     dp_set(a->launcher, sizeof(a->launcher), keys[k], val, err);
 			break;
 		case 1:
+			if (strcmp(val, DP_TRAINER_NONE) == 0) {
+				a->trainer[0] = '\0';
+				rc = 0;
+				break;
+			}
 			rc = dp_check_path(keys[k], val, err) ||
 			     dp_set(a->trainer, sizeof(a->trainer), keys[k], val, err);
 			break;
 		case 2:
-			rc = dp_check_pattern(val, err) ||
+			rc = dp_check_pattern(keys[k], val, err) ||
 			     dp_set(a->output_dir, sizeof(a->output_dir), keys[k], val, err);
 			break;
 		case 3:
 			rc = dp_check_iface(val, err) ||
 			     dp_set(a->iface, sizeof(a->iface), keys[k], val, err);
 			break;
-		default:
-			rc = dp_check_timeout(val, err) ||
+		case 4:
+			rc = dp_check_count(keys[k], val, 7 * 86400, "seconds", "300", err) ||
 			     dp_set(a->timeout, sizeof(a->timeout), keys[k], val, err);
+			break;
+		case 5:
+			rc = dp_check_pattern(keys[k], val, err) ||
+			     dp_set(a->default_output_dir, sizeof(a->default_output_dir), keys[k],
+				    val, err);
+			break;
+		case 6:
+			rc = dp_check_count(keys[k], val, 7 * 86400, "seconds", "1800", err) ||
+			     dp_set(a->max_timeout, sizeof(a->max_timeout), keys[k], val, err);
+			break;
+		default:
+			rc = dp_check_count(keys[k], val, 1024, "data workers", "8", err) ||
+			     dp_set(a->max_data_workers, sizeof(a->max_data_workers), keys[k], val,
+				    err);
 			break;
 		}
 		if (rc)
 			return -1;
 	}
+	/* The site's own timeout must be one its limit allows. */
+	if (a->timeout[0] && a->max_timeout[0] && atol(a->timeout) > atol(a->max_timeout))
+		return errprintf(err,
+				 "dptrain: plugstack.conf: timeout=%s is more than max_timeout=%s",
+				 a->timeout, a->max_timeout);
 	return 0;
 }

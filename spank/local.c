@@ -124,6 +124,15 @@ int dp_local_init_post_opt(struct dp_plugin *dp, spank_t sp)
 				    from, given);
 			goto out;
 		}
+		if (dp->args.max_timeout[0] && c.timeouts.rendezvous_given &&
+		    c.timeouts.rendezvous_s > atof(dp->args.max_timeout)) {
+			slurm_error(
+			    "dptrain: %s: timeouts.rendezvous_s is %g s, more than this "
+			    "site allows (max_timeout=%s in plugstack.conf, see dptrain(8)); "
+			    "nothing was launched",
+			    path, c.timeouts.rendezvous_s, dp->args.max_timeout);
+			goto out;
+		}
 		for (i = 0; i < c.nwarnings; i++) {
 			char line[PATH_MAX + 1024];
 			dp_warn_format(line, sizeof(line), "dptrain", NULL, "%s: %s", path,
@@ -179,6 +188,10 @@ int dp_local_user_init(struct dp_plugin *dp, spank_t sp)
 		return 0;
 	if (!cfg_is_trainer_command(argv[0]))
 		return 0;
+	if (!dp->args.trainer[0]) {
+		slurm_error("dptrain: %s; nothing was launched", DP_TRAINER_DISABLED_MSG);
+		return -1;
+	}
 	if (!dp->config[0]) {
 		slurm_error("dptrain: the bundled trainer needs a job config: "
 			    "--dptrain=JOB.json (see dptrain.json(5)); nothing was launched");
@@ -189,6 +202,11 @@ int dp_local_user_init(struct dp_plugin *dp, spank_t sp)
 	if (rv < 0)
 		slurm_error("dptrain: %s (the bundled trainer's config); nothing was launched",
 			    err.text);
+	else if (dp->args.max_data_workers[0] && c.data.workers > atoi(dp->args.max_data_workers))
+		rv = -1, slurm_error("dptrain: %s: data.workers is %d, more than this site allows "
+				     "(max_data_workers=%s per rank in plugstack.conf, see "
+				     "dptrain(8)); nothing was launched",
+				     dp->config, c.data.workers, dp->args.max_data_workers);
 	cfg_free(&c);
 	return rv;
 }

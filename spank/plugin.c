@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <slurm/slurm_version.h>
+
 #include "spank/plugin.h"
+#include "task/wire.h"
 
 SPANK_PLUGIN(dptrain, 1);
 
@@ -37,6 +40,50 @@ static struct spank_option dp_option = {
     .has_arg = 2, /* optional: --dptrain alone wires up any command without a config */
     .val = 0,
     .cb = dp_option_cb,
+};
+
+/* srun --dptrain-version: what this host runs (the plugin, the Slurm it was built for, its
+ * wire-up protocol, and the launcher= program's own --version), then exit as --help does. The
+ * nodes' launchers answer `srun -N... dptrain-launch --version`. */
+static int dp_version_cb(int val, const char *optarg, int remote)
+{
+	char cmd[PATH_MAX + 32], line[512];
+	FILE *f;
+	int got = 0;
+
+	(void)val;
+	(void)optarg;
+	if (remote)
+		return 0;
+	printf(DP_PLUGIN_VERSION_TEXT " (wire-up protocol %d, built for Slurm %d.%02d.%d)\n",
+	       WIRE_VERSION, SLURM_VERSION_MAJOR(SLURM_VERSION_NUMBER),
+	       SLURM_VERSION_MINOR(SLURM_VERSION_NUMBER),
+	       SLURM_VERSION_MICRO(SLURM_VERSION_NUMBER));
+	snprintf(cmd, sizeof(cmd), "'%s' --version 2>&1", dp.args.launcher);
+	if (!dp.args_error[0] && !strchr(dp.args.launcher, '\'') && (f = popen(cmd, "r"))) {
+		while (fgets(line, sizeof(line), f))
+			got = 1, printf("launcher %s: %s", dp.args.launcher, line);
+		if (pclose(f) != 0)
+			got = 0;
+	}
+	if (!got)
+		printf("launcher %s: not installed on this host (the nodes' own: srun -N<nodes> "
+		       "dptrain-launch --version)\n",
+		       dp.args.launcher);
+	if (dp.args_error[0])
+		printf("%s\n", dp.args_error);
+	fflush(stdout);
+	exit(dp.args_error[0] ? 1 : 0);
+}
+
+static struct spank_option dp_version_option = {
+    .name = "dptrain-version",
+    .arginfo = NULL,
+    .usage = "[dptrain] show the versions of the dptrain plugin and launcher on this host, "
+	     "then exit",
+    .has_arg = 0,
+    .val = 0,
+    .cb = dp_version_cb,
 };
 
 /* Only srun, sbatch/salloc and slurmstepd have work to do. slurmd and prolog/epilog load the
@@ -76,8 +123,9 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	if (!dp_context_used())
 		return 0;
 	/* Registered in every context: the spank_options table is not read by sbatch/salloc. */
-	if (spank_option_register(sp, &dp_option) != ESPANK_SUCCESS) {
-		slurm_error("dptrain: cannot register the --dptrain option");
+	if (spank_option_register(sp, &dp_option) != ESPANK_SUCCESS ||
+	    spank_option_register(sp, &dp_version_option) != ESPANK_SUCCESS) {
+		slurm_error("dptrain: cannot register the --dptrain options");
 		return -1;
 	}
 	dp.args_error[0] = '\0';

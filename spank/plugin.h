@@ -24,14 +24,28 @@ static inline int dp_option_nofile(const char *option)
 	return option && (!option[0] || !strcmp(option, "(null)"));
 }
 
-/* plugstack.conf arguments; "" means not given (launcher and trainer have defaults). */
+/* plugstack.conf arguments; "" means not given (launcher and trainer have defaults). The site
+ * policy (default_output_dir=, max_timeout=, max_data_workers=, trainer=none) reaches the
+ * launcher and the trainer in variables the plugin sets in every task. */
 struct dp_args {
 	char launcher[PATH_MAX];
-	char trainer[PATH_MAX];
+	char trainer[PATH_MAX]; /* "": trainer=none, the bundled trainer is disabled */
 	char output_dir[PATH_MAX];
+	char default_output_dir[PATH_MAX];
 	char iface[64];
 	char timeout[32];
+	char max_timeout[32];
+	char max_data_workers[32];
 };
+
+/* plugstack.conf's trainer=none: --dptrain wires up other commands only. */
+#define DP_TRAINER_NONE "none"
+#define DP_TRAINER_DISABLED_MSG                                                                    \
+	"this site disabled the bundled trainer dptrain (trainer=none in plugstack.conf): "        \
+	"--dptrain wires up other commands (python train.py, ...) only"
+
+/* The plugin's own version and its wire-up protocol's, for --dptrain-version and messages. */
+#define DP_PLUGIN_VERSION_TEXT "dptrain.so " DPTRAIN_VERSION
 
 /* The plugin's state in one process (srun, sbatch, salloc or one slurmstepd). */
 struct dp_plugin {

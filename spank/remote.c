@@ -25,6 +25,7 @@
 #include <slurm/slurm.h>
 
 #include "common/clock.h"
+#include "config/config.h"
 #include "common/env.h"
 #include "common/errfile.h"
 #include "common/openfile.h"
@@ -149,7 +150,8 @@ static int dp_task_env(struct dp_plugin *dp, spank_t sp)
 	if (dp->config[0] ? dp_setenv(sp, ENV_DPTRAIN_CONFIG, dp->config, 1)
 			  : spank_unsetenv(sp, ENV_DPTRAIN_CONFIG) != ESPANK_SUCCESS)
 		return -1;
-	if (dp_setenv(sp, ENV_DPTRAIN_TRAINER, a->trainer, 1))
+	if (a->trainer[0] ? dp_setenv(sp, ENV_DPTRAIN_TRAINER, a->trainer, 1)
+			  : spank_unsetenv(sp, ENV_DPTRAIN_TRAINER) != ESPANK_SUCCESS)
 		return -1;
 #if defined(DPTRAIN_PMIX_MAJOR) && DPTRAIN_PMIX_MAJOR < 5
 	/* PMIx 4: without it a second PMIx client in the rank (OpenMPI's MPI_Init after the
@@ -165,6 +167,15 @@ static int dp_task_env(struct dp_plugin *dp, spank_t sp)
 		return -1;
 	if (a->timeout[0] && dp_setenv(sp, ENV_DPTRAIN_TIMEOUT, a->timeout, 1))
 		return -1;
+	/* The site's policy: the launcher and the trainer hold the job to it. */
+	if (a->default_output_dir[0] &&
+	    dp_setenv(sp, ENV_DPTRAIN_DEFAULT_OUTPUT_DIR, a->default_output_dir, 1))
+		return -1;
+	if (a->max_timeout[0] && dp_setenv(sp, ENV_DPTRAIN_MAX_TIMEOUT, a->max_timeout, 1))
+		return -1;
+	if (a->max_data_workers[0] &&
+	    dp_setenv(sp, ENV_DPTRAIN_MAX_DATA_WORKERS, a->max_data_workers, 1))
+		return -1;
 	return 0;
 }
 
@@ -176,8 +187,15 @@ static int dp_trainer_path(struct dp_plugin *dp, spank_t sp, const char *ident)
 	char **argv = NULL, path[8192], *np;
 	int argc = 0, rc;
 
-	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1 ||
-	    strcmp(argv[0], "dptrain") != 0 || !slash)
+	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 1)
+		return 0;
+	/* srun refused it already; an srun without the plugin (another plugstack.conf on the
+	 * submit host) did not */
+	if (!t[0] && cfg_is_trainer_command(argv[0])) {
+		slurm_error("dptrain: %s: %s", ident, DP_TRAINER_DISABLED_MSG);
+		return -1;
+	}
+	if (strcmp(argv[0], "dptrain") != 0 || !slash)
 		return 0;
 	if (strcmp(slash + 1, "dptrain") != 0) {
 		slurm_error("dptrain: %s: the command dptrain is not on PATH, and the trainer= "

@@ -66,7 +66,7 @@ test_expect_success PLUGIN 'the installed plugin is under LIBDIR/slurm and expor
 '
 
 test_expect_success 'every man page renders without warnings' '
-	for m in "$DPTRAIN_SRC_DIR"/doc/*.[158]; do
+	for m in "$DPTRAIN_SRC_DIR"/doc/*.[158] "$DPTRAIN_SRC_DIR"/contrib/pkg/*.8; do
 		MANWIDTH=80 man --warnings -l "$m" >/dev/null 2>warn || return 1
 		test_must_be_empty warn || { echo "$m:"; cat warn; return 1; }
 	done

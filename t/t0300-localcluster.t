@@ -42,6 +42,25 @@ test_expect_success 'an unknown option is an error that names it' '
 	grep "unknown option .--bogus." err
 '
 
+# A machine that is not ready says what is wrong before any daemon starts (in a mount namespace
+# of its own: /etc/hosts without localhost, /sys/fs/cgroup without a cgroup file system).
+test_expect_success 'start without a localhost in /etc/hosts says so' '
+	printf "10.9.9.9 elsewhere\n" >hosts &&
+	test_must_fail unshare -m sh -c "mount --make-rprivate / && mount --bind \"$PWD/hosts\" /etc/hosts &&
+		exec \"$DP_CLUSTER_SCRIPT\" start -d \"$PWD/nohosts\" --no-plugin" 2>err &&
+	cat err &&
+	grep "localhost. does not resolve on this machine .*add the line .127.0.0.1 localhost. to /etc/hosts" err &&
+	! grep "timed out" err
+'
+
+test_expect_success 'start without a usable cgroup file system says so' '
+	test_must_fail unshare -m sh -c "mount --make-rprivate / && mount -t tmpfs none /sys/fs/cgroup &&
+		exec \"$DP_CLUSTER_SCRIPT\" start -d \"$PWD/nocgroup\" --no-plugin" 2>err &&
+	cat err &&
+	grep "no cgroup file system Slurm can use at /sys/fs/cgroup (found: tmpfs).*mount -t cgroup2 none /sys/fs/cgroup" err &&
+	! grep "timed out" err
+'
+
 # "quickly": without fixed waits; the bound is one no busy machine reaches
 test_expect_success 'start a one-node cluster quickly' '
 	start=$(date +%s%N) &&

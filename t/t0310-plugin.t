@@ -18,6 +18,7 @@ fi
 unset DPTRAIN_CONFIG DPTRAIN_OUTPUT_DIR DPTRAIN_IFACE DPTRAIN_TIMEOUT DPTRAIN_TRAINER
 
 PLUGIN_SO=$DPTRAIN_BUILD_DIR/lib/dptrain.so
+VERSION=$(cat "$DPTRAIN_SRC_DIR/VERSION")
 TRAINER=$DPTRAIN_BUILD_DIR/bin/dptrain
 
 # plugstack [ARGS...]: list the plugin with ARGS (no ARGS: the probe launcher); plugstack
@@ -233,6 +234,83 @@ test_expect_success 'plugstack.conf output_dir=, iface=, timeout=, trainer= reac
 	plugstack
 '
 
+# Site policy (dptrain(8), PLUGSTACK.CONF ARGUMENTS): what the plugin passes on, over the job's
+# own values, and what srun refuses before anything is allocated.
+test_expect_success 'site policy: default_output_dir=, max_timeout=, max_data_workers= reach the task' '
+	plugstack launcher=$PROBE default_output_dir=/scratch/%u/dp.%j max_timeout=600 \
+		max_data_workers=4 &&
+	DPTRAIN_MAX_TIMEOUT=99999 DPTRAIN_MAX_DATA_WORKERS=99 timeout 30 srun -n1 \
+		--dptrain=good.json sh -c "echo \$DPTRAIN_DEFAULT_OUTPUT_DIR \$DPTRAIN_MAX_TIMEOUT \$DPTRAIN_MAX_DATA_WORKERS" >out &&
+	echo "/scratch/%u/dp.%j 600 4" >expect &&
+	test_cmp expect out &&
+	plugstack
+'
+
+test_expect_success 'site policy: a config above max_timeout= is refused at srun, naming the key' '
+	plugstack launcher=$PROBE max_timeout=600 &&
+	sed "s/\"train\": {\"epochs\"/\"timeouts\": {\"rendezvous_s\": 3600}, &/" good.json >slow.json &&
+	before=$(allocations) &&
+	test_expect_code 1 timeout 30 srun -n1 --dptrain=slow.json true 2>err &&
+	cat err &&
+	grep "error: dptrain: .*/slow.json: timeouts.rendezvous_s is 3600 s, more than this site allows (max_timeout=600 in plugstack.conf" err &&
+	test "$(allocations)" = "$before" &&
+	plugstack
+'
+
+test_expect_success 'site policy: the launcher refuses a DPTRAIN_TIMEOUT above max_timeout= in the rank' '
+	plugstack launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch max_timeout=600 &&
+	mkdir -p policy && (cd policy &&
+	test_must_fail env DPTRAIN_TIMEOUT=3600 timeout 60 srun -n1 --dptrain true 2>../err) &&
+	cat err &&
+	grep "a rendezvous timeout of 3600 s (DPTRAIN_TIMEOUT) is more than this site allows: at most 600 s (max_timeout= in plugstack.conf" err &&
+	(cd policy && DPTRAIN_TIMEOUT=600 timeout 60 srun -n1 --dptrain true) &&
+	plugstack
+'
+
+test_expect_success 'site policy: default_output_dir= where the config names no output.dir' '
+	plugstack launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch \
+		default_output_dir=$DPTRAIN_CLUSTER_RUNDIR/site/%u.%j.%s &&
+	(cd policy && timeout 60 srun -n1 --dptrain=../good.json sh -c "echo \$DPTRAIN_OUTPUT_DIR") >out &&
+	cat out &&
+	grep "/site/$(id -un)\.[0-9]*\.0\$" out &&
+	test -d "$(cat out)" &&
+	sed "s/\"train\": {\"epochs\"/\"output\": {\"dir\": \"mine.%j\"}, &/" good.json >mine.json &&
+	(cd policy && timeout 60 srun -n1 --dptrain=../mine.json sh -c "echo \$DPTRAIN_OUTPUT_DIR") >out &&
+	cat out &&
+	grep "/policy/mine\.[0-9]*\$" out &&
+	plugstack
+'
+
+test_expect_success 'site policy: max_data_workers= refuses a bundled-trainer config above it' '
+	plugstack launcher=$PROBE trainer=$TRAINER max_data_workers=2 &&
+	sed "s/\"batch_size\": 8/\"batch_size\": 8, \"workers\": 4/" good.json >w4.json &&
+	grep "\"workers\": 4" w4.json &&
+	rm -f probe/* &&
+	test_expect_code 1 timeout 30 srun -n1 --dptrain=w4.json dptrain 2>err &&
+	cat err &&
+	grep "error: dptrain: .*/w4.json: data.workers is 4, more than this site allows (max_data_workers=2 per rank in plugstack.conf" err &&
+	test -z "$(ls -A probe)" &&
+	timeout 30 srun -n1 --dptrain=w4.json true &&
+	test_expect_code 1 env DPTRAIN_MAX_DATA_WORKERS=2 "$TRAINER" w4.json 2>err &&
+	grep "dptrain: w4.json: data.workers is 4, more than this site allows (at most 2 per rank" err &&
+	test_expect_code 1 env DPTRAIN_MAX_DATA_WORKERS=2 "$TRAINER" good.json data.workers=3 2>err &&
+	grep "data.workers is 3, more than this site allows" err &&
+	plugstack
+'
+
+test_expect_success 'site policy: trainer=none refuses the bundled trainer, keeps the wire-up' '
+	plugstack launcher=$PROBE trainer=none &&
+	rm -f probe/* &&
+	test_expect_code 1 timeout 30 srun -n1 --dptrain=good.json dptrain 2>err &&
+	cat err &&
+	grep "error: dptrain: this site disabled the bundled trainer dptrain (trainer=none in plugstack.conf)" err &&
+	test -z "$(ls -A probe)" &&
+	timeout 30 srun -n1 --dptrain=good.json sh -c "echo \${DPTRAIN_TRAINER-unset}" >out &&
+	echo unset >expect &&
+	test_cmp expect out &&
+	plugstack
+'
+
 test_expect_success 'dptrain not on the PATH: the trainer= program runs for it' '
 	PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout 30 srun -n1 --dptrain=good.json \
 		dptrain --version >out &&
@@ -290,10 +368,44 @@ test_expect_success 'a launcher of another wire-up protocol fails the step at on
 	rc=0 && timeout 60 srun -n1 -w n2 --dptrain=good.json true 2>err || rc=$? &&
 	cat err &&
 	test $rc != 0 && test $rc != 124 &&
-	grep "dptrain: rank 0 on n2: the launcher $DPTRAIN_CLUSTER_RUNDIR/v2.sh speaks wire-up protocol 2, this plugin 1: install the same dptrain version of plugin and launcher on every node" err &&
+	grep "dptrain: rank 0 on n2: the launcher $DPTRAIN_CLUSTER_RUNDIR/v2.sh speaks wire-up protocol 2, this plugin (dptrain.so $VERSION) 1: install the same dptrain version of plugin and launcher on every node" err &&
 	! pgrep -f "$DPTRAIN_CLUSTER_RUNDIR/v2.sh" &&
 	plugstack &&
 	timeout 60 srun -n1 -w n2 --dptrain=good.json true
+'
+
+# The same with a real build of a later release: the launcher rebuilt with wire-up protocol 2
+# and release 9.9.9 (the Makefile's dptrain-launch-wire2), beside this build's plugin.
+test_expect_success 'a launcher built for another wire-up protocol fails the step at once, naming node and versions' '
+	WIRE2=$DPTRAIN_BUILD_DIR/t/dptrain-launch-wire2 &&
+	"$WIRE2" --version >out &&
+	echo "dptrain-launch 9.9.9 (wire-up protocol 2)" >expect &&
+	test_cmp expect out &&
+	plugstack launcher=$WIRE2 &&
+	rc=0 && timeout 60 srun -n1 -w n2 --dptrain=good.json true 2>err || rc=$? &&
+	cat err &&
+	test $rc != 0 && test $rc != 124 &&
+	grep "dptrain: rank 0 on n2: the launcher $WIRE2 (dptrain-launch 9.9.9) speaks wire-up protocol 2, this plugin (dptrain.so $VERSION) 1: install the same dptrain version of plugin and launcher on every node" err &&
+	! pgrep -f "$WIRE2" &&
+	plugstack
+'
+
+test_expect_success 'srun --dptrain-version: the plugin, its protocol and Slurm, and the launcher here' '
+	plugstack launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch &&
+	before=$(allocations) &&
+	timeout 30 srun --dptrain-version >out 2>err &&
+	cat out &&
+	grep -x "dptrain.so $VERSION (wire-up protocol 1, built for Slurm [0-9]*\.[0-9]*\.[0-9]*)" out &&
+	grep -x "launcher $DPTRAIN_BUILD_DIR/bin/dptrain-launch: dptrain-launch $VERSION (wire-up protocol 1)" out &&
+	test_must_be_empty err &&
+	plugstack launcher=/nonexistent/dptrain-launch &&
+	timeout 30 srun --dptrain-version >out &&
+	grep "^launcher /nonexistent/dptrain-launch: not installed on this host" out &&
+	plugstack bogus=1 &&
+	test_expect_code 1 timeout 30 srun --dptrain-version >out &&
+	grep "unknown argument .bogus=1." out &&
+	test "$(allocations)" = "$before" &&
+	plugstack
 '
 
 # A site admin's typo must not stop the cluster: it fails --dptrain jobs only, naming the
@@ -317,10 +429,13 @@ test_expect_success 'an unknown plugstack.conf argument fails --dptrain jobs onl
 
 test_expect_success 'bad plugstack.conf values fail --dptrain jobs with what is expected' '
 	for a in launcher=relative/path trainer=dptrain "timeout=0" "timeout=abc" timeout=1.5 \
-		"iface=a/b" "output_dir=" "launcher=/a launcher=/b" noequals; do
+		"iface=a/b" "output_dir=" "launcher=/a launcher=/b" noequals \
+		max_timeout=10m max_timeout=-5 max_data_workers=0 max_data_workers=2000 \
+		"timeout=700 max_timeout=600" default_output_dir=/x/%q default_output_dir=; do
 		plugstack $a &&
 		test_must_fail timeout 30 srun -n1 --dptrain=good.json true 2>err &&
 		grep "error: dptrain: plugstack.conf: " err &&
+		key=${a%%=*} && grep "error: dptrain: plugstack.conf: .*$key" err &&
 		timeout 30 srun -n1 true || return 1
 	done &&
 	plugstack
@@ -344,19 +459,24 @@ test_expect_success 'a plugstack.conf typo drains no node: batch jobs and steps 
 	plugstack
 '
 
-test_expect_success 'the plugstack.conf example that make install ships is valid' '
-	sed -e "s|@LIBDIR@/slurm/dptrain.so|$PLUGIN_SO|" -e "s|@BINDIR@/dptrain-launch|$PROBE|" \
-		-e "s|@BINDIR@|$DPTRAIN_BUILD_DIR/bin|g" "$DPTRAIN_SRC_DIR/contrib/plugstack.conf.in" \
-		>example.conf &&
-	! grep @ example.conf &&
-	grep "^required " example.conf >lines &&
-	sed -n "s/^# \(required\|optional\) /\1 /p" example.conf >>lines &&
-	test "$(wc -l <lines)" -ge 3 &&
-	while read -r line; do
-		echo "$line" >"$DPTRAIN_CLUSTER_DIR/plugstack.conf" &&
-		srun --help | grep -q -- "--dptrain=FILE" &&
-		timeout 30 srun -n1 true || return 1
-	done <lines &&
+test_expect_success 'the plugstack.conf examples that make install and the packages ship are valid' '
+	for in in contrib/plugstack.conf.in contrib/pkg/plugstack.conf.in; do
+		sed -e "s|@LIBDIR@/slurm/dptrain.so|$PLUGIN_SO|" \
+			-e "s|@BINDIR@/dptrain-launch|$PROBE|" -e "s|/scratch/|/tmp/|g" \
+			-e "s|@BINDIR@|$DPTRAIN_BUILD_DIR/bin|g" "$DPTRAIN_SRC_DIR/$in" >example.conf &&
+		! grep @ example.conf &&
+		grep "^required " example.conf >lines &&
+		sed -n "s/^# \(required\|optional\) /\1 /p" example.conf >>lines &&
+		test "$(wc -l <lines)" -ge 2 || return 1
+		while read -r line; do
+			case "$line" in *launcher=*) ;; *) line="$line launcher=$PROBE" ;; esac &&
+			echo "$line" &&
+			echo "$line" >"$DPTRAIN_CLUSTER_DIR/plugstack.conf" &&
+			srun --help | grep -q -- "--dptrain=FILE" &&
+			timeout 30 srun -n1 --dptrain=good.json true &&
+			timeout 30 srun -n1 true || return 1
+		done <lines
+	done &&
 	plugstack
 '
 

@@ -11,7 +11,7 @@
 
 void wire_limit_value(char out[WIRE_LIMIT_MAX], int limit_s)
 {
-	snprintf(out, WIRE_LIMIT_MAX, "%d %d", limit_s, WIRE_VERSION);
+	snprintf(out, WIRE_LIMIT_MAX, "%d %d %s", limit_s, WIRE_VERSION, DPTRAIN_VERSION);
 }
 
 char *wire_record(char kind, const char *value, size_t *len)
@@ -65,6 +65,7 @@ int wire_check_first(const char *buf, size_t len, const char *launcher, int *lim
 		     struct dp_error *err)
 {
 	const char *p = buf + 1;
+	char release[48] = "";
 	int secs = 0, version = 1, ok;
 
 	if (len == 0)
@@ -96,12 +97,18 @@ int wire_check_first(const char *buf, size_t len, const char *launcher, int *lim
 		    "cannot read ('D%.40s'): install the same dptrain version of plugin "
 		    "and launcher on every node",
 		    launcher, WIRE_VERSION, buf + 1);
+	/* "... <release>": the launcher's dptrain version, sent since 0.1.0, for the message */
+	if (ok && *p == ' ') {
+		size_t n = strcspn(p + 1, " ");
+		snprintf(release, sizeof(release), " (dptrain-launch %.*s)", (int)(n < 24 ? n : 24),
+			 p + 1);
+	}
 	if (version != WIRE_VERSION)
 		return errprintf(err,
-				 "the launcher %s speaks wire-up protocol %d, this plugin %d: "
-				 "install the same dptrain version of plugin and launcher on every "
-				 "node",
-				 launcher, version, WIRE_VERSION);
+				 "the launcher %s%s speaks wire-up protocol %d, this plugin "
+				 "(dptrain.so " DPTRAIN_VERSION ") %d: install the same dptrain "
+				 "version of plugin and launcher on every node",
+				 launcher, release, version, WIRE_VERSION);
 	*limit_s = secs;
 	return 1;
 }

@@ -19,7 +19,9 @@
 
 /* The version of the records below. A first record without one ("D<seconds>") comes from a
  * launcher that predates the version: its records are version 1's. */
+#ifndef WIRE_VERSION /* a test build of another version: make ... CPPFLAGS=-DWIRE_VERSION=2 */
 #define WIRE_VERSION 1
+#endif
 
 /* What the plugin reads from one helper at most, every record together. */
 #define WIRE_MAX_BYTES (1 << 20)
@@ -28,7 +30,9 @@
 enum wire_kind {
 	/* first, always: "<seconds> <version>", how long the wire-up may take (the helper's
 	 * own limit, which the plugin waits for plus a margin) and the protocol version; what
-	 * may follow after a further space is for later versions */
+	 * may follow after a further space is for later versions, and version 1 since dptrain
+	 * 0.1.0 sends its release there ("630 1 0.1.0"), which a plugin names in its message
+	 * about another version */
 	WIRE_LIMIT = 'D',
 	/* "NAME=VALUE": a variable to set in the task (new or changed by the wire-up) */
 	WIRE_ENV = 'E',
@@ -56,8 +60,8 @@ struct wire_rec {
 	char *value;
 };
 
-/* Room for the first record's value ("<seconds> <version>"). */
-#define WIRE_LIMIT_MAX 32
+/* Room for the first record's value ("<seconds> <version> <release>"). */
+#define WIRE_LIMIT_MAX 96
 
 /* The helper's side. */
 

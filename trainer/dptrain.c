@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -624,6 +625,27 @@ static int train(const struct cfg *c, int outdir_overridden)
 	return EXIT_OK;
 }
 
+/* The site's limit on data workers per rank (plugstack.conf max_data_workers=, which the plugin
+ * passes in DPTRAIN_MAX_DATA_WORKERS): a config above it fails before any work. */
+static int check_site_limits(const struct cfg *c, const char *path)
+{
+	struct dp_error err;
+	int max, rc = dp_env_int(ENV_DPTRAIN_MAX_DATA_WORKERS, 1, INT_MAX, &max, &err);
+
+	if (rc < 0) {
+		fprintf(stderr, "dptrain: %s\n", err.text);
+		return -1;
+	}
+	if (rc == 1 && c->data.workers > max) {
+		fprintf(stderr,
+			"dptrain: %s: data.workers is %d, more than this site allows (at most %d "
+			"per rank: max_data_workers= in plugstack.conf, see dptrain(8))\n",
+			path, c->data.workers, max);
+		return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct args a = {0};
@@ -651,6 +673,10 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < c.nwarnings; i++)
 		dp_warn("dptrain", NULL, "%s: %s", a.config, c.warnings[i]);
+	if (check_site_limits(&c, a.config) < 0) {
+		rv = EXIT_CONFIG;
+		goto out;
+	}
 	int outdir_overridden = 0;
 	for (int i = 0; i < a.noverrides; i++)
 		if (strncmp(a.overrides[i], "output.dir=", 11) == 0)

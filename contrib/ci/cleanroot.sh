@@ -17,13 +17,17 @@
 # 'make deps' left something out. Every phase prints its elapsed seconds.
 #
 # usage: contrib/ci/cleanroot.sh [--debian 12|13] [--test T]... [--no-unit] [--full] [--demo]
-#                                [--keep] [--no-cache]
+#                                [--script FILE [--bind DIR:ROOTDIR]...] [--keep] [--no-cache]
 #   --debian N   the Debian release of the root: 12 (bookworm, the default) or 13 (trixie);
 #                --suite bookworm|trixie says the same
 #   --test T     integration test(s) to run (default t/t0320-srun-dptrain.t; repeatable)
 #   --no-unit    leave out the unit tests (make deps, make and the integration test(s) only)
 #   --full       'make check' (every test) instead of check-unit and the integration test(s)
 #   --demo       'make demo' on the bare root instead: the README's first command
+#   --script F   run the checkout's script F in the bare root (bash, as root, in the checkout)
+#                instead of make deps, make and the tests: what contrib/ci/package-test.sh
+#                does to build and to install the Debian packages
+#   --bind D:R   bind-mount this machine's directory D at R in the root (repeatable)
 #   --keep       leave the root (with its build and test logs) in place; it is never left
 #                mounted and nothing started in it is left running
 #   --no-cache   neither the cached base root nor the cached .deb files
@@ -46,6 +50,8 @@ UNIT=1
 FULL=0
 DEMO=0
 KEEP=0
+SCRIPT=
+BINDS=()
 USE_CACHE=1
 CACHE=${DPTRAIN_CI_CACHE:-/var/cache/dptrain-ci}
 WORKDIR=${DPTRAIN_CI_WORKDIR:-/var/tmp}
@@ -71,6 +77,8 @@ while [ $# -gt 0 ]; do
 	--no-unit) UNIT=0 ;;
 	--full) FULL=1 ;;
 	--demo) DEMO=1 ;;
+	--script) SCRIPT=${2:?ci: --script needs a script of the checkout}; shift ;;
+	--bind) BINDS+=("${2:?ci: --bind needs DIR:ROOTDIR}"); shift ;;
 	--keep) KEEP=1 ;;
 	--no-cache) USE_CACHE=0 ;;
 	-h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
@@ -82,6 +90,11 @@ done
 [ $FULL = 0 ] || [ $DEMO = 0 ] || die "--full and --demo are two different runs: pick one"
 
 TOP=$(cd "$(dirname "$0")/../.." && pwd -P)
+[ -z "$SCRIPT" ] || [ -f "$TOP/$SCRIPT" ] || die "--script $SCRIPT: no such script in $TOP"
+for b in ${BINDS[@]+"${BINDS[@]}"}; do
+	[ -d "${b%%:*}" ] && [ "${b#*:}" != "$b" ] && [ "${b#*:}" != "${b#*:/}" ] ||
+		die "--bind $b: give an existing directory here and an absolute path in the root, DIR:/PATH"
+done
 for t in "${TESTS[@]}"; do
 	[ -f "$TOP/$t" ] || die "--test $t: no such test in $TOP"
 done
@@ -328,6 +341,10 @@ if [ $USE_CACHE = 1 ]; then
 	find "$CACHE/debs" -maxdepth 1 -name '*.deb' -mtime +30 -delete
 	mount --bind "$CACHE/debs" "$ROOT/var/cache/apt/archives"
 fi
+for b in ${BINDS[@]+"${BINDS[@]}"}; do
+	mkdir -p "$ROOT${b#*:}" && mount --bind "${b%%:*}" "$ROOT${b#*:}" ||
+		fail "could not bind-mount ${b%%:*} at ${b#*:} in the root"
+done
 "$TOP/contrib/ci/copy-checkout.sh" "$TOP" "$ROOT$SRC_IN_ROOT" ||
 	fail "could not copy the checkout into the root"
 phase_end
@@ -409,7 +426,9 @@ if ! grep -q "run 'make deps'" "$ROOT/tmp/ci-make.out" || ! grep -q 'libjansson-
 fi
 phase_end
 
-if [ $DEMO = 1 ]; then
+if [ -n "$SCRIPT" ]; then
+	run_phase "$SCRIPT" 2400 "bash $SCRIPT"
+elif [ $DEMO = 1 ]; then
 	run_phase "make demo (the README's first command, on the bare root)" 2400 "make demo"
 else
 	run_phase "make deps" 2400 "make deps"

@@ -60,7 +60,8 @@ static void test_framing(void)
 	is(walk(buf, 3), "", "... nor part of the first");
 
 	wire_limit_value(v, 630);
-	is(v, "630 1", "the first record's value: the limit, then the version");
+	is(v, "630 1 " DPTRAIN_VERSION,
+	   "the first record's value: the limit, the version, then dptrain's release");
 	is_int(WIRE_VERSION, 1, "this is version 1");
 	is_int(WIRE_LIMIT, 'D', "kinds are the bytes on the socket: D seconds");
 	ok(WIRE_ENV == 'E' && WIRE_LOG == 'L' && WIRE_TEE == 'T' && WIRE_STOP_BLOCKED == 'S' &&
@@ -97,13 +98,22 @@ static void test_first(void)
 	is_int(first(future, sizeof(future) - 1, &limit, &err), -1,
 	       "version 2: refused as soon as its first record is complete");
 	is(err.text,
-	   "the launcher " LAUNCHER " speaks wire-up protocol 2, this plugin 1: install the same "
-	   "dptrain version of plugin and launcher on every node",
+	   "the launcher " LAUNCHER
+	   " speaks wire-up protocol 2, this plugin (dptrain.so " DPTRAIN_VERSION
+	   ") 1: install the same dptrain version of plugin and launcher on every "
+	   "node",
 	   "... naming the launcher, both versions and what to do");
+	is_int(first("D60 2 9.1.0\0", 12, &limit, &err), -1, "version 2 with its release");
+	is(err.text,
+	   "the launcher " LAUNCHER " (dptrain-launch 9.1.0) speaks wire-up protocol 2, this "
+	   "plugin (dptrain.so " DPTRAIN_VERSION ") 1: install the same dptrain version of plugin "
+	   "and launcher on every node",
+	   "... naming both releases too");
 	is_int(limit, -1, "... and no limit is taken from it");
 	is_int(first("D60 2\0", 6, &limit, &err), -1, "... whatever follows it, or nothing");
 	is_int(first("D60 0\0", 6, &limit, &err), -1, "version 0 is another version");
-	like(err.text, "speaks wire-up protocol 0, this plugin 1", "... named so");
+	like(err.text, "speaks wire-up protocol 0, this plugin (dptrain.so " DPTRAIN_VERSION ") 1",
+	     "... named so");
 
 	is_int(first("EPATH=/bin", 10, &limit, &err), -1,
 	       "a first record that is not D: refused at its first byte");
@@ -199,7 +209,7 @@ static void test_helper(void)
 	is_int(wire_check_first(buf, (size_t)len, launcher, &limit, &err), 1,
 	       "its first record is D of this version");
 	is_int(limit, 2 * 300 + 30, "... with its limit: twice the rendezvous timeout + 30 s");
-	ok(strncmp(buf, "D630 1", 7) == 0, "... spelled D630 1");
+	ok(strcmp(buf, "D630 1 " DPTRAIN_VERSION) == 0, "... spelled D630 1 " DPTRAIN_VERSION);
 	while (wire_next(buf, (size_t)len, &off, &r)) {
 		n++;
 		last = r.kind;
