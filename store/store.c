@@ -36,7 +36,10 @@ struct store {
 	int rank, world;
 	char *job;
 	char *secret; /* store_opts.secret: the key of the hello's proof, and the collectives' */
-	char **hosts; /* per rank: the rank table's name, or the one its hello gave */
+	char **hosts; /* per rank: the rank table's name, or the one its hello gave, */
+	char *names;  /* pointing into these: a copy of store_opts.hosts, one block, */
+	char *told;   /* and the names the rendezvous answered with, one block */
+	int unnamed;  /* ranks store_opts.hosts gave no name */
 	char master[HOST_MAX];
 	int port;
 	char local_addr[INET6_ADDRSTRLEN];
@@ -321,16 +324,38 @@ static int cl_connect(struct store *st, double timeout_s, struct dp_error *err)
 	    st->master, st->port, timeout_s, why);
 }
 
+/* The names of store_opts.hosts, copied into one block (not a block per rank: a job of n
+ * ranks on one machine would make n^2 of them). */
+static int cl_copy_hosts(struct store *st, const char *const *hosts)
+{
+	size_t total = 0;
+	for (int r = 0; hosts && r < st->world; r++)
+		total += hosts[r] ? strlen(hosts[r]) + 1 : 0;
+	if (total && !(st->names = malloc(total)))
+		return -1;
+	char *at = st->names;
+	st->unnamed = 0;
+	for (int r = 0; r < st->world; r++) {
+		if (!hosts || !hosts[r]) {
+			st->unnamed++;
+			continue;
+		}
+		size_t n = strlen(hosts[r]) + 1;
+		st->hosts[r] = memcpy(at, hosts[r], n);
+		at += n;
+	}
+	return 0;
+}
+
 static void store_free(struct store *st)
 {
 	if (!st)
 		return;
 	if (st->fd >= 0)
 		close(st->fd);
-	if (st->hosts)
-		for (int r = 0; r < st->world; r++)
-			free(st->hosts[r]);
 	free(st->hosts);
+	free(st->names);
+	free(st->told);
 	free(st->job);
 	free(st->secret);
 	sw_sbuf_free(&st->in);
@@ -349,6 +374,9 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 	struct rd body;
 	sw_put_str(&f, name);
 	sw_put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	/* every rank's name only for a rank that lacks some: n ranks' names to n ranks are n^2
+	 * bytes from rank 0 */
+	sw_put_u32(&f, strcmp(name, OPEN_BARRIER) == 0 && st->unnamed ? BARRIER_HOSTS : 0);
 	sw_frame_end(&f, at);
 	*missing = 0;
 	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err) < 0)
@@ -364,15 +392,22 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 		errprintf(err, "rendezvous: barrier %s: %.*s", name, (int)body.n,
 			  (const char *)body.p);
 		goto out;
-	} else if (strcmp(name, OPEN_BARRIER) == 0) {
+	} else if (strcmp(name, OPEN_BARRIER) == 0 && body.n && !st->told) {
+		char *to = st->told = malloc(body.n + (size_t)st->world);
+		if (!to) {
+			errprintf(err, "rendezvous: out of memory");
+			goto out;
+		}
 		for (int r = 0; r < st->world; r++) {
 			size_t n;
 			const char *h = sw_rd_blob(&body, &n);
 			if (body.bad)
 				break;
-			if (!st->hosts[r] && n && !(st->hosts[r] = strndup(h, n))) {
-				errprintf(err, "rendezvous: out of memory");
-				goto out;
+			if (!st->hosts[r] && n) {
+				memcpy(to, h, n);
+				to[n] = 0;
+				st->hosts[r] = to;
+				to += n + 1;
 			}
 		}
 	}
@@ -625,12 +660,10 @@ int store_open(struct store **out, const struct store_opts *o, struct dp_error *
 		errprintf(err, "rendezvous: out of memory");
 		goto out;
 	}
-	if (o->hosts)
-		for (int r = 0; r < st->world; r++)
-			if (o->hosts[r] && !(st->hosts[r] = strdup(o->hosts[r]))) {
-				errprintf(err, "rendezvous: out of memory");
-				goto out;
-			}
+	if (cl_copy_hosts(st, o->hosts) < 0) {
+		errprintf(err, "rendezvous: out of memory");
+		goto out;
+	}
 	if (strlen(st->job) >= STORE_JOB_MAX) {
 		errprintf(err, "rendezvous: the job's identity '%.32s...' is longer than %d bytes",
 			  st->job, STORE_JOB_MAX - 1);
@@ -904,6 +937,11 @@ const char *store_rank_name(const struct store *st, int rank, char *buf, size_t 
 	const char *h = rank >= 0 && rank < st->world && st->hosts ? st->hosts[rank] : NULL;
 	sw_rank_label(buf, len, rank, h);
 	return buf;
+}
+
+unsigned long store_server_steps(const struct store *st)
+{
+	return st->srv ? srv_steps(st->srv) : 0;
 }
 
 const char *store_secret(const struct store *st)

@@ -110,6 +110,11 @@ int store_world_size(const struct store *st);
 /* The local address of this rank's connection to rank 0: the interface peers reach it on. */
 const char *store_local_addr(const struct store *st);
 
+/* Rank 0: the elementary steps its server has taken so far (a key compared, a waiter or a
+ * deadline looked at, a connection's event handled): what requests cost, counted rather than
+ * timed, for the tests and benchmarks that check it does not grow with the job. 0 elsewhere. */
+unsigned long store_server_steps(const struct store *st);
+
 /* Goodbye. Rank 0 waits (up to timeout_s) for every other rank's goodbye before stopping
  * the server, so no rank loses the store while it still needs it. NULL is a no-op. */
 void store_close(struct store *st, double timeout_s);
