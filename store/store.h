@@ -74,6 +74,10 @@ int store_open(struct store **st, const struct store_opts *o, struct dp_error *e
 int store_set(struct store *st, const char *key, const void *val, size_t len, struct dp_error *err);
 int store_get(struct store *st, const char *key, void **val, size_t *len, double timeout_s,
 	      struct dp_error *err); /* *val is malloc'd, NUL-terminated past len */
+/* The values of n keys, as n gets sent at once (one round trip, not n: rank 0 gathering every
+ * rank's record): vals[i] malloc'd, NUL-terminated past lens[i]; on failure none are left. */
+int store_get_many(struct store *st, const char *const *keys, size_t n, void **vals, size_t *lens,
+		   double timeout_s, struct dp_error *err);
 /* Adds delta to the integer under key (created as 0) and returns the new value. */
 int store_add(struct store *st, const char *key, long delta, long *result, struct dp_error *err);
 /* Waits until every rank has entered the barrier called name; a timeout names the ranks
