@@ -176,7 +176,7 @@ test_expect_success 'framework variables: threads, interface, torchelastic; a us
 	grep "^OMP_NUM_THREADS=7$" "$d/device1/env.log" &&
 	grep "^GLOO_SOCKET_IFNAME=mine$" "$d/device1/env.log" &&
 	grep "^OMP_WAIT_POLICY=active$" "$d/device1/env.log" &&
-	# a spin count of the user's own: no wait policy over it
+	# a spin count set by the user: no wait policy over it
 	env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 timeout 60 srun -n2 --dptrain ./probe.sh >out &&
 	d=$(newest "dptrain.*") &&
 	grep "^GOMP_SPINCOUNT=1000$" "$d/device1/env.log" &&
