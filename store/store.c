@@ -142,8 +142,8 @@ static int cl_send(struct store *st, struct sbuf *f, double deadline, struct dp_
 /* Reads what arrived and handles aborts. Returns 1 with the reply to `want` (0: none wanted)
  * in *status and *body (valid until the next read), 0 if none yet, -1 if the store is lost.
  * Stale replies (of requests given up on) are dropped. */
-static int cl_pump_any(struct store *st, uint32_t want, uint32_t nwant, uint32_t *got,
-		       int *status, struct rd *body)
+static int cl_pump_any(struct store *st, uint32_t want, uint32_t nwant, uint32_t *got, int *status,
+		       struct rd *body)
 {
 	for (;;) {
 		for (;;) {
@@ -205,9 +205,8 @@ static int cl_stopped(const struct store *st, struct dp_error *err)
 
 /* Waits by the deadline for the reply to one of the nid requests id, id + 1, ... (*got: which).
  * An abort fails it, unless ignore_abort. */
-static int cl_wait_any(struct store *st, uint32_t id, uint32_t nid, uint32_t *got,
-		       double deadline, int ignore_abort, int *status, struct rd *body,
-		       struct dp_error *err)
+static int cl_wait_any(struct store *st, uint32_t id, uint32_t nid, uint32_t *got, double deadline,
+		       int ignore_abort, int *status, struct rd *body, struct dp_error *err)
 {
 	double t0 = now_s();
 	for (;;) {

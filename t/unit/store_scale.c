@@ -2,13 +2,13 @@
  * time: 64 and 512 ranks as threads of this process against rank 0's store on 127.0.0.1 do
  * what the launchers' store does (launcher/alloc_store.c): open, publish a record, rank 0
  * gathers every record in rank order (store_get_many: all asked at once, answered as they are
- * set) and publishes the table, a get of a key nobody sets times out naming it, every node's writer reads it,
- * a counter, a barrier, goodbye. Every record, the table at every writer, the counter and the
- * host names a rank without a rank table learns are checked; and the server's elementary
- * steps (store_server_steps: keys compared, waiters answered, deadlines and events handled),
- * counted, not timed, must not grow per rank with the job: an O(n^2) step would make them 8
- * times more per rank at 512 than at 64. contrib/bench/rendezvous-bench.c times the same at
- * 4,096 ranks. */
+ * set) and publishes the table, every node's writer reads it, a counter, a barrier, goodbye;
+ * and rank 0's get of a key nobody sets times out naming it. Every record, the table at every
+ * writer, the counter and the host names a rank without a rank table learns are checked; and
+ * the server's elementary steps (store_server_steps: keys compared, waiters answered,
+ * deadlines and events handled), counted, not timed, must not grow per rank with the job: an
+ * O(n) step per request would make them 8 times more per rank at 512 than at 64.
+ * contrib/bench/rendezvous-bench.c times the same at 4,096 ranks. */
 #define _GNU_SOURCE
 #include "store/store.h"
 #include "t/lib/tap.h"
