@@ -35,47 +35,51 @@ static struct store *st_of(struct alloc *a)
 	return (struct store *)a->store;
 }
 
-/* Rank 0: every rank's record, joined by newlines in rank order. */
+/* Rank 0: every rank's record, joined by newlines in rank order; asked for all at once (one
+ * round trip to the store, not one per rank). */
 static char *gather_records(struct alloc *a, int timeout_s, struct dp_error *err)
 {
-	char key[64], *all = NULL;
-	size_t used = 0, cap = 0;
-	int r;
+	size_t n = (size_t)a->world_size, used = 0, total = 0;
+	char **keys = calloc(n, sizeof(*keys)), *names = malloc(n * 40), *all = NULL;
+	void **v = calloc(n, sizeof(*v));
+	size_t *len = calloc(n, sizeof(*len));
+	size_t r;
 
-	for (r = 0; r < a->world_size; r++) {
-		void *v = NULL;
-		size_t len = 0;
-
-		snprintf(key, sizeof(key), KEY_RECORD "%d", r);
-		if (store_get(st_of(a), key, &v, &len, timeout_s, err) != 0)
-			goto fail;
-		if (len == 0 || len >= ALLOC_RECORD_MAX || memchr(v, '\n', len)) {
-			errprintf(err, "rank %d published a malformed record", r);
-			free(v);
-			goto fail;
-		}
-		if (used + len + 2 > cap) {
-			size_t ncap = cap ? 2 * cap : (size_t)a->world_size * 80 + ALLOC_RECORD_MAX;
-			char *p = realloc(all, ncap);
-			if (!p) {
-				errprintf(err, "out of memory for %d ranks' records",
-					  a->world_size);
-				free(v);
-				goto fail;
-			}
-			all = p;
-			cap = ncap;
-		}
-		memcpy(all + used, v, len);
-		used += len;
-		all[used++] = '\n';
-		all[used] = '\0';
-		free(v);
+	if (!keys || !names || !v || !len) {
+		errprintf(err, "out of memory for %d ranks' records", a->world_size);
+		goto out;
 	}
+	for (r = 0; r < n; r++) {
+		keys[r] = names + 40 * r;
+		snprintf(keys[r], 40, KEY_RECORD "%d", (int)r);
+	}
+	if (store_get_many(st_of(a), (const char *const *)keys, n, v, len, timeout_s, err) != 0)
+		goto out;
+	for (r = 0; r < n; r++) {
+		if (len[r] == 0 || len[r] >= ALLOC_RECORD_MAX || memchr(v[r], '\n', len[r])) {
+			errprintf(err, "rank %zu published a malformed record", r);
+			goto out;
+		}
+		total += len[r] + 1;
+	}
+	if (!(all = malloc(total + 1))) {
+		errprintf(err, "out of memory for %d ranks' records", a->world_size);
+		goto out;
+	}
+	for (r = 0; r < n; r++) {
+		memcpy(all + used, v[r], len[r]);
+		used += len[r];
+		all[used++] = '\n';
+	}
+	all[used] = '\0';
+out:
+	for (r = 0; v && r < n; r++)
+		free(v[r]);
+	free(v);
+	free(len);
+	free(keys);
+	free(names);
 	return all;
-fail:
-	free(all);
-	return NULL;
 }
 
 /* A node's table writer: take every rank's record. What SLURM_* said of each rank (host,

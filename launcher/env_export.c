@@ -109,6 +109,17 @@ int launch_env_frameworks(const struct alloc *a, const struct launch_paths *p, s
 	snprintf(buf, sizeof(buf), "%d", threads);
 	if (set_default(ENV_OMP_NUM_THREADS, buf, err) < 0)
 		return -1;
+	/* OpenMP threads that wait for work spin first (libgomp: 300,000 turns, about a
+	 * millisecond, at every barrier and between parallel regions), on a core that a rank of
+	 * the same node, a data loader or another job may need: where cores are shared that
+	 * turns a step's many short regions into a crawl (contrib/bench/busy-bench.sh: 20-300x
+	 * slower with 2 threads a rank on 2 shared cores, dptrain's and PyTorch's alike), and
+	 * dptrain's own waits (its ring, DDP's thread, the loader) sleep in the kernel anyway.
+	 * Passive (sleep at once) measured faster in every configuration tried, and a busy
+	 * neighbour is invisible from here: it is the default unless the user chose a wait
+	 * policy or a spin count. */
+	if (!getenv(ENV_GOMP_SPINCOUNT) && set_default(ENV_OMP_WAIT_POLICY, "passive", err) < 0)
+		return -1;
 	/* Gloo and NCCL pick their interface from the host name, which can resolve to
 	 * loopback: the interface of this rank's address, the one its peers reach it on. */
 	if (alloc_addr_iface(a->ranks[a->rank].addr, ifname) == 1 &&

@@ -36,7 +36,10 @@ struct store {
 	int rank, world;
 	char *job;
 	char *secret; /* store_opts.secret: the key of the hello's proof, and the collectives' */
-	char **hosts; /* per rank: the rank table's name, or the one its hello gave */
+	char **hosts; /* per rank: the rank table's name, or the one its hello gave, */
+	char *names;  /* pointing into these: a copy of store_opts.hosts, one block, */
+	char *told;   /* and the names the rendezvous answered with, one block */
+	int unnamed;  /* ranks store_opts.hosts gave no name */
 	char master[HOST_MAX];
 	int port;
 	char local_addr[INET6_ADDRSTRLEN];
@@ -139,7 +142,8 @@ static int cl_send(struct store *st, struct sbuf *f, double deadline, struct dp_
 /* Reads what arrived and handles aborts. Returns 1 with the reply to `want` (0: none wanted)
  * in *status and *body (valid until the next read), 0 if none yet, -1 if the store is lost.
  * Stale replies (of requests given up on) are dropped. */
-static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body)
+static int cl_pump_any(struct store *st, uint32_t want, uint32_t nwant, uint32_t *got, int *status,
+		       struct rd *body)
 {
 	for (;;) {
 		for (;;) {
@@ -164,8 +168,9 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 				pthread_mutex_lock(&st->lock);
 				st->rollcall = 1;
 				pthread_mutex_unlock(&st->lock);
-			} else if (type == MSG_REPLY && want && id == want) {
+			} else if (type == MSG_REPLY && want && id - want < nwant) {
 				size_t n;
+				*got = id;
 				*status = (int)sw_rd_u32(&b);
 				const char *d = sw_rd_blob(&b, &n);
 				*body = (struct rd){(const unsigned char *)d, n, 0, b.bad};
@@ -182,6 +187,12 @@ static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body
 	}
 }
 
+static int cl_pump(struct store *st, uint32_t want, int *status, struct rd *body)
+{
+	uint32_t got;
+	return cl_pump_any(st, want, 1, &got, status, body);
+}
+
 /* During the rendezvous: a stop request (SIGTERM, SIGUSR1) ends the wait. */
 static int cl_stopped(const struct store *st, struct dp_error *err)
 {
@@ -192,13 +203,14 @@ static int cl_stopped(const struct store *st, struct dp_error *err)
 	return 1;
 }
 
-/* Waits for the reply to id by the deadline. An abort fails it, unless ignore_abort. */
-static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_abort, int *status,
-		   struct rd *body, struct dp_error *err)
+/* Waits by the deadline for the reply to one of the nid requests id, id + 1, ... (*got: which).
+ * An abort fails it, unless ignore_abort. */
+static int cl_wait_any(struct store *st, uint32_t id, uint32_t nid, uint32_t *got, double deadline,
+		       int ignore_abort, int *status, struct rd *body, struct dp_error *err)
 {
 	double t0 = now_s();
 	for (;;) {
-		int rc = cl_pump(st, id, status, body);
+		int rc = cl_pump_any(st, id, nid, got, status, body);
 		if (rc < 0 || (!ignore_abort && cl_get_abort(st, NULL))) {
 			cl_get_abort(st, err);
 			return -1;
@@ -217,6 +229,14 @@ static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_ab
 			return -1;
 		}
 	}
+}
+
+/* Waits for the reply to id by the deadline. An abort fails it, unless ignore_abort. */
+static int cl_wait(struct store *st, uint32_t id, double deadline, int ignore_abort, int *status,
+		   struct rd *body, struct dp_error *err)
+{
+	uint32_t got;
+	return cl_wait_any(st, id, 1, &got, deadline, ignore_abort, status, body, err);
 }
 
 /* One request: sends the frame in f and waits for its reply by deadline. */
@@ -321,16 +341,38 @@ static int cl_connect(struct store *st, double timeout_s, struct dp_error *err)
 	    st->master, st->port, timeout_s, why);
 }
 
+/* The names of store_opts.hosts, copied into one block (not a block per rank: a job of n
+ * ranks on one machine would make n^2 of them). */
+static int cl_copy_hosts(struct store *st, const char *const *hosts)
+{
+	size_t total = 0;
+	for (int r = 0; hosts && r < st->world; r++)
+		total += hosts[r] ? strlen(hosts[r]) + 1 : 0;
+	if (total && !(st->names = malloc(total)))
+		return -1;
+	char *at = st->names;
+	st->unnamed = 0;
+	for (int r = 0; r < st->world; r++) {
+		if (!hosts || !hosts[r]) {
+			st->unnamed++;
+			continue;
+		}
+		size_t n = strlen(hosts[r]) + 1;
+		st->hosts[r] = memcpy(at, hosts[r], n);
+		at += n;
+	}
+	return 0;
+}
+
 static void store_free(struct store *st)
 {
 	if (!st)
 		return;
 	if (st->fd >= 0)
 		close(st->fd);
-	if (st->hosts)
-		for (int r = 0; r < st->world; r++)
-			free(st->hosts[r]);
 	free(st->hosts);
+	free(st->names);
+	free(st->told);
 	free(st->job);
 	free(st->secret);
 	sw_sbuf_free(&st->in);
@@ -349,6 +391,9 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 	struct rd body;
 	sw_put_str(&f, name);
 	sw_put_u64(&f, (uint64_t)(timeout_s * 1e3));
+	/* every rank's name only for a rank that lacks some: n ranks' names to n ranks are n^2
+	 * bytes from rank 0 */
+	sw_put_u32(&f, strcmp(name, OPEN_BARRIER) == 0 && st->unnamed ? BARRIER_HOSTS : 0);
 	sw_frame_end(&f, at);
 	*missing = 0;
 	if (cl_call(st, &f, id, now_s() + timeout_s + REPLY_MARGIN_S, &status, &body, err) < 0)
@@ -364,15 +409,22 @@ static int cl_barrier(struct store *st, const char *name, double timeout_s, int 
 		errprintf(err, "rendezvous: barrier %s: %.*s", name, (int)body.n,
 			  (const char *)body.p);
 		goto out;
-	} else if (strcmp(name, OPEN_BARRIER) == 0) {
+	} else if (strcmp(name, OPEN_BARRIER) == 0 && body.n && !st->told) {
+		char *to = st->told = malloc(body.n + (size_t)st->world);
+		if (!to) {
+			errprintf(err, "rendezvous: out of memory");
+			goto out;
+		}
 		for (int r = 0; r < st->world; r++) {
 			size_t n;
 			const char *h = sw_rd_blob(&body, &n);
 			if (body.bad)
 				break;
-			if (!st->hosts[r] && n && !(st->hosts[r] = strndup(h, n))) {
-				errprintf(err, "rendezvous: out of memory");
-				goto out;
+			if (!st->hosts[r] && n) {
+				memcpy(to, h, n);
+				to[n] = 0;
+				st->hosts[r] = to;
+				to += n + 1;
 			}
 		}
 	}
@@ -625,12 +677,10 @@ int store_open(struct store **out, const struct store_opts *o, struct dp_error *
 		errprintf(err, "rendezvous: out of memory");
 		goto out;
 	}
-	if (o->hosts)
-		for (int r = 0; r < st->world; r++)
-			if (o->hosts[r] && !(st->hosts[r] = strdup(o->hosts[r]))) {
-				errprintf(err, "rendezvous: out of memory");
-				goto out;
-			}
+	if (cl_copy_hosts(st, o->hosts) < 0) {
+		errprintf(err, "rendezvous: out of memory");
+		goto out;
+	}
 	if (strlen(st->job) >= STORE_JOB_MAX) {
 		errprintf(err, "rendezvous: the job's identity '%.32s...' is longer than %d bytes",
 			  st->job, STORE_JOB_MAX - 1);
@@ -775,6 +825,77 @@ out:
 	return rv;
 }
 
+int store_get_many(struct store *st, const char *const *keys, size_t n, void **vals, size_t *lens,
+		   double timeout_s, struct dp_error *err)
+{
+	struct sbuf f = {0};
+	size_t left = n;
+	int rv = -1;
+	for (size_t i = 0; i < n; i++) {
+		vals[i] = NULL;
+		lens[i] = 0;
+	}
+	if (n == 0)
+		return 0;
+	if (n > UINT32_MAX / 2)
+		return errprintf(err, "rendezvous: %zu keys in one request", n);
+	/* the requests' ids are consecutive: a reply is matched by its distance from the first */
+	if (st->next_id > UINT32_MAX - (uint32_t)n - 1)
+		st->next_id = 0;
+	uint32_t first = st->next_id + 1;
+	st->next_id += (uint32_t)n;
+	for (size_t i = 0; i < n; i++) {
+		if (check_key(keys[i], err) < 0)
+			goto out;
+		size_t at = sw_frame_begin(&f, MSG_GET, first + (uint32_t)i);
+		sw_put_str(&f, keys[i]);
+		sw_put_u64(&f, (uint64_t)(timeout_s * 1e3));
+		sw_frame_end(&f, at);
+	}
+	double deadline = now_s() + timeout_s + REPLY_MARGIN_S;
+	if (cl_get_abort(st, err) || cl_send(st, &f, deadline, err) < 0)
+		goto out;
+	while (left) {
+		uint32_t got;
+		int status;
+		struct rd body;
+		if (cl_wait_any(st, first, (uint32_t)n, &got, deadline, 0, &status, &body, err) < 0)
+			goto out;
+		size_t i = got - first;
+		if (vals[i]) /* a second reply to one request: not the store's */
+			continue;
+		if (status == REPLY_TIMEOUT) {
+			errprintf(err, "rendezvous: key %s was not set within %g s", keys[i],
+				  timeout_s);
+			goto out;
+		}
+		if (status != REPLY_OK) {
+			errprintf(err, "rendezvous: get %s: %.*s", keys[i], (int)body.n,
+				  (const char *)body.p);
+			goto out;
+		}
+		if (!(vals[i] = malloc(body.n + 1))) {
+			errprintf(err, "rendezvous: get %s: out of memory (%zu bytes)", keys[i],
+				  body.n);
+			goto out;
+		}
+		memcpy(vals[i], body.p, body.n);
+		((char *)vals[i])[body.n] = 0;
+		lens[i] = body.n;
+		left--;
+	}
+	rv = 0;
+out:
+	if (rv < 0)
+		for (size_t i = 0; i < n; i++) {
+			free(vals[i]);
+			vals[i] = NULL;
+			lens[i] = 0;
+		}
+	sw_sbuf_free(&f);
+	return rv;
+}
+
 int store_add(struct store *st, const char *key, long delta, long *result, struct dp_error *err)
 {
 	struct sbuf f = {0};
@@ -904,6 +1025,11 @@ const char *store_rank_name(const struct store *st, int rank, char *buf, size_t 
 	const char *h = rank >= 0 && rank < st->world && st->hosts ? st->hosts[rank] : NULL;
 	sw_rank_label(buf, len, rank, h);
 	return buf;
+}
+
+unsigned long store_server_steps(const struct store *st)
+{
+	return st->srv ? srv_steps(st->srv) : 0;
 }
 
 const char *store_secret(const struct store *st)

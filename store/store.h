@@ -74,6 +74,10 @@ int store_open(struct store **st, const struct store_opts *o, struct dp_error *e
 int store_set(struct store *st, const char *key, const void *val, size_t len, struct dp_error *err);
 int store_get(struct store *st, const char *key, void **val, size_t *len, double timeout_s,
 	      struct dp_error *err); /* *val is malloc'd, NUL-terminated past len */
+/* The values of n keys, as n gets sent at once (one round trip, not n: rank 0 gathering every
+ * rank's record): vals[i] malloc'd, NUL-terminated past lens[i]; on failure none are left. */
+int store_get_many(struct store *st, const char *const *keys, size_t n, void **vals, size_t *lens,
+		   double timeout_s, struct dp_error *err);
 /* Adds delta to the integer under key (created as 0) and returns the new value. */
 int store_add(struct store *st, const char *key, long delta, long *result, struct dp_error *err);
 /* Waits until every rank has entered the barrier called name; a timeout names the ranks
@@ -109,6 +113,11 @@ const char *store_secret(const struct store *st);
 int store_world_size(const struct store *st);
 /* The local address of this rank's connection to rank 0: the interface peers reach it on. */
 const char *store_local_addr(const struct store *st);
+
+/* Rank 0: the elementary steps its server has taken so far (a key compared, a waiter or a
+ * deadline looked at, a connection's event handled): what requests cost, counted rather than
+ * timed, for the tests and benchmarks that check it does not grow with the job. 0 elsewhere. */
+unsigned long store_server_steps(const struct store *st);
 
 /* Goodbye. Rank 0 waits (up to timeout_s) for every other rank's goodbye before stopping
  * the server, so no rank loses the store while it still needs it. NULL is a no-op. */

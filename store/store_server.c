@@ -1,7 +1,10 @@
-/* store_server.c — rank 0's rendezvous server (store.h): one thread, one poll loop over the
+/* store_server.c — rank 0's rendezvous server (store.h): one thread, one epoll loop over the
  * listening socket, the clients and a wake-up pipe; the keys, gets, barriers, the job's
  * liveness verdicts and the refusal of strangers, within bounds a flood of them cannot pass.
- * The protocol is store_wire.h. */
+ * What a request costs does not grow with the job: a key is found by its hash, a get waits on
+ * its key, every deadline is in one heap, strangers queue by age, and the loop visits only the
+ * connections that have something to say (store_server_steps counts the steps). The protocol
+ * is store_wire.h. */
 #define _GNU_SOURCE
 #include "store/store_wire.h"
 #include "common/error.h"
@@ -16,27 +19,46 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
+/* Descriptors rank 0 wants besides one per rank and stranger (FD_SPARE: its own connection,
+ * the listener, epoll, the wake-up pipe, the reserve, stdio and the files of the program
+ * around the store), and needs at least besides one per rank (FD_NEED). */
+#define FD_SPARE   64
+#define FD_NEED	   16
+#define EVENTS_MAX 256	      /* epoll events taken per wait */
+#define SBUF_KEEP  (64 << 10) /* an emptied buffer larger than this is given back */
+
 /* ---------------------------------------------------------------------------------------
- * The server: one thread of rank 0, one poll loop over the listening socket, the clients
+ * The server: one thread of rank 0, one epoll loop over the listening socket, the clients
  * and a wake-up pipe; every wait in it is a deadline in that loop. */
 
 struct srv_conn {
-	int fd;				 /* -1 once closed (a stranger dropped to make room) */
-	int rank;			 /* -1 until its hello was accepted */
-	char peer[INET6_ADDRSTRLEN + 8]; /* "addr:port" of the other end, for the refusal log */
-	double taken;			 /* when it was accepted */
-	double hello_by;		 /* a connection without a hello by then is dropped */
-	unsigned long seq; /* accepted as the seq'th: the oldest stranger goes first */
+	struct store_server *srv;
+	int fd;				  /* -1 once closed (a stranger dropped to make room) */
+	int rank;			  /* -1 until its hello was accepted */
+	size_t idx;			  /* its place in srv->conns */
+	uint32_t events;		  /* what epoll watches fd for */
+	char peer[INET6_ADDRSTRLEN + 8];  /* "addr:port" of the other end, for the refusal log */
+	double taken;			  /* when it was accepted */
+	double hello_by;		  /* a connection without a hello by then is dropped */
 	unsigned char nonce[STORE_NONCE]; /* the challenge it was sent */
+	/* Strangers (no hello accepted yet, not dead) queue in the order they were taken
+	 * (srv->oldest ... srv->newest): the oldest goes first, and is the first whose hello
+	 * is due. */
+	struct srv_conn *older, *newer;
+	int queued;
 	/* Until its hello is accepted (srv_read_preauth): its first frame, read to its length
 	 * and no further, a length over PREAUTH_FRAME_MAX refused before a byte of it is read. */
 	unsigned char head[4];
@@ -44,50 +66,73 @@ struct srv_conn {
 	unsigned char *body;
 	size_t nbody, lbody;
 	struct sbuf in, out; /* in: once it is a rank */
+	int want_hosts;	     /* its rendezvous barrier asked for every rank's host name */
 	int goodbye;
 	int closing; /* close once out is flushed (a refused hello) */
-	int dead;
+	int dead;    /* listed in srv->dead, freed at the end of the loop's round */
+	struct srv_conn *next_dead;
 };
 
+/* A key, or one that gets wait for (val NULL until it is set). */
 struct srv_kv {
 	char *key;
+	uint64_t hash;
 	char *val;
 	size_t len;
+	int waiters; /* the first get waiting for it (an index in srv->getv), -1: none */
 };
 
+/* A get waiting for its key: a slot of srv->getv, which indices (not pointers) name. */
 struct srv_get {
-	int rank;
-	uint32_t id;
-	char *key;
-	double deadline;
+	int rank;     /* -1: a free slot */
+	uint32_t id;  /* the request's */
+	uint32_t gen; /* uses of the slot: a deadline of an earlier use does not match */
+	struct srv_kv *kv;
+	int prev, next; /* the key's waiters; next also chains the free slots */
+};
+
+/* A deadline in srv->heap: a get's (its slot and gen) or a rank's wait in a barrier (the
+ * barrier's serial and the rank). One whose wait ended some other way stays until it comes
+ * up, and is then skipped. */
+enum { TIMER_GET, TIMER_BARRIER };
+struct srv_timer {
+	double at;
+	int kind;
+	int index;	   /* the get's slot, or the rank */
+	unsigned long tag; /* the get's gen, or the barrier's serial */
 };
 
 struct srv_barrier {
 	char *name;
+	unsigned long serial; /* which barrier of that name (a name may be used again) */
+	int open;	      /* OPEN_BARRIER: its deadline is the rendezvous' */
 	int count;
 	char *arrived;	  /* per rank */
 	char *waiting;	  /* per rank: a reply is owed */
 	uint32_t *id;	  /* per rank */
 	double *deadline; /* per rank */
 	double *timeout;  /* per rank, for the message */
+	char *missing;	  /* the ranks that did not arrive, for a timeout's message, */
+	int missing_at;	  /* as they were at this count */
 };
 
 /* Rank 0's server. Every field belongs to the server thread (srv_main and what it calls)
  * once that thread runs, except `lock` and what it guards (stop, stop_deadline: set by
- * store_close on the rank's own thread) and wake[1] (written by that thread to wake the
- * loop). srv_start fills the rest before the thread starts; srv_free runs after it ended. */
+ * store_close on the rank's own thread), wake[1] (written by that thread to wake the loop)
+ * and steps (read by store_server_steps). srv_start fills the rest before the thread starts;
+ * srv_free runs after it ended. */
 struct store_server {
-	int lfd;
+	int lfd, ep;
 	int wake[2];
+	int listening; /* the listener is watched (not while accepting rests) */
 	pthread_t thread;
 	int world, port;
 	char *job;
 	char *secret; /* the job's secret ("" = none): a hello without it is refused */
 	int refusals; /* refused connections logged so far (at most REFUSALS_LOGGED) */
-	/* Strangers (connections without an accepted hello): at most preauth_max at once, the
-	 * oldest dropped for a new one; accepted counts the connections taken, for their seq. */
-	size_t preauth_max;
-	unsigned long accepted;
+	/* Strangers: at most preauth_max at once, the oldest dropped for a new one. */
+	size_t preauth_max, nstrangers;
+	struct srv_conn *oldest, *newest;
 	/* Out of descriptors, or of room for strangers: the listener is left alone until
 	 * accept_paused_until, so the loop sleeps. reserve is /dev/null, given up to accept and
 	 * close one waiting connection when there are no descriptors. */
@@ -100,26 +145,33 @@ struct store_server {
 
 	struct srv_conn **conns;
 	size_t nconns, capconns;
+	struct srv_conn *dead; /* killed this round: dropped and freed at its end */
 	struct srv_conn **by_rank;
 	char *left; /* per rank: said goodbye or dropped */
+	int nleft;
 
-	struct srv_kv *kv;
+	uint64_t seed;	    /* of the keys' hash */
+	struct srv_kv **kv; /* open addressing, at most half full; cap a power of two */
 	size_t nkv, capkv;
-	struct srv_get *gets;
-	size_t ngets, capgets;
+	struct srv_get *getv;
+	size_t capget;
+	int getfree; /* the first free slot, -1: none */
+	struct srv_timer *heap;
+	size_t nheap, capheap;
 	struct srv_barrier **bars;
 	size_t nbars, capbars;
-	struct pollfd *pfd; /* the poll loop's: room for nconns + 2 (made with each connection) */
-	size_t cappfd;
+	unsigned long barriers; /* made so far: the next one's serial */
 
 	/* the rendezvous (OPEN_BARRIER) closes at open_deadline: the server's verdict, the same
 	 * for every rank, whatever their own timeouts */
 	double open_deadline, open_timeout;
+	int open_judged; /* it closed with ranks missing */
 
 	/* the timeout episode (store_report_timeout) */
 	int rep_active;
 	double rep_deadline;
 	char *reported;
+	int nreported;
 	unsigned long rep_seq;
 	char rep_what[64];
 	int rep_rank, rep_waiting;
@@ -128,10 +180,24 @@ struct store_server {
 	char *abort_msg; /* the first abort: the job's verdict */
 	int abort_kind;	 /* ABORT_FAILED or ABORT_STOPPED */
 
+	atomic_ulong steps; /* store_server_steps */
+
 	pthread_mutex_t lock; /* guards stop and stop_deadline */
 	int stop;
 	double stop_deadline;
 };
+
+/* One elementary step of the server: a key compared, a waiter answered, a deadline or a
+ * stranger looked at, an event handled. */
+static void step(struct store_server *s)
+{
+	atomic_fetch_add_explicit(&s->steps, 1, memory_order_relaxed);
+}
+
+unsigned long srv_steps(const struct store_server *s)
+{
+	return atomic_load_explicit(&s->steps, memory_order_relaxed);
+}
 
 static const char *srv_host(const struct store_server *s, int rank)
 {
@@ -168,29 +234,128 @@ static int srv_rank_list(const struct store_server *s, const char *flag, int wan
 	return n;
 }
 
-static void srv_send(struct srv_conn *c, struct sbuf *frame)
+/* ---------------------------------------------------------------------------------------
+ * Connections: killed where something fails, freed at the end of the loop's round (an event
+ * of this round may still name them); what a connection is sent goes out at once, and only
+ * what its socket does not take waits in its buffer, watched for room. */
+
+static void srv_unqueue(struct store_server *s, struct srv_conn *c)
 {
-	if (c->dead || frame->bad)
+	if (!c->queued)
 		return;
-	sw_sbuf_put(&c->out, frame->p + frame->off, frame->len - frame->off);
-	if (c->out.bad || sw_sbuf_flush(&c->out, c->fd) < 0)
-		c->dead = 1;
+	if (c->older)
+		c->older->newer = c->newer;
+	else
+		s->oldest = c->newer;
+	if (c->newer)
+		c->newer->older = c->older;
+	else
+		s->newest = c->older;
+	c->older = c->newer = NULL;
+	c->queued = 0;
+	s->nstrangers--;
 }
 
+static void srv_kill(struct srv_conn *c)
+{
+	struct store_server *s = c->srv;
+	if (c->dead)
+		return;
+	c->dead = 1;
+	srv_unqueue(s, c);
+	c->next_dead = s->dead;
+	s->dead = c;
+}
+
+/* A buffer emptied: a large one is given back (a 16 MiB value must not stay with its rank). */
+static void srv_trim(struct sbuf *b)
+{
+	if (b->off == b->len && b->cap > SBUF_KEEP)
+		sw_sbuf_free(b);
+}
+
+/* epoll watches for what c waits for: a request (unless it is closing), room for its output. */
+static void srv_watch(struct srv_conn *c)
+{
+	if (c->dead || c->fd < 0)
+		return;
+	uint32_t want = (c->closing ? 0 : EPOLLIN) | (c->out.off < c->out.len ? EPOLLOUT : 0);
+	if (want == c->events)
+		return;
+	struct epoll_event ev = {.events = want, .data.ptr = c};
+	if (epoll_ctl(c->srv->ep, EPOLL_CTL_MOD, c->fd, &ev) < 0) {
+		srv_kill(c);
+		return;
+	}
+	c->events = want;
+}
+
+/* Sends the n pieces of one frame: what the socket takes now, the rest through out. */
+static void srv_sendv(struct srv_conn *c, struct iovec *iov, int n)
+{
+	size_t sent = 0;
+	if (c->dead || c->fd < 0)
+		return;
+	if (c->out.off == c->out.len) {
+		struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+		ssize_t k;
+		do
+			k = sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+		while (k < 0 && errno == EINTR);
+		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) {
+			srv_kill(c);
+			return;
+		}
+		sent = k > 0 ? (size_t)k : 0;
+	}
+	for (int i = 0; i < n; i++) {
+		size_t skip = sent < iov[i].iov_len ? sent : iov[i].iov_len;
+		sent -= skip;
+		if (skip < iov[i].iov_len)
+			sw_sbuf_put(&c->out, (const char *)iov[i].iov_base + skip,
+				    iov[i].iov_len - skip);
+	}
+	if (c->out.bad)
+		srv_kill(c);
+	srv_watch(c);
+}
+
+static void srv_send(struct srv_conn *c, struct sbuf *frame)
+{
+	if (frame->bad)
+		return;
+	struct iovec iov = {frame->p + frame->off, frame->len - frame->off};
+	srv_sendv(c, &iov, 1);
+}
+
+/* A REPLY: its head built here, the data sent from where it is (a value is not copied). */
 static void srv_reply(struct srv_conn *c, uint32_t id, int status, const void *data, size_t n)
 {
-	struct sbuf f = {0};
-	size_t at = sw_frame_begin(&f, MSG_REPLY, id);
-	sw_put_u32(&f, (uint32_t)status);
-	sw_put_blob(&f, data, n);
-	sw_frame_end(&f, at);
-	srv_send(c, &f);
-	sw_sbuf_free(&f);
+	unsigned char head[FRAME_HEAD + 8];
+	uint32_t be;
+	be = htonl((uint32_t)(sizeof(head) - 4 + n));
+	memcpy(head, &be, 4);
+	head[4] = MSG_REPLY;
+	be = htonl(id);
+	memcpy(head + 5, &be, 4);
+	be = htonl((uint32_t)status);
+	memcpy(head + 9, &be, 4);
+	be = htonl((uint32_t)n);
+	memcpy(head + 13, &be, 4);
+	struct iovec iov[2] = {{head, sizeof(head)}, {(void *)data, n}};
+	srv_sendv(c, iov, n ? 2 : 1);
 }
 
 static void srv_reply_str(struct srv_conn *c, uint32_t id, int status, const char *msg)
 {
 	srv_reply(c, id, status, msg, strlen(msg));
+}
+
+/* After c's event: a refused connection that has been told why is closed. */
+static void srv_settle(struct srv_conn *c)
+{
+	if (!c->dead && c->closing && c->out.off == c->out.len)
+		srv_kill(c);
 }
 
 /* Sends the job's abort to c. */
@@ -214,45 +379,193 @@ static void srv_abort(struct store_server *s, const char *msg, int kind, int ski
 			srv_send_abort(s, s->by_rank[r]);
 }
 
-static struct srv_kv *srv_kv_find(struct store_server *s, const char *key)
+static void srv_leave(struct store_server *s, int rank)
 {
-	for (size_t i = 0; i < s->nkv; i++)
-		if (strcmp(s->kv[i].key, key) == 0)
-			return &s->kv[i];
-	return NULL;
+	if (!s->left[rank]) {
+		s->left[rank] = 1;
+		s->nleft++;
+	}
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Deadlines: one binary heap, earliest first. */
+
+static int srv_timer_push(struct store_server *s, double at, int kind, int index, unsigned long tag)
+{
+	if (SW_ARRAY_ROOM(s->heap, s->nheap, s->capheap, 64) < 0)
+		return -1;
+	size_t i = s->nheap++;
+	while (i > 0) {
+		size_t up = (i - 1) / 2;
+		step(s);
+		if (s->heap[up].at <= at)
+			break;
+		s->heap[i] = s->heap[up];
+		i = up;
+	}
+	s->heap[i] = (struct srv_timer){at, kind, index, tag};
+	return 0;
+}
+
+static struct srv_timer srv_timer_pop(struct store_server *s)
+{
+	struct srv_timer top = s->heap[0], last = s->heap[--s->nheap];
+	size_t i = 0, n = s->nheap;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= n)
+			break;
+		if (c + 1 < n && s->heap[c + 1].at < s->heap[c].at)
+			c++;
+		step(s);
+		if (last.at <= s->heap[c].at)
+			break;
+		s->heap[i] = s->heap[c];
+		i = c;
+	}
+	if (n)
+		s->heap[i] = last;
+	return top;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Keys: a hash table (open addressing, linear probing, at most half full), each key with the
+ * gets that wait for it. */
+
+static uint64_t srv_hash(const struct store_server *s, const char *key)
+{
+	uint64_t h = 14695981039346656037ull ^ s->seed; /* FNV-1a, seeded */
+	for (const unsigned char *p = (const unsigned char *)key; *p; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return h ^ (h >> 29);
+}
+
+static int srv_kv_grow(struct store_server *s)
+{
+	size_t cap = s->capkv ? 2 * s->capkv : 64;
+	struct srv_kv **kv = calloc(cap, sizeof(*kv));
+	if (!kv)
+		return -1;
+	for (size_t i = 0; i < s->capkv; i++) {
+		struct srv_kv *e = s->kv[i];
+		if (!e)
+			continue;
+		size_t j = e->hash & (cap - 1);
+		while (kv[j])
+			j = (j + 1) & (cap - 1);
+		kv[j] = e;
+	}
+	free(s->kv);
+	s->kv = kv;
+	s->capkv = cap;
+	return 0;
+}
+
+/* key's entry; with create, a new one (no value yet) where there is none. NULL: none, or no
+ * memory for it. */
+static struct srv_kv *srv_kv_lookup(struct store_server *s, const char *key, int create)
+{
+	uint64_t h = srv_hash(s, key);
+	size_t i = 0;
+	if (s->capkv) {
+		for (i = h & (s->capkv - 1);; i = (i + 1) & (s->capkv - 1)) {
+			struct srv_kv *e = s->kv[i];
+			step(s);
+			if (!e)
+				break;
+			if (e->hash == h && strcmp(e->key, key) == 0)
+				return e;
+		}
+	}
+	if (!create)
+		return NULL;
+	if (2 * (s->nkv + 1) > s->capkv) {
+		if (srv_kv_grow(s) < 0)
+			return NULL;
+		for (i = h & (s->capkv - 1); s->kv[i]; i = (i + 1) & (s->capkv - 1))
+			;
+	}
+	struct srv_kv *e = calloc(1, sizeof(*e));
+	if (!e || !(e->key = strdup(key))) {
+		free(e);
+		return NULL;
+	}
+	e->hash = h;
+	e->waiters = -1;
+	s->kv[i] = e;
+	s->nkv++;
+	return e;
+}
+
+/* A free slot of getv (which may move: hold indices, not pointers, across this), or -1. */
+static int srv_get_new(struct store_server *s)
+{
+	if (s->getfree < 0) {
+		size_t cap = s->capget ? 2 * s->capget : 64;
+		struct srv_get *g = cap <= INT32_MAX ? realloc(s->getv, cap * sizeof(*g)) : NULL;
+		if (!g)
+			return -1;
+		for (size_t i = s->capget; i < cap; i++)
+			g[i] = (struct srv_get){.rank = -1, .next = i + 1 < cap ? (int)i + 1 : -1};
+		s->getfree = (int)s->capget;
+		s->getv = g;
+		s->capget = cap;
+	}
+	int i = s->getfree;
+	s->getfree = s->getv[i].next;
+	return i;
+}
+
+/* Ends get i: off its key's waiters, its slot free (and its deadline stale). */
+static void srv_get_end(struct store_server *s, int i)
+{
+	struct srv_get *g = &s->getv[i];
+	if (g->prev >= 0)
+		s->getv[g->prev].next = g->next;
+	else
+		g->kv->waiters = g->next;
+	if (g->next >= 0)
+		s->getv[g->next].prev = g->prev;
+	g->rank = -1;
+	g->gen++;
+	g->kv = NULL;
+	g->next = s->getfree;
+	s->getfree = i;
 }
 
 /* Takes val (malloc'd, NUL-terminated past len). */
 static int srv_kv_set(struct store_server *s, const char *key, char *val, size_t len)
 {
-	struct srv_kv *e = srv_kv_find(s, key);
-	if (!e) {
-		if (SW_ARRAY_ROOM(s->kv, s->nkv, s->capkv, 16) < 0)
-			return -1;
-		e = &s->kv[s->nkv];
-		e->key = strdup(key);
-		if (!e->key)
-			return -1;
-		e->val = NULL;
-		s->nkv++;
-	}
+	struct srv_kv *e = srv_kv_lookup(s, key, 1);
+	if (!e)
+		return -1;
 	free(e->val);
 	e->val = val;
 	e->len = len;
 	/* answer the gets that wait for it */
-	for (size_t i = 0; i < s->ngets;) {
-		struct srv_get *g = &s->gets[i];
-		if (strcmp(g->key, key) != 0) {
-			i++;
-			continue;
-		}
+	while (e->waiters >= 0) {
+		struct srv_get *g = &s->getv[e->waiters];
+		step(s);
 		if (s->by_rank[g->rank])
 			srv_reply(s->by_rank[g->rank], g->id, REPLY_OK, val, len);
-		free(g->key);
-		s->gets[i] = s->gets[--s->ngets];
+		srv_get_end(s, e->waiters);
 	}
 	return 0;
 }
+
+/* A get's deadline came: a timeout, unless it was answered (or its slot used again). */
+static void srv_get_expired(struct store_server *s, const struct srv_timer *t)
+{
+	struct srv_get *g = &s->getv[t->index];
+	if (g->rank < 0 || g->gen != (uint32_t)t->tag)
+		return;
+	if (s->by_rank[g->rank])
+		srv_reply(s->by_rank[g->rank], g->id, REPLY_TIMEOUT, NULL, 0);
+	srv_get_end(s, t->index);
+}
+
+/* ---------------------------------------------------------------------------------------
+ * Barriers. */
 
 static void srv_barrier_free(struct srv_barrier *b)
 {
@@ -264,19 +577,96 @@ static void srv_barrier_free(struct srv_barrier *b)
 	free(b->id);
 	free(b->deadline);
 	free(b->timeout);
+	free(b->missing);
 	free(b);
+}
+
+static struct srv_barrier *srv_barrier_find(struct store_server *s, const char *name, size_t *at)
+{
+	for (size_t i = 0; i < s->nbars; i++) {
+		step(s);
+		if (strcmp(s->bars[i]->name, name) == 0) {
+			*at = i;
+			return s->bars[i];
+		}
+	}
+	return NULL;
+}
+
+/* The ranks that did not arrive, for a timeout's message: made again only when more came. */
+static const char *srv_barrier_missing(struct store_server *s, struct srv_barrier *b)
+{
+	char list[2048];
+	if (b->missing && b->missing_at == b->count)
+		return b->missing;
+	srv_rank_list(s, b->arrived, 0, list, sizeof(list));
+	free(b->missing);
+	b->missing = strdup(list);
+	b->missing_at = b->count;
+	return b->missing ? b->missing : "";
+}
+
+/* rank's wait in b ends in a timeout: it stays arrived (the message of a later timeout names
+ * only the ranks that never came). */
+static void srv_barrier_timeout(struct store_server *s, struct srv_barrier *b, int rank)
+{
+	b->waiting[rank] = 0;
+	if (!s->by_rank[rank])
+		return;
+	struct sbuf d = {0};
+	sw_put_u32(&d, (uint32_t)(s->world - b->count));
+	sw_put_str(&d, srv_barrier_missing(s, b));
+	srv_reply(s->by_rank[rank], b->id[rank], d.bad ? REPLY_ERROR : REPLY_TIMEOUT, d.p, d.len);
+	sw_sbuf_free(&d);
+}
+
+static void srv_barrier_expired(struct store_server *s, const struct srv_timer *t)
+{
+	for (size_t i = 0; i < s->nbars; i++) {
+		struct srv_barrier *b = s->bars[i];
+		step(s);
+		if (b->serial != t->tag)
+			continue;
+		if (b->waiting[t->index] && b->deadline[t->index] == t->at)
+			srv_barrier_timeout(s, b, t->index);
+		return;
+	}
+}
+
+/* Every rank arrived: each that waits is answered; the rendezvous barrier's answer holds
+ * every rank's host name for the ranks that asked (those without a rank table). */
+static void srv_barrier_done(struct store_server *s, struct srv_barrier *b, size_t at)
+{
+	struct sbuf hosts = {0};
+	int built = 0;
+	for (int r = 0; r < s->world; r++) {
+		struct srv_conn *c = s->by_rank[r];
+		step(s);
+		if (!b->waiting[r] || !c)
+			continue;
+		if (b->open && c->want_hosts && !built) {
+			for (int h = 0; h < s->world; h++)
+				sw_put_str(&hosts, s->hello_host[h] ? s->hello_host[h] : "");
+			built = 1;
+		}
+		if (b->open && c->want_hosts && hosts.bad)
+			srv_reply_str(c, b->id[r], REPLY_ERROR,
+				      "the store on rank 0 is out of memory");
+		else if (b->open && c->want_hosts)
+			srv_reply(c, b->id[r], REPLY_OK, hosts.p, hosts.len);
+		else
+			srv_reply(c, b->id[r], REPLY_OK, NULL, 0);
+	}
+	sw_sbuf_free(&hosts);
+	srv_barrier_free(b);
+	s->bars[at] = s->bars[--s->nbars];
 }
 
 static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32_t id,
 			      const char *name, double timeout)
 {
-	struct srv_barrier *b = NULL;
-	size_t bi;
-	for (bi = 0; bi < s->nbars; bi++)
-		if (strcmp(s->bars[bi]->name, name) == 0) {
-			b = s->bars[bi];
-			break;
-		}
+	size_t bi = 0;
+	struct srv_barrier *b = srv_barrier_find(s, name, &bi);
 	if (!b) {
 		if (SW_ARRAY_ROOM(s->bars, s->nbars, s->capbars, 8) < 0)
 			goto oom;
@@ -285,6 +675,8 @@ static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32
 		if (!b)
 			goto oom;
 		b->name = strdup(name);
+		b->serial = ++s->barriers;
+		b->open = strcmp(name, OPEN_BARRIER) == 0;
 		b->arrived = calloc(w, 1);
 		b->waiting = calloc(w, 1);
 		b->id = calloc(w, sizeof(*b->id));
@@ -304,26 +696,24 @@ static void srv_barrier_enter(struct store_server *s, struct srv_conn *c, uint32
 	}
 	b->waiting[c->rank] = 1;
 	b->id[c->rank] = id;
-	if (strcmp(name, OPEN_BARRIER) == 0) { /* rank 0's timeout decides, for everyone */
+	if (b->open) { /* rank 0's timeout decides, for everyone */
 		b->deadline[c->rank] = s->open_deadline;
 		b->timeout[c->rank] = s->open_timeout;
+		if (s->open_judged) { /* it closed before this rank came */
+			srv_barrier_timeout(s, b, c->rank);
+			return;
+		}
 	} else {
 		b->deadline[c->rank] = now_s() + timeout;
 		b->timeout[c->rank] = timeout;
+		if (srv_timer_push(s, b->deadline[c->rank], TIMER_BARRIER, c->rank, b->serial) <
+		    0) {
+			b->waiting[c->rank] = 0;
+			goto oom;
+		}
 	}
-	if (b->count < s->world)
-		return;
-	/* the rendezvous barrier tells every rank the others' host names */
-	struct sbuf hosts = {0};
-	if (strcmp(name, OPEN_BARRIER) == 0)
-		for (int r = 0; r < s->world; r++)
-			sw_put_str(&hosts, s->hello_host[r] ? s->hello_host[r] : "");
-	for (int r = 0; r < s->world; r++)
-		if (b->waiting[r] && s->by_rank[r])
-			srv_reply(s->by_rank[r], b->id[r], REPLY_OK, hosts.p, hosts.len);
-	sw_sbuf_free(&hosts);
-	srv_barrier_free(b);
-	s->bars[bi] = s->bars[--s->nbars];
+	if (b->count == s->world)
+		srv_barrier_done(s, b, bi);
 	return;
 oom:
 	srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
@@ -353,22 +743,16 @@ static void srv_verdict(struct store_server *s)
 	srv_abort(s, msg, ABORT_FAILED, -1);
 }
 
+/* A connection is gone (freed next): its rank, if it had one, left; without its goodbye it
+ * died, and every other rank is told. Its gets stay until their key or deadline comes, and
+ * are then not answered: a rank that left never comes back (s->left). */
 static void srv_drop(struct store_server *s, struct srv_conn *c)
 {
-	c->dead = 1;
 	if (c->rank < 0)
 		return;
 	int r = c->rank;
 	c->rank = -1;
 	s->by_rank[r] = NULL;
-	for (size_t i = 0; i < s->ngets;) {
-		if (s->gets[i].rank == r) {
-			free(s->gets[i].key);
-			s->gets[i] = s->gets[--s->ngets];
-		} else {
-			i++;
-		}
-	}
 	for (size_t i = 0; i < s->nbars; i++)
 		s->bars[i]->waiting[r] = 0;
 	if (!s->left[r] && !c->goodbye) {
@@ -378,9 +762,8 @@ static void srv_drop(struct store_server *s, struct srv_conn *c)
 			 "%s died (its connection to the rendezvous store closed)", name);
 		srv_abort(s, msg, ABORT_FAILED, r);
 	}
-	s->left[r] = 1;
+	srv_leave(s, r);
 }
-
 /* Every refused connection is logged on rank 0's stderr (the first REFUSALS_LOGGED of them),
  * with the address it came from; the connection itself learns nothing about the job. */
 static void srv_refuse(struct store_server *s, struct srv_conn *c, const char *why)
@@ -427,7 +810,7 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 	if (b->bad || c->rank >= 0 || ncnonce != STORE_NONCE) {
 		if (c->rank < 0)
 			srv_refuse(s, c, "its hello is malformed");
-		c->dead = 1;
+		srv_kill(c);
 		goto out;
 	}
 	/* Before anything is said about the job: a connection that cannot prove it knows the
@@ -477,6 +860,7 @@ static void srv_hello(struct store_server *s, struct srv_conn *c, uint32_t id, s
 	}
 	c->rank = rank;
 	s->by_rank[rank] = c;
+	srv_unqueue(s, c);
 	free(s->hello_host[rank]);
 	s->hello_host[rank] = host;
 	host = NULL;
@@ -516,7 +900,7 @@ static void srv_on_set(struct store_server *s, struct srv_conn *c, uint32_t id, 
 		val[n] = 0;
 	}
 	if (b->bad) {
-		c->dead = 1;
+		srv_kill(c);
 	} else if (!val || srv_kv_set(s, key, val, n) < 0) {
 		free(val);
 		srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
@@ -532,24 +916,31 @@ static void srv_on_get(struct store_server *s, struct srv_conn *c, uint32_t id, 
 	char *key = sw_rd_strdup(b);
 	double timeout = (double)sw_rd_u64(b) / 1e3;
 	struct srv_kv *e;
+	int i;
 
 	if (b->bad) {
-		c->dead = 1;
+		srv_kill(c);
 		free(key);
 		return;
 	}
-	e = srv_kv_find(s, key);
-	if (e) {
+	e = srv_kv_lookup(s, key, 1);
+	free(key);
+	if (e && e->val) {
 		srv_reply(c, id, REPLY_OK, e->val, e->len);
-		free(key);
 		return;
 	}
-	if (SW_ARRAY_ROOM(s->gets, s->ngets, s->capgets, 16) < 0) {
+	if (!e || (i = srv_get_new(s)) < 0) {
 		srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
-		free(key);
 		return;
 	}
-	s->gets[s->ngets++] = (struct srv_get){c->rank, id, key, now_s() + timeout};
+	s->getv[i] = (struct srv_get){c->rank, id, s->getv[i].gen, e, -1, e->waiters};
+	if (e->waiters >= 0)
+		s->getv[e->waiters].prev = i;
+	e->waiters = i;
+	if (srv_timer_push(s, now_s() + timeout, TIMER_GET, i, s->getv[i].gen) < 0) {
+		srv_get_end(s, i);
+		srv_reply_str(c, id, REPLY_ERROR, "the store on rank 0 is out of memory");
+	}
 }
 
 static void srv_on_add(struct store_server *s, struct srv_conn *c, uint32_t id, struct rd *b)
@@ -559,12 +950,12 @@ static void srv_on_add(struct store_server *s, struct srv_conn *c, uint32_t id, 
 	struct srv_kv *e;
 
 	if (b->bad) {
-		c->dead = 1;
+		srv_kill(c);
 		free(key);
 		return;
 	}
-	e = srv_kv_find(s, key);
-	if (e) {
+	e = srv_kv_lookup(s, key, 0);
+	if (e && e->val) {
 		errno = 0;
 		v = strtol(e->val, &end, 10);
 		if (errno || end == e->val || *end) {
@@ -593,11 +984,16 @@ static void srv_on_barrier(struct store_server *s, struct srv_conn *c, uint32_t 
 {
 	char *name = sw_rd_strdup(b);
 	double timeout = (double)sw_rd_u64(b) / 1e3;
+	/* the flags, which a rank of an earlier build of this protocol does not send: it reads
+	 * the host names from the rendezvous barrier's answer */
+	uint32_t flags = b->off < b->n ? sw_rd_u32(b) : BARRIER_HOSTS;
 
-	if (b->bad)
-		c->dead = 1;
-	else
+	if (b->bad) {
+		srv_kill(c);
+	} else {
+		c->want_hosts = (flags & BARRIER_HOSTS) != 0;
 		srv_barrier_enter(s, c, id, name, timeout);
+	}
 	free(name);
 }
 
@@ -608,7 +1004,7 @@ static void srv_on_abort(struct store_server *s, struct srv_conn *c, uint32_t id
 
 	(void)id;
 	if (b->bad || (kind != ABORT_FAILED && kind != ABORT_STOPPED))
-		c->dead = 1;
+		srv_kill(c);
 	else
 		srv_abort(s, reason, kind, c->rank);
 	free(reason);
@@ -626,7 +1022,7 @@ static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t i
 
 	(void)id;
 	if (b->bad || waiting < 0 || waiting >= s->world) {
-		c->dead = 1;
+		srv_kill(c);
 	} else if (s->abort_msg) {
 		srv_send_abort(s, c);
 	} else {
@@ -634,6 +1030,7 @@ static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t i
 			s->rep_active = 1;
 			s->rep_deadline = now_s() + grace;
 			memset(s->reported, 0, (size_t)s->world);
+			s->nreported = 0;
 			s->rep_seq = seq;
 			snprintf(s->rep_what, sizeof(s->rep_what), "%s", what);
 			s->rep_rank = c->rank;
@@ -650,8 +1047,11 @@ static void srv_on_report(struct store_server *s, struct srv_conn *c, uint32_t i
 					srv_send(s->by_rank[r], &f);
 			sw_sbuf_free(&f);
 		}
-		s->reported[c->rank] = 1;
-		if (memchr(s->reported, 0, (size_t)s->world) == NULL)
+		if (!s->reported[c->rank]) {
+			s->reported[c->rank] = 1;
+			s->nreported++;
+		}
+		if (s->nreported == s->world)
 			srv_verdict(s);
 	}
 	free(what);
@@ -661,7 +1061,7 @@ static void srv_on_goodbye(struct store_server *s, struct srv_conn *c, uint32_t 
 {
 	(void)b;
 	c->goodbye = 1;
-	s->left[c->rank] = 1;
+	srv_leave(s, c->rank);
 	srv_reply(c, id, REPLY_OK, NULL, 0);
 }
 
@@ -685,12 +1085,12 @@ static void srv_request(struct store_server *s, struct srv_conn *c, int type, ui
 	}
 	if (c->rank < 0) { /* nothing but a hello before the hello */
 		srv_refuse(s, c, "it sent something other than a dptrain hello");
-		c->dead = 1;
+		srv_kill(c);
 		return;
 	}
 	if (type < 0 || (size_t)type >= sizeof(srv_handlers) / sizeof(srv_handlers[0]) ||
 	    !srv_handlers[type]) {
-		c->dead = 1; /* not a request (a reply, a roll call) or not one we know */
+		srv_kill(c); /* not a request (a reply, a roll call) or not one we know */
 		return;
 	}
 	srv_handlers[type](s, c, id, b);
@@ -706,13 +1106,14 @@ static void srv_read(struct store_server *s, struct srv_conn *c)
 		struct rd body;
 		int f = sw_frame_next(&c->in, &type, &id, &body);
 		if (f < 0)
-			c->dead = 1;
+			srv_kill(c);
 		if (f <= 0 || c->dead || c->closing)
 			break;
 		srv_request(s, c, type, id, &body);
 	}
 	if (rc < 0)
-		c->dead = 1;
+		srv_kill(c);
+	srv_trim(&c->in);
 }
 
 /* A stranger's first frame, which must be its hello: read to the frame's length and not a
@@ -732,7 +1133,7 @@ static void srv_read_preauth(struct store_server *s, struct srv_conn *c)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return;
 		if (n <= 0) { /* gone before its hello: a port probe, nothing to log */
-			c->dead = 1;
+			srv_kill(c);
 			return;
 		}
 		if (head) {
@@ -744,7 +1145,7 @@ static void srv_read_preauth(struct store_server *s, struct srv_conn *c)
 			size_t len = ntohl(be);
 			if (len < FRAME_HEAD - 4 || len > FRAME_MAX) {
 				srv_refuse(s, c, "it does not speak the dptrain store's protocol");
-				c->dead = 1;
+				srv_kill(c);
 				return;
 			}
 			if (len > PREAUTH_FRAME_MAX - 4) {
@@ -753,12 +1154,12 @@ static void srv_read_preauth(struct store_server *s, struct srv_conn *c)
 				    "its first frame is %zu bytes, more than the %d a hello may be",
 				    len + 4, PREAUTH_FRAME_MAX);
 				srv_refuse(s, c, why);
-				c->dead = 1;
+				srv_kill(c);
 				return;
 			}
 			c->body = malloc(len);
 			if (!c->body) {
-				c->dead = 1;
+				srv_kill(c);
 				return;
 			}
 			c->lbody = len;
@@ -781,74 +1182,55 @@ static void srv_read_preauth(struct store_server *s, struct srv_conn *c)
 }
 
 /* The rendezvous closed with ranks missing: every rank waiting in it gets the same list, and
- * it becomes the job's verdict, so that a rank leaving over it is not reported as dead. */
+ * it becomes the job's verdict, so that a rank leaving over it is not reported as dead. A rank
+ * that comes later is told the same at once (srv_barrier_enter). */
 static void srv_open_verdict(struct store_server *s, struct srv_barrier *b)
 {
-	char list[2048], msg[MSG_MAX + 2048];
-	int missing = srv_rank_list(s, b->arrived, 0, list, sizeof(list));
-	struct sbuf d = {0};
-	sw_put_u32(&d, (uint32_t)missing);
-	sw_put_str(&d, list);
-	for (int r = 0; r < s->world; r++) {
-		if (!b->waiting[r])
-			continue;
-		b->waiting[r] = 0;
-		if (s->by_rank[r])
-			srv_reply(s->by_rank[r], b->id[r], REPLY_TIMEOUT, d.p, d.len);
-	}
-	sw_sbuf_free(&d);
+	char msg[MSG_MAX + 2048];
+	s->open_judged = 1;
+	for (int r = 0; r < s->world; r++)
+		if (b->waiting[r])
+			srv_barrier_timeout(s, b, r);
 	snprintf(msg, sizeof(msg), "rendezvous: %d of %d ranks did not connect within %g s: %s",
-		 missing, s->world, s->open_timeout, list);
+		 s->world - b->count, s->world, s->open_timeout, srv_barrier_missing(s, b));
 	srv_abort(s, msg, ABORT_FAILED, -1);
 }
 
-/* Answers the gets and barrier waits whose deadline passed; ends a timeout episode. Returns
- * the next deadline. */
+/* Answers the gets and barrier waits whose deadline passed, closes the rendezvous, drops the
+ * strangers whose hello is overdue, ends a timeout episode. Returns the next deadline. */
 static double srv_timers(struct store_server *s)
 {
 	double t = now_s(), next = t + 1.0;
-	for (size_t i = 0; i < s->ngets;) {
-		struct srv_get *g = &s->gets[i];
-		if (g->deadline > t) {
-			next = g->deadline < next ? g->deadline : next;
-			i++;
-			continue;
-		}
-		if (s->by_rank[g->rank])
-			srv_reply(s->by_rank[g->rank], g->id, REPLY_TIMEOUT, NULL, 0);
-		free(g->key);
-		s->gets[i] = s->gets[--s->ngets];
+	while (s->nheap && s->heap[0].at <= t) {
+		struct srv_timer e = srv_timer_pop(s);
+		step(s);
+		if (e.kind == TIMER_GET)
+			srv_get_expired(s, &e);
+		else
+			srv_barrier_expired(s, &e);
 	}
-	for (size_t i = 0; i < s->nbars; i++) {
-		struct srv_barrier *b = s->bars[i];
-		if (strcmp(b->name, OPEN_BARRIER) == 0) {
+	if (s->nheap && s->heap[0].at < next)
+		next = s->heap[0].at;
+	if (!s->open_judged)
+		for (size_t i = 0; i < s->nbars; i++) {
+			struct srv_barrier *b = s->bars[i];
+			if (!b->open)
+				continue;
 			if (s->open_deadline > t)
 				next = s->open_deadline < next ? s->open_deadline : next;
 			else
 				srv_open_verdict(s, b);
-			continue;
 		}
-		for (int r = 0; r < s->world; r++) {
-			if (!b->waiting[r])
-				continue;
-			if (b->deadline[r] > t) {
-				next = b->deadline[r] < next ? b->deadline[r] : next;
-				continue;
-			}
-			/* it stays arrived: the message of a later timeout names only the
-			 * ranks that never came */
-			b->waiting[r] = 0;
-			if (!s->by_rank[r])
-				continue;
-			char list[2048];
-			int missing = srv_rank_list(s, b->arrived, 0, list, sizeof(list));
-			struct sbuf d = {0};
-			sw_put_u32(&d, (uint32_t)missing);
-			sw_put_str(&d, list);
-			srv_reply(s->by_rank[r], b->id[r], REPLY_TIMEOUT, d.p, d.len);
-			sw_sbuf_free(&d);
-		}
+	/* the oldest stranger's hello is the first due */
+	while (s->oldest && s->oldest->hello_by < t) {
+		struct srv_conn *c = s->oldest;
+		step(s);
+		if (!c->closing)
+			srv_refuse(s, c, "it sent no hello within 10 s");
+		srv_kill(c);
 	}
+	if (s->oldest && s->oldest->hello_by < next)
+		next = s->oldest->hello_by;
 	if (s->rep_active) {
 		if (s->rep_deadline <= t)
 			srv_verdict(s);
@@ -882,20 +1264,39 @@ static void peer_name(const struct sockaddr_storage *ss, char *buf, size_t len)
 
 static void srv_conn_free(struct srv_conn *c)
 {
-	if (c->fd >= 0)
+	if (c->fd >= 0) {
+		/* out of the epoll set first: a forked child may hold the socket open */
+		epoll_ctl(c->srv->ep, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
+	}
 	free(c->body);
 	sw_sbuf_free(&c->in);
 	sw_sbuf_free(&c->out);
 	free(c);
 }
 
-/* Drops a stranger now, its descriptor and buffers too (the loop frees the rest). */
+/* The connections killed this round: their ranks dropped (which may kill others: a failed
+ * send of the abort), then freed. */
+static void srv_reap(struct store_server *s)
+{
+	while (s->dead) {
+		struct srv_conn *c = s->dead;
+		s->dead = c->next_dead;
+		srv_drop(s, c);
+		s->conns[c->idx] = s->conns[--s->nconns];
+		s->conns[c->idx]->idx = c->idx;
+		srv_conn_free(c);
+	}
+}
+
+/* Drops a stranger now, its descriptor and buffers too (srv_reap frees the rest). */
 static void srv_drop_stranger(struct srv_conn *c)
 {
-	c->dead = 1;
-	if (c->fd >= 0)
+	srv_kill(c);
+	if (c->fd >= 0) {
+		epoll_ctl(c->srv->ep, EPOLL_CTL_DEL, c->fd, NULL);
 		close(c->fd);
+	}
 	c->fd = -1;
 	free(c->body);
 	c->body = NULL;
@@ -908,21 +1309,12 @@ static void srv_drop_stranger(struct srv_conn *c)
  * wait in its backlog rather than push out one that may be a rank about to speak. */
 static int srv_make_room(struct store_server *s)
 {
-	for (;;) {
-		struct srv_conn *old = NULL;
-		size_t waiting = 0;
-		for (size_t i = 0; i < s->nconns; i++) {
-			struct srv_conn *c = s->conns[i];
-			if (c->rank >= 0 || c->dead)
-				continue;
-			waiting++;
-			if (!old || c->seq < old->seq)
-				old = c;
-		}
-		if (waiting < s->preauth_max)
-			return 1;
+	while (s->nstrangers >= s->preauth_max) {
+		struct srv_conn *old = s->oldest;
+		step(s);
 		if (!old->closing) {
 			srv_read_preauth(s, old);
+			srv_settle(old);
 			if (old->rank >= 0 || old->dead)
 				continue;
 		}
@@ -934,13 +1326,13 @@ static int srv_make_room(struct store_server *s)
 		snprintf(why, sizeof(why),
 			 "it had not sent its hello, and %zu connections were waiting to send "
 			 "theirs (a flood? the oldest goes)",
-			 waiting);
+			 s->nstrangers);
 		if (!old->closing)
 			srv_refuse(s, old, why);
 		srv_drop_stranger(old);
 	}
+	return 1;
 }
-
 /* accept() failed for want of descriptors, and the listener stays readable: the loop would
  * spin. The reserve descriptor is given up to accept the oldest waiting connection and close
  * it (it learns that it is refused, not left hanging), and the listener rests a while. */
@@ -950,8 +1342,8 @@ static void srv_out_of_fds(struct store_server *s, int e)
 		fprintf(
 		    stderr,
 		    "dptrain: rendezvous: rank 0 is out of file descriptors (accept on port %d: "
-		    "%s): it turns connections away for now; if ranks cannot connect, raise the "
-		    "limit (ulimit -n)\n",
+		    "%s): it turns connections away for now; if ranks cannot connect, raise its "
+		    "limit of open files (RLIMIT_NOFILE: ulimit -n)\n",
 		    s->port, strerror(e));
 	s->fds_logged = 1;
 	if (s->reserve >= 0) {
@@ -981,29 +1373,37 @@ static void srv_accept(struct store_server *s)
 				srv_out_of_fds(s, errno);
 			return;
 		}
-		/* the poll loop's array has room for every connection, the wake-up pipe and the
-		 * listening socket: made here, so that loop never allocates */
-		if (SW_ARRAY_ROOM(s->conns, s->nconns, s->capconns, 16) < 0 ||
-		    SW_ARRAY_ROOM(s->pfd, s->nconns + 2, s->cappfd, 18) < 0) {
-			close(fd);
-			return;
-		}
-		struct srv_conn *c = calloc(1, sizeof(*c));
+		struct srv_conn *c = NULL;
 		struct dp_error err;
-		if (!c || dp_random(c->nonce, sizeof(c->nonce), &err) < 0) {
+		struct epoll_event ev = {.events = EPOLLIN};
+		if (SW_ARRAY_ROOM(s->conns, s->nconns, s->capconns, 16) < 0 ||
+		    !(c = calloc(1, sizeof(*c))) ||
+		    dp_random(c->nonce, sizeof(c->nonce), &err) < 0 ||
+		    (ev.data.ptr = c, epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0)) {
 			free(c);
 			close(fd);
 			return;
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		c->srv = s;
 		c->fd = fd;
 		c->rank = -1;
+		c->events = EPOLLIN;
 		c->taken = now_s();
 		c->hello_by = c->taken + HELLO_ANSWER_S;
-		c->seq = ++s->accepted;
 		peer_name(&ss, c->peer, sizeof(c->peer));
+		c->idx = s->nconns;
 		s->conns[s->nconns++] = c;
+		/* the newest stranger */
+		c->older = s->newest;
+		if (s->newest)
+			s->newest->newer = c;
+		else
+			s->oldest = c;
+		s->newest = c;
+		c->queued = 1;
+		s->nstrangers++;
 		struct sbuf f = {0};
 		size_t at = sw_frame_begin(&f, MSG_CHALLENGE, 0);
 		sw_put_u32(&f, STORE_PROTO);
@@ -1015,76 +1415,77 @@ static void srv_accept(struct store_server *s)
 	}
 }
 
+/* One connection's events. */
+static void srv_event(struct store_server *s, struct srv_conn *c, uint32_t re)
+{
+	step(s);
+	if (c->dead)
+		return;
+	if (re & EPOLLOUT) {
+		if (sw_sbuf_flush(&c->out, c->fd) < 0) {
+			srv_kill(c);
+			return;
+		}
+		srv_trim(&c->out);
+		srv_watch(c);
+	}
+	if ((re & (EPOLLHUP | EPOLLERR)) && c->closing)
+		srv_kill(c);
+	if ((re & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->dead && !c->closing) {
+		if (c->rank < 0)
+			srv_read_preauth(s, c);
+		else
+			srv_read(s, c);
+	}
+	srv_settle(c);
+}
+
+/* The listener is watched, or rests (out of descriptors, or of room for strangers). */
+static void srv_listen_watch(struct store_server *s, int on)
+{
+	struct epoll_event ev = {.events = on ? EPOLLIN : 0, .data.ptr = &s->lfd};
+	if (on != s->listening && epoll_ctl(s->ep, EPOLL_CTL_MOD, s->lfd, &ev) == 0)
+		s->listening = on;
+}
+
 static void *srv_main(void *arg)
 {
 	struct store_server *s = arg;
+	struct epoll_event ev[EVENTS_MAX];
 	for (;;) {
-		/* room for nconns + 2: made with each connection (and at the start) */
-		struct pollfd *pfd = s->pfd;
 		double next = srv_timers(s);
+		srv_reap(s);
 		pthread_mutex_lock(&s->lock);
 		int stop = s->stop;
 		double stop_deadline = s->stop_deadline;
 		pthread_mutex_unlock(&s->lock);
 		if (stop) {
-			if (memchr(s->left, 0, (size_t)s->world) == NULL ||
-			    now_s() >= stop_deadline)
+			if (s->nleft == s->world || now_s() >= stop_deadline)
 				break;
 			next = stop_deadline < next ? stop_deadline : next;
 		}
-		pfd[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-		/* out of descriptors: the listener rests (a negative fd is not polled) */
 		int paused = now_s() < s->accept_paused_until;
-		pfd[1] = (struct pollfd){.fd = paused ? -1 : s->lfd, .events = POLLIN};
+		srv_listen_watch(s, !paused);
 		if (paused)
 			next = s->accept_paused_until < next ? s->accept_paused_until : next;
-		for (size_t i = 0; i < s->nconns; i++) {
-			struct srv_conn *c = s->conns[i];
-			/* a refused connection is only told why: what it sends is not read */
-			pfd[2 + i] =
-			    (struct pollfd){.fd = c->fd, .events = c->closing ? 0 : POLLIN};
-			if (c->out.off < c->out.len)
-				pfd[2 + i].events |= POLLOUT;
-		}
-		size_t n = s->nconns;
-		if (poll(pfd, n + 2, ms_until(next)) < 0 && errno != EINTR)
+		int n = epoll_wait(s->ep, ev, EVENTS_MAX, ms_until(next));
+		if (n < 0 && errno != EINTR)
 			break;
-		if (pfd[0].revents) {
-			char buf[64];
-			while (read(s->wake[0], buf, sizeof(buf)) > 0)
-				;
+		int accept = 0;
+		for (int i = 0; i < n; i++) {
+			if (ev[i].data.ptr == &s->wake[0]) {
+				char buf[64];
+				while (read(s->wake[0], buf, sizeof(buf)) > 0)
+					;
+			} else if (ev[i].data.ptr == &s->lfd) {
+				accept = 1;
+			} else {
+				srv_event(s, ev[i].data.ptr, ev[i].events);
+			}
 		}
-		for (size_t i = 0; i < n; i++) {
-			struct srv_conn *c = s->conns[i];
-			short re = pfd[2 + i].revents;
-			if (((re & POLLOUT) && sw_sbuf_flush(&c->out, c->fd) < 0) ||
-			    ((re & (POLLHUP | POLLERR)) && c->closing))
-				c->dead = 1;
-			if ((re & (POLLIN | POLLHUP | POLLERR)) && !c->dead && c->rank < 0)
-				srv_read_preauth(s, c);
-			else if ((re & (POLLIN | POLLHUP | POLLERR)) && !c->dead)
-				srv_read(s, c);
-		}
-		if (pfd[1].revents)
+		if (accept)
 			srv_accept(s);
-		/* drop the dead, and refused connections once told why */
-		for (size_t i = 0; i < s->nconns;) {
-			struct srv_conn *c = s->conns[i];
-			if (c->closing && !c->dead && c->out.off == c->out.len)
-				c->dead = 1;
-			if (c->rank < 0 && !c->dead && now_s() > c->hello_by) {
-				if (!c->closing)
-					srv_refuse(s, c, "it sent no hello within 10 s");
-				c->dead = 1;
-			}
-			if (!c->dead) {
-				i++;
-				continue;
-			}
-			srv_drop(s, c);
-			srv_conn_free(c);
-			s->conns[i] = s->conns[--s->nconns];
-		}
+		srv_reap(s);
 	}
 	return NULL;
 }
@@ -1096,14 +1497,15 @@ static void srv_free(struct store_server *s)
 	for (size_t i = 0; i < s->nconns; i++)
 		srv_conn_free(s->conns[i]);
 	free(s->conns);
-	for (size_t i = 0; i < s->nkv; i++) {
-		free(s->kv[i].key);
-		free(s->kv[i].val);
-	}
+	for (size_t i = 0; i < s->capkv; i++)
+		if (s->kv[i]) {
+			free(s->kv[i]->key);
+			free(s->kv[i]->val);
+			free(s->kv[i]);
+		}
 	free(s->kv);
-	for (size_t i = 0; i < s->ngets; i++)
-		free(s->gets[i].key);
-	free(s->gets);
+	free(s->getv);
+	free(s->heap);
 	for (size_t i = 0; i < s->nbars; i++)
 		srv_barrier_free(s->bars[i]);
 	free(s->bars);
@@ -1121,9 +1523,10 @@ static void srv_free(struct store_server *s)
 	free(s->abort_msg);
 	free(s->job);
 	free(s->secret);
-	free(s->pfd);
 	if (s->lfd >= 0)
 		close(s->lfd);
+	if (s->ep >= 0)
+		close(s->ep);
 	if (s->reserve >= 0)
 		close(s->reserve);
 	if (s->wake[0] >= 0)
@@ -1220,6 +1623,37 @@ static int srv_listen(int port, const char *addr, const char *host, struct dp_er
 			 strerror(e));
 }
 
+/* Rank 0 holds a descriptor per rank, and room for the strangers that may wait besides: where
+ * its soft limit of open files is lower, it is raised to the hard limit. Where even that
+ * cannot hold the ranks, the rendezvous could never complete: an error that says what to do. */
+static int srv_fd_room(const struct store_server *s, struct dp_error *err)
+{
+	struct rlimit rl;
+	rlim_t want = (rlim_t)s->preauth_max + FD_SPARE, need = (rlim_t)s->world + FD_NEED;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    rl.rlim_cur >= want)
+		return 0;
+	if (rl.rlim_max > rl.rlim_cur) {
+		struct rlimit up = rl;
+		up.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &up) < 0) { /* a hard limit beyond fs.nr_open */
+			up.rlim_cur = want;
+			setrlimit(RLIMIT_NOFILE, &up);
+		}
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur >= need)
+		return 0;
+	return errprintf(
+	    err,
+	    "rendezvous: rank 0's store holds a connection to each of the %d ranks, but this "
+	    "process may open only %llu files (RLIMIT_NOFILE, its hard limit; %llu needed): raise "
+	    "the hard limit where the job starts (ulimit -Hn in the shell that runs srun, with "
+	    "Slurm's PropagateResourceLimits; LimitNOFILE= in slurmd's systemd unit; "
+	    "/etc/security/limits.conf)",
+	    s->world, (unsigned long long)rl.rlim_cur, (unsigned long long)need);
+}
+
 int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s,
 	      struct dp_error *err)
 {
@@ -1228,7 +1662,8 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	int rv = -1;
 	if (!s)
 		return errprintf(err, "rendezvous: out of memory");
-	s->lfd = s->wake[0] = s->wake[1] = -1;
+	s->lfd = s->ep = s->wake[0] = s->wake[1] = -1;
+	s->getfree = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	s->world = o->world_size;
 	s->preauth_max = PREAUTH_PENDING + w;
@@ -1246,9 +1681,12 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	s->left = calloc(w, 1);
 	s->reported = calloc(w, 1);
 	s->hello_host = calloc(w, sizeof(*s->hello_host));
-	if (!s->job || !s->secret || !s->by_rank || !s->left || !s->reported || !s->hello_host ||
-	    SW_ARRAY_ROOM(s->pfd, 2, s->cappfd, 18) < 0) {
+	if (!s->job || !s->secret || !s->by_rank || !s->left || !s->reported || !s->hello_host) {
 		errprintf(err, "rendezvous: out of memory");
+		goto out;
+	}
+	if (dp_random(&s->seed, sizeof(s->seed), err) < 0) {
+		errprefix(err, "rendezvous");
 		goto out;
 	}
 	if (o->hosts) {
@@ -1263,6 +1701,8 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 				goto out;
 			}
 	}
+	if (srv_fd_room(s, err) < 0)
+		goto out;
 	if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) < 0) {
 		errprintf(err, "rendezvous: pipe: %s", strerror(errno));
 		goto out;
@@ -1270,6 +1710,15 @@ int srv_start(struct store_server **out, const struct store_opts *o, double time
 	s->lfd = srv_listen(o->master_port, o->master_addr, s->hostname, err);
 	if (s->lfd < 0)
 		goto out;
+	struct epoll_event wake = {.events = EPOLLIN, .data.ptr = &s->wake[0]};
+	struct epoll_event lis = {.events = EPOLLIN, .data.ptr = &s->lfd};
+	if ((s->ep = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+	    epoll_ctl(s->ep, EPOLL_CTL_ADD, s->wake[0], &wake) < 0 ||
+	    epoll_ctl(s->ep, EPOLL_CTL_ADD, s->lfd, &lis) < 0) {
+		errprintf(err, "rendezvous: epoll: %s", strerror(errno));
+		goto out;
+	}
+	s->listening = 1;
 	if (!s->secret[0])
 		dp_warn("dptrain", "rendezvous",
 			"no secret (DPTRAIN_STORE_SECRET is not set): the store on port %d accepts "

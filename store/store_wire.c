@@ -180,20 +180,24 @@ int sw_frame_next(struct sbuf *b, int *type, uint32_t *id, struct rd *body)
 }
 
 /* Reads what the socket has into b (nonblocking). 1: read some, 0: nothing now, -1: EOF or
- * error (errno; 0 for EOF). */
+ * error (errno; 0 for EOF). The buffer starts small (rank 0 holds one per rank) and doubles
+ * while what is pending fills it. */
 int sw_sbuf_fill(struct sbuf *b, int fd)
 {
 	int got = 0;
 	for (;;) {
-		if (sw_sbuf_reserve(b, 65536) < 0) {
+		size_t pending = b->len - b->off;
+		if (b->cap - b->len < 512 &&
+		    sw_sbuf_reserve(b, pending > 512 ? pending : 512) < 0) {
 			errno = ENOMEM;
 			return -1;
 		}
-		ssize_t n = recv(fd, b->p + b->len, b->cap - b->len, MSG_DONTWAIT);
+		size_t room = b->cap - b->len;
+		ssize_t n = recv(fd, b->p + b->len, room, MSG_DONTWAIT);
 		if (n > 0) {
 			b->len += (size_t)n;
 			got = 1;
-			if ((size_t)n < 65536)
+			if ((size_t)n < room)
 				return got;
 			continue;
 		}

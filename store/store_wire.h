@@ -8,6 +8,12 @@
  * The server answers a request with a REPLY carrying the request's id; it sends ABORT and
  * ROLLCALL (id 0) unasked.
  *
+ * A BARRIER is str name, u64 timeout (ms), u32 flags; its REPLY_OK for the rendezvous
+ * (OPEN_BARRIER) holds every rank's host name (str each, by rank) if the flags asked for them
+ * (BARRIER_HOSTS: a rank without a rank table's names), else nothing: n ranks' names to n
+ * ranks would be n^2 bytes from rank 0. A barrier without flags (a rank of an earlier build)
+ * asks for them.
+ *
  * The handshake (protocol STORE_PROTO). The server speaks first, on accept:
  *   CHALLENGE (id 0): u32 protocol version, blob server nonce (STORE_NONCE random bytes),
  *     u32 flags (CHALLENGE_SECRET: the store has a secret, and its reply will prove it).
@@ -101,6 +107,7 @@ enum { ABORT_FAILED = 0, ABORT_STOPPED = 1 };
 #define HELLO_TRIES 3
 /* How many refused connections rank 0 logs (a port scan must not flood its log). */
 #define REFUSALS_LOGGED 20
+#define BARRIER_HOSTS	1u  /* a barrier's flag: answer with every rank's host name */
 #define STOP_POLL_MS	100 /* how often a rendezvous wait looks at the stop request */
 #define OPEN_BARRIER	"dptrain.store.open"
 
@@ -155,5 +162,7 @@ struct store_server;
 int srv_start(struct store_server **out, const struct store_opts *o, double timeout_s,
 	      struct dp_error *err);
 void srv_stop(struct store_server *s, double timeout_s);
+/* store_server_steps (store.h). */
+unsigned long srv_steps(const struct store_server *s);
 
 #endif

@@ -156,11 +156,13 @@ test_expect_success 'framework variables: threads, interface, torchelastic; a us
 	done &&
 	# -c 3: SLURM_CPUS_PER_TASK, but never more threads than the CPUs a rank may run on
 	cpus=$(nproc) && want=$((cpus < 3 ? cpus : 3)) &&
-	timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 -c 3 --dptrain ./probe.sh >out &&
+	# (this suite sets OMP_WAIT_POLICY for its own programs: unset, the launcher sets it)
+	env -u OMP_WAIT_POLICY timeout 60 srun --mpi=pmix -N2 --ntasks-per-node=2 -c 3 --dptrain ./probe.sh >out &&
 	d=$(newest "dptrain.*") &&
 	for r in 0 1 2 3; do
 		e="$d/device$r/env.log" &&
 		grep "^OMP_NUM_THREADS=$want$" "$e" &&
+		grep "^OMP_WAIT_POLICY=passive$" "$e" &&
 		ifname=$(sed -n "s/^GLOO_SOCKET_IFNAME=//p" "$e") &&
 		test -n "$ifname" &&
 		grep "^NCCL_SOCKET_IFNAME=$ifname$" "$e" &&
@@ -169,10 +171,16 @@ test_expect_success 'framework variables: threads, interface, torchelastic; a us
 		grep "^TORCHELASTIC_USE_AGENT_STORE=False$" "$e" &&
 		grep "^ROLE_RANK=$r$" "$e" && grep "^ROLE_WORLD_SIZE=4$" "$e" || return 1
 	done &&
-	OMP_NUM_THREADS=7 GLOO_SOCKET_IFNAME=mine timeout 60 srun -n2 --dptrain ./probe.sh >out &&
+	OMP_NUM_THREADS=7 GLOO_SOCKET_IFNAME=mine OMP_WAIT_POLICY=active timeout 60 srun -n2 --dptrain ./probe.sh >out &&
 	d=$(newest "dptrain.*") &&
 	grep "^OMP_NUM_THREADS=7$" "$d/device1/env.log" &&
-	grep "^GLOO_SOCKET_IFNAME=mine$" "$d/device1/env.log"
+	grep "^GLOO_SOCKET_IFNAME=mine$" "$d/device1/env.log" &&
+	grep "^OMP_WAIT_POLICY=active$" "$d/device1/env.log" &&
+	# a spin count set by the user: no wait policy over it
+	env -u OMP_WAIT_POLICY GOMP_SPINCOUNT=1000 timeout 60 srun -n2 --dptrain ./probe.sh >out &&
+	d=$(newest "dptrain.*") &&
+	grep "^GOMP_SPINCOUNT=1000$" "$d/device1/env.log" &&
+	! grep "^OMP_WAIT_POLICY=" "$d/device1/env.log"
 '
 
 test_expect_success 'network.interface in a launch-only config; DPTRAIN_IFACE wins; a wrong one is named' '
