@@ -17,9 +17,11 @@ if ! test_have_prereq PLUGIN; then
 fi
 unset DPTRAIN_CONFIG DPTRAIN_OUTPUT_DIR DPTRAIN_IFACE DPTRAIN_TIMEOUT DPTRAIN_TRAINER
 
-PLUGIN_SO=$DPTRAIN_BUILD_DIR/lib/dptrain.so
+# The plugin and the trainer as plugstack.conf names them (set once the cluster runs: its
+# spelling of the build directory, DPTRAIN_CLUSTER_BUILD, has no blank where the build's has).
+PLUGIN_SO=
 VERSION=$(cat "$DPTRAIN_SRC_DIR/VERSION")
-TRAINER=$DPTRAIN_BUILD_DIR/bin/dptrain
+TRAINER=
 
 # plugstack [ARGS...]: list the plugin with ARGS (no ARGS: the probe launcher); plugstack
 # --none: no plugin. Slurm re-reads plugstack.conf for every step and every srun.
@@ -47,6 +49,7 @@ allocations() {
 
 test_expect_success 'start a two-node cluster with the plugin and a probe launcher' '
 	dp_cluster_start -N 2 -c 4 &&
+	PLUGIN_SO=$DPTRAIN_CLUSTER_BUILD/lib/dptrain.so && TRAINER=$DPTRAIN_CLUSTER_BUILD/bin/dptrain &&
 	grep "^required $PLUGIN_SO " "$DPTRAIN_CLUSTER_DIR/plugstack.conf" &&
 	PROBE=$DPTRAIN_CLUSTER_RUNDIR/probe.sh &&
 	PROBE_OUT=$PWD/probe && export PROBE_OUT &&
@@ -258,7 +261,7 @@ test_expect_success 'site policy: a config above max_timeout= is refused at srun
 '
 
 test_expect_success 'site policy: the launcher refuses a DPTRAIN_TIMEOUT above max_timeout= in the rank' '
-	plugstack launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch max_timeout=600 &&
+	plugstack launcher=$DPTRAIN_CLUSTER_BUILD/bin/dptrain-launch max_timeout=600 &&
 	mkdir -p policy && (cd policy &&
 	test_must_fail env DPTRAIN_TIMEOUT=3600 timeout 60 srun -n1 --dptrain true 2>../err) &&
 	cat err &&
@@ -268,7 +271,7 @@ test_expect_success 'site policy: the launcher refuses a DPTRAIN_TIMEOUT above m
 '
 
 test_expect_success 'site policy: default_output_dir= where the config names no output.dir' '
-	plugstack launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch \
+	plugstack launcher=$DPTRAIN_CLUSTER_BUILD/bin/dptrain-launch \
 		default_output_dir=$DPTRAIN_CLUSTER_RUNDIR/site/%u.%j.%s &&
 	(cd policy && timeout 60 srun -n1 --dptrain=../good.json sh -c "echo \$DPTRAIN_OUTPUT_DIR") >out &&
 	cat out &&
@@ -377,7 +380,7 @@ test_expect_success 'a launcher of another wire-up protocol fails the step at on
 # The same with a real build of a later release: the launcher rebuilt with wire-up protocol 2
 # and release 9.9.9 (the Makefile's dptrain-launch-wire2), beside this build's plugin.
 test_expect_success 'a launcher built for another wire-up protocol fails the step at once, naming node and versions' '
-	WIRE2=$DPTRAIN_BUILD_DIR/t/dptrain-launch-wire2 &&
+	WIRE2=$DPTRAIN_CLUSTER_BUILD/t/dptrain-launch-wire2 &&
 	"$WIRE2" --version >out &&
 	echo "dptrain-launch 9.9.9 (wire-up protocol 2)" >expect &&
 	test_cmp expect out &&
@@ -391,12 +394,12 @@ test_expect_success 'a launcher built for another wire-up protocol fails the ste
 '
 
 test_expect_success 'srun --dptrain-version: the plugin, its protocol and Slurm, and the launcher here' '
-	plugstack launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch &&
+	plugstack launcher=$DPTRAIN_CLUSTER_BUILD/bin/dptrain-launch &&
 	before=$(allocations) &&
 	timeout 30 srun --dptrain-version >out 2>err &&
 	cat out &&
 	grep -x "dptrain.so $VERSION (wire-up protocol 1, built for Slurm [0-9]*\.[0-9]*\.[0-9]*)" out &&
-	grep -x "launcher $DPTRAIN_BUILD_DIR/bin/dptrain-launch: dptrain-launch $VERSION (wire-up protocol 1)" out &&
+	grep -x "launcher $DPTRAIN_CLUSTER_BUILD/bin/dptrain-launch: dptrain-launch $VERSION (wire-up protocol 1)" out &&
 	test_must_be_empty err &&
 	plugstack launcher=/nonexistent/dptrain-launch &&
 	timeout 30 srun --dptrain-version >out &&
@@ -463,7 +466,7 @@ test_expect_success 'the plugstack.conf examples that make install and the packa
 	for in in contrib/plugstack.conf.in contrib/pkg/plugstack.conf.in; do
 		sed -e "s|@LIBDIR@/slurm/dptrain.so|$PLUGIN_SO|" \
 			-e "s|@BINDIR@/dptrain-launch|$PROBE|" -e "s|/scratch/|/tmp/|g" \
-			-e "s|@BINDIR@|$DPTRAIN_BUILD_DIR/bin|g" "$DPTRAIN_SRC_DIR/$in" >example.conf &&
+			-e "s|@BINDIR@|$DPTRAIN_CLUSTER_BUILD/bin|g" "$DPTRAIN_SRC_DIR/$in" >example.conf &&
 		! grep @ example.conf &&
 		grep "^required " example.conf >lines &&
 		sed -n "s/^# \(required\|optional\) /\1 /p" example.conf >>lines &&
@@ -581,7 +584,7 @@ test_expect_success 'setup: a cluster with TaskProlog, VSizeFactor, memory, a la
 	${CC:-cc} -shared -fPIC -o "$DPTRAIN_CLUSTER_RUNDIR/later.so" later.c &&
 	cp uprolog.sh "$DPTRAIN_CLUSTER_RUNDIR/" && uprolog=$DPTRAIN_CLUSTER_RUNDIR/uprolog.sh &&
 	{
-		echo "required $PLUGIN_SO launcher=$DPTRAIN_BUILD_DIR/bin/dptrain-launch trainer=$TRAINER" &&
+		echo "required $PLUGIN_SO launcher=$DPTRAIN_CLUSTER_BUILD/bin/dptrain-launch trainer=$TRAINER" &&
 		echo "required $DPTRAIN_CLUSTER_RUNDIR/later.so"
 	} >"$DPTRAIN_CLUSTER_DIR/plugstack.conf" &&
 	cat >steps.json <<-EOF &&

@@ -11,7 +11,6 @@ test_description='the plugin hands tasks over the way its Slurm and PMIx version
 
 dp_need_cluster
 
-PLUGIN_SO=$DPTRAIN_BUILD_DIR/lib/dptrain.so
 slurm_version=$(slurmd -V | awk '{print $NF}')
 
 test_expect_success 'setup: one node with the plugin and the real launcher, a config' '

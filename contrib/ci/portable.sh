@@ -103,4 +103,6 @@ fi
 rc=0
 "${cmd[@]}" || rc=$?
 echo "portable: make $* exited $rc" >&2
+# what the failed shell tests did and printed (the copy goes at exit)
+[ $rc = 0 ] || "$TOP/contrib/ci/failures.sh" "$SRC/build" | head -n 400 | sed 's/^/portable: | /'
 exit $rc
