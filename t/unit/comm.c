@@ -398,8 +398,11 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 	struct comm *c;
 	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
 	struct dp_error err;
-	/* 12345 elements: every rank's block is more than one 4096-byte chunk */
-	static const size_t counts[] = {0, 1, 7, 12345};
+	/* 12345 elements: every rank's block is more than one 4096-byte chunk; then around the
+	 * shared memory's rounds (w slices of 4096 bytes: w * 1024 floats, w * 512 doubles), and
+	 * past its depth of three slots */
+	size_t per = (size_t)j->world * 1024;
+	const size_t counts[] = {0, 1, 7, 12345, per - 1, per + 1, per / 2 + 1, 3 * per + 1};
 	shape = j->arg;
 	if (open_all(j, rank, &st, &c, 4096, msg, len) < 0)
 		return -1;

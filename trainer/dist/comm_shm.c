@@ -230,6 +230,12 @@ static void layout(const struct shm_node *nd, struct shm_layout *l, size_t *line
 	l->size = *data_at + n * SHM_DEPTH * n * slice;
 }
 
+void shm_layout_of(const struct shm_node *nd, struct shm_layout *l)
+{
+	size_t lines_at, data_at;
+	layout(nd, l, &lines_at, &data_at);
+}
+
 /* ---------------------------------------------------------------------------------------
  * Counters and waits. */
 

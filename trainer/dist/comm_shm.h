@@ -102,6 +102,8 @@ struct shm_header {
 	unsigned char tag[DP_SHA256_LEN]; /* HMAC(secret, label || magic || version || l) */
 };
 
+/* The layout every rank of node nd computes alike (the tests play a leader with it). */
+void shm_layout_of(const struct shm_node *nd, struct shm_layout *l);
 void shm_header_make(struct shm_header *h, const char *secret, const struct shm_layout *l);
 /* 0 if h is a segment of this dptrain, made with this secret, laid out as want (of size
  * bytes); else -1 with err saying what is wrong ("made by" names who handed it over). */
