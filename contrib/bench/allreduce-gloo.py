@@ -21,6 +21,8 @@ def rank_main(rank, world, port, iters, sizes):
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
+    # Debian's PyTorch 2.x is built without libuv, which its TCPStore asks for by default
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     for mb in sizes:
         t = torch.rand(int(mb * 1e6 / 4), dtype=torch.float32)

@@ -794,29 +794,94 @@ struct fault_case {
 };
 
 /* what a survivor's verdict says when the other survivor answered the roll call */
-#define WAITED "2 of 3 ranks were waiting"
+#define WAITED	"2 of 3 ranks were waiting"
 #define WAITED4 "3 of 4 ranks were waiting"
 
 static const struct fault_case faults[] = {
     {"rank 2 dies", 4, -1, {LONG_S, 2, FAULT_DIES, 0, SHAPE_HOST, 0}, "rank 2", "died", "", 0},
     {"rank 0 dies", 3, -1, {LONG_S, 0, FAULT_DIES, 0, SHAPE_HOST, 0}, "rank 0", "died", "", 0},
-    {"rank 1 stops", 3, 1, {1.5, 1, FAULT_STOPS, 0, SHAPE_HOST, 0}, "rank 1", "stopped taking part", WAITED, 1},
-    {"rank 1 stops, 2 is late", 3, 1, {1.5, 1, FAULT_STOPS, 2, SHAPE_HOST, 0}, "rank 1", "stopped", WAITED, 1},
-    {"rank 0 sleeps", 3, 0, {1.5, 0, FAULT_SLEEPS, 0, SHAPE_HOST, 0}, "rank 0", "stopped", WAITED, 1},
-    {"rank 0 stops", 3, 0, {1.5, 0, FAULT_STOPS, 0, SHAPE_HOST, 0}, "rank 0", "not responding", "", 1},
-    {"rank 1 aborts", 3, -1, {LONG_S, 1, FAULT_ABORTS, 0, SHAPE_HOST, 0}, "loss is nan", "rank 1", "", 0},
+    {"rank 1 stops",
+     3,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_HOST, 0},
+     "rank 1",
+     "stopped taking part",
+     WAITED,
+     1},
+    {"rank 1 stops, 2 is late",
+     3,
+     1,
+     {1.5, 1, FAULT_STOPS, 2, SHAPE_HOST, 0},
+     "rank 1",
+     "stopped",
+     WAITED,
+     1},
+    {"rank 0 sleeps",
+     3,
+     0,
+     {1.5, 0, FAULT_SLEEPS, 0, SHAPE_HOST, 0},
+     "rank 0",
+     "stopped",
+     WAITED,
+     1},
+    {"rank 0 stops",
+     3,
+     0,
+     {1.5, 0, FAULT_STOPS, 0, SHAPE_HOST, 0},
+     "rank 0",
+     "not responding",
+     "",
+     1},
+    {"rank 1 aborts",
+     3,
+     -1,
+     {LONG_S, 1, FAULT_ABORTS, 0, SHAPE_HOST, 0},
+     "loss is nan",
+     "rank 1",
+     "",
+     0},
     /* the TCP ring alone (DPTRAIN_COMM_SHM=0), as before the shared memory */
-    {"TCP ring: rank 2 dies", 4, -1, {LONG_S, 2, FAULT_DIES, 0, SHAPE_TCP, 0}, "rank 2", "died",
-     "", 0},
-    {"TCP ring: rank 1 stops", 3, 1, {1.5, 1, FAULT_STOPS, 0, SHAPE_TCP, 0}, "rank 1",
-     "stopped taking part", WAITED, 1},
+    {"TCP ring: rank 2 dies",
+     4,
+     -1,
+     {LONG_S, 2, FAULT_DIES, 0, SHAPE_TCP, 0},
+     "rank 2",
+     "died",
+     "",
+     0},
+    {"TCP ring: rank 1 stops",
+     3,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_TCP, 0},
+     "rank 1",
+     "stopped taking part",
+     WAITED,
+     1},
     /* two nodes of two ranks (0 and 2, 1 and 3): a node's second rank, a node's leader */
-    {"2 nodes: rank 3 dies", 4, -1, {LONG_S, 3, FAULT_DIES, 0, SHAPE_NODES, 2}, "rank 3",
-     "died", "", 0},
-    {"2 nodes: rank 1 stops", 4, 1, {1.5, 1, FAULT_STOPS, 0, SHAPE_NODES, 2}, "rank 1",
-     "stopped taking part", WAITED4, 1},
-    {"2 nodes: rank 2 stops", 4, 2, {1.5, 2, FAULT_STOPS, 0, SHAPE_NODES, 2}, "rank 2",
-     "stopped taking part", WAITED4, 1},
+    {"2 nodes: rank 3 dies",
+     4,
+     -1,
+     {LONG_S, 3, FAULT_DIES, 0, SHAPE_NODES, 2},
+     "rank 3",
+     "died",
+     "",
+     0},
+    {"2 nodes: rank 1 stops",
+     4,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_NODES, 2},
+     "rank 1",
+     "stopped taking part",
+     WAITED4,
+     1},
+    {"2 nodes: rank 2 stops",
+     4,
+     2,
+     {1.5, 2, FAULT_STOPS, 0, SHAPE_NODES, 2},
+     "rank 2",
+     "stopped taking part",
+     WAITED4,
+     1},
 };
 
 /* "<t>|<msg>|<again>": the failing call's seconds, message, and whether the next matched. */
@@ -883,8 +948,8 @@ int main(void)
 			for (int r = 0; r < w; r++) {
 				if (out[r].status != 0) {
 					all = 0;
-					diag("%s, world %d rank %d (exit %d): %s", shape_name(sh), w,
-					     r, out[r].status, out[r].msg);
+					diag("%s, world %d rank %d (exit %d): %s", shape_name(sh),
+					     w, r, out[r].status, out[r].msg);
 				}
 				const char *d0 = strstr(out[0].msg, "digest"),
 					   *d = strstr(out[r].msg, "digest");
@@ -901,8 +966,8 @@ int main(void)
 				snprintf(host_digest[w], sizeof(host_digest[w]), "%s", d ? d : "");
 			else if (sh->shape == SHAPE_TCP)
 				ok(d && strcmp(d, host_digest[w]) == 0,
-				   "world %d: the TCP ring's bits are the shared memory's (%s, %s)", w,
-				   d ? d : "none", host_digest[w]);
+				   "world %d: the TCP ring's bits are the shared memory's (%s, %s)",
+				   w, d ? d : "none", host_digest[w]);
 		}
 	}
 

@@ -148,8 +148,10 @@ static void read_to_close(int fd, long *bytes, int *fds)
 			char b[CMSG_SPACE(4 * sizeof(int))];
 		} cm;
 		struct iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
-		struct msghdr m = {
-		    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
+		struct msghdr m = {.msg_iov = &iov,
+				   .msg_iovlen = 1,
+				   .msg_control = cm.b,
+				   .msg_controllen = sizeof(cm.b)};
 		ssize_t k = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
 		if (k <= 0)
 			return;
@@ -365,11 +367,13 @@ static void test_foreign(void)
 		ok(out[0].status == 0 && out[1].status == 0, "a leader hands over %s: %s | %s",
 		   foreign_what[f], out[0].msg, out[1].msg);
 		const char *bar = strchr(out[1].msg, '|');
-		like(bar ? bar + 1 : "", foreign_want[f], "%s: refused, saying why", foreign_what[f]);
+		like(bar ? bar + 1 : "", foreign_want[f], "%s: refused, saying why",
+		     foreign_what[f]);
 		like(bar ? bar + 1 : "", "rank 0", "%s: the message names who handed it over",
 		     foreign_what[f]);
-		ok(bar && atof(out[1].msg) < LONG_S, "%s: refused at once, not at the timeout (%.2f s)",
-		   foreign_what[f], atof(out[1].msg));
+		ok(bar && atof(out[1].msg) < LONG_S,
+		   "%s: refused at once, not at the timeout (%.2f s)", foreign_what[f],
+		   atof(out[1].msg));
 	}
 }
 
@@ -517,7 +521,8 @@ static void test_strangers(void)
 		     "another user's connection is closed before the challenge");
 	else
 		skip(1, "another user's connection: not root");
-	like(out[1].msg, "shared memory: 2 ranks on 1 node", "the comm is the node's shared memory");
+	like(out[1].msg, "shared memory: 2 ranks on 1 node",
+	     "the comm is the node's shared memory");
 	const char *t = strstr(out[0].msg, "made in ");
 	double took = t ? atof(t + 8) : LONG_S;
 	ok(took < LONG_S / 2, "a silent stranger does not hold up the node: %.2f s (< %d)", took,
@@ -692,17 +697,20 @@ static void test_kill(int world, int victim)
 		snprintf(name, sizeof(name), "rank %d", victim);
 		like(f[3], name, "SIGKILL of rank %d: rank %d's message names it", victim, r);
 		like(f[3], "died", "SIGKILL of rank %d: rank %d's message says it died", victim, r);
-		ok(atof(f[2]) < LONG_S, "SIGKILL of rank %d: rank %d knew before the %d s timeout (%.2f s)",
-		   victim, r, LONG_S, atof(f[2]));
+		ok(atof(f[2]) < LONG_S,
+		   "SIGKILL of rank %d: rank %d knew before the %d s timeout (%.2f s)", victim, r,
+		   LONG_S, atof(f[2]));
 		ok(i != 0 && (ino == 0 || i == ino),
-		   "SIGKILL of rank %d: rank %d mapped the node's segment (inode %lu)", victim, r, i);
+		   "SIGKILL of rank %d: rank %d mapped the node's segment (inode %lu)", victim, r,
+		   i);
 		ino = i ? i : ino;
 		ok(atoi(f[1]) == 0 || shm_sockets() == 0,
 		   "SIGKILL of rank %d: rank %d: no node socket once the node was made (%d seen)",
 		   victim, r, atoi(f[1]));
 	}
 	is(after, before, "SIGKILL of rank %d: /dev/shm as before", victim);
-	ok(ino && !mapped_anywhere(ino), "SIGKILL of rank %d: no process maps the segment after", victim);
+	ok(ino && !mapped_anywhere(ino), "SIGKILL of rank %d: no process maps the segment after",
+	   victim);
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -738,7 +746,8 @@ static int rank_pair(const struct ranks_job *j, int rank, char *msg, size_t len)
 	for (int it = 0; it < 3; it++) {
 		for (int k = 0; k < 2; k++)
 			for (size_t i = 0; i < PAIR_COUNT; i++)
-				x[k][i] = (float)((rank + 1) * (int)((i + (size_t)k) % 13) + p->salt + it);
+				x[k][i] = (float)((rank + 1) * (int)((i + (size_t)k) % 13) +
+						  p->salt + it);
 		/* interleaved: the first comm's, then the second's, alternately */
 		if (c[0]->ops->allreduce(c[0], x[0], PAIR_COUNT, COMM_F32, COMM_SUM, &err) < 0 ||
 		    c[1]->ops->allreduce(c[1], x[1], PAIR_COUNT, COMM_F32, COMM_SUM, &err) < 0) {
@@ -790,12 +799,15 @@ static void test_pairs(void)
 	unsigned long ia[2], ib[2];
 	int same = 1;
 	for (int r = 0; r < 2; r++)
-		same &= a[r].status == 0 && strcmp(strchr(a[r].msg, '|') ? a[r].msg : "", a[0].msg) == 0;
-	ok(same, "two comms of a 2-rank job: exact sums at %zu floats, every rank one segment each: %s",
+		same &= a[r].status == 0 &&
+			strcmp(strchr(a[r].msg, '|') ? a[r].msg : "", a[0].msg) == 0;
+	ok(same,
+	   "two comms of a 2-rank job: exact sums at %zu floats, every rank one segment each: %s",
 	   PAIR_COUNT, a[0].msg);
 	same = 1;
 	for (int r = 0; r < 3; r++)
-		same &= b[r].status == 0 && strcmp(strchr(b[r].msg, '|') ? b[r].msg : "", b[0].msg) == 0;
+		same &= b[r].status == 0 &&
+			strcmp(strchr(b[r].msg, '|') ? b[r].msg : "", b[0].msg) == 0;
 	ok(same, "two comms of a 3-rank job at the same time: exact sums, one segment each: %s",
 	   b[0].msg);
 	if (sscanf(a[0].msg, "%lu %lu", &ia[0], &ia[1]) == 2 &&

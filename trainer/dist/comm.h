@@ -6,9 +6,10 @@
  * Semantics follow NCCL. Buffers are host memory for the CPU engine. Every operation is
  * collective: all ranks call the same operations in the same order with the same counts.
  * One thread at a time per comm. Results are bitwise identical on every rank and from run to
- * run (the engine fixes who adds what in which order: comm_cpu.c, "Reduction order"). A failure (a rank died, a rank stopped
- * taking part, the timeout passed, an abort) returns -1 with a message naming the rank; the
- * comm is then unusable and every later call fails at once with the same message. */
+ * run (the engine fixes who adds what in which order: comm_cpu.c, "Reduction order"). A failure (a
+ * rank died, a rank stopped taking part, the timeout passed, an abort) returns -1 with a message
+ * naming the rank; the comm is then unusable and every later call fails at once with the same
+ * message. */
 #ifndef DPTRAIN_COMM_H
 #define DPTRAIN_COMM_H
 

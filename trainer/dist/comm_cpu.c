@@ -450,9 +450,9 @@ static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_d
 	if (c->nnodes == 1)
 		return shm_step(
 		    c, shm_reduce(c->g, buf, buf, count, t, div, SHM_ORDER_RING, 0, err), err);
-	if (c->g && shm_step(c,
-			     shm_reduce(c->g, buf, buf, count, t, 1, SHM_ORDER_ASCENDING, 1, err),
-			     err) < 0)
+	if (c->g &&
+	    shm_step(c, shm_reduce(c->g, buf, buf, count, t, 1, SHM_ORDER_ASCENDING, 1, err), err) <
+		0)
 		return -1;
 	if (c->local == 0 && ring_allreduce(c, buf, count, t, div, err) < 0)
 		return -1;
@@ -501,10 +501,10 @@ static int cpu_reduce_scatter(struct comm *base, const void *in, void *out, size
 		unsigned char *to = lead ? c->scratch + (size_t)p * bytes : NULL;
 		if (!c->g)
 			memcpy(to, mine, bytes);
-		else if (shm_step(c,
-				  shm_reduce(c->g, mine, to, count, t, 1, SHM_ORDER_ASCENDING, 1,
-					     err),
-				  err) < 0)
+		else if (shm_step(
+			     c,
+			     shm_reduce(c->g, mine, to, count, t, 1, SHM_ORDER_ASCENDING, 1, err),
+			     err) < 0)
 			return -1;
 	}
 	node_blocks(c, bytes);
@@ -558,10 +558,10 @@ static int cpu_allgather(struct comm *base, const void *in, void *out, size_t co
 	if (lead)
 		memcpy(ours, in, bytes);
 	for (int j = 1; j < c->nlocal; j++)
-		if (shm_step(c,
-			     shm_bcast(c->g, in, lead ? ours + (size_t)j * bytes : NULL, bytes, j,
-				       err),
-			     err) < 0)
+		if (shm_step(
+			c,
+			shm_bcast(c->g, in, lead ? ours + (size_t)j * bytes : NULL, bytes, j, err),
+			err) < 0)
 			return -1;
 	node_blocks(c, bytes);
 	if (lead) {
@@ -595,7 +595,8 @@ static int cpu_broadcast(struct comm *base, void *buf, size_t bytes, int root, s
 		return -1;
 	if (c->local == 0 && ring_broadcast(c, buf, bytes, home, err) < 0)
 		return -1;
-	if (c->node != home && c->g && shm_step(c, shm_bcast(c->g, buf, buf, bytes, 0, err), err) < 0)
+	if (c->node != home && c->g &&
+	    shm_step(c, shm_bcast(c->g, buf, buf, bytes, 0, err), err) < 0)
 		return -1;
 	return 0;
 }
@@ -1301,8 +1302,8 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 		     ring_make(c, lfd, gen, deadline, err) < 0))
 			goto out;
 		if (c->nnodes == 1)
-			snprintf(c->name, sizeof(c->name), "cpu (shared memory: %d ranks on 1 node)",
-				 w);
+			snprintf(c->name, sizeof(c->name),
+				 "cpu (shared memory: %d ranks on 1 node)", w);
 		else if (ring_only(c))
 			snprintf(c->name, sizeof(c->name), "cpu (TCP ring)");
 		else

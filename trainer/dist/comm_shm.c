@@ -66,12 +66,12 @@
 #define SHM_NAP_S      0.05
 /* Connections to the leader's socket heard at once, and how long each may take to prove
  * itself (a stranger of the same user that says nothing cannot keep the node's ranks out). */
-#define SHM_PENDING 16
-#define SHM_HELLO_S 5.0
-#define SHM_NONCE      16
-#define SHM_CHALLENGE  (4 + SHM_NONCE)
-#define SHM_HELLO      (8 + SHM_NONCE + DP_SHA256_LEN)
-#define SHM_WELCOME    (4 + DP_SHA256_LEN)
+#define SHM_PENDING	16
+#define SHM_HELLO_S	5.0
+#define SHM_NONCE	16
+#define SHM_CHALLENGE	(4 + SHM_NONCE)
+#define SHM_HELLO	(8 + SHM_NONCE + DP_SHA256_LEN)
+#define SHM_WELCOME	(4 + DP_SHA256_LEN)
 #define SHM_HELLO_MAGIC 0x64707368u
 
 enum { C_IN, C_RED, C_DONE };
@@ -160,7 +160,8 @@ int shm_header_check(const struct shm_header *h, size_t bytes, const char *secre
 	struct shm_header c;
 	unsigned char tag[DP_SHA256_LEN];
 	if (bytes < sizeof(c))
-		return errprintf(err, "the segment %s handed over is %zu bytes: not a dptrain segment",
+		return errprintf(err,
+				 "the segment %s handed over is %zu bytes: not a dptrain segment",
 				 made_by, bytes);
 	memcpy(&c, h, sizeof(c)); /* one look: what is checked is what is used */
 	if (c.magic != SHM_MAGIC)
@@ -169,10 +170,11 @@ int shm_header_check(const struct shm_header *h, size_t bytes, const char *secre
 				 "not %08x): refused",
 				 made_by, c.magic, SHM_MAGIC);
 	if (c.version != SHM_VERSION)
-		return errprintf(err,
-				 "the segment %s handed over is of version %u, this dptrain's are of "
-				 "version %u: refused (run one dptrain version in a job)",
-				 made_by, c.version, SHM_VERSION);
+		return errprintf(
+		    err,
+		    "the segment %s handed over is of version %u, this dptrain's are of "
+		    "version %u: refused (run one dptrain version in a job)",
+		    made_by, c.version, SHM_VERSION);
 	header_tag(secret, c.magic, c.version, &c.l, tag);
 	if (!dp_equal_ct(tag, c.tag, sizeof(tag)))
 		return errprintf(err,
@@ -182,23 +184,24 @@ int shm_header_check(const struct shm_header *h, size_t bytes, const char *secre
 				 made_by);
 	if (c.l.world != want->world || c.l.gen != want->gen || c.l.node != want->node ||
 	    c.l.leader != want->leader || c.l.nlocal != want->nlocal)
-		return errprintf(err,
-				 "the segment %s handed over is for comm %llu of %u ranks, node %u "
-				 "of %u ranks led by rank %u; this rank's is comm %llu of %u ranks, "
-				 "node %u of %u ranks led by rank %u: refused",
-				 made_by, (unsigned long long)c.l.gen, c.l.world, c.l.node,
-				 c.l.nlocal, c.l.leader, (unsigned long long)want->gen,
-				 want->world, want->node, want->nlocal, want->leader);
+		return errprintf(
+		    err,
+		    "the segment %s handed over is for comm %llu of %u ranks, node %u "
+		    "of %u ranks led by rank %u; this rank's is comm %llu of %u ranks, "
+		    "node %u of %u ranks led by rank %u: refused",
+		    made_by, (unsigned long long)c.l.gen, c.l.world, c.l.node, c.l.nlocal,
+		    c.l.leader, (unsigned long long)want->gen, want->world, want->node,
+		    want->nlocal, want->leader);
 	if (c.l.slice != want->slice || c.l.depth != want->depth || c.l.size != want->size ||
 	    c.l.size != bytes)
-		return errprintf(err,
-				 "the segment %s handed over is laid out as %llu slots of %llu-byte "
-				 "slices in %llu bytes (%zu mapped); this rank expects %llu of "
-				 "%llu in %llu: refused (the ranks' options differ)",
-				 made_by, (unsigned long long)c.l.depth,
-				 (unsigned long long)c.l.slice, (unsigned long long)c.l.size,
-				 bytes, (unsigned long long)want->depth,
-				 (unsigned long long)want->slice, (unsigned long long)want->size);
+		return errprintf(
+		    err,
+		    "the segment %s handed over is laid out as %llu slots of %llu-byte "
+		    "slices in %llu bytes (%zu mapped); this rank expects %llu of "
+		    "%llu in %llu: refused (the ranks' options differ)",
+		    made_by, (unsigned long long)c.l.depth, (unsigned long long)c.l.slice,
+		    (unsigned long long)c.l.size, bytes, (unsigned long long)want->depth,
+		    (unsigned long long)want->slice, (unsigned long long)want->size);
 	return 0;
 }
 
@@ -212,7 +215,8 @@ static size_t round_up(size_t v, size_t to)
 static void layout(const struct shm_node *nd, struct shm_layout *l, size_t *lines_at,
 		   size_t *data_at)
 {
-	size_t n = (size_t)nd->nlocal, slice = nd->slice_bytes ? nd->slice_bytes : SHM_SLICE_DEFAULT;
+	size_t n = (size_t)nd->nlocal,
+	       slice = nd->slice_bytes ? nd->slice_bytes : SHM_SLICE_DEFAULT;
 	size_t most = SHM_SEGMENT_BUDGET / (SHM_DEPTH * n * n);
 	if (!nd->slice_bytes && slice > most)
 		slice = most;
@@ -282,15 +286,15 @@ static void publish(struct shm_group *g, unsigned mask, uint64_t round)
 	for (int w = C_IN; w <= C_DONE; w++)
 		if (mask & (1u << w))
 			atomic_store(&me->ctr[w], round);
+	atomic_thread_fence(memory_order_seq_cst); /* the counters, then who sleeps */
 	for (int i = 0; i < g->n; i++) {
 		struct shm_line *o = &g->line[i];
 		int behind;
 		if (i == g->me || !atomic_load(&o->sleeping))
 			continue;
 		int which = (int)atomic_load(&o->want_which);
-		if (which > C_DONE ||
-		    !all_reached(g, i, which, atomic_load(&o->want_only), atomic_load(&o->want_round),
-				 &behind))
+		if (which > C_DONE || !all_reached(g, i, which, atomic_load(&o->want_only),
+						   atomic_load(&o->want_round), &behind))
 			continue;
 		atomic_fetch_add(&o->bell, 1);
 		futex(&o->bell, FUTEX_WAKE, 1, NULL);
@@ -350,13 +354,14 @@ static int shm_wait(struct shm_group *g, int which, int only, uint64_t round, st
 		}
 		if (now >= last + x->timeout_s)
 			return wait_report(g, behind, err);
-		double nap = last + x->timeout_s - now < SHM_NAP_S ? last + x->timeout_s - now
-								    : SHM_NAP_S;
+		double nap =
+		    last + x->timeout_s - now < SHM_NAP_S ? last + x->timeout_s - now : SHM_NAP_S;
 		struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
 		atomic_store(&me->want_which, (uint32_t)which);
 		atomic_store(&me->want_only, only);
 		atomic_store(&me->want_round, round);
 		atomic_store(&me->sleeping, 1);
+		atomic_thread_fence(memory_order_seq_cst); /* that it sleeps, then the counters */
 		uint32_t bell = atomic_load(&me->bell);
 		if (!all_reached(g, g->me, which, only, round, &behind))
 			futex(&me->bell, FUTEX_WAIT, bell, &ts);
@@ -431,7 +436,8 @@ static void reduce_piece(struct shm_group *g, void *out, void *copy, const void 
 		size_t m = count - at < RED_BLOCK ? count - at : RED_BLOCK;
 		if (t == COMM_F32) {
 			float tmp[RED_BLOCK];
-			const float *a = (const float *)src[0] + at, *b = (const float *)src[1] + at;
+			const float *a = (const float *)src[0] + at,
+				    *b = (const float *)src[1] + at;
 			for (size_t i = 0; i < m; i++)
 				tmp[i] = a[i] + b[i];
 			for (int k = 2; k < n; k++) {
@@ -450,7 +456,8 @@ static void reduce_piece(struct shm_group *g, void *out, void *copy, const void 
 				memcpy((unsigned char *)copy + at * es, tmp, m * es);
 		} else {
 			double tmp[RED_BLOCK];
-			const double *a = (const double *)src[0] + at, *b = (const double *)src[1] + at;
+			const double *a = (const double *)src[0] + at,
+				     *b = (const double *)src[1] + at;
 			for (size_t i = 0; i < m; i++)
 				tmp[i] = a[i] + b[i];
 			for (int k = 2; k < n; k++) {
@@ -473,7 +480,8 @@ static void reduce_piece(struct shm_group *g, void *out, void *copy, const void 
 
 static unsigned char *slot(const struct shm_group *g, int rank, uint64_t round)
 {
-	return g->data + (size_t)rank * g->area + (size_t)(round % g->depth) * (size_t)g->n * g->slice;
+	return g->data + (size_t)rank * g->area +
+	       (size_t)(round % g->depth) * (size_t)g->n * g->slice;
 }
 
 /* ---------------------------------------------------------------------------------------
@@ -517,7 +525,7 @@ int shm_reduce(struct shm_group *g, const void *in, void *out, size_t count, enu
 {
 	size_t es = comm_dtype_size(t), per = (size_t)g->n * (g->slice / es);
 	int me = g->me, n = g->n, rv = 0;
-	int gets = !to_leader || me == 0;    /* this rank receives the sum */
+	int gets = !to_leader || me == 0;   /* this rank receives the sum */
 	int shares = !to_leader || me != 0; /* its slice's sum goes to the others */
 	int stream = gets && count * es >= SHM_STREAM_MIN;
 	const unsigned char *src = in;
@@ -527,7 +535,7 @@ int shm_reduce(struct shm_group *g, const void *in, void *out, size_t count, enu
 	const void *inputs[n];
 	/* the ring's blocks (SHM_ORDER_RING: the node holds every rank, local = global) */
 	size_t base_n = count / (size_t)n, rem = count % (size_t)n;
-#define BLK_OFF(k) ((size_t)(k) * base_n + ((size_t)(k) < rem ? (size_t)(k) : rem))
+#define BLK_OFF(k) ((size_t)(k)*base_n + ((size_t)(k) < rem ? (size_t)(k) : rem))
 
 	if (rounds == 0)
 		return 0;
@@ -563,8 +571,9 @@ int shm_reduce(struct shm_group *g, const void *in, void *out, size_t count, enu
 								       (size_t)me * g->slice +
 								       (p - a) * es);
 			}
-			reduce_piece(g, gets ? dst + p * es : NULL, shares ? mine + (p - a) * es : NULL,
-				     inputs, n, q - p, t, div, stream);
+			reduce_piece(g, gets ? dst + p * es : NULL,
+				     shares ? mine + (p - a) * es : NULL, inputs, n, q - p, t, div,
+				     stream);
 			p = q;
 		}
 		publish(g, 1u << C_RED | (gets ? 0 : 1u << C_DONE), round);
@@ -617,16 +626,16 @@ int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t co
 		unsigned char *sl = slot(g, me, round);
 		for (int s = 0; s < n; s++)
 			if (s != me)
-				memcpy(sl + (size_t)s * g->slice, src + ((size_t)s * count + lo) * es,
-				       len * es);
+				memcpy(sl + (size_t)s * g->slice,
+				       src + ((size_t)s * count + lo) * es, len * es);
 		publish(g, 1u << C_IN, round);
 		if ((rv = shm_wait(g, C_IN, -1, round, err)) != 0)
 			goto out;
 		for (int i = 0; i < n; i++) { /* block me: the ring's order, from rank me + 1 */
 			int who = (me + 1 + i) % n;
-			inputs[i] = who == me ? (const void *)(src + ((size_t)me * count + lo) * es)
-					      : (const void *)(slot(g, who, round) +
-							       (size_t)me * g->slice);
+			inputs[i] =
+			    who == me ? (const void *)(src + ((size_t)me * count + lo) * es)
+				      : (const void *)(slot(g, who, round) + (size_t)me * g->slice);
 		}
 		reduce_piece(g, dst + lo * es, NULL, inputs, n, len, t, div, stream);
 		publish(g, 1u << C_RED | 1u << C_DONE, round);
@@ -824,8 +833,8 @@ static int peer_step(struct shm_group *g, struct shm_peer *p, const struct shm_l
 	if (magic != SHM_HELLO_MAGIC || j < 0 || served[j])
 		return -1;
 	unsigned char want[DP_SHA256_LEN], answer[SHM_WELCOME];
-	hello_mac(secret, SHM_HELLO_LABEL, sizeof(SHM_HELLO_LABEL), p->challenge + 4,
-		  p->hello + 8, rank, l, want);
+	hello_mac(secret, SHM_HELLO_LABEL, sizeof(SHM_HELLO_LABEL), p->challenge + 4, p->hello + 8,
+		  rank, l, want);
 	if (!dp_equal_ct(want, p->hello + 8 + SHM_NONCE, sizeof(want)))
 		return -1;
 	put32(answer, SHM_HELLO_MAGIC);
@@ -838,10 +847,8 @@ static int peer_step(struct shm_group *g, struct shm_peer *p, const struct shm_l
 		char b[CMSG_SPACE(sizeof(int))];
 	} cm;
 	memset(&cm, 0, sizeof(cm));
-	struct msghdr m = {.msg_iov = &iov,
-			   .msg_iovlen = 1,
-			   .msg_control = cm.b,
-			   .msg_controllen = sizeof(cm.b)};
+	struct msghdr m = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
 	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 	c->cmsg_level = SOL_SOCKET;
 	c->cmsg_type = SCM_RIGHTS;
@@ -891,9 +898,9 @@ static int leader_serve(struct shm_group *g, const struct shm_layout *l, double 
 		p[0] = (struct pollfd){.fd = store_fd(x->st), .events = POLLIN};
 		p[1] = (struct pollfd){.fd = lfd, .events = POLLIN};
 		for (int i = 0; i < npeer; i++) {
-			p[2 + i] = (struct pollfd){
-			    .fd = peer[i].fd,
-			    .events = peer[i].sent < SHM_CHALLENGE ? POLLOUT : POLLIN};
+			p[2 + i] = (struct pollfd){.fd = peer[i].fd,
+						   .events = peer[i].sent < SHM_CHALLENGE ? POLLOUT
+											  : POLLIN};
 			wake = peer[i].by < wake ? peer[i].by : wake;
 		}
 		int k = poll(p, (nfds_t)(2 + npeer), ms_until(wake));
@@ -956,18 +963,20 @@ static int leader_serve(struct shm_group *g, const struct shm_layout *l, double 
 				if (served[i])
 					continue;
 				if (missing++ < 8 && at < sizeof(list))
-					at += (size_t)snprintf(
-					    list + at, sizeof(list) - at, "%s%s", at ? ", " : "",
-					    store_rank_name(x->st, g->ranks[i], name, sizeof(name)));
+					at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%s",
+							       at ? ", " : "",
+							       store_rank_name(x->st, g->ranks[i],
+									       name, sizeof(name)));
 			}
-			errprintf(err,
-				  "comm: %d of this node's %d other ranks did not attach to its shared "
-				  "memory within %g s%s: %s%s",
-				  missing, g->n - 1, x->timeout_s,
-				  refused ? " (connections that could not prove the step's secret "
-					    "were refused)"
-					  : "",
-				  list, missing > 8 ? ", ..." : "");
+			errprintf(
+			    err,
+			    "comm: %d of this node's %d other ranks did not attach to its shared "
+			    "memory within %g s%s: %s%s",
+			    missing, g->n - 1, x->timeout_s,
+			    refused ? " (connections that could not prove the step's secret "
+				      "were refused)"
+				    : "",
+			    list, missing > 8 ? ", ..." : "");
 			goto out;
 		}
 	}
@@ -997,17 +1006,19 @@ static int io_by(struct shm_group *g, int fd, void *buf, size_t n, int out, doub
 		if (k == 0 || (errno != EAGAIN && errno != EINTR)) {
 			if (store_poll_abort(g->ctl->st, 2, err) == 1)
 				return errprefix(err, "comm");
-			return errprintf(err, "comm: %s closed the node's socket before handing over "
-					      "its shared memory",
+			return errprintf(err,
+					 "comm: %s closed the node's socket before handing over "
+					 "its shared memory",
 					 leader);
 		}
 		struct pollfd p[2] = {{.fd = fd, .events = out ? POLLOUT : POLLIN},
 				      {.fd = store_fd(g->ctl->st), .events = POLLIN}};
 		if (poll(p, 2, ms_until(deadline)) == 0 && now_s() >= deadline)
-			return errprintf(err,
-					 "comm: %s did not hand over the node's shared memory within "
-					 "%g s",
-					 leader, g->ctl->timeout_s);
+			return errprintf(
+			    err,
+			    "comm: %s did not hand over the node's shared memory within "
+			    "%g s",
+			    leader, g->ctl->timeout_s);
 		if (store_poll_abort(g->ctl->st, 0, err) == 1)
 			return errprefix(err, "comm");
 	}
@@ -1034,10 +1045,11 @@ static int recv_welcome(struct shm_group *g, int fd, unsigned char *answer, int 
 			struct pollfd p[2] = {{.fd = fd, .events = POLLIN},
 					      {.fd = store_fd(g->ctl->st), .events = POLLIN}};
 			if (poll(p, 2, ms_until(deadline)) == 0 && now_s() >= deadline)
-				return errprintf(err,
-						 "comm: %s did not hand over the node's shared memory "
-						 "within %g s",
-						 leader, g->ctl->timeout_s);
+				return errprintf(
+				    err,
+				    "comm: %s did not hand over the node's shared memory "
+				    "within %g s",
+				    leader, g->ctl->timeout_s);
 			if (store_poll_abort(g->ctl->st, 0, err) == 1)
 				return errprefix(err, "comm");
 			continue;
@@ -1081,8 +1093,8 @@ static int follower_attach(struct shm_group *g, const struct shm_layout *l, doub
 	char key[128], leader[300];
 	void *v = NULL;
 	size_t vlen;
-	unsigned char nonce[SHM_NONCE], chal[SHM_CHALLENGE], hello[SHM_HELLO],
-	    answer[SHM_WELCOME], want[DP_SHA256_LEN];
+	unsigned char nonce[SHM_NONCE], chal[SHM_CHALLENGE], hello[SHM_HELLO], answer[SHM_WELCOME],
+	    want[DP_SHA256_LEN];
 	struct sockaddr_un a;
 	socklen_t alen;
 	int fd = -1, seg = -1, rv = -1;
@@ -1184,8 +1196,8 @@ static int follower_attach(struct shm_group *g, const struct shm_layout *l, doub
 	g->size = (size_t)l->size;
 	g->fd = seg;
 	seg = -1;
-	if (shm_header_check((const struct shm_header *)g->base, g->size, secret, l, leader,
-			     err) < 0) {
+	if (shm_header_check((const struct shm_header *)g->base, g->size, secret, l, leader, err) <
+	    0) {
 		errprefix(err, "comm");
 		goto out;
 	}
@@ -1267,8 +1279,9 @@ int shm_create(struct shm_group **out, struct shm_ctl *ctl, const struct shm_nod
 				store_set(ctl->st, key, bang, n + 1, &e2);
 				free(bang);
 			}
-			errprefix(err, "comm: cannot make this node's shared memory (DPTRAIN_COMM_SHM=0 "
-				       "turns it off)");
+			errprefix(err,
+				  "comm: cannot make this node's shared memory (DPTRAIN_COMM_SHM=0 "
+				  "turns it off)");
 			goto out;
 		}
 	}
