@@ -30,6 +30,7 @@ if [ -n "$chroot_dir" ] && { [ -z "$chroot_top" ] || [ ! -d "$chroot_dir$chroot_
 	exit 1
 fi
 # the chroot's python, with /proc, /dev, /sys and this tree bound in a private mount namespace
+# shellcheck disable=SC2016 # the inner shell expands them
 in_chroot() {
 	unshare -m --propagation private sh -c 'r=$1 t=$2 top=$3; shift 3
 		mount --rbind /proc "$r/proc" && mount --rbind /dev "$r/dev" &&
@@ -37,6 +38,7 @@ in_chroot() {
 		sh "$chroot_dir" "$chroot_top" "$top" "$@"
 }
 dir=$(mktemp -d /tmp/dptrain-allreduce-bench.XXXXXX)
+commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown) # the tree measured, as it was at the start
 trap 'rm -rf "$dir"' EXIT
 torch_version() { "$@" -c 'import torch; print(torch.__version__.split("+")[0])'; }
 tools="dptrain-shm dptrain-tcp"
@@ -58,7 +60,6 @@ med() { awk -v s="$2" '$1 == s { print $2 }' "$dir/$1" | sort -n | awk '{ v[NR] 
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 isa=$(grep -o -m1 -w 'avx512f\|avx2' /proc/cpuinfo | sort -u | tail -1)
 grep -q -m1 -w amx_tile /proc/cpuinfo && isa="$isa+amx"
-commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
 date=$(date -u +%Y-%m-%d)
 shape="one node"
 [ -n "$nodes" ] && shape="$nodes named nodes of one host (shared memory in each, the TCP ring between them)"

@@ -22,6 +22,7 @@ if [ ! -x "$bench" ]; then
 	exit 1
 fi
 dir=$(mktemp -d /tmp/dptrain-allreduce-netns.XXXXXX)
+commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown) # the tree measured, as it was at the start
 chmod 755 "$dir" # munge wants its socket's directories open to all
 cleanup() {
 	DPTRAIN_BUILD_DIR=$build "$top/contrib/localcluster/cluster" stop -d "$dir/cluster" >/dev/null 2>&1 || :
@@ -44,7 +45,6 @@ grep -h "allreduce-bench: $world ranks" "$dir/err" | sort -u >&2 || :
 med() { awk -v s="$2" '$1 == s { print $2 }' "$dir/$1" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 isa=$(grep -o -m1 -w 'avx512f\|avx2' /proc/cpuinfo | sort -u | tail -1)
-commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
 date=$(date -u +%Y-%m-%d)
 echo "allreduce of float32, $nodes nodes (network namespaces, veth) x $ppn ranks; $(nproc) CPUs (${cpu:-unknown}, $isa); 1 thread per rank"
 echo "median of $runs interleaved runs of $iters iterations each; busbw = 2 (n-1) / n * size / time"
