@@ -156,7 +156,7 @@ endif
 # comes before the ones it uses, so a dependency against the table also fails to link.
 TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer/metrics.c
 DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_fail.c trainer/dist/comm_nccl.c \
-	trainer/dist/ddp.c
+	trainer/dist/comm_shm.c trainer/dist/ddp.c
 NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \
 	trainer/nn/init.c
 OPTIM_SRC   := trainer/optim/optim.c trainer/optim/optim_exec.c trainer/optim/lr_schedule.c \

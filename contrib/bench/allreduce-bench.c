@@ -1,14 +1,22 @@
-/* allreduce-bench.c — allreduce bandwidth of the CPU collective engine (trainer/dist/comm_cpu.c):
- * W forked ranks on 127.0.0.1 allreduce float32 buffers of several sizes; rank 0 prints the
- * median time and the algorithm bandwidth (size / time, as PyTorch reports it) per size.
- * allreduce-gloo.py measures torch.distributed's gloo the same way; allreduce-bench.sh runs
- * both. Touches nothing but stdout.
+/* allreduce-bench.c — allreduce bandwidth of the CPU collective engine (trainer/dist/comm_cpu.c,
+ * comm_shm.c): W forked ranks on 127.0.0.1 allreduce float32 buffers of several sizes; rank 0
+ * prints the median time and the algorithm bandwidth (size / time, as PyTorch reports it) per
+ * size. allreduce-gloo.py measures torch.distributed's gloo the same way; allreduce-bench.sh
+ * runs both. Touches nothing but stdout.
  *
- *   allreduce-bench [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [SIZE_MB...]
+ *   allreduce-bench [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [-t] [-n NODES] [SIZE_MB...]
+ *   allreduce-bench -m [-i ITERS] [SIZE_MB...]
+ *   allreduce-bench -e [-i ITERS] [SIZE_MB...]
  *   (default: 2 ranks, 20 iterations, 1 11.2 44.8 102 MB; MB = 10^6 bytes)
- * Output, one line per size: "size_mb median_ms GB/s". */
+ * -t: the TCP ring only (as DPTRAIN_COMM_SHM=0); -n: rank r on node "n<r % NODES>" (shared
+ * memory in each, the TCP ring between them, all on this host); -m: memcpy of each size in
+ * this one process instead (the machine's copy bandwidth, the limit of a shared-memory
+ * allreduce); -e: one rank of a job started by srun --dptrain or dptrain-run (the store from
+ * MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, DPTRAIN_STORE_SECRET).
+ * Output, one line per size: "size_mb median_ms GB/s" (and the engine's name on stderr). */
 #define _GNU_SOURCE
 #include "trainer/dist/comm.h"
+#include "common/env.h"
 #include "store/store.h"
 
 #include <netinet/in.h>
@@ -48,8 +56,45 @@ static int free_port(void)
 	return ntohs(a.sin_port);
 }
 
-static int rank_main(int rank, int world, int port, int iters, size_t chunk, int nsizes,
-		     const double *mb)
+struct bench_opts {
+	size_t chunk;
+	int tcp_only, nodes, from_env;
+};
+
+/* memcpy of each size, from a buffer to another (both touched first): median GB/s = size /
+ * time, in this process alone. */
+static int memcpy_main(int iters, int nsizes, const double *mb)
+{
+	double *t = calloc((size_t)iters, sizeof(*t));
+	for (int k = 0; k < nsizes; k++) {
+		size_t bytes = (size_t)(mb[k] * 1e6);
+		unsigned char *a = malloc(bytes), *b = malloc(bytes);
+		if (!t || !a || !b) {
+			fprintf(stderr, "allreduce-bench: out of memory\n");
+			return 1;
+		}
+		memset(a, 1, bytes);
+		memset(b, 2, bytes);
+		for (int it = -2; it < iters; it++) {
+			double t0 = now_s();
+			memcpy(b, a, bytes);
+			if (it >= 0)
+				t[it] = now_s() - t0;
+			a[(size_t)it % bytes] ^= b[bytes / 2]; /* the copy is used */
+		}
+		qsort(t, (size_t)iters, sizeof(*t), cmp_double);
+		double med = t[iters / 2];
+		printf("%g %.3f %.3f\n", mb[k], med * 1e3, mb[k] * 1e6 / med / 1e9);
+		fflush(stdout);
+		free(a);
+		free(b);
+	}
+	free(t);
+	return 0;
+}
+
+static int rank_main(int rank, int world, int port, int iters, const struct bench_opts *bo,
+		     int nsizes, const double *mb)
 {
 	struct store_opts so = {.master_addr = "127.0.0.1",
 				.master_port = port,
@@ -57,14 +102,31 @@ static int rank_main(int rank, int world, int port, int iters, size_t chunk, int
 				.world_size = world,
 				.job = "allreduce-bench",
 				.timeout_s = 30};
-	struct comm_cpu_opts co = {.timeout_s = 60, .chunk_bytes = chunk};
+	struct comm_cpu_opts co = {
+	    .timeout_s = 60, .chunk_bytes = bo->chunk, .tcp_only = bo->tcp_only};
 	struct store *st;
 	struct comm *c;
 	struct dp_error err;
+	char node[32];
+	if (bo->from_env) {
+		so.master_addr = getenv(ENV_MASTER_ADDR);
+		so.master_port = getenv(ENV_MASTER_PORT) ? atoi(getenv(ENV_MASTER_PORT)) : 0;
+		so.secret = getenv(ENV_DPTRAIN_STORE_SECRET);
+	}
+	if (bo->nodes > 0) {
+		snprintf(node, sizeof(node), "n%d", rank % bo->nodes);
+		co.node = node;
+	}
+	if (!so.master_addr || !so.master_port) {
+		fprintf(stderr, "allreduce-bench: -e: MASTER_ADDR and MASTER_PORT are not set\n");
+		return 1;
+	}
 	if (store_open(&st, &so, &err) < 0 || comm_cpu_create(&c, st, &co, &err) < 0) {
 		fprintf(stderr, "allreduce-bench: rank %d: %s\n", rank, err.text);
 		return 1;
 	}
+	if (rank == 0)
+		fprintf(stderr, "allreduce-bench: %d ranks, %s\n", world, c->ops->name);
 	double *t = calloc((size_t)iters, sizeof(*t));
 	for (int k = 0; k < nsizes; k++) {
 		size_t count = (size_t)(mb[k] * 1e6 / 4);
@@ -100,11 +162,11 @@ static int rank_main(int rank, int world, int port, int iters, size_t chunk, int
 
 int main(int argc, char **argv)
 {
-	int world = 2, iters = 20, opt;
-	size_t chunk = 0;
+	int world = 2, iters = 20, opt, memcpy_only = 0;
+	struct bench_opts bo = {0};
 	double sizes[32] = {1, 11.2, 44.8, 102};
 	int nsizes = 4;
-	while ((opt = getopt(argc, argv, "w:i:c:")) != -1) {
+	while ((opt = getopt(argc, argv, "w:i:c:tn:me")) != -1) {
 		switch (opt) {
 		case 'w':
 			world = atoi(optarg);
@@ -113,12 +175,26 @@ int main(int argc, char **argv)
 			iters = atoi(optarg);
 			break;
 		case 'c':
-			chunk = (size_t)atol(optarg);
+			bo.chunk = (size_t)atol(optarg);
+			break;
+		case 't':
+			bo.tcp_only = 1;
+			break;
+		case 'n':
+			bo.nodes = atoi(optarg);
+			break;
+		case 'm':
+			memcpy_only = 1;
+			break;
+		case 'e':
+			bo.from_env = 1;
 			break;
 		default:
-			fprintf(stderr,
-				"usage: %s [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [SIZE_MB...]\n",
-				argv[0]);
+			fprintf(
+			    stderr,
+			    "usage: %s [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [-t] [-n NODES] [-m] "
+			    "[-e] [SIZE_MB...]\n",
+			    argv[0]);
 			return 2;
 		}
 	}
@@ -131,13 +207,23 @@ int main(int argc, char **argv)
 		fprintf(stderr, "allreduce-bench: -w 1..64, -i 1 or more\n");
 		return 2;
 	}
+	if (memcpy_only)
+		return memcpy_main(iters, nsizes, sizes);
+	if (bo.from_env) {
+		const char *r = getenv(ENV_RANK), *w = getenv(ENV_WORLD_SIZE);
+		if (!r || !w) {
+			fprintf(stderr, "allreduce-bench: -e: RANK and WORLD_SIZE are not set\n");
+			return 2;
+		}
+		return rank_main(atoi(r), atoi(w), 0, iters, &bo, nsizes, sizes);
+	}
 	int port = free_port();
 	pid_t *pid = calloc((size_t)world, sizeof(*pid));
 	fflush(stdout);
 	for (int r = 0; r < world; r++) {
 		pid[r] = fork();
 		if (pid[r] == 0)
-			_exit(rank_main(r, world, port, iters, chunk, nsizes, sizes));
+			_exit(rank_main(r, world, port, iters, &bo, nsizes, sizes));
 	}
 	int rc = 0, left = world;
 	while (left > 0) {

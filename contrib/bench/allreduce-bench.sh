@@ -1,35 +1,98 @@
 #!/bin/bash
 # allreduce-bench.sh — dptrain's CPU allreduce (allreduce-bench.c) beside torch.distributed's
-# gloo (allreduce-gloo.py): WORLD processes on 127.0.0.1 allreduce float32 buffers, RUNS runs
-# of each interleaved; prints the median time and bandwidth (size / time) as a markdown table.
+# gloo (allreduce-gloo.py) on one host: for each world size, WORLD processes allreduce float32
+# buffers with dptrain over shared memory (its default on one node), with dptrain over the TCP
+# ring only (DPTRAIN_COMM_SHM=0), with gloo under each Python given, and a plain memcpy of the
+# same sizes in one process (the machine's copy bandwidth); RUNS rounds, the tools interleaved
+# in each. Prints the median time, the algorithm bandwidth (size / time, as PyTorch reports it)
+# and the bus bandwidth (2 (n-1) / n * size / time, as NCCL's tests report it) as a markdown
+# table, and with JSONL=FILE appends one JSON line per tool, size and world to FILE.
 #   contrib/bench/allreduce-bench.sh [SIZE_MB...]     (after `make bench`)
-#   environment: WORLD (2), RUNS (3), ITERS (20), DPTRAIN_BUILD_DIR (build), PYTHON (/usr/bin/python3)
+#   environment: WORLDS ("2 4"), RUNS (3), ITERS (20), DPTRAIN_BUILD_DIR (build),
+#     PYTHON (/usr/bin/python3; "" for none), CHROOT (a root with another PyTorch, e.g. Debian
+#     13's: run as root, the script binds /proc, /dev, /sys and this tree at CHROOT_TOP, an empty
+#     directory there, in a mount namespace of its own, so nothing stays mounted), JSONL
+#   NODES=N: the ranks on N named nodes of this host (shared memory in each, the TCP ring
+#     between their leaders) instead of one.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bench=${DPTRAIN_BUILD_DIR:-$top/build}/bench/allreduce-bench
-python=${PYTHON:-/usr/bin/python3}
-world=${WORLD:-2} runs=${RUNS:-3} iters=${ITERS:-20}
-sizes=${*:-1 11.2 44.8 102}
+python=${PYTHON-/usr/bin/python3}
+chroot_dir=${CHROOT:-} chroot_top=${CHROOT_TOP:-}
+worlds=${WORLDS:-2 4} runs=${RUNS:-3} iters=${ITERS:-20} nodes=${NODES:-}
+sizes=${*:-11.2 44.8 102}
 if [ ! -x "$bench" ]; then
 	echo "allreduce-bench.sh: no $bench: run 'make bench' (or set DPTRAIN_BUILD_DIR)" >&2
 	exit 1
 fi
+if [ -n "$chroot_dir" ] && { [ -z "$chroot_top" ] || [ ! -d "$chroot_dir$chroot_top" ]; }; then
+	echo "allreduce-bench.sh: CHROOT_TOP='$chroot_top': an empty directory in $chroot_dir is needed to bind this tree at" >&2
+	exit 1
+fi
+# the chroot's python, with /proc, /dev, /sys and this tree bound in a private mount namespace
+# shellcheck disable=SC2016 # the inner shell expands them
+in_chroot() {
+	unshare -m --propagation private sh -c 'r=$1 t=$2 top=$3; shift 3
+		mount --rbind /proc "$r/proc" && mount --rbind /dev "$r/dev" &&
+		mount --rbind /sys "$r/sys" && mount --bind "$top" "$r$t" && exec chroot "$r" "$@"' \
+		sh "$chroot_dir" "$chroot_top" "$top" "$@"
+}
 dir=$(mktemp -d /tmp/dptrain-allreduce-bench.XXXXXX)
+commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown) # the tree measured, as it was at the start
 trap 'rm -rf "$dir"' EXIT
-# shellcheck disable=SC2086 # sizes are words
+torch_version() { "$@" -c 'import torch; print(torch.__version__.split("+")[0])'; }
+tools="dptrain-shm dptrain-tcp"
+[ -n "$python" ] && gloo_host="gloo-torch$(torch_version "$python")" && tools="$tools $gloo_host"
+[ -n "$chroot_dir" ] && gloo_chroot="gloo-torch$(torch_version in_chroot /usr/bin/python3)" && tools="$tools $gloo_chroot"
+shm_flags=${nodes:+-n $nodes}
+# shellcheck disable=SC2086 # sizes and flags are words
 for _ in $(seq "$runs"); do
-	timeout 600 "$bench" -w "$world" -i "$iters" $sizes >>"$dir/dptrain"
-	timeout 600 "$python" "$top/contrib/bench/allreduce-gloo.py" -w "$world" -i "$iters" $sizes >>"$dir/gloo"
+	timeout 600 "$bench" -m -i "$iters" $sizes >>"$dir/memcpy"
+	for w in $worlds; do
+		timeout 600 "$bench" -w "$w" -i "$iters" $shm_flags $sizes >>"$dir/dptrain-shm.$w" 2>/dev/null
+		timeout 600 "$bench" -w "$w" -i "$iters" -t $sizes >>"$dir/dptrain-tcp.$w" 2>/dev/null
+		[ -z "$python" ] || timeout 600 "$python" "$top/contrib/bench/allreduce-gloo.py" -w "$w" -i "$iters" $sizes >>"$dir/$gloo_host.$w"
+		[ -z "$chroot_dir" ] || in_chroot timeout 600 /usr/bin/python3 "$chroot_top/contrib/bench/allreduce-gloo.py" -w "$w" -i "$iters" $sizes >>"$dir/$gloo_chroot.$w"
+	done
 done
 # median over the runs of each run's median time, for one size
 med() { awk -v s="$2" '$1 == s { print $2 }' "$dir/$1" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-echo "allreduce of float32 between $world processes on 127.0.0.1; $(nproc) CPUs (${cpu:-unknown});"
-echo "median of $runs runs of $iters iterations each; GB/s = size / time"
-echo
-echo "| size | dptrain ms | dptrain GB/s | gloo ms | gloo GB/s | dptrain / gloo |"
-echo "|---:|---:|---:|---:|---:|---:|"
-for s in $sizes; do
-	d=$(med dptrain "$s") g=$(med gloo "$s")
-	awk -v s="$s" -v d="$d" -v g="$g" 'BEGIN { printf "| %s MB | %.2f | %.2f | %.2f | %.2f | %.2fx |\n", s, d, s / d, g, s / g, g / d }'
+isa=$(grep -o -m1 -w 'avx512f\|avx2' /proc/cpuinfo | sort -u | tail -1)
+grep -q -m1 -w amx_tile /proc/cpuinfo && isa="$isa+amx"
+date=$(date -u +%Y-%m-%d)
+shape="one node"
+[ -n "$nodes" ] && shape="$nodes named nodes of one host (shared memory in each, the TCP ring between them)"
+echo "allreduce of float32 on 127.0.0.1, $shape; $(nproc) CPUs (${cpu:-unknown}, $isa); 1 thread per rank;"
+echo "median of $runs interleaved runs of $iters iterations each; algbw = size / time, busbw = 2 (n-1) / n * size / time"
+for w in $worlds; do
+	echo
+	echo "$w ranks:"
+	echo
+	echo "| size | tool | ms | algbw GB/s | busbw GB/s | busbw / memcpy | time vs gloo (${gloo_chroot:-${gloo_host:-none}}) |"
+	echo "|---:|---|---:|---:|---:|---:|---:|"
+	for s in $sizes; do
+		mc=$(med memcpy "$s")
+		ref=""
+		[ -n "${gloo_chroot:-}" ] && ref=$(med "$gloo_chroot.$w" "$s")
+		[ -z "$ref" ] && [ -n "${gloo_host:-}" ] && ref=$(med "$gloo_host.$w" "$s")
+		for t in $tools memcpy; do
+			f=$t.$w
+			[ "$t" = memcpy ] && f=memcpy
+			m=$(med "$f" "$s")
+			[ -n "$m" ] || continue
+			awk -v s="$s" -v t="$t" -v m="$m" -v w="$w" -v mc="$mc" -v ref="$ref" \
+				-v jsonl="${JSONL:-}" -v cpu="$cpu" -v isa="$isa" -v commit="$commit" \
+				-v date="$date" -v runs="$runs" -v iters="$iters" -v nodes="${nodes:-1}" -v ncpu="$(nproc)" 'BEGIN {
+				alg = s / m; bus = (t == "memcpy") ? alg : 2 * (w - 1) / w * alg; mcbw = s / mc
+				vs = (ref != "" && t != "memcpy") ? sprintf("%.2fx", ref / m) : ""
+				printf "| %s MB | %s | %.2f | %.2f | %.2f | %.0f%% | %s |\n", s, t, m, alg, bus, 100 * bus / mcbw, vs
+				if (jsonl != "") {
+					printf "{\"date\": \"%s\", \"commit\": \"%s\", \"tool\": \"contrib/bench/allreduce-bench.sh\", \"impl\": \"%s\", \"op\": \"%s\", \"size_mb\": %s, \"ranks\": %d, \"nodes\": %d, \"threads\": 1, \"ms\": %.3f, \"algbw_gbs\": %.3f, \"busbw_gbs\": %.3f, \"memcpy_gbs\": %.3f, \"busbw_vs_memcpy\": %.3f, \"speedup_vs_gloo\": %s, \"runs\": %d, \"iters\": %d, \"cpu\": \"%s\", \"isa\": \"%s\", \"cpus\": %d}\n", \
+						date, commit, t, (t == "memcpy") ? "memcpy" : "allreduce", s, (t == "memcpy") ? 1 : w, nodes, m, alg, bus, mcbw, bus / mcbw, \
+						(vs == "") ? "null" : sprintf("%.3f", ref / m), runs, iters, cpu, isa, ncpu >> jsonl
+				}
+			}'
+		done
+	done
 done

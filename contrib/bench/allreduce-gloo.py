@@ -5,11 +5,17 @@ several sizes; rank 0 prints one line per size: "size_mb median_ms GB/s" (GB/s =
 as PyTorch reports it). Touches nothing but stdout.
 
     /usr/bin/python3 contrib/bench/allreduce-gloo.py [-w WORLD] [-i ITERS] [SIZE_MB ...]
+    srun --dptrain /usr/bin/python3 contrib/bench/allreduce-gloo.py -e [-i ITERS] [SIZE_MB ...]
+
+-e: this process is one rank of a job started by srun --dptrain or dptrain-run (RANK,
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment); gloo binds the interface that
+routes to MASTER_ADDR (GLOO_SOCKET_IFNAME, unless set).
 """
 import argparse
 import os
 import socket
 import statistics
+import subprocess
 import time
 
 import torch
@@ -19,8 +25,11 @@ import torch.multiprocessing as mp
 
 def rank_main(rank, world, port, iters, sizes):
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    if port:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+    # Debian's PyTorch 2.x is built without libuv, which its TCPStore asks for by default
+    os.environ.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     for mb in sizes:
         t = torch.rand(int(mb * 1e6 / 4), dtype=torch.float32)
@@ -42,8 +51,16 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-w", type=int, default=2, help="processes (ranks)")
     ap.add_argument("-i", type=int, default=20, help="timed iterations per size")
+    ap.add_argument("-e", action="store_true", help="one rank of a job from the environment")
     ap.add_argument("sizes", type=float, nargs="*", default=[1, 11.2, 44.8, 102])
     a = ap.parse_args()
+    if a.e:
+        if "GLOO_SOCKET_IFNAME" not in os.environ:
+            route = subprocess.run(["ip", "-o", "route", "get", os.environ["MASTER_ADDR"]],
+                                   capture_output=True, text=True, check=True).stdout.split()
+            os.environ["GLOO_SOCKET_IFNAME"] = route[route.index("dev") + 1]
+        rank_main(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), 0, a.i, a.sizes)
+        return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

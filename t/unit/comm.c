@@ -1,6 +1,9 @@
-/* comm.c — unit tests for the CPU collective engine (trainer/dist/comm_cpu.c): every operation for
- * world sizes 1 to 5 against a direct computation in the ring's order, bitwise equal on every
- * rank and run; then a rank that dies, stalls, or aborts mid-job, named on the others.
+/* comm.c — unit tests for the CPU collective engine (trainer/dist/comm_cpu.c, comm_shm.c): every
+ * operation for world sizes 1 to 5 against a direct computation in the engine's order, bitwise
+ * equal on every rank and run, in each of its three shapes: every rank on this host (shared
+ * memory), the TCP ring only (as DPTRAIN_COMM_SHM=0), and ranks on named "nodes" (shared memory
+ * in each, the TCP ring between their leaders); the shared memory's bits must be the TCP ring's.
+ * Then a rank that dies, stalls, or aborts mid-job, named on the others, in each shape.
  * Ranks are forked processes on 127.0.0.1; the parent waits with a deadline and kills leftovers.
  * No check depends on the machine's speed: a failure found by a timeout must take at least the
  * timeout, one found otherwise must take less than its (long) timeout, and the survivors'
@@ -28,6 +31,11 @@
 
 enum fault { FAULT_NONE, FAULT_DIES, FAULT_STOPS, FAULT_SLEEPS, FAULT_ABORTS };
 
+/* The engine's shape: every rank on this host (one node: shared memory), every rank a node of
+ * its own (the TCP ring: comm_cpu_opts.tcp_only), or rank r on node "n<r % nodes>" (shared
+ * memory within, the TCP ring between the leaders). */
+enum shape { SHAPE_HOST, SHAPE_TCP, SHAPE_NODES };
+
 /* The rendezvous and collective timeout where none is meant to pass: a fault found without a
  * timeout (a death, an abort) must be found long before it, so it is set high enough that no
  * slow machine reaches it first. A stall is found by the timeout, kept short there so that the
@@ -40,7 +48,36 @@ struct job {
 	int special; /* the rank the fault happens to; -1: none */
 	enum fault fault;
 	int slow; /* a rank whose own timeout is LONG_S: its timer fires late (0: none) */
+	enum shape shape;
+	int nodes; /* SHAPE_NODES: how many */
 };
+
+static const char *shape_name(const struct job *s)
+{
+	static char buf[64];
+	if (s->shape == SHAPE_NODES) {
+		snprintf(buf, sizeof(buf), "%d nodes", s->nodes);
+		return buf;
+	}
+	return s->shape == SHAPE_TCP ? "TCP ring" : "shared memory";
+}
+
+/* The ring's size and this rank's node in the job's shape (SHAPE_HOST: one node, but the order
+ * is the ring's of every rank, as SHAPE_TCP). */
+static int ring_of(const struct job *s, int w)
+{
+	return s->shape == SHAPE_NODES ? (w < s->nodes ? w : s->nodes) : w;
+}
+
+static void opts_node(const struct job *s, int rank, struct comm_cpu_opts *co, char *name,
+		      size_t len)
+{
+	co->tcp_only = s->shape == SHAPE_TCP;
+	if (s->shape == SHAPE_NODES) {
+		snprintf(name, len, "n%d", rank % s->nodes);
+		co->node = name;
+	}
+}
 
 /* The store every scenario's ranks meet in. */
 static struct store_opts store_opts_of(const struct ranks_job *j, int rank)
@@ -63,6 +100,8 @@ static int open_all(const struct ranks_job *j, int rank, struct store **st, stru
 	struct comm_cpu_opts co = {.timeout_s = s->slow && rank == s->slow ? LONG_S : s->timeout,
 				   .chunk_bytes = chunk};
 	struct dp_error err;
+	char node[32];
+	opts_node(s, rank, &co, node, sizeof(node));
 	*c = NULL;
 	if (store_open(st, &so, &err) < 0)
 		return ranks_msg(msg, len, &err);
@@ -105,29 +144,58 @@ static int block_of(size_t i, size_t count, int w)
 	return (int)(rem + (i - big) / base);
 }
 
-/* The ring's sum of block b: x[b+1] + x[b+2] + ... + x[b], in that order. */
-static double want_f64(size_t i, int b, int w, int salt, int avg, double *dsum, double *mag)
+/* The shape of the job under test (the ranks' comm and the checks alike). */
+static const struct job *shape;
+
+/* What ring rank m adds: rank m's value, or on nodes node m's sum, its ranks ascending. */
+static double node_f64(size_t i, int m, int w, int salt, double *dsum, double *mag)
 {
+	int nn = ring_of(shape, w);
 	double s = 0;
-	*dsum = *mag = 0;
-	for (int k = 1; k <= w; k++) {
-		double v = gen((b + k) % w, i, salt);
-		s = k == 1 ? v : s + v;
+	for (int r = m, first = 1; r < w; r += nn, first = 0) {
+		double v = gen(r, i, salt);
+		s = first ? v : s + v;
 		*dsum += v;
 		*mag += fabs(v);
+	}
+	return s;
+}
+
+static float node_f32(size_t i, int m, int w, int salt, double *dsum, double *mag)
+{
+	int nn = ring_of(shape, w);
+	float s = 0;
+	for (int r = m, first = 1; r < w; r += nn, first = 0) {
+		float v = (float)gen(r, i, salt);
+		s = first ? v : s + v;
+		*dsum += v;
+		*mag += fabs(v);
+	}
+	return s;
+}
+
+/* The ring's sum of block b: x[b+1] + x[b+2] + ... + x[b], in that order, over the ring's ranks
+ * (on nodes: x[m] is node m's sum). */
+static double want_f64(size_t i, int b, int w, int salt, int avg, double *dsum, double *mag)
+{
+	int nn = ring_of(shape, w);
+	double s = 0;
+	*dsum = *mag = 0;
+	for (int k = 1; k <= nn; k++) {
+		double v = node_f64(i, (b + k) % nn, w, salt, dsum, mag);
+		s = k == 1 ? v : s + v;
 	}
 	return avg ? s / w : s;
 }
 
 static float want_f32(size_t i, int b, int w, int salt, int avg, double *dsum, double *mag)
 {
+	int nn = ring_of(shape, w);
 	float s = 0;
 	*dsum = *mag = 0;
-	for (int k = 1; k <= w; k++) {
-		float v = (float)gen((b + k) % w, i, salt);
+	for (int k = 1; k <= nn; k++) {
+		float v = node_f32(i, (b + k) % nn, w, salt, dsum, mag);
 		s = k == 1 ? v : s + v;
-		*dsum += v;
-		*mag += fabs(v);
 	}
 	return avg ? s / (float)w : s;
 }
@@ -195,7 +263,7 @@ static int check_allreduce(struct comm *c, struct check *k, size_t count, enum c
 	}
 	for (size_t i = 0; i < count; i++) {
 		double dsum, mag, got, want;
-		int b = block_of(i, count, w);
+		int b = block_of(i, count, ring_of(shape, w));
 		if (t == COMM_F64) {
 			got = ((double *)buf)[i];
 			want = want_f64(i, b, w, salt, avg, &dsum, &mag);
@@ -240,14 +308,15 @@ static int check_reduce_scatter(struct comm *c, struct check *k, size_t count, e
 	}
 	for (size_t j = 0; j < count; j++) {
 		size_t i = (size_t)r * count + j;
+		int b = r % ring_of(shape, w); /* its ring block: its node's */
 		double dsum, mag, got, want;
 		if (t == COMM_F64) {
 			got = ((double *)dst)[j];
-			want = want_f64(i, r, w, salt, avg, &dsum, &mag);
+			want = want_f64(i, b, w, salt, avg, &dsum, &mag);
 			if (got != want)
 				check_fail(k, what, count, j, got, want);
 		} else {
-			float g = ((float *)dst)[j], wf = want_f32(i, r, w, salt, avg, &dsum, &mag);
+			float g = ((float *)dst)[j], wf = want_f32(i, b, w, salt, avg, &dsum, &mag);
 			got = g;
 			want = wf;
 			if (memcmp(&g, &wf, 4) != 0)
@@ -329,8 +398,12 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 	struct comm *c;
 	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
 	struct dp_error err;
-	/* 12345 elements: every rank's block is more than one 4096-byte chunk */
-	static const size_t counts[] = {0, 1, 7, 12345};
+	/* 12345 elements: every rank's block is more than one 4096-byte chunk; then around the
+	 * shared memory's rounds (w slices of 4096 bytes: w * 1024 floats, w * 512 doubles), and
+	 * past its depth of three slots */
+	size_t per = (size_t)j->world * 1024;
+	const size_t counts[] = {0, 1, 7, 12345, per - 1, per + 1, per / 2 + 1, 3 * per + 1};
+	shape = j->arg;
 	if (open_all(j, rank, &st, &c, 4096, msg, len) < 0)
 		return -1;
 	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]) && !k.failed; ci++) {
@@ -563,6 +636,7 @@ static int rank_stranger(const struct ranks_job *j, int rank, char *msg, size_t 
 	struct store_opts so = store_opts_of(j, rank);
 	struct comm_cpu_opts co = {.timeout_s = LONG_S, .chunk_bytes = 4096};
 	struct check k = {.msg = msg, .len = len, .digest = 0xcbf29ce484222325ull};
+	char node[32];
 	struct store *st;
 	struct comm *c = NULL;
 	struct stranger sg = {0};
@@ -570,6 +644,8 @@ static int rank_stranger(const struct ranks_job *j, int rank, char *msg, size_t 
 	int started = 0, relayed = 0, rv = -1;
 	struct dp_error err;
 
+	shape = s;
+	opts_node(s, rank, &co, node, sizeof(node));
 	if (store_open(&st, &so, &err) < 0)
 		return ranks_msg(msg, len, &err);
 	if (rank == 0 && s->special == 3) {
@@ -718,16 +794,94 @@ struct fault_case {
 };
 
 /* what a survivor's verdict says when the other survivor answered the roll call */
-#define WAITED "2 of 3 ranks were waiting"
+#define WAITED	"2 of 3 ranks were waiting"
+#define WAITED4 "3 of 4 ranks were waiting"
 
 static const struct fault_case faults[] = {
-    {"rank 2 dies", 4, -1, {LONG_S, 2, FAULT_DIES, 0}, "rank 2", "died", "", 0},
-    {"rank 0 dies", 3, -1, {LONG_S, 0, FAULT_DIES, 0}, "rank 0", "died", "", 0},
-    {"rank 1 stops", 3, 1, {1.5, 1, FAULT_STOPS, 0}, "rank 1", "stopped taking part", WAITED, 1},
-    {"rank 1 stops, 2 is late", 3, 1, {1.5, 1, FAULT_STOPS, 2}, "rank 1", "stopped", WAITED, 1},
-    {"rank 0 sleeps", 3, 0, {1.5, 0, FAULT_SLEEPS, 0}, "rank 0", "stopped", WAITED, 1},
-    {"rank 0 stops", 3, 0, {1.5, 0, FAULT_STOPS, 0}, "rank 0", "not responding", "", 1},
-    {"rank 1 aborts", 3, -1, {LONG_S, 1, FAULT_ABORTS, 0}, "loss is nan", "rank 1", "", 0},
+    {"rank 2 dies", 4, -1, {LONG_S, 2, FAULT_DIES, 0, SHAPE_HOST, 0}, "rank 2", "died", "", 0},
+    {"rank 0 dies", 3, -1, {LONG_S, 0, FAULT_DIES, 0, SHAPE_HOST, 0}, "rank 0", "died", "", 0},
+    {"rank 1 stops",
+     3,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_HOST, 0},
+     "rank 1",
+     "stopped taking part",
+     WAITED,
+     1},
+    {"rank 1 stops, 2 is late",
+     3,
+     1,
+     {1.5, 1, FAULT_STOPS, 2, SHAPE_HOST, 0},
+     "rank 1",
+     "stopped",
+     WAITED,
+     1},
+    {"rank 0 sleeps",
+     3,
+     0,
+     {1.5, 0, FAULT_SLEEPS, 0, SHAPE_HOST, 0},
+     "rank 0",
+     "stopped",
+     WAITED,
+     1},
+    {"rank 0 stops",
+     3,
+     0,
+     {1.5, 0, FAULT_STOPS, 0, SHAPE_HOST, 0},
+     "rank 0",
+     "not responding",
+     "",
+     1},
+    {"rank 1 aborts",
+     3,
+     -1,
+     {LONG_S, 1, FAULT_ABORTS, 0, SHAPE_HOST, 0},
+     "loss is nan",
+     "rank 1",
+     "",
+     0},
+    /* the TCP ring alone (DPTRAIN_COMM_SHM=0), as before the shared memory */
+    {"TCP ring: rank 2 dies",
+     4,
+     -1,
+     {LONG_S, 2, FAULT_DIES, 0, SHAPE_TCP, 0},
+     "rank 2",
+     "died",
+     "",
+     0},
+    {"TCP ring: rank 1 stops",
+     3,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_TCP, 0},
+     "rank 1",
+     "stopped taking part",
+     WAITED,
+     1},
+    /* two nodes of two ranks (0 and 2, 1 and 3): a node's second rank, a node's leader */
+    {"2 nodes: rank 3 dies",
+     4,
+     -1,
+     {LONG_S, 3, FAULT_DIES, 0, SHAPE_NODES, 2},
+     "rank 3",
+     "died",
+     "",
+     0},
+    {"2 nodes: rank 1 stops",
+     4,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_NODES, 2},
+     "rank 1",
+     "stopped taking part",
+     WAITED4,
+     1},
+    {"2 nodes: rank 2 stops",
+     4,
+     2,
+     {1.5, 2, FAULT_STOPS, 0, SHAPE_NODES, 2},
+     "rank 2",
+     "stopped taking part",
+     WAITED4,
+     1},
 };
 
 /* "<t>|<msg>|<again>": the failing call's seconds, message, and whether the next matched. */
@@ -774,26 +928,47 @@ int main(void)
 {
 	struct ranks_out out[RANKS_MAX];
 	double t0 = ranks_now();
-	struct job ops = {.timeout = LONG_S, .special = -1, .fault = FAULT_NONE};
+	static const struct job shapes[] = {
+	    {.timeout = LONG_S, .special = -1, .shape = SHAPE_HOST},
+	    {.timeout = LONG_S, .special = -1, .shape = SHAPE_TCP},
+	    {.timeout = LONG_S, .special = -1, .shape = SHAPE_NODES, .nodes = 2},
+	    {.timeout = LONG_S, .special = -1, .shape = SHAPE_NODES, .nodes = 3},
+	};
+	char host_digest[6][RANKS_MSG];
 
-	for (int w = 1; w <= 5; w++) {
-		struct ranks_job j = {.world = w, .arg = &ops};
-		ranks_run(&j, rank_ops, -1, 60, out);
-		int all = 1, same = 1;
-		for (int r = 0; r < w; r++) {
-			if (out[r].status != 0) {
-				all = 0;
-				diag("world %d rank %d (exit %d): %s", w, r, out[r].status,
-				     out[r].msg);
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		const struct job *sh = &shapes[si];
+		/* the TCP ring from 2 ranks; nodes where some node has two */
+		int from = sh->shape == SHAPE_HOST ? 1 : sh->shape == SHAPE_TCP ? 2 : sh->nodes + 1;
+		int to = sh->shape == SHAPE_NODES && sh->nodes == 3 ? 5 : sh->nodes ? 4 : 5;
+		for (int w = from; w <= to; w++) {
+			struct ranks_job j = {.world = w, .arg = sh};
+			ranks_run(&j, rank_ops, -1, 60, out);
+			int all = 1, same = 1;
+			for (int r = 0; r < w; r++) {
+				if (out[r].status != 0) {
+					all = 0;
+					diag("%s, world %d rank %d (exit %d): %s", shape_name(sh),
+					     w, r, out[r].status, out[r].msg);
+				}
+				const char *d0 = strstr(out[0].msg, "digest"),
+					   *d = strstr(out[r].msg, "digest");
+				if (!d0 || !d || strcmp(d0, d) != 0)
+					same = 0;
 			}
-			const char *d0 = strstr(out[0].msg, "digest"),
-				   *d = strstr(out[r].msg, "digest");
-			if (!d0 || !d || strcmp(d0, d) != 0)
-				same = 0;
+			ok(all,
+			   "%s, world %d: every operation on every rank matches the engine's order "
+			   "(%s)",
+			   shape_name(sh), w, out[0].msg);
+			ok(same, "%s, world %d: every rank holds the same bits", shape_name(sh), w);
+			const char *d = strstr(out[0].msg, "digest");
+			if (sh->shape == SHAPE_HOST)
+				snprintf(host_digest[w], sizeof(host_digest[w]), "%s", d ? d : "");
+			else if (sh->shape == SHAPE_TCP)
+				ok(d && strcmp(d, host_digest[w]) == 0,
+				   "world %d: the TCP ring's bits are the shared memory's (%s, %s)",
+				   w, d ? d : "none", host_digest[w]);
 		}
-		ok(all, "world %d: every operation on every rank matches the ring-order sum (%s)",
-		   w, out[0].msg);
-		ok(same, "world %d: every rank holds the same bits", w);
 	}
 
 	for (int kind = 0; kind < 3; kind++) {
@@ -803,7 +978,8 @@ int main(void)
 					     "the stranger got back: 20",
 					     "the stranger got back: 20 20 20 20 20 20 20 20 20 20 "
 					     "20 20"};
-		struct job sj = {.timeout = LONG_S, .special = kind, .fault = FAULT_NONE};
+		struct job sj = {
+		    .timeout = LONG_S, .special = kind, .fault = FAULT_NONE, .shape = SHAPE_TCP};
 		struct ranks_job j = {.world = 2, .arg = &sj};
 		ranks_run(&j, rank_stranger, -1, 3 * LONG_S, out);
 		ok(out[0].status == 0 && out[1].status == 0,
@@ -820,7 +996,8 @@ int main(void)
 		   what[kind], took, LONG_S / 2);
 	}
 	{
-		struct job sj = {.timeout = LONG_S, .special = 3, .fault = FAULT_NONE};
+		struct job sj = {
+		    .timeout = LONG_S, .special = 3, .fault = FAULT_NONE, .shape = SHAPE_TCP};
 		struct ranks_job j = {.world = 2, .arg = &sj};
 		ranks_run(&j, rank_stranger, -1, 3 * LONG_S, out);
 		ok(out[0].status == 0 && out[1].status == 0,

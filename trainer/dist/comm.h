@@ -1,13 +1,15 @@
 /* comm.h — collectives between the data-parallel ranks behind one interface: the CPU engine
- * (TCP ring between the ranks, comm_cpu.c) and, on GPUs, NCCL. Owns the wire protocol, the
- * reduction order and the abort path; knows nothing of models or optimizers.
+ * (shared memory within a node, comm_shm.c, and a TCP ring between the nodes, comm_cpu.c)
+ * and, on GPUs, NCCL. Owns the wire protocol, the reduction order and the abort path; knows
+ * nothing of models or optimizers.
  *
  * Semantics follow NCCL. Buffers are host memory for the CPU engine. Every operation is
  * collective: all ranks call the same operations in the same order with the same counts.
  * One thread at a time per comm. Results are bitwise identical on every rank and from run to
- * run (the ring fixes who adds what in which order). A failure (a rank died, a rank stopped
- * taking part, the timeout passed, an abort) returns -1 with a message naming the rank; the
- * comm is then unusable and every later call fails at once with the same message. */
+ * run (the engine fixes who adds what in which order: comm_cpu.c, "Reduction order"). A failure (a
+ * rank died, a rank stopped taking part, the timeout passed, an abort) returns -1 with a message
+ * naming the rank; the comm is then unusable and every later call fails at once with the same
+ * message. */
 #ifndef DPTRAIN_COMM_H
 #define DPTRAIN_COMM_H
 
@@ -66,12 +68,20 @@ int comm_failv(struct comm_failure *f, const char *op, struct dp_error *err, con
 
 struct comm_cpu_opts {
 	double timeout_s;   /* one operation; 0: 300 */
-	size_t chunk_bytes; /* pipelining unit; 0: the default (see comm_cpu.c) */
+	size_t chunk_bytes; /* pipelining unit of the ring and of the shared memory's slices;
+			       0: the defaults (see comm_cpu.c, comm_shm.c) */
+	int tcp_only;	    /* 1: every rank a node of its own, all in the TCP ring (as does
+			       DPTRAIN_COMM_SHM=0); the same on every rank */
+	const char *node;   /* tests: this rank's node, instead of its host's identity (ranks of
+			       one name must run on one host); NULL or "": the host's */
 };
 
-/* The CPU engine over the store's job: each rank listens on an ephemeral port on the address
- * its store connection uses, publishes it in the store, and connects to the next rank of the
- * ring. st stays owned by the caller and must outlive the comm. */
+/* The CPU engine over the store's job. Ranks on one host (the same boot and network
+ * namespace) form a node, which reduces through shared memory (comm_shm.h); the nodes' leaders
+ * (each node's lowest rank) form a TCP ring: each listens on an ephemeral port on the address
+ * its store connection uses, publishes it in the store, and connects to the next node's
+ * leader. The comm's ops->name says which ("cpu (shared memory: 4 ranks on 1 node)"). st
+ * stays owned by the caller and must outlive the comm. */
 int comm_cpu_create(struct comm **c, struct store *st, const struct comm_cpu_opts *o,
 		    struct dp_error *err);
 

@@ -1,19 +1,38 @@
-/* comm_cpu.c — the CPU collective engine of comm.h: a TCP ring between the ranks (each
- * connects to rank + 1 and accepts rank - 1), the ring algorithms, their fixed reduction
- * order and the failure path through the store. Owns its two sockets; not the store.
+/* comm_cpu.c — the CPU collective engine of comm.h: which ranks share a node (from the store),
+ * shared memory within a node (comm_shm.c), a TCP ring between the nodes (one leader each: its
+ * lowest rank, which connects to the next node's leader and accepts the previous one's), the
+ * ring algorithms, the hierarchical composition of the two, their fixed reduction order and the
+ * failure path through the store. Owns its ring sockets and its node's group; not the store.
  *
- * Reduction order. allreduce and reduce_scatter split the data into world_size blocks; block
- * b starts at rank b + 1, which sends its part to the next rank, which adds its own, and so on
- * round the ring, so block b is ((x[b+1] + x[b+2]) + ...) + x[b] (ranks mod world_size),
- * summed once, on rank b, and copied to the others: the result is the same bit for bit on
- * every rank and in every run. AVG divides that sum once by world_size. allreduce's blocks
- * are count / world_size elements, the first count % world_size of them one more. */
+ * Topology. Every rank publishes its host's identity (host name, boot id and network
+ * namespace: the ranks that can share a memfd over an abstract Unix socket); rank 0 numbers the
+ * nodes by their lowest rank and publishes every rank's node. Ranks alone on their node, or
+ * every rank with DPTRAIN_COMM_SHM=0 (comm_cpu_opts.tcp_only), make the plain TCP ring of
+ * all ranks, as before. One node: shared memory only. Several nodes: an operation reduces
+ * within each node (all its ranks adding at once), runs the ring between the nodes' leaders,
+ * and broadcasts within each node, as NCCL's and oneCCL's hierarchical algorithms do: a
+ * gradient byte crosses the network as often as in a ring of the nodes alone.
+ *
+ * Reduction order. The ring splits the data into one block per ring rank; block b starts at
+ * ring rank b + 1, which sends its part to the next, which adds its own, and so on round the
+ * ring, so block b is ((x[b+1] + x[b+2]) + ...) + x[b] (ring ranks mod the ring's size),
+ * summed once, on ring rank b, and copied to the others. On one node the shared memory adds
+ * every element in exactly that order over the ranks (the same bits as the TCP ring); over
+ * several nodes x[m] above is node m's sum, ((x[r0] + x[r1]) + ...) over its ranks in
+ * ascending order. Every element is summed once, by one rank, and copied to the others: the
+ * result is the same bit for bit on every rank and in every run. AVG divides that sum once by
+ * world_size. allreduce's blocks are count / ring size elements, the first count % ring size
+ * of them one more; reduce_scatter's are the ranks' blocks, over several nodes each node's
+ * ranks' blocks together. */
 #define _GNU_SOURCE
 #include "trainer/dist/comm.h"
+#include "trainer/dist/comm_shm.h"
 #include "common/error.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/hmac.h"
 #include "common/random.h"
+#include "common/readfile.h"
 #include "store/store.h"
 
 #include <arpa/inet.h>
@@ -30,6 +49,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -46,6 +66,17 @@ struct comm_cpu {
 	struct store *st;
 	int next_fd, prev_fd, wake_fd;
 	int next, prev; /* their ranks */
+	int rr, rw;	/* this rank's place in the ring, the ring's size (the nodes) */
+
+	/* the nodes: ranks node by node (each node's ascending), where each node's start */
+	int nnodes, node, nlocal, local; /* this rank's node, its ranks, its index there */
+	int *node_of, *local_of;	 /* per rank */
+	int *packed, *first;		 /* world, nnodes + 1 */
+	struct shm_group *g;		 /* this node's shared memory; NULL: alone on it */
+	struct shm_ctl ctl;
+	size_t *boff, *blen; /* the ring's blocks of one operation (rw each) */
+	struct comm_ops ops; /* cpu_ops, named for this comm ("cpu (...)") */
+	char name[128];
 	double timeout_s, grace_s;
 	size_t chunk;
 	unsigned long seq;
@@ -272,74 +303,64 @@ static int xfer_reduce_into(struct comm_cpu *c, const void *sbuf, size_t sbytes,
 }
 
 /* ---------------------------------------------------------------------------------------
- * The operations. */
+ * The ring's algorithms, between the ring's ranks (every rank, or the nodes' leaders). */
 
 static int mod(int a, int w)
 {
 	return ((a % w) + w) % w;
 }
 
-/* Common entry: the poison and abort checks, the op name, the sequence number. */
-static int cpu_begin(struct comm_cpu *c, const char *op, struct dp_error *err)
+/* Reduce-scatter over the ring's blocks (ring rank k's: bytes [off[k], off[k] + len[k]) of
+ * b): at step s send block r-1-s, add block r-2-s; ring rank r ends with block r, divided by
+ * div if div > 1. */
+static int ring_reduce_blocks(struct comm_cpu *c, unsigned char *b, const size_t *off,
+			      const size_t *len, enum comm_dtype t, int div, struct dp_error *err)
 {
-	c->op = op;
-	c->seq++;
-	if (c->failure.failed)
-		return errprintf(err, "%s", c->failure.msg.text);
-	if (atomic_load_explicit(&c->aborted, memory_order_acquire))
-		return cpu_fail_abort(c, err);
-	return 0;
-}
-
-static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_dtype t,
-			 enum comm_redop op, struct dp_error *err)
-{
-	struct comm_cpu *c = (struct comm_cpu *)base;
-	int w = base->world_size, r = base->rank;
-	size_t es = comm_dtype_size(t);
-	unsigned char *b = buf;
-	if (cpu_begin(c, "allreduce", err) < 0)
-		return -1;
-	if (w == 1 || count == 0)
-		return 0;
-	size_t base_n = count / (size_t)w, rem = count % (size_t)w;
-#define BLK_OFF(k) (((size_t)(k)*base_n + ((size_t)(k) < rem ? (size_t)(k) : rem)) * es)
-#define BLK_LEN(k) ((base_n + ((size_t)(k) < rem)) * es)
-	/* reduce-scatter: at step s send block r-1-s, add block r-2-s; rank r ends with block r */
+	int w = c->rw, r = c->rr;
 	for (int s = 0; s < w - 1; s++) {
 		int sb = mod(r - 1 - s, w), rb = mod(r - 2 - s, w);
-		if (xfer_reduce_into(c, b + BLK_OFF(sb), BLK_LEN(sb), BLK_LEN(rb), b + BLK_OFF(rb),
-				     b + BLK_OFF(rb), t, err) < 0)
+		if (xfer_reduce_into(c, b + off[sb], len[sb], len[rb], b + off[rb], b + off[rb], t,
+				     err) < 0)
 			return -1;
 	}
-	if (op == COMM_AVG)
-		scale_avg(b + BLK_OFF(r), BLK_LEN(r) / es, t, w);
-	/* all-gather: at step s send block r-s, receive block r-1-s */
-	for (int s = 0; s < w - 1; s++) {
-		int sb = mod(r - s, w), rb = mod(r - 1 - s, w);
-		if (xfer(c, b + BLK_OFF(sb), BLK_LEN(sb), b + BLK_OFF(rb), BLK_LEN(rb), err) < 0)
-			return -1;
-	}
-#undef BLK_OFF
-#undef BLK_LEN
+	if (div > 1)
+		scale_avg(b + off[r], len[r] / comm_dtype_size(t), t, div);
 	return 0;
 }
 
-static int cpu_reduce_scatter(struct comm *base, const void *in, void *out, size_t count,
-			      enum comm_dtype t, enum comm_redop op, struct dp_error *err)
+/* All-gather over the ring's blocks: at step s send block r-s, receive block r-1-s. */
+static int ring_gather_blocks(struct comm_cpu *c, unsigned char *b, const size_t *off,
+			      const size_t *len, struct dp_error *err)
 {
-	struct comm_cpu *c = (struct comm_cpu *)base;
-	int w = base->world_size, r = base->rank;
+	int w = c->rw, r = c->rr;
+	for (int s = 0; s < w - 1; s++) {
+		int sb = mod(r - s, w), rb = mod(r - 1 - s, w);
+		if (xfer(c, b + off[sb], len[sb], b + off[rb], len[rb], err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int ring_allreduce(struct comm_cpu *c, void *buf, size_t count, enum comm_dtype t, int div,
+			  struct dp_error *err)
+{
+	size_t es = comm_dtype_size(t), base_n = count / (size_t)c->rw, rem = count % (size_t)c->rw;
+	for (int k = 0; k < c->rw; k++) {
+		c->boff[k] = ((size_t)k * base_n + ((size_t)k < rem ? (size_t)k : rem)) * es;
+		c->blen[k] = (base_n + ((size_t)k < rem)) * es;
+	}
+	if (ring_reduce_blocks(c, buf, c->boff, c->blen, t, div, err) < 0)
+		return -1;
+	return ring_gather_blocks(c, buf, c->boff, c->blen, err);
+}
+
+/* in: rw blocks of count; out: ring rank rr's, summed. */
+static int ring_reduce_scatter(struct comm_cpu *c, const void *in, void *out, size_t count,
+			       enum comm_dtype t, int div, struct dp_error *err)
+{
+	int w = c->rw, r = c->rr;
 	size_t bytes = count * comm_dtype_size(t);
 	const unsigned char *src = in;
-	if (cpu_begin(c, "reduce_scatter", err) < 0)
-		return -1;
-	if (count == 0)
-		return 0;
-	if (w == 1) {
-		memmove(out, in, bytes);
-		return 0;
-	}
 	/* the partial sums go to two scratch blocks in turn (one is sent while the next one
 	 * fills); the last step reduces into out (which may be in's block r: only it is read) */
 	if (cpu_scratch(c, (size_t)(w > 3 ? 2 : w - 2) * bytes, err) < 0)
@@ -353,8 +374,151 @@ static int cpu_reduce_scatter(struct comm *base, const void *in, void *out, size
 			return -1;
 		send = dst;
 	}
-	if (op == COMM_AVG)
-		scale_avg(out, count, t, w);
+	if (div > 1)
+		scale_avg(out, count, t, div);
+	return 0;
+}
+
+/* bytes from ring rank root to every ring rank. */
+static int ring_broadcast(struct comm_cpu *c, void *buf, size_t bytes, int root,
+			  struct dp_error *err)
+{
+	int w = c->rw, d = mod(c->rr - root, w); /* distance from the root along the ring */
+	if (d == 0)
+		return xfer(c, buf, bytes, NULL, 0, err);
+	if (d == w - 1)
+		return xfer(c, NULL, 0, buf, bytes, err);
+	struct xfer x = {.sbuf = buf, .sbytes = bytes, .rbuf = buf, .rbytes = bytes, .fwd = 1};
+	return xfer_run(c, &x, err);
+}
+
+/* An all-gather of one byte: done when a byte from every ring rank went round. */
+static int ring_barrier(struct comm_cpu *c, struct dp_error *err)
+{
+	int w = c->rw, r = c->rr;
+	if (cpu_scratch(c, (size_t)w, err) < 0)
+		return -1;
+	memset(c->scratch, 1, (size_t)w);
+	for (int s = 0; s < w - 1; s++)
+		if (xfer(c, c->scratch + mod(r - s, w), 1, c->scratch + mod(r - 1 - s, w), 1, err) <
+		    0)
+			return -1;
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------
+ * The operations: the ring of every rank (no two share a node), shared memory (one node), or
+ * both (several nodes: within each, then between them, then within each again). */
+
+/* Common entry: the poison and abort checks, the op name, the sequence number. */
+static int cpu_begin(struct comm_cpu *c, const char *op, struct dp_error *err)
+{
+	c->op = c->ctl.op = op;
+	c->ctl.seq = ++c->seq;
+	if (c->failure.failed)
+		return errprintf(err, "%s", c->failure.msg.text);
+	if (atomic_load_explicit(&c->aborted, memory_order_acquire))
+		return cpu_fail_abort(c, err);
+	return 0;
+}
+
+/* A shared-memory step's outcome, through the comm's failure path. */
+static int shm_step(struct comm_cpu *c, int rv, struct dp_error *err)
+{
+	if (rv == SHM_ABORTED)
+		return cpu_fail_abort(c, err);
+	if (rv < 0)
+		return cpu_fail(c, err, "%s", err->text);
+	return 0;
+}
+
+/* Only the ring: no two ranks share a node. */
+static int ring_only(const struct comm_cpu *c)
+{
+	return c->nnodes == c->base.world_size;
+}
+
+static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_dtype t,
+			 enum comm_redop op, struct dp_error *err)
+{
+	struct comm_cpu *c = (struct comm_cpu *)base;
+	int w = base->world_size, div = op == COMM_AVG ? w : 1;
+	if (cpu_begin(c, "allreduce", err) < 0)
+		return -1;
+	if (w == 1 || count == 0)
+		return 0;
+	if (c->nnodes == 1)
+		return shm_step(
+		    c, shm_reduce(c->g, buf, buf, count, t, div, SHM_ORDER_RING, 0, err), err);
+	if (c->g &&
+	    shm_step(c, shm_reduce(c->g, buf, buf, count, t, 1, SHM_ORDER_ASCENDING, 1, err), err) <
+		0)
+		return -1;
+	if (c->local == 0 && ring_allreduce(c, buf, count, t, div, err) < 0)
+		return -1;
+	if (c->g &&
+	    shm_step(c, shm_bcast(c->g, buf, buf, count * comm_dtype_size(t), 0, err), err) < 0)
+		return -1;
+	return 0;
+}
+
+/* The ranks' blocks node by node: the ring's blocks are the nodes' (scratch holds them on
+ * the leaders). */
+static void node_blocks(struct comm_cpu *c, size_t bytes)
+{
+	for (int m = 0; m < c->nnodes; m++) {
+		c->boff[m] = (size_t)c->first[m] * bytes;
+		c->blen[m] = (size_t)(c->first[m + 1] - c->first[m]) * bytes;
+	}
+}
+
+static int cpu_reduce_scatter(struct comm *base, const void *in, void *out, size_t count,
+			      enum comm_dtype t, enum comm_redop op, struct dp_error *err)
+{
+	struct comm_cpu *c = (struct comm_cpu *)base;
+	int w = base->world_size, div = op == COMM_AVG ? w : 1;
+	size_t bytes = count * comm_dtype_size(t);
+	const unsigned char *src = in;
+	if (cpu_begin(c, "reduce_scatter", err) < 0)
+		return -1;
+	if (count == 0)
+		return 0;
+	if (w == 1) {
+		memmove(out, in, bytes);
+		return 0;
+	}
+	if (c->nnodes == 1)
+		return shm_step(c, shm_reduce_scatter(c->g, in, out, count, t, div, err), err);
+	if (ring_only(c))
+		return ring_reduce_scatter(c, in, out, count, t, div, err);
+	/* each rank's block summed within the node into the leader's scratch, node by node;
+	 * the ring's reduce-scatter of the nodes' blocks; each block to its rank */
+	int lead = c->local == 0;
+	if (lead && cpu_scratch(c, (size_t)w * bytes, err) < 0)
+		return -1;
+	for (int p = 0; p < w; p++) {
+		const unsigned char *mine = src + (size_t)c->packed[p] * bytes;
+		unsigned char *to = lead ? c->scratch + (size_t)p * bytes : NULL;
+		if (!c->g)
+			memcpy(to, mine, bytes);
+		else if (shm_step(
+			     c,
+			     shm_reduce(c->g, mine, to, count, t, 1, SHM_ORDER_ASCENDING, 1, err),
+			     err) < 0)
+			return -1;
+	}
+	node_blocks(c, bytes);
+	if (lead && ring_reduce_blocks(c, c->scratch, c->boff, c->blen, t, div, err) < 0)
+		return -1;
+	unsigned char *ours = lead ? c->scratch + (size_t)c->first[c->node] * bytes : NULL;
+	for (int j = 1; j < c->nlocal; j++)
+		if (shm_step(c,
+			     shm_bcast(c->g, lead ? ours + (size_t)j * bytes : NULL,
+				       c->local == j ? out : NULL, bytes, 0, err),
+			     err) < 0)
+			return -1;
+	if (lead)
+		memcpy(out, ours, bytes);
 	return 0;
 }
 
@@ -369,13 +533,46 @@ static int cpu_allgather(struct comm *base, const void *in, void *out, size_t co
 		return -1;
 	if (count == 0)
 		return 0;
-	if (in != o + (size_t)r * bytes)
-		memmove(o + (size_t)r * bytes, in, bytes);
-	for (int s = 0; s < w - 1; s++) {
-		int sb = mod(r - s, w), rb = mod(r - 1 - s, w);
-		if (xfer(c, o + (size_t)sb * bytes, bytes, o + (size_t)rb * bytes, bytes, err) < 0)
-			return -1;
+	if (w == 1) {
+		if (in != out)
+			memmove(out, in, bytes);
+		return 0;
 	}
+	if (c->nnodes == 1)
+		return shm_step(c, shm_allgather(c->g, in, out, count, t, err), err);
+	if (ring_only(c)) {
+		if (in != o + (size_t)r * bytes)
+			memmove(o + (size_t)r * bytes, in, bytes);
+		for (int k = 0; k < w; k++) {
+			c->boff[k] = (size_t)k * bytes;
+			c->blen[k] = bytes;
+		}
+		return ring_gather_blocks(c, o, c->boff, c->blen, err);
+	}
+	/* the node's blocks to its leader's scratch, node by node; the ring's all-gather of the
+	 * nodes' blocks; the leader puts them in rank order and broadcasts them in the node */
+	int lead = c->local == 0;
+	if (lead && cpu_scratch(c, (size_t)w * bytes, err) < 0)
+		return -1;
+	unsigned char *ours = lead ? c->scratch + (size_t)c->first[c->node] * bytes : NULL;
+	if (lead)
+		memcpy(ours, in, bytes);
+	for (int j = 1; j < c->nlocal; j++)
+		if (shm_step(
+			c,
+			shm_bcast(c->g, in, lead ? ours + (size_t)j * bytes : NULL, bytes, j, err),
+			err) < 0)
+			return -1;
+	node_blocks(c, bytes);
+	if (lead) {
+		if (ring_gather_blocks(c, c->scratch, c->boff, c->blen, err) < 0)
+			return -1;
+		for (int p = 0; p < w; p++)
+			memcpy(o + (size_t)c->packed[p] * bytes, c->scratch + (size_t)p * bytes,
+			       bytes);
+	}
+	if (c->g && shm_step(c, shm_bcast(c->g, o, o, (size_t)w * bytes, 0, err), err) < 0)
+		return -1;
 	return 0;
 }
 
@@ -389,31 +586,34 @@ static int cpu_broadcast(struct comm *base, void *buf, size_t bytes, int root, s
 		return cpu_fail(c, err, "root %d is not a rank (0-%d)", root, w - 1);
 	if (w == 1 || bytes == 0)
 		return 0;
-	int d = mod(base->rank - root, w); /* distance from the root along the ring */
-	if (d == 0)
-		return xfer(c, buf, bytes, NULL, 0, err);
-	if (d == w - 1)
-		return xfer(c, NULL, 0, buf, bytes, err);
-	struct xfer x = {.sbuf = buf, .sbytes = bytes, .rbuf = buf, .rbytes = bytes, .fwd = 1};
-	return xfer_run(c, &x, err);
+	int home = c->node_of[root], at = c->local_of[root];
+	if (c->nnodes == 1)
+		return shm_step(c, shm_bcast(c->g, buf, buf, bytes, at, err), err);
+	/* within the root's node (its leader included), round the leaders, within the others */
+	if (c->node == home && c->g &&
+	    shm_step(c, shm_bcast(c->g, buf, buf, bytes, at, err), err) < 0)
+		return -1;
+	if (c->local == 0 && ring_broadcast(c, buf, bytes, home, err) < 0)
+		return -1;
+	if (c->node != home && c->g &&
+	    shm_step(c, shm_bcast(c->g, buf, buf, bytes, 0, err), err) < 0)
+		return -1;
+	return 0;
 }
 
 static int cpu_barrier(struct comm *base, struct dp_error *err)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
-	int w = base->world_size, r = base->rank;
 	if (cpu_begin(c, "barrier", err) < 0)
 		return -1;
-	if (w == 1)
+	if (base->world_size == 1)
 		return 0;
-	/* an all-gather of one byte: done when a byte from every rank went round */
-	if (cpu_scratch(c, (size_t)w, err) < 0)
+	if (c->g && shm_step(c, shm_barrier(c->g, err), err) < 0)
 		return -1;
-	memset(c->scratch, 1, (size_t)w);
-	for (int s = 0; s < w - 1; s++)
-		if (xfer(c, c->scratch + mod(r - s, w), 1, c->scratch + mod(r - 1 - s, w), 1, err) <
-		    0)
-			return -1;
+	if (c->local == 0 && c->rw > 1 && ring_barrier(c, err) < 0)
+		return -1;
+	if (c->g && c->nnodes > 1 && shm_step(c, shm_barrier(c->g, err), err) < 0)
+		return -1;
 	return 0;
 }
 
@@ -433,6 +633,7 @@ static void cpu_abort(struct comm *base, const char *reason)
 	if (write(c->wake_fd, &one, sizeof(one)) < 0) {
 		/* the counter is saturated: it is readable anyway */
 	}
+	shm_wake(c->g);
 	store_abort(c->st, reason);
 }
 
@@ -447,7 +648,14 @@ static void cpu_destroy(struct comm *base)
 		close(c->prev_fd);
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
+	shm_destroy(c->g);
 	pthread_mutex_destroy(&c->abort_lock);
+	free(c->node_of);
+	free(c->local_of);
+	free(c->packed);
+	free(c->first);
+	free(c->boff);
+	free(c->blen);
 	free(c->scratch);
 	free(c->ring);
 	free(c);
@@ -833,23 +1041,216 @@ out:
 	return rv;
 }
 
+/* ---------------------------------------------------------------------------------------
+ * Which ranks share a node, and making the comm. */
+
+/* What this rank's host is, as far as sharing memory goes: its name (for people), its boot (a
+ * machine), its network namespace (where the abstract socket that hands the segment over is
+ * seen). o->node (tests) stands for all of it; tcp_only makes every rank a node of its own. */
+/* This rank is a node of its own, in the TCP ring: comm_cpu_opts.tcp_only, DPTRAIN_COMM_SHM=0. */
+static int tcp_only(const struct comm_cpu_opts *o)
+{
+	const char *off = getenv(ENV_DPTRAIN_COMM_SHM);
+	if (o && o->node && *o->node)
+		return 0;
+	return (o && o->tcp_only) || (off && strcmp(off, "0") == 0);
+}
+
+static void host_identity(char *buf, size_t len, const struct comm_cpu_opts *o, int rank)
+{
+	char host[256] = "", *boot = NULL;
+	size_t blen;
+	struct dp_error e;
+	struct stat ns;
+	if (o && o->node && *o->node) {
+		snprintf(buf, len, "node %s", o->node);
+		return;
+	}
+	if (tcp_only(o)) {
+		snprintf(buf, len, "rank %d", rank);
+		return;
+	}
+	gethostname(host, sizeof(host) - 1);
+	if (dp_read_file("/proc/sys/kernel/random/boot_id", 64, 0, &boot, &blen, &e) == 0)
+		boot[strcspn(boot, "\n")] = 0;
+	if (stat("/proc/self/ns/net", &ns) < 0)
+		memset(&ns, 0, sizeof(ns));
+	snprintf(buf, len, "host %s boot %s netns %llu:%llu", host, boot ? boot : "?",
+		 (unsigned long long)ns.st_dev, (unsigned long long)ns.st_ino);
+	free(boot);
+}
+
+/* Every rank publishes its host's identity; rank 0 numbers the nodes in the order of their
+ * lowest rank and publishes every rank's node ("0 0 1 1 ..."), which every rank reads. */
+static int topology(struct comm_cpu *c, const struct comm_cpu_opts *o, long gen,
+		    struct dp_error *err)
+{
+	int w = c->base.world_size, rv = -1;
+	char key[128], id[512], name[300];
+	char **ids = NULL, *text = NULL;
+	void *v = NULL;
+	size_t vlen;
+	c->node_of = calloc((size_t)w, sizeof(int));
+	c->local_of = calloc((size_t)w, sizeof(int));
+	c->packed = calloc((size_t)w, sizeof(int));
+	c->first = calloc((size_t)w + 1, sizeof(int));
+	c->boff = calloc((size_t)w, sizeof(size_t));
+	c->blen = calloc((size_t)w, sizeof(size_t));
+	if (!c->node_of || !c->local_of || !c->packed || !c->first || !c->boff || !c->blen)
+		return errprintf(err, "comm: out of memory");
+	host_identity(id, sizeof(id), o, c->base.rank);
+	if (c->base.rank != 0) {
+		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.host.%d", gen, c->base.rank);
+		if (store_set(c->st, key, id, strlen(id), err) < 0)
+			return -1;
+		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.nodes", gen);
+		if (store_get(c->st, key, &v, &vlen, c->timeout_s, err) < 0)
+			return errprefix(err, "comm: waiting for rank 0's list of the nodes");
+		const char *p = v;
+		for (int r = 0; r < w; r++) {
+			char *end;
+			long m = strtol(p, &end, 10);
+			if (end == p || m < 0 || m >= w) {
+				errprintf(err, "comm: rank 0 published a bad list of the nodes");
+				goto out;
+			}
+			c->node_of[r] = (int)m;
+			p = end;
+		}
+	} else {
+		ids = calloc((size_t)w, sizeof(char *));
+		text = malloc((size_t)w * 12 + 1);
+		if (!ids || !text || !(ids[0] = strdup(id))) {
+			errprintf(err, "comm: out of memory");
+			goto out;
+		}
+		size_t at = 0;
+		int nodes = 0;
+		for (int r = 0; r < w; r++) {
+			if (r > 0) {
+				size_t n;
+				snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.host.%d", gen, r);
+				if (store_get(c->st, key, (void **)&ids[r], &n, c->timeout_s, err) <
+				    0) {
+					errprefix(err, "comm: waiting for %s's host",
+						  store_rank_name(c->st, r, name, sizeof(name)));
+					goto out;
+				}
+			}
+			int m = 0;
+			while (m < r && strcmp(ids[m], ids[r]) != 0)
+				m++;
+			c->node_of[r] = m < r ? c->node_of[m] : nodes++;
+			at += (size_t)sprintf(text + at, "%s%d", r ? " " : "", c->node_of[r]);
+		}
+		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.nodes", gen);
+		if (store_set(c->st, key, text, at, err) < 0)
+			goto out;
+	}
+	/* the ranks node by node; each node's ascending, its first one its leader */
+	for (int r = 0; r < w; r++)
+		c->nnodes = c->node_of[r] + 1 > c->nnodes ? c->node_of[r] + 1 : c->nnodes;
+	for (int r = 0; r < w; r++)
+		c->first[c->node_of[r] + 1]++;
+	for (int m = 0; m < c->nnodes; m++)
+		c->first[m + 1] += c->first[m];
+	int *fill = calloc((size_t)c->nnodes, sizeof(int));
+	if (!fill) {
+		errprintf(err, "comm: out of memory");
+		goto out;
+	}
+	for (int r = 0; r < w; r++) {
+		int m = c->node_of[r];
+		c->local_of[r] = fill[m];
+		c->packed[c->first[m] + fill[m]++] = r;
+	}
+	free(fill);
+	c->node = c->node_of[c->base.rank];
+	c->local = c->local_of[c->base.rank];
+	c->nlocal = c->first[c->node + 1] - c->first[c->node];
+	/* the ring: the nodes' leaders in the nodes' order */
+	c->rw = c->nnodes;
+	c->rr = c->node;
+	c->next = c->packed[c->first[(c->node + 1) % c->nnodes]];
+	c->prev = c->packed[c->first[(c->node + c->nnodes - 1) % c->nnodes]];
+	rv = 0;
+out:
+	for (int r = 0; ids && r < w; r++)
+		free(ids[r]);
+	free(ids);
+	free(text);
+	free(v);
+	return rv;
+}
+
+/* This rank's ring port: listen on the address of its store connection, publish it. */
+static int ring_listen(struct comm_cpu *c, long gen, int *lfd, struct dp_error *err)
+{
+	struct store *st = c->st;
+	char key[128], me[INET6_ADDRSTRLEN + 16];
+	struct sockaddr_storage ss;
+	socklen_t len;
+	snprintf(me, sizeof(me), "%s:0", store_local_addr(st));
+	if (strchr(store_local_addr(st), ':'))
+		snprintf(me, sizeof(me), "[%s]:0", store_local_addr(st));
+	if (parse_addr(me, &ss, &len) < 0)
+		return errprintf(err, "comm: cannot use this rank's address '%s'",
+				 store_local_addr(st));
+	*lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (*lfd < 0)
+		return errprintf(err, "comm: socket: %s", strerror(errno));
+	sock_tune(*lfd);
+	if (bind(*lfd, (struct sockaddr *)&ss, len) < 0 || listen(*lfd, 16) < 0 ||
+	    getsockname(*lfd, (struct sockaddr *)&ss, &len) < 0)
+		return errprintf(err, "comm: cannot listen on %s: %s", store_local_addr(st),
+				 strerror(errno));
+	int port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+						 : ((struct sockaddr_in6 *)&ss)->sin6_port);
+	snprintf(me, sizeof(me), strchr(store_local_addr(st), ':') ? "[%s]:%d" : "%s:%d",
+		 store_local_addr(st), port);
+	snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.addr.%d", gen, c->base.rank);
+	return store_set(st, key, me, strlen(me), err);
+}
+
+/* This rank's end of the ring: meet the next and previous leaders (ring_handshake). */
+static int ring_make(struct comm_cpu *c, int lfd, long gen, double deadline, struct dp_error *err)
+{
+	char key[128];
+	void *addr = NULL;
+	size_t addrlen;
+	int rv = -1;
+	c->ring = malloc(2 * c->chunk);
+	if (!c->ring)
+		return errprintf(err, "comm: out of memory (2 chunks of %zu bytes)", c->chunk);
+	snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.addr.%d", gen, c->next);
+	if (store_get(c->st, key, &addr, &addrlen, c->timeout_s, err) < 0)
+		goto out;
+	if (ring_handshake(c, lfd, addr, gen, deadline, err) < 0)
+		goto out;
+	rv = 0;
+out:
+	free(addr);
+	return rv;
+}
+
 int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_opts *o,
 		    struct dp_error *err)
 {
 	struct comm_cpu *c = calloc(1, sizeof(*c));
-	int lfd = -1, rv = -1;
-	void *addr = NULL;
-	size_t addrlen;
+	int rv = -1, w, lfd = -1;
 	*out = NULL;
 	if (!c)
 		return errprintf(err, "comm: out of memory");
-	c->base.ops = &cpu_ops;
+	c->ops = cpu_ops;
+	c->base.ops = &c->ops;
 	c->base.rank = store_rank(st);
-	c->base.world_size = store_world_size(st);
+	c->base.world_size = w = store_world_size(st);
 	c->st = st;
 	c->next_fd = c->prev_fd = -1;
-	c->next = (c->base.rank + 1) % c->base.world_size;
-	c->prev = (c->base.rank + c->base.world_size - 1) % c->base.world_size;
+	c->rr = c->base.rank;
+	c->rw = w;
+	c->nnodes = 1;
+	c->nlocal = 1;
 	c->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
 	/* the ranks waiting in a collective answer the store's roll call at once, whenever
 	 * their own timers would fire: the grace is for a rank that is elsewhere in the
@@ -858,66 +1259,62 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 	c->chunk = o && o->chunk_bytes ? o->chunk_bytes : CPU_CHUNK_DEFAULT;
 	c->chunk = c->chunk < 64 ? 64 : c->chunk / 8 * 8;
 	c->op = "comm";
+	c->ctl = (struct shm_ctl){.st = st,
+				  .aborted = &c->aborted,
+				  .op = "comm",
+				  .timeout_s = c->timeout_s,
+				  .grace_s = c->grace_s};
 	pthread_mutex_init(&c->abort_lock, NULL);
+	snprintf(c->name, sizeof(c->name), "cpu");
+	c->ops.name = c->name;
 	c->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (c->wake_fd < 0) {
 		errprintf(err, "comm: eventfd: %s", strerror(errno));
 		goto out;
 	}
-	if (c->base.world_size > 1) {
+	if (w > 1) {
 		double deadline = now_s() + c->timeout_s;
-		c->ring = malloc(2 * c->chunk);
-		if (!c->ring) {
-			errprintf(err, "comm: out of memory (2 chunks of %zu bytes)", c->chunk);
-			goto out;
-		}
-		char key[128], me[INET6_ADDRSTRLEN + 16];
+		char key[128];
 		long gen;
 		/* the comms this rank made before: the same count on every rank */
 		snprintf(key, sizeof(key), "dptrain.comm.cpu.created.%d", c->base.rank);
 		if (store_add(st, key, 1, &gen, err) < 0)
 			goto out;
-
-		struct sockaddr_storage ss;
-		socklen_t len;
-		snprintf(me, sizeof(me), "%s:0", store_local_addr(st));
-		if (strchr(store_local_addr(st), ':'))
-			snprintf(me, sizeof(me), "[%s]:0", store_local_addr(st));
-		if (parse_addr(me, &ss, &len) < 0) {
-			errprintf(err, "comm: cannot use this rank's address '%s'",
-				  store_local_addr(st));
+		/* a rank of the TCP ring alone leads a node of its own: its port is published
+		 * before the nodes are known (as before there were nodes) */
+		if (tcp_only(o) && ring_listen(c, gen, &lfd, err) < 0)
 			goto out;
+		if (topology(c, o, gen, err) < 0)
+			goto out;
+		if (c->nlocal > 1) {
+			struct shm_node nd = {.world = w,
+					      .nlocal = c->nlocal,
+					      .local = c->local,
+					      .ranks = c->packed + c->first[c->node],
+					      .node = c->node,
+					      .gen = gen,
+					      .slice_bytes = o ? o->chunk_bytes : 0};
+			if (shm_create(&c->g, &c->ctl, &nd, err) < 0)
+				goto out;
 		}
-		lfd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (lfd < 0) {
-			errprintf(err, "comm: socket: %s", strerror(errno));
+		if (c->local == 0 && c->nnodes > 1 &&
+		    ((lfd < 0 && ring_listen(c, gen, &lfd, err) < 0) ||
+		     ring_make(c, lfd, gen, deadline, err) < 0))
 			goto out;
-		}
-		sock_tune(lfd);
-		if (bind(lfd, (struct sockaddr *)&ss, len) < 0 || listen(lfd, 16) < 0 ||
-		    getsockname(lfd, (struct sockaddr *)&ss, &len) < 0) {
-			errprintf(err, "comm: cannot listen on %s: %s", store_local_addr(st),
-				  strerror(errno));
-			goto out;
-		}
-		int port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-							 : ((struct sockaddr_in6 *)&ss)->sin6_port);
-		snprintf(me, sizeof(me), strchr(store_local_addr(st), ':') ? "[%s]:%d" : "%s:%d",
-			 store_local_addr(st), port);
-		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.addr.%d", gen, c->base.rank);
-		if (store_set(st, key, me, strlen(me), err) < 0)
-			goto out;
-		snprintf(key, sizeof(key), "dptrain.comm.cpu.%ld.addr.%d", gen, c->next);
-		if (store_get(st, key, &addr, &addrlen, c->timeout_s, err) < 0)
-			goto out;
-		if (ring_handshake(c, lfd, addr, gen, deadline, err) < 0)
-			goto out;
+		if (c->nnodes == 1)
+			snprintf(c->name, sizeof(c->name),
+				 "cpu (shared memory: %d ranks on 1 node)", w);
+		else if (ring_only(c))
+			snprintf(c->name, sizeof(c->name), "cpu (TCP ring)");
+		else
+			snprintf(c->name, sizeof(c->name),
+				 "cpu (shared memory in each node, TCP ring between %d nodes)",
+				 c->nnodes);
 	}
 	*out = &c->base;
 	c = NULL;
 	rv = 0;
 out:
-	free(addr);
 	if (lfd >= 0)
 		close(lfd);
 	if (c)
