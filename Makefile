@@ -412,6 +412,12 @@ check-unit: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(UNIT_TESTS)
 
 # The dependency rules (contrib/ci/check-layers; also t/t0002-layers.t in make check).
+# The suite from a checkout unlike CI's (contrib/ci/portable.sh): a long path with blanks and
+# non-ASCII characters, another locale and time zone, one CPU; then as a user who is not root.
+check-portable:
+	contrib/ci/portable.sh --cpus 0 check
+	contrib/ci/portable.sh --user dpportable --locale de_DE.UTF-8 --tz America/St_Johns check
+
 check-layers: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' t/t0002-layers.t
 
