@@ -223,7 +223,7 @@ ifeq ($(HAVE_SLURM),yes)
 PROGRAMS += $(SPANK_SO)
 endif
 
-.PHONY: all check check-unit check-integration check-layers check-env format install uninstall clean deps fuzz help demo reference bench missing-deps
+.PHONY: all check check-unit check-integration check-layers check-env format install uninstall clean deps fuzz help demo reference bench missing-deps chaos
 .DEFAULT_GOAL := all
 # Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
 .SECONDARY:
@@ -399,6 +399,16 @@ check-env:
 check-integration: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(SHELL_TESTS)
 
+# The long chaos run (contrib/chaos/README.md, doc/reliability.md); t/t0850-chaos.t is its
+# short version in make check. make chaos CHAOS_FAULTS=1000 CHAOS_TIME=14400 CHAOS_SEED=7
+CHAOS_FAULTS ?= 200
+CHAOS_JOBS ?= 1
+CHAOS_TIME ?= 3600
+chaos: all
+	/usr/bin/python3 contrib/chaos/chaos.py --faults $(CHAOS_FAULTS) --jobs $(CHAOS_JOBS) \
+		--steps 500 --time-limit $(CHAOS_TIME) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+		--report $(O)/chaos-report.json
+
 # Formatting: `make format` formats every C and CUDA source as .clang-format says, with the
 # clang-format version named there (others break some lines differently); make check checks it
 # (t/t0003-format.t). contrib/ci/check-format holds the list of sources and the version rule.
@@ -476,6 +486,7 @@ help:
 	@echo "make install PREFIX=/usr DESTDIR=...   install programs, plugin, man pages, examples"
 	@echo "make demo                      packages, build, a private Slurm, srun --dptrain jobs"
 	@echo "make bench                     build the benchmark programs (contrib/bench, doc/performance.md)"
+	@echo "make chaos [CHAOS_FAULTS=200]   the long fault-injection run (contrib/chaos, doc/reliability.md)"
 	@echo "make reference                 regenerate t/reference/data with Debian's python3-torch"
 
 -include $(shell find $(O)/obj $(O)/obj-plugin -name '*.d' 2>/dev/null)

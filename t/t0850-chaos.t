@@ -21,11 +21,11 @@ for p in ip nsenter tc mount flock; do
 done
 chaos="$DPTRAIN_SRC_DIR/contrib/chaos/chaos.py"
 
-test_expect_success 'six fault events (seed 34): the job ends as if never interrupted' '
-	{ /usr/bin/python3 "$chaos" --seed 34 --faults 6 --steps 500 --dir "$PWD/run" \
+test_expect_success 'six fault events (seed 169): the job ends as if never interrupted' '
+	{ /usr/bin/python3 "$chaos" --seed 169 --faults 6 --steps 500 --slurmd-timeout 12 --dir "$PWD/run" \
 		--time-limit 600 --keep --report report.json >out 2>&1; rc=$?; } ;
 	cat out && test $rc = 0 &&
-	grep "PASS (seed 34)" out &&
+	grep "PASS (seed 169)" out &&
 	grep "passed the checker" out &&
 	dp_json report.json "d[\"fault_events\"] == 6 and not d[\"checker_failures\"]" >ok &&
 	test "$(cat ok)" = True

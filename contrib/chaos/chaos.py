@@ -688,14 +688,9 @@ class Harness:
             runs0, _ = job.progress()
             # the moment: a step some way past the newest one, or the start of a resumed run
             if f["at"] == "resume":
-                def moment():
-                    st, _ = self.cl.job_state(job.jid)
-                    if st is None:
-                        return "gone"
-                    n, _ = job.progress()
-                    return "ok" if st == "RUNNING" and n > runs0 else None
-                # a resumed run first: wait for the job to end a run, if it is running
-                got = self.wait(moment_or_ended(self, job, runs0), a.wait_s, "a new run of job %d" % job.jid, job)
+                # a resumed run: the next one, or one forced by a SIGTERM
+                got = self.wait(moment_or_ended(self, job, runs0), a.wait_s,
+                                "a new run of job %d" % job.jid, job)
             else:
                 n0, at0 = job.progress()
                 target = at0 + f["delay"]
@@ -995,6 +990,10 @@ def main():
     for k in a.kinds:
         if k not in SINGLE:
             ap.error("unknown fault kind '%s' (one of %s)" % (k, ", ".join(SINGLE)))
+    # a fault waits for 1..2 checkpoint intervals of steps: a job takes about steps / (2 *
+    # every) of them before it ends; more faults get more jobs
+    cap = max(1, a.steps // (2 * a.every))
+    a.jobs = max(a.jobs, -(-a.faults // cap))
     if os.geteuid() != 0:
         ap.error("must run as root (Slurm daemons, network namespaces, a tmpfs)")
     if a.dir is None:
@@ -1023,7 +1022,7 @@ def main():
         for i in range(a.jobs):
             jobs.append(Job(h, i + 1, h.plan(per[i])))
         for j in jobs:
-            if h.left() < 2 * a.reserve_s:
+            if h.ran and h.left() < 2 * a.reserve_s:
                 log("%d s left: jobs %d-%d are not run" % (h.left(), j.idx, len(jobs)))
                 break
             h.run_job(j)
@@ -1037,6 +1036,8 @@ def main():
             else:
                 log("job %d: passed the checker: %d runs, steps lost %s" %
                     (j.idx, j.runs, j.lost))
+        if not h.ran:
+            raise Fail("no job ran")
     except Fail as e:
         log("FAILED: %s" % e)
         h.failures.append({"seed": a.seed, "why": [str(e)]})
