@@ -400,7 +400,7 @@ check-integration: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(SHELL_TESTS)
 
 # The long chaos run (contrib/chaos/README.md, doc/reliability.md); t/t0850-chaos.t is its
-# short version in make check. make chaos CHAOS_FAULTS=1000 CHAOS_TIME=14400 CHAOS_SEED=7
+# short version in make check. make chaos CHAOS_FAULTS=1000 CHAOS_TIME=21600 CHAOS_SEED=7
 CHAOS_FAULTS ?= 200
 CHAOS_JOBS ?= 1
 CHAOS_TIME ?= 3600

@@ -865,6 +865,11 @@ class Harness:
             seg = text[r["log_at"]:]
             nxt = re.search(r"chaos: run \d+ of job", seg)
             seg = seg[:nxt.start()] if nxt else seg
+            if r["step"] >= a.steps or (
+                    re.search(r"^dptrain: done: \d+ steps", seg, re.M) and
+                    re.search(r"^chaos: run \d+: srun exit 0$", seg, re.M)):
+                # it landed as the job's last step was done: the run ended by finishing
+                r["ended_run"] = False
             named = []
             for cause in r["causes"]:
                 if cause and re.search(cause, seg, re.M):
