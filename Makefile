@@ -230,7 +230,7 @@ ifeq ($(HAVE_SLURM),yes)
 PROGRAMS += $(SPANK_SO)
 endif
 
-.PHONY: $(PKG_TARGETS) programs all check check-unit check-integration check-layers check-env format install uninstall clean deps fuzz help demo reference bench missing-deps
+.PHONY: $(PKG_TARGETS) programs all check check-unit check-integration check-portable check-layers check-env format install uninstall clean deps fuzz help demo reference bench missing-deps chaos
 .DEFAULT_GOAL := all
 # Keep the unit tests' objects: they are intermediate to make, but relinking is all we want.
 .SECONDARY:
@@ -428,6 +428,16 @@ check-env:
 check-integration: all
 	$(PROVE) $(PROVE_FLAGS) --exec '' $(SHELL_TESTS)
 
+# The long chaos run (contrib/chaos/README.md, doc/reliability.md); t/t0850-chaos.t is its
+# short version in make check. make chaos CHAOS_FAULTS=1000 CHAOS_TIME=21600 CHAOS_SEED=7
+CHAOS_FAULTS ?= 200
+CHAOS_JOBS ?= 1
+CHAOS_TIME ?= 3600
+chaos: all
+	/usr/bin/python3 contrib/chaos/chaos.py --faults $(CHAOS_FAULTS) --jobs $(CHAOS_JOBS) \
+		--steps 500 --time-limit $(CHAOS_TIME) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) \
+		--report $(O)/chaos-report.json
+
 # Formatting: `make format` formats every C and CUDA source as .clang-format says, with the
 # clang-format version named there (others break some lines differently); make check checks it
 # (t/t0003-format.t). contrib/ci/check-format holds the list of sources and the version rule.
@@ -508,6 +518,7 @@ help:
 	@echo "make [SAN=1] [CUDA_HOME=...]   build (SAN=1: AddressSanitizer + UBSan into build-san/)"
 	@echo "make deps                      install the Debian packages needed to build and test"
 	@echo "make check [SAN=1]             unit + integration tests through prove"
+	@echo "make check-portable            the suite from an odd path, one CPU, other locales, a user not root"
 	@echo "make check-layers              the dependency rules (contrib/ci/check-layers), also in make check"
 	@echo "make check-env                 the environment contract (common/env.def), also in make check"
 	@echo "make format                    clang-format every source (.clang-format names the version), checked by make check"
@@ -517,6 +528,7 @@ help:
 	@echo "make package-test              the Debian packages installed and used in fresh Debian 12 and 13 roots"
 	@echo "make demo                      packages, build, a private Slurm, srun --dptrain jobs"
 	@echo "make bench                     build the benchmark programs (contrib/bench, doc/performance.md)"
+	@echo "make chaos [CHAOS_FAULTS=200]   the long fault-injection run (contrib/chaos, doc/reliability.md)"
 	@echo "make reference                 regenerate t/reference/data with Debian's python3-torch"
 
 -include $(shell find $(O)/obj $(O)/obj-plugin $(O)/obj-wire2 -name '*.d' 2>/dev/null)

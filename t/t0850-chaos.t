@@ -1,0 +1,67 @@
+#!/bin/sh
+# t0850-chaos.t — the short version of contrib/chaos (make chaos runs the long one): a
+# 2-node x 2-rank sbatch --requeue job of LeNet on Fashion-MNIST, on a local cluster whose
+# nodes live in their own network namespaces, is hit by six fault events drawn from a fixed
+# seed (a stop signal, a killed rank, a failed node that comes back, a link down, a slowed
+# link, a full output file system, a fault during a resume, two at once); the checker then
+# wants the final weights and every step's metrics bit-identical to an uninterrupted run of
+# the same config (the trainer is deterministic: t0800-ckpt.t proves resume = uninterrupted
+# bit for bit for 1 and 2 ranks), no step counted twice, at most checkpoint.every_steps steps
+# recomputed per resume, every checkpoint verifying, and nothing left behind (processes,
+# namespaces, mounts, shared memory, a held lock). The second test shows the checker's parts
+# fail on a doctored result. Owns its trash directory, its cluster and its namespaces.
+
+test_description='chaos: many faults, one requeued job, the weights of an uninterrupted run'
+
+. "$(dirname "$0")/sharness.sh"
+
+dp_need_cluster FMNIST
+for p in ip nsenter tc mount flock; do
+	command -v $p >/dev/null 2>&1 || { skip_all="needs $p (iproute2, util-linux)"; test_done; }
+done
+chaos="$DPTRAIN_SRC_DIR/contrib/chaos/chaos.py"
+
+test_expect_success 'six fault events (seed 169): the job ends as if never interrupted' '
+	{ /usr/bin/python3 "$chaos" --seed 169 --faults 6 --steps 500 --slurmd-timeout 12 --dir "$PWD/run" \
+		--time-limit 600 --keep --report report.json >out 2>&1; rc=$?; } ;
+	cat out && test $rc = 0 &&
+	grep "PASS (seed 169)" out &&
+	grep "passed the checker" out &&
+	dp_json report.json "d[\"fault_events\"] == 6 and not d[\"checker_failures\"]" >ok &&
+	test "$(cat ok)" = True
+'
+
+test_expect_success 'the checker fails a doctored run: weights, metrics, checkpoints' '
+	cat >doctor.py <<-\EOF &&
+	import importlib.util, json, os, shutil, sys
+	spec = importlib.util.spec_from_file_location("chaos", sys.argv[1])
+	c = importlib.util.module_from_spec(spec)
+	spec.loader.exec_module(c)
+	job = sys.argv[2]
+	steps, runs, dup = c.read_metrics(job + "/metrics.jsonl")
+	assert len(steps) == 500 and dup == 0, (len(steps), dup)
+	# a step counted twice within one run, and a changed loss, are both seen
+	lines = open(job + "/metrics.jsonl").read().splitlines()
+	train = [l for l in lines if "\"event\":\"train\"" in l]
+	open("dup.jsonl", "w").write("\n".join(lines + [train[-1]]) + "\n")
+	assert c.read_metrics("dup.jsonl")[2] == 1
+	d = json.loads(train[5]); d["loss"] = d["loss"] * (1 + 2 ** -20)
+	open("bad.jsonl", "w").write("\n".join(lines[:1] + [json.dumps(d)]) + "\n")
+	assert c.read_metrics("bad.jsonl")[0][0] != steps[d["global_step"] - 1]
+	# a flipped byte in a checkpoint
+	ck = sorted(e for e in os.listdir(job + "/checkpoints") if e.startswith("step-"))[-1]
+	shutil.copytree(job + "/checkpoints/" + ck, "ck")
+	c.verify_checkpoint("ck")
+	with open("ck/model.safetensors", "r+b") as f:
+	    f.seek(200); b = f.read(1); f.seek(200); f.write(bytes([b[0] ^ 1]))
+	try:
+	    c.verify_checkpoint("ck")
+	    sys.exit("a flipped byte verified")
+	except c.Fail as e:
+	    print("caught:", e)
+	EOF
+	/usr/bin/python3 doctor.py "$chaos" run/kept/job1 2>&1 | tee doctor.out &&
+	grep "caught: .*size or CRC32 differs" doctor.out
+'
+
+test_done
