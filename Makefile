@@ -166,7 +166,7 @@ DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_i
 	trainer/data/data_shards.c trainer/data/image.c trainer/data/loader.c \
 	trainer/data/sampler.c trainer/data/shard_write.c trainer/data/transform.c
 CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
-BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_ref.c \
+BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_cpu_act.c trainer/backend/backend_ref.c \
 	trainer/backend/backend_cuda_none.c
 STORE_SRC   := store/store.c store/store_server.c store/store_wire.c
 CFG_LIB_SRC := config/config.c config/config_fields.c \

@@ -975,11 +975,9 @@ static int suspicious(struct cfg_ctx *x)
 		     "reaches optimizer.lr",
 		     (long long)s->warmup_steps, (long long)c->train.max_steps) < 0)
 		return -1;
-	if (c->precision.mode != CFG_PREC_FP32 && c->device.kind == CFG_DEVICE_CPU &&
-	    cfg_warn(x, "precision.mode", "%s is a GPU mode; CPUs compute in fp32",
-		     c->precision.mode == CFG_PREC_TF32	  ? "tf32"
-		     : c->precision.mode == CFG_PREC_BF16 ? "bf16"
-							  : "fp16") < 0)
+	/* bf16 runs on CPUs with AVX512_BF16 or AMX (the trainer checks the CPU it runs on) */
+	if (c->precision.mode == CFG_PREC_TF32 && c->device.kind == CFG_DEVICE_CPU &&
+	    cfg_warn(x, "precision.mode", "tf32 is a GPU mode; CPUs compute in fp32") < 0)
 		return -1;
 	return 0;
 }

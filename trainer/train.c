@@ -513,17 +513,27 @@ static int run_backend(struct run *r, struct dp_error *err)
 			return -1;
 		return 0;
 	}
-	r->be = be_cpu_create(c->train.threads ? c->train.threads : r->env->threads, err);
+	/* bf16 on the CPU: acts, convolutions and matrix products in bfloat16 where the CPU has
+	 * it in hardware (AVX512_BF16, AMX); refused where it does not, not emulated */
+	struct be_cpu_opts o = {.act_dtype = BE_F32};
+	struct dp_error why;
+	if (c->precision.mode == CFG_PREC_BF16) {
+		if (!be_cpu_bf16(&why))
+			return errprintf(err,
+					 "precision.mode bf16: %s; use \"fp32\" on this CPU (or "
+					 "run on a GPU)",
+					 why.text);
+		o.act_dtype = BE_BF16;
+	}
+	r->be = be_cpu_create_opts(c->train.threads ? c->train.threads : r->env->threads, &o, err);
 	if (!r->be)
 		return errprefix(err, "cpu backend");
-	/* half precision is a GPU mode: device.kind auto on a machine without a GPU (with
-	 * device.kind cpu the config check has already warned) */
-	if (r->rank0 && c->device.kind != CFG_DEVICE_CPU &&
-	    (c->precision.mode == CFG_PREC_BF16 || c->precision.mode == CFG_PREC_FP16))
+	/* fp16 is a GPU mode: device.kind auto on a machine without a GPU (with device.kind cpu
+	 * the config check has already refused it) */
+	if (r->rank0 && c->device.kind != CFG_DEVICE_CPU && c->precision.mode == CFG_PREC_FP16)
 		dp_warn("dptrain", NULL,
-			"precision.mode %s is a GPU mode; the CPU computes in fp32 (loss scaling "
-			"as precision.loss_scale says)",
-			c->precision.mode == CFG_PREC_BF16 ? "bf16" : "fp16");
+			"precision.mode fp16 is a GPU mode; the CPU computes in fp32 (loss scaling "
+			"as precision.loss_scale says)");
 	return 0;
 }
 

@@ -8,6 +8,12 @@
 # Two builds of dptrain instead of PyTorch (a change's before and after, same run): each model
 # runs ROUNDS times from each build, alternating, and the table gives the median img/s.
 #     /usr/bin/python3 contrib/bench/train-bench.py --builds BEFORE AFTER [ROUNDS (3)] [MODEL...]
+# dptrain against PyTorch in another root (Debian 13 PyTorch 2.6: eager and torch.compile, float32
+# and autocast bfloat16), interleaved rounds (as root: a private mount namespace; the overlay
+# DIR is a layer of ours above ROOT, holding what torch.compile needs: g++, python3-dev,
+# python3-setuptools, libtorch-dev):
+#     /usr/bin/python3 contrib/bench/train-bench.py --root ROOT [--overlay DIR] [--rounds N]
+#         [--isa avx2] [--no-bf16] [--no-compile] [--steps L] [--json FILE] [MODEL...]
 import gzip
 import os
 import re
@@ -24,7 +30,10 @@ BATCH = 64
 PLAN = {"mlp": 300, "lenet": 300, "resnet18": 6, "resnet50": 4}
 
 
-def torch_side(name, warm, steps):
+def torch_side(name, warm, steps, mode="eager", dtype="fp32"):
+    """mode eager or compile (torch.compile, Inductor; its compilation falls in the warm-up);
+    dtype fp32 or bf16 (CPU autocast to bfloat16, as precision.mode bf16)."""
+    import contextlib
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -46,6 +55,9 @@ def torch_side(name, warm, steps):
         model = gen_model.resnet_small(int(name[6:]), 10)
         model.conv1 = torch.nn.Conv2d(1, 64, 3, 1, 1, bias=False)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    fwd = torch.compile(model) if mode == "compile" else model
+    cast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == "bf16" else \
+        contextlib.nullcontext
     perm = torch.randperm(len(y))
     model.train()
     t0 = None
@@ -54,7 +66,8 @@ def torch_side(name, warm, steps):
             t0 = time.perf_counter()
         idx = perm[(i * BATCH) % 59968:][:BATCH]
         xb = (x[idx].float() / 255 - 0.2860) / 0.3530
-        loss = F.cross_entropy(model(xb), y[idx])
+        with cast():
+            loss = F.cross_entropy(fwd(xb), y[idx])
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -67,6 +80,142 @@ def run_rss(cmd, env=None):
         out = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", t.name] + cmd, env=env,
                              check=True, capture_output=True, text=True).stdout
         return out, int(t.read().strip().splitlines()[-1]) / 1024
+
+
+def cpu_model():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "?"
+
+
+def root_cmd(root, upper, argv):
+    """argv (a command of the root) run in the root at root, this tree at /mnt/dptrain and the
+    data sets at their place, in a mount namespace of its own (nothing stays mounted); with
+    upper, in an overlay of the root (our own layer: a compiler for torch.compile, say)."""
+    script = "set -e\n"
+    r = root
+    if upper:
+        os.makedirs(os.path.join(upper, "upper"), exist_ok=True)
+        os.makedirs(os.path.join(upper, "work"), exist_ok=True)
+        os.makedirs(os.path.join(upper, "merged"), exist_ok=True)
+        r = os.path.join(upper, "merged")
+        script += ("mount -t overlay overlay -o lowerdir=%s,upperdir=%s/upper,workdir=%s/work %s\n"
+                   % (root, upper, upper, r))
+    script += ("mount --bind /proc {r}/proc; mount --rbind /dev {r}/dev; "
+               "mount --rbind /sys {r}/sys\n"
+               "mkdir -p {r}/mnt/dptrain {r}{d}; mount --bind {top} {r}/mnt/dptrain; "
+               "mount --bind {d} {r}{d}\n"
+               'exec chroot {r} "$@"\n').format(r=r, top=TOP, d=os.path.dirname(FMNIST))
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"] + argv
+
+
+def vs_root(args):
+    """dptrain on this host against PyTorch in another root (Debian 13's PyTorch 2.6), eager
+    and torch.compile, float32 and bfloat16, interleaved rounds; medians; JSON lines.
+        train-bench.py --root ROOT [--overlay DIR] [--rounds N] [--isa avx2] [--no-bf16]
+                       [--no-compile] [--steps L] [--json FILE] [--build DIR] [MODEL...]"""
+    import datetime
+    import json
+    root, upper, rounds, isa, jpath = args[0], None, 3, None, None
+    build, bf16, compiled, models = os.path.join(TOP, "build"), True, True, []
+    i = 1
+    while i < len(args):
+        a = args[i]
+        if a in ("--overlay", "--rounds", "--isa", "--json", "--build", "--steps"):
+            v = args[i + 1]
+            i += 1
+            if a == "--overlay":
+                upper = v
+            elif a == "--rounds":
+                rounds = int(v)
+            elif a == "--isa":
+                isa = v
+            elif a == "--json":
+                jpath = v
+            elif a == "--steps":  # L for every model, instead of PLAN's
+                PLAN.update((k, int(v)) for k in PLAN)
+            else:
+                build = v
+        elif a == "--no-bf16":
+            bf16 = False
+        elif a == "--no-compile":
+            compiled = False
+        else:
+            models.append(a)
+        i += 1
+    env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
+    if isa:  # oneDNN (dptrain's and PyTorch's) and ATen's own kernels capped alike
+        env.update(ONEDNN_MAX_CPU_ISA=isa.upper(), ATEN_CPU_CAPABILITY=isa.lower())
+    dtypes = ["fp32"] + (["bf16"] if bf16 else [])
+    sides = [("dptrain", d) for d in dtypes] + [("torch-eager", d) for d in dtypes]
+    if compiled:
+        sides += [("torch-compile", d) for d in dtypes]
+    commit = subprocess.run(["git", "-C", TOP, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    ver = subprocess.run(root_cmd(root, upper, ["python3", "-c",
+                                                "import torch; print(torch.__version__)"]),
+                         env=env, capture_output=True, text=True).stdout.strip()
+    got = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, steps in PLAN.items():
+            if models and name not in models:
+                continue
+            for r in range(rounds):
+                order = sides if r % 2 == 0 else sides[::-1]
+                for tool, dt in order:
+                    if tool == "dptrain":
+                        cmd = dptrain_cmd(build, name, steps, os.path.join(
+                            tmp, "%s-%d-%s" % (name, r, dt))) + ["precision.mode=" + dt]
+                        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                        v = re.findall(r"([0-9.]+) img/s", out.stdout)
+                    else:
+                        cmd = root_cmd(root, upper, [
+                            "python3", "/mnt/dptrain/contrib/bench/train-bench.py", "--torch",
+                            name, str(steps), str(steps), tool[6:], dt])
+                        out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                        v = re.findall(r"IMGS ([0-9.]+)", out.stdout)
+                    if not v:
+                        print("%s %s %s failed: %s" % (name, tool, dt, out.stderr[-2000:]),
+                              file=sys.stderr)
+                        continue
+                    got.setdefault((name, tool, dt), []).append(float(v[-1]))
+                    print("%s round %d %s %s: %s img/s" % (name, r, tool, dt, v[-1]),
+                          file=sys.stderr)
+    med = {k: sorted(v)[len(v) // 2] for k, v in got.items()}
+    cpu, date = cpu_model(), datetime.datetime.utcnow().strftime("%Y-%m-%d")
+    isa_s = isa or "best (oneDNN's and ATen's)"
+    print("| model | dtype | dptrain img/s | PyTorch %s eager | torch.compile | vs eager |"
+          " vs compile |" % ver)
+    print("|---|---|---|---|---|---|---|")
+    lines = []
+    for name in PLAN:
+        for dt in dtypes:
+            d = med.get((name, "dptrain", dt))
+            e = med.get((name, "torch-eager", dt))
+            c = med.get((name, "torch-compile", dt))
+            if d is None:
+                continue
+            f = lambda v: "%.1f" % v if v else "-"
+            g = lambda v: "%.2fx" % (d / v) if v else "-"
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (name, dt, f(d), f(e), f(c), g(e),
+                                                            g(c)))
+            for tool in ("dptrain", "torch-eager", "torch-compile"):
+                if (name, tool, dt) not in got:
+                    continue
+                lines.append(json.dumps({
+                    "tool": "dptrain" if tool == "dptrain" else "pytorch-%s %s" % (ver,
+                                                                                  tool[6:]),
+                    "model": name, "input": "1x28x28 Fashion-MNIST", "ranks": 1,
+                    "threads": THREADS, "batch": BATCH, "dtype": dt,
+                    "img_s": round(med[(name, tool, dt)], 2),
+                    "img_s_rounds": got[(name, tool, dt)],
+                    "dptrain_ratio": round(d / med[(name, tool, dt)], 3),
+                    "cpu": cpu, "isa": isa_s, "date": date, "commit": commit}))
+    if jpath:
+        with open(jpath, "a") as f:
+            f.write("".join(line + "\n" for line in lines))
 
 
 def dptrain_cmd(build, name, steps, outdir):
@@ -111,7 +260,9 @@ def compare_builds(before, after, rounds, models=None):
 
 def main():
     if len(sys.argv) > 2 and sys.argv[1] == "--torch":
-        return torch_side(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return torch_side(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:7])
+    if len(sys.argv) > 2 and sys.argv[1] == "--root":
+        return vs_root(sys.argv[2:])
     if len(sys.argv) > 3 and sys.argv[1] == "--builds":
         rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 3
         return compare_builds(os.path.abspath(sys.argv[2]), os.path.abspath(sys.argv[3]), rounds,

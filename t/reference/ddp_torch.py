@@ -8,8 +8,9 @@ here rather than by torchrun), each with the per-rank batch data.batch_size draw
 DistributedSampler(seed=data.seed, shuffle=data.shuffle, drop_last=data.drop_remainder) and
 set_epoch(epoch), gradients averaged by DDP, the optimizer of the config (sgd / momentum with
 momentum, nesterov, weight_decay; adamw with betas, eps, weight_decay) at a constant learning
-rate, and train.label_smoothing. Pixels are fed as ToTensor does (v / 255 in float32), then
-data.transforms.normalize when it is given; random augmentations are refused.
+rate, and train.label_smoothing; precision.mode bf16 as CPU autocast to bfloat16. Pixels are
+fed as ToTensor does (v / 255 in float32), then data.transforms.normalize when it is given;
+random augmentations are refused.
 
     ddp_torch.py --nproc 2 --config X.json --init W.safetensors --steps 20 --out DIR
         trains STEPS steps (across epochs as needed) from the weights in W.safetensors and
@@ -279,8 +280,8 @@ def check_supported(cfg):
     if par.get("grad_accumulation_step", 1) != 1:
         fail("%s: parallel.grad_accumulation_step > 1 is not supported here" % where)
     mode = cfg.get("precision", {}).get("mode", "fp32")
-    if mode not in ("fp32", "tf32", "O0"):
-        fail("%s: precision.mode %r: only fp32 is supported here" % (where, mode))
+    if mode not in ("fp32", "tf32", "O0", "bf16"):
+        fail("%s: precision.mode %r: only fp32 and bf16 are supported here" % (where, mode))
     name = cfg.get("optimizer", {}).get("name", "sgd")
     if name not in ("sgd", "momentum", "adamw"):
         fail("%s: optimizer.name %r: only sgd, momentum and adamw are supported here"
@@ -397,6 +398,12 @@ def worker(args):
     if len(loader) == 0:
         fail("%s: an epoch has no steps (%d samples per rank, batch %d)"
              % (args.config, len(sampler), batch))
+    # precision.mode bf16: CPU autocast to bfloat16 (convolutions and matrix products in
+    # bfloat16, float32 weights, gradients and optimizer), as dptrain's bf16 on the CPU
+    import contextlib
+    bf16 = cfg.get("precision", {}).get("mode", "fp32") == "bf16"
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else \
+        contextlib.nullcontext
     log = open(os.path.join(args.out, "losses.rank%d.jsonl" % rank), "w")
     step, epoch = 0, 0
     ddp.train()
@@ -404,7 +411,8 @@ def worker(args):
         sampler.set_epoch(epoch)
         for x, y in loader:
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(ddp(x), y, label_smoothing=smoothing)
+            with autocast():
+                loss = F.cross_entropy(ddp(x), y, label_smoothing=smoothing)
             loss.backward()
             opt.step()
             step += 1

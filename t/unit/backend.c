@@ -1,6 +1,9 @@
 /* backend.c — every op of the fast CPU backends checked against the reference backend: forward,
  * backward and beta = 1 accumulation on fresh random inputs over many shapes, outputs poisoned
- * with NaN first so an op that forgets to write fails. PyTorch parity is backend_torch.c. */
+ * with NaN first so an op that forgets to write fails. The CPU backend keeps acts in oneDNN's
+ * blocked layouts (and in bfloat16 where asked): its ops run through backend_plain.h, which
+ * converts every act from and to float32 NCHW around each op. PyTorch parity is
+ * backend_torch.c. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +13,7 @@
 #include "trainer/backend/backend_ref.h"
 #include "trainer/data/image.h"
 #include "t/unit/backend_check.h"
+#include "t/unit/backend_plain.h"
 #include "t/lib/tap.h"
 
 /* The backend under test and the reference, with one op each for the case at hand. */
@@ -18,7 +22,18 @@ struct pair {
 	struct be_op *op[2];
 	struct chk_rng *rng;
 	const char *name; /* of the backend under test */
+	/* bfloat16 acts: results within bfloat16's rounding of float32's (tol), and the checks
+	 * of float32 identities (relu of a float is that float) left out */
+	int bf16;
 };
+
+/* Error allowed against the reference (chk_close_tol): float32's (CHK_TOL of each element, or
+ * of a tenth of the tensor's RMS where it is smaller), or bfloat16's in the bfloat16 suite.
+ * bfloat16 keeps 8 significant bits: every input and output is rounded by up to 2^-9 of
+ * itself, and products sum in float32, so a result is off by a few such roundings of the
+ * tensor's scale, which is what it is judged against there (a floor of the whole RMS). */
+#define BF16_TOL 2.5e-2
+static double tol = CHK_TOL, tol_rms = 0.1;
 
 static void ops_destroy(struct pair *p)
 {
@@ -55,15 +70,34 @@ static void cmp(struct pair *p, const char *op, const char *what, const float *g
 	char t[320];
 
 	snprintf(t, sizeof(t), "%s %s %s", p->name, op, what);
-	chk_close(got, want, n, t);
+	chk_close_tol(got, want, n, tol, tol_rms, t);
 }
 
 /* beta = 1 onto a prefilled buffer must equal the prefill plus the beta = 0 result. */
+/* Inputs: uniform in [lo, hi), and exact in bfloat16 in the bfloat16 suite, so that both
+ * backends see the same numbers (rounding them on import would move ReLU and max pooling
+ * decisions within bfloat16's rounding of a tie, which no tolerance on values measures). */
+static void bf16_exact(const struct pair *p, float *x, size_t n)
+{
+	for (size_t i = 0; p->bf16 && i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof(u));
+		u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+		memcpy(&x[i], &u, sizeof(u));
+	}
+}
+
+static void rand_in(struct pair *p, float *x, size_t n, float lo, float hi)
+{
+	chk_random(p->rng, x, n, lo, hi);
+	bf16_exact(p, x, n);
+}
+
 static float *prefill(struct pair *p, size_t n)
 {
 	float *x = chk_alloc(n);
 
-	chk_random(p->rng, x, n, -1.0f, 1.0f);
+	rand_in(p, x, n, -1.0f, 1.0f);
 	return x;
 }
 
@@ -76,7 +110,7 @@ static void check_acc(const char *backend, const char *op, const char *what, con
 	for (size_t i = 0; i < n; i++)
 		want[i] = pre[i] + out0[i];
 	snprintf(t, sizeof(t), "%s %s %s beta=1", backend, op, what);
-	chk_close(acc, want, n, t);
+	chk_close_tol(acc, want, n, tol, tol_rms, t);
 	free(want);
 }
 
@@ -101,10 +135,10 @@ static void test_conv(struct pair *p, struct be_conv_desc d)
 	size_t nx = (size_t)d.n * d.c * d.h * d.w, nw = (size_t)d.k * d.c * d.kh * d.kw;
 	size_t ny = (size_t)d.n * d.k * dd[0].oh * dd[0].ow, nb = d.k;
 	x = chk_alloc(nx), wt = chk_alloc(nw), b = chk_alloc(nb), dy = chk_alloc(ny);
-	chk_random(p->rng, x, nx, -1, 1);
-	chk_random(p->rng, wt, nw, -0.5f, 0.5f);
-	chk_random(p->rng, b, nb, -1, 1);
-	chk_random(p->rng, dy, ny, -1, 1);
+	rand_in(p, x, nx, -1, 1);
+	rand_in(p, wt, nw, -0.5f, 0.5f);
+	rand_in(p, b, nb, -1, 1);
+	rand_in(p, dy, ny, -1, 1);
 	for (int i = 0; i < 2; i++) {
 		struct backend *be = p->be[i];
 		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx), dw[i] = chk_alloc(nw);
@@ -241,16 +275,17 @@ static void test_bn(struct pair *p, struct be_bn_desc d)
 	be_bn_str(&d, s, sizeof(s));
 	snprintf(w, sizeof(w), "bn(%s)", s);
 	/* Offset and scale per channel, so normalisation has something to undo. */
-	chk_random(p->rng, x, nx, -1, 1);
+	rand_in(p, x, nx, -1, 1);
 	for (size_t i = 0; i < nx; i++)
 		x[i] = x[i] * (1.0f + (i / (d.h * d.w)) % d.c) + 0.5f * ((i / (d.h * d.w)) % d.c);
-	chk_random(p->rng, dy, nx, -1, 1);
-	chk_random(p->rng, g, nc, 0.5f, 1.5f);
-	chk_random(p->rng, bt, nc, -0.5f, 0.5f);
-	chk_random(p->rng, rm0, nc, -0.2f, 0.2f);
-	chk_random(p->rng, rv0, nc, 0.5f, 1.5f);
+	bf16_exact(p, x, nx);
+	rand_in(p, dy, nx, -1, 1);
+	rand_in(p, g, nc, 0.5f, 1.5f);
+	rand_in(p, bt, nc, -0.5f, 0.5f);
+	rand_in(p, rm0, nc, -0.2f, 0.2f);
+	rand_in(p, rv0, nc, 0.5f, 1.5f);
 	if (z)
-		chk_random(p->rng, z, nx, -1, 1);
+		rand_in(p, z, nx, -1, 1);
 	for (int i = 0; i < 2; i++) {
 		y[i] = chk_alloc(nx), ye[i] = chk_alloc(nx), dx[i] = chk_alloc(nx);
 		dz[i] = z ? chk_alloc(nx) : NULL;
@@ -328,7 +363,10 @@ static void test_bn(struct pair *p, struct be_bn_desc d)
 		free(pre), free(acc), free(preg), free(accg), free(preb), free(accb);
 		free(prez), free(accz);
 	}
-	if (z)
+	/* Bit for bit in float32; in bfloat16 the fused op rounds once where the separate ops
+	 * round BN's output and the sum, so they differ by a rounding (and a ReLU decision
+	 * within it), and only the comparison with the reference above holds. */
+	if (z && !p->bf16)
 		test_bn_fused(p, d, x, z, g, bt, dy, y, dx, dz);
 out:
 	ops_destroy(p);
@@ -359,11 +397,11 @@ static void test_pool(struct pair *p, struct be_pool_desc d, int levels)
 		goto out;
 	size_t nx = (size_t)d.n * d.c * d.h * d.w, ny = (size_t)d.n * d.c * dd[0].oh * dd[0].ow;
 	x = chk_alloc(nx), dy = chk_alloc(ny);
-	chk_random(p->rng, x, nx, -1, 1);
+	rand_in(p, x, nx, -1, 1);
 	if (levels)
 		for (size_t i = 0; i < nx; i++)
 			x[i] = floorf((x[i] + 1.0f) * 0.5f * levels);
-	chk_random(p->rng, dy, ny, -1, 1);
+	rand_in(p, dy, ny, -1, 1);
 	for (int i = 0; i < 2; i++) {
 		struct backend *be = p->be[i];
 		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx);
@@ -401,10 +439,10 @@ static void test_linear(struct pair *p, struct be_linear_desc d)
 
 	be_linear_str(&d, s, sizeof(s));
 	snprintf(w, sizeof(w), "linear(%s)", s);
-	chk_random(p->rng, x, nx, -1, 1);
-	chk_random(p->rng, wt, nw, -0.5f, 0.5f);
-	chk_random(p->rng, b, nb, -1, 1);
-	chk_random(p->rng, dy, ny, -1, 1);
+	rand_in(p, x, nx, -1, 1);
+	rand_in(p, wt, nw, -0.5f, 0.5f);
+	rand_in(p, b, nb, -1, 1);
+	rand_in(p, dy, ny, -1, 1);
 	for (int i = 0; i < 2; i++) {
 		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx), dw[i] = chk_alloc(nw);
 		db[i] = chk_alloc(nb);
@@ -466,9 +504,9 @@ static void test_eltwise(struct pair *p, size_t n)
 	double ss[2];
 	char w[64];
 
-	chk_random(p->rng, x, n, -1, 1);
-	chk_random(p->rng, b, n, -1, 1);
-	chk_random(p->rng, dy, n, -1, 1);
+	rand_in(p, x, n, -1, 1);
+	rand_in(p, b, n, -1, 1);
+	rand_in(p, dy, n, -1, 1);
 	for (int i = 0; i < 2; i++) {
 		struct backend *be = p->be[i];
 		y[i] = chk_alloc(n), dx[i] = chk_alloc(n), sum[i] = chk_alloc(n);
@@ -490,9 +528,10 @@ static void test_eltwise(struct pair *p, size_t n)
 	ok(fabs(ss[1] - ss[0]) <= 1e-9 * ss[0], "sumsq: %.12g vs %.12g", ss[1], ss[0]);
 	/* relu: exactly max(x, 0); its gradient flows where y > 0 only. */
 	int exact = 1;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n && !p->bf16; i++)
 		exact &= y[1][i] == (x[i] > 0 ? x[i] : 0) && dx[1][i] == (x[i] > 0 ? dy[i] : 0);
-	ok(exact, "%s relu fwd/bwd exact over %zu floats", p->name, n);
+	if (!p->bf16)
+		ok(exact, "%s relu fwd/bwd exact over %zu floats", p->name, n);
 	p->be[1]->ops->fill(p->be[1], y[1], 3.25f, n);
 	exact = 1;
 	for (size_t i = 0; i < n; i++)
@@ -510,8 +549,8 @@ static void test_gap(struct pair *p, int n, int c, int hw)
 	float *y[2], *dx[2], *acc[2];
 	char t[96];
 
-	chk_random(p->rng, x, nx, -1, 1);
-	chk_random(p->rng, dy, ny, -1, 1);
+	rand_in(p, x, nx, -1, 1);
+	rand_in(p, dy, ny, -1, 1);
 	for (int i = 0; i < 2; i++) {
 		struct backend *be = p->be[i];
 		y[i] = chk_alloc(ny), dx[i] = chk_alloc(nx), acc[i] = chk_copy(pre, nx);
@@ -539,7 +578,7 @@ static void test_xent(struct pair *p, int n, int classes, float smoothing, float
 
 	if (!lab)
 		bail_out("out of memory");
-	chk_random(p->rng, l, nl, -4, 4);
+	rand_in(p, l, nl, -4, 4);
 	for (int i = 0; i < n; i++)
 		lab[i] = (int32_t)(chk_next(p->rng) % classes);
 	/* Some rows predict their label, so correct is not always 0. */
@@ -556,15 +595,17 @@ static void test_xent(struct pair *p, int n, int classes, float smoothing, float
 	}
 	snprintf(t, sizeof(t), "xent(n=%d classes=%d smoothing=%g scale=%g)", n, classes, smoothing,
 		 scale);
-	is_double(loss[1], loss[0], 1e-5 * fabs(loss[0]), "%s %s loss %.6f", p->name, t, loss[1]);
+	is_double(loss[1], loss[0], (tol == CHK_TOL ? 1e-5 : tol) * fabs(loss[0]),
+		  "%s %s loss %.6f", p->name, t, loss[1]);
 	is_int(correct[1], correct[0], "%s %s correct %d", p->name, t, correct[1]);
 	cmp(p, t, "dlogits", d[1], d[0], nl);
 	free(l), free(lab), free(d[0]), free(d[1]);
 }
 
 /* Values a reader can check by hand: equal logits give log(C) whatever the smoothing, a
- * gradient of (1/C - target) / n, and argmax ties go to the lowest index. */
-static void test_xent_known(struct backend *be)
+ * gradient of (1/C - target) / n (to within e: the gradient is an act), and argmax ties go to
+ * the lowest index. */
+static void test_xent_known(struct backend *be, double e)
 {
 	enum { N = 2, C = 4 };
 	float l[N * C] = {0}, d[N * C], loss;
@@ -578,10 +619,8 @@ static void test_xent_known(struct backend *be)
 	is_double(loss, log(4.0), 1e-6, "%s xent equal logits: loss log(4)", be->ops->name);
 	is_int(correct, 1, "%s xent: argmax ties go to the lowest index", be->ops->name);
 	/* target = 0.9 * onehot + 0.1/4; d = (0.25 - target) / N * scale */
-	is_double(d[0], (0.25 - 0.925) / N * 2, 1e-6, "%s xent dlogits at the label",
-		  be->ops->name);
-	is_double(d[1], (0.25 - 0.025) / N * 2, 1e-6, "%s xent dlogits off the label",
-		  be->ops->name);
+	is_double(d[0], (0.25 - 0.925) / N * 2, e, "%s xent dlogits at the label", be->ops->name);
+	is_double(d[1], (0.25 - 0.025) / N * 2, e, "%s xent dlogits off the label", be->ops->name);
 	ok(be->ops->xent(be, l, lab, N, C, 0.0f, 1.0f, &loss, &correct, NULL) == 0,
 	   "%s xent without dlogits", be->ops->name);
 }
@@ -755,7 +794,7 @@ static void run_suite(struct pair *p, int convs_only)
 	test_xent(p, 1, 10, 0.0f, 1.0f);
 	test_xent(p, 16, 10, 0.1f, 1.0f);
 	test_xent(p, 7, 1000, 0.1f, 0.25f);
-	test_xent_known(p->be[1]);
+	test_xent_known(p->be[1], p->bf16 ? 1e-3 : 1e-6);
 	test_errors(p->be[1]);
 }
 
@@ -797,17 +836,59 @@ static void test_input_u8(struct backend *be)
 	   "%s input_u8 with 5 channels: refused", be->ops->name);
 }
 
+/* Where the CPU backend has acts of its own (oneDNN's channel blocks, bfloat16): import and
+ * export invert each other exactly, an act of many channels is stored otherwise than NCHW (so
+ * the suite above runs the layout-aware kernels), and one of a single channel as NCHW. */
+static void test_layout(struct backend *be)
+{
+	enum { N = 3, C = 32, H = 5, W = 3 };
+	const char *bn = be->act_size == 2 ? "cpu bf16" : "cpu";
+	static float x[N * C * H * W], back[N * C * H * W];
+	static float raw[N * C * H * W]; /* an act: float32, or bfloat16 in half of it */
+	size_t n = sizeof(x) / sizeof(x[0]);
+	int differs = 0;
+
+	if (!ok(be->ops->act_import && be->ops->act_export, "%s: acts of its own (import, export)",
+		bn))
+		return;
+	for (size_t i = 0; i < n; i++) /* exact in bfloat16 too */
+		x[i] = (float)((int)(i % 251) - 125) / 8.0f;
+	if (!ok(be->ops->act_import(be, x, raw, N, C, H, W) == 0 &&
+		    be->ops->act_export(be, raw, back, N, C, H, W) == 0,
+		"%s act_import, act_export run: %s", bn, be->err.text))
+		return;
+	ok(memcmp(x, back, sizeof(x)) == 0, "%s: export(import(x)) == x, %dx%dx%dx%d", bn, N, C, H,
+	   W);
+	for (size_t i = 0; i < n; i++) {
+		float v;
+		if (be->act_size == 2) {
+			uint32_t u = (uint32_t)((const uint16_t *)raw)[i] << 16;
+			memcpy(&v, &u, sizeof(v));
+		} else {
+			v = raw[i];
+		}
+		differs += v != x[i];
+	}
+	ok(differs > 0, "%s: a %d-channel act is not stored NCHW (%d of %zu values moved)", bn, C,
+	   differs, n);
+	if (be->act_size == 4) {
+		ok(be->ops->act_import(be, x, raw, N * C, 1, H, W) == 0 &&
+		       memcmp(raw, x, N * C * H * W * sizeof(float)) == 0,
+		   "%s: a 1-channel act is NCHW", bn);
+	}
+}
+
 int main(void)
 {
 	struct dp_error err;
 	struct chk_rng rng = {chk_seed()};
 	struct backend *ref = be_ref_create(&err);
-	struct backend *cpu = NULL, *par = NULL;
+	struct backend *cpu = NULL, *par = NULL, *view = NULL, *cpu16 = NULL, *view16 = NULL;
 
 	if (!ref)
 		bail_out("be_ref_create: %s", err.text);
 	ok(strcmp(ref->ops->name, "ref") == 0, "reference backend is called ref");
-	test_xent_known(ref);
+	test_xent_known(ref, 1e-6);
 	test_errors(ref);
 
 	cpu = be_cpu_create(0, &err);
@@ -816,10 +897,14 @@ int main(void)
 	diag("cpu backend: %s, %d threads", cpu->ops->name, cpu->threads);
 	test_input_u8(ref);
 	test_input_u8(cpu);
-	struct pair p = {{ref, cpu}, {NULL, NULL}, &rng, cpu->ops->name};
+	test_layout(cpu);
+	/* acts in the backend's own layout: compared through float32 NCHW */
+	view = cpu->ops->act_import ? plain_view(cpu, "cpu") : NULL;
+	struct pair p = {{ref, view ? view : cpu}, {NULL, NULL}, &rng, cpu->ops->name, 0};
 	run_suite(&p, 0);
 
-	/* The layouts the CPU backend does not pick by default, forced (DPTRAIN_CPU_CONV). */
+	/* The layouts the CPU backend does not pick by default, forced (DPTRAIN_CPU_CONV): acts
+	 * NCHW, each convolution in plain or in oneDNN's layouts. */
 	static const char *layouts[] = {"plain", "blocked"};
 	static const char *names[] = {"cpu (conv=plain)", "cpu (conv=blocked)"};
 	for (int i = 0; i < 2; i++) {
@@ -829,16 +914,42 @@ int main(void)
 		if (!ok(forced != NULL, "be_cpu_create with DPTRAIN_CPU_CONV=%s: %s", layouts[i],
 			forced ? forced->ops->name : err.text))
 			continue;
-		struct pair f = {{ref, forced}, {NULL, NULL}, &rng, names[i]};
+		ok(!forced->ops->act_import, "DPTRAIN_CPU_CONV=%s: acts are float32 NCHW",
+		   layouts[i]);
+		struct pair f = {{ref, forced}, {NULL, NULL}, &rng, names[i], 0};
 		run_suite(&f, 1);
 		forced->ops->destroy(forced);
+	}
+
+	/* bfloat16 acts where the CPU computes in it: every op within bfloat16's rounding. */
+	struct dp_error why;
+	struct be_cpu_opts o16 = {.act_dtype = BE_BF16};
+	if (be_cpu_bf16(&why)) {
+		cpu16 = be_cpu_create_opts(0, &o16, &err);
+		if (ok(cpu16 != NULL, "be_cpu_create_opts(bf16): %s",
+		       cpu16 ? cpu16->ops->name : err.text)) {
+			is_int((int)cpu16->act_size, 2, "bf16: acts of 2 bytes");
+			test_layout(cpu16);
+			view16 = plain_view(cpu16, "cpu bf16");
+			struct pair h = {{ref, view16}, {NULL, NULL}, &rng, "cpu bf16", 1};
+			tol = BF16_TOL, tol_rms = 1.0;
+			run_suite(&h, 0);
+			tol = CHK_TOL, tol_rms = 0.1;
+		}
+	} else {
+		skip(1, "bfloat16: %s", why.text);
+		struct backend *no = be_cpu_create_opts(0, &o16, &err);
+		ok(no == NULL && strstr(err.text, "bfloat16 needs AVX512_BF16 or AMX"),
+		   "be_cpu_create_opts(bf16) is refused, saying why: %s", err.text);
+		if (no)
+			no->ops->destroy(no);
 	}
 
 	/* The fallback without oneDNN: the reference kernels on OpenMP threads. */
 	par = be_ref_create_parallel(0, &err);
 	if (!ok(par != NULL, "be_ref_create_parallel: %s", par ? par->ops->name : err.text))
 		goto out;
-	struct pair q = {{ref, par}, {NULL, NULL}, &rng, par->ops->name};
+	struct pair q = {{ref, par}, {NULL, NULL}, &rng, par->ops->name, 0};
 	run_suite(&q, 0);
 
 	struct backend *bad = be_cpu_create(-1, &err);
@@ -853,6 +964,12 @@ int main(void)
 	if (one)
 		one->ops->destroy(one);
 out:
+	if (view16)
+		view16->ops->destroy(view16);
+	if (cpu16)
+		cpu16->ops->destroy(cpu16);
+	if (view)
+		view->ops->destroy(view);
 	if (par)
 		par->ops->destroy(par);
 	if (cpu)

@@ -77,19 +77,26 @@ static inline float *chk_copy(const float *x, size_t n)
 	return p;
 }
 
-/* Max relative error with a floor of a tenth of the reference's RMS: elements that cancel to
- * near zero are judged against the tensor's scale, not their own. */
-static inline int chk_close(const float *got, const float *want, size_t n, const char *what)
+/* Max relative error with a floor of rms_frac times the reference's RMS: elements that cancel
+ * to near zero are judged against the tensor's scale, not their own. At most tol. */
+static inline int chk_close_tol(const float *got, const float *want, size_t n, double tol,
+				double rms_frac, const char *what)
 {
 	double ss = 0.0, floor, err;
 
 	for (size_t i = 0; i < n; i++)
 		ss += (double)want[i] * want[i];
-	floor = 0.1 * sqrt(ss / (n ? n : 1));
+	floor = rms_frac * sqrt(ss / (n ? n : 1));
 	if (!(floor > 1e-12))
 		floor = 1e-12;
 	err = tap_max_rel_err(got, want, n, floor);
-	return ok(err <= CHK_TOL, "%s: max rel err %.2e (n=%zu, floor %.2e)", what, err, n, floor);
+	return ok(err <= tol, "%s: max rel err %.2e (n=%zu, floor %.2e)", what, err, n, floor);
+}
+
+/* ... at most CHK_TOL over a tenth of the RMS: two float32 computations. */
+static inline int chk_close(const float *got, const float *want, size_t n, const char *what)
+{
+	return chk_close_tol(got, want, n, CHK_TOL, 0.1, what);
 }
 
 #endif

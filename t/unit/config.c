@@ -602,10 +602,7 @@ static void test_warnings(void)
 	ok(parse(&c, "{" MIN ", \"precision\": {\"mode\": \"bf16\"}, \"device\": {\"kind\": "
 		     "\"cpu\"}}") == 0,
 	   "bf16 on cpu");
-	ok(c.nwarnings == 1 &&
-	       strcmp(c.warnings[0], "precision.mode: bf16 is a GPU mode; CPUs compute in fp32") ==
-		   0,
-	   "bf16 on a CPU is a warning");
+	is_int(c.nwarnings, 0, "bf16 on a CPU is no warning (a CPU mode where the CPU has it)");
 	cfg_free(&c);
 }
 

@@ -216,7 +216,14 @@ static struct flip *check_relus(const struct nn_model *m, const struct st_file *
 				 "differ",
 				 file, call, nd->name, cnt, numel(t));
 		const float *x = st_data(f, t), *y = a->data;
-		float *want = malloc(cnt * sizeof(float));
+		float *want = malloc(cnt * sizeof(float)), *plain = NULL;
+		/* acts in the backend's own layout: to float32 NCHW first */
+		if (m->be->ops->act_export) {
+			if (!(plain = malloc(cnt * sizeof(float))) ||
+			    m->be->ops->act_export(m->be, a->data, plain, n, a->c, a->h, a->w) < 0)
+				bail_out("%s: exporting ReLU %d: %s", file, call, m->be->err.text);
+			y = plain;
+		}
 		for (size_t e = 0; e < cnt; e++) {
 			want[e] = x[e] > 0.0f ? x[e] : 0.0f;
 			if ((y[e] > 0.0f) == (x[e] > 0.0f))
@@ -243,6 +250,7 @@ static struct flip *check_relus(const struct nn_model *m, const struct st_file *
 		snprintf(key, sizeof(key), "relu_out.%d", call);
 		track(&wa, f, key, rel_err(y, want, cnt), TOL_FWD);
 		free(want);
+		free(plain);
 		call++;
 	}
 	if (call != ncalls)

@@ -13,7 +13,8 @@
  *   float32). Layers size activation memory with act_size and never read activations directly:
  *   act_import/act_export convert from/to float32 NCHW. Element-wise ops see n elements of
  *   whatever layout; a flattened 4-D act keeps its layout (be_linear_desc says its shape).
- * The layout of acts is the backend's: only its ops and act_import/act_export know it. */
+ * The layout of acts is the backend's: only its ops and act_import/act_export know it (the CPU
+ * backend keeps oneDNN's blocked layouts, the CUDA backend's half modes NHWC). */
 #ifndef DPTRAIN_BACKEND_H
 #define DPTRAIN_BACKEND_H
 
@@ -202,8 +203,21 @@ struct backend {
 
 /* Create the CPU backend (oneDNN where built with it, plain C otherwise). threads 0 = default
  * (OMP_NUM_THREADS, else all cores); it is set with omp_set_num_threads(), which OpenMP keeps
- * per thread: create the backend in the thread that runs its ops. NULL with *err on failure. */
+ * per thread: create the backend in the thread that runs its ops. NULL with *err on failure.
+ * Activations are float32 in the layout oneDNN's convolutions take on this CPU (nChw16c,
+ * nChw8c), kept from layer to layer. */
 struct backend *be_cpu_create(int threads, struct dp_error *err);
+struct be_cpu_opts {
+	/* BE_F32 (0), or BE_BF16: activations, convolutions and matrix products in bfloat16
+	 * (float32 accumulation, float32 master weights and gradients, BN statistics in
+	 * float32), as PyTorch's CPU autocast; needs be_cpu_bf16(). */
+	enum be_dtype act_dtype;
+};
+/* be_cpu_create with options (o NULL: the defaults). */
+struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, struct dp_error *err);
+/* Whether this CPU computes bfloat16 in hardware for the CPU backend (AVX512_BF16 or AMX, at the
+ * instruction set oneDNN runs): 1, or 0 with *why saying what it has instead. */
+int be_cpu_bf16(struct dp_error *why);
 /* What the CPU backend computes with, for logs and --devices: "oneDNN 2.6.3, avx512_core_vnni"
  * (the instruction set oneDNN dispatches to: the CPU's best, or less where ONEDNN_MAX_CPU_ISA
  * caps it; its kernels, and so the last bits of a result, differ between them), or "no oneDNN:

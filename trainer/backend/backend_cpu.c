@@ -1,9 +1,9 @@
 /* backend_cpu.c — the CPU backend: oneDNN primitives for convolution, pooling and inner product,
- * planned once per op (at *_create) and reused; batch norm as own OpenMP loops; element-wise
- * ops, max pooling's backward, global average pool, cross-entropy and sums are the reference
- * kernels on OpenMP threads. Built without oneDNN it is the reference backend on OpenMP
- * threads. Must not change the op semantics the reference backend defines: the tests compare
- * the two op for op. */
+ * planned once per op (at *_create) and reused; batch norm, max pooling's backward, global
+ * average pooling and the bfloat16 element-wise ops as own OpenMP loops (backend_cpu_act.c);
+ * the float32 element-wise ops, cross-entropy and sums as the reference kernels on OpenMP
+ * threads. Built without oneDNN it is the reference backend on OpenMP threads. Must not change
+ * the op semantics the reference backend defines: the tests compare the two op for op. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -26,6 +26,21 @@ struct backend *be_cpu_create(int threads, struct dp_error *err)
 	return be_ref_create_parallel(threads, err);
 }
 
+struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, struct dp_error *err)
+{
+	if (o && o->act_dtype != BE_F32) {
+		errprintf(err, "cpu backend: built without oneDNN, it computes in float32 only");
+		return NULL;
+	}
+	return be_ref_create_parallel(threads, err);
+}
+
+int be_cpu_bf16(struct dp_error *why)
+{
+	errprintf(why, "built without oneDNN: no bfloat16 kernels");
+	return 0;
+}
+
 void be_cpu_describe(char *buf, size_t len)
 {
 	snprintf(buf, len, "no oneDNN: reference kernels");
@@ -35,15 +50,26 @@ void be_cpu_describe(char *buf, size_t len)
 
 #include <oneapi/dnnl/dnnl_debug.h>
 
+#include "trainer/backend/backend_cpu_act.h"
 #include "trainer/backend/backend_cpu_dnnl.h" /* oneDNN 2 and 3 behind oneDNN 3's calls */
 
-/* The caller's tensors are plain NCHW / OIHW / [n][features]; a convolution pass may run in
- * oneDNN's blocked layouts (format `any`), reordering at the op boundary through the arena (see
- * cpu_conv_create for which passes do). DPTRAIN_CPU_CONV=plain|blocked forces one layout for
- * every pass, to compare with contrib/bench/ops-bench.c. */
+/* Activations live in the layout oneDNN's convolutions choose on this CPU, from the first layer
+ * to the loss, with no reorder between ops (measured once, at creation: cpu_probe_layout):
+ * float32 in nChw16c blocks with AVX-512 and nChw8c with AVX2 and SSE4.1 (an act whose channels
+ * are not a multiple of the block, such as a 1- or 3-channel input, stays NCHW), bfloat16 NHWC
+ * on AMX. Channel counts decide the layout alone, so the element-wise ops (relu, add) see two
+ * acts of a shape in the same layout, and a 1x1 act's blocked form is its plain rows ([n][c]:
+ * global pooling's output, linear layers). Only act_import (the input batch) and act_export
+ * (logits for evaluation, tests) convert from and to float32 NCHW. Parameters stay float32
+ * OIHW / [out][in]: each pass reorders the weights into its own layout (and type) and the weight
+ * gradient back. Where oneDNN's choice for a pass differs from the act's layout (a convolution
+ * reading a 6-channel NCHW act), that pass reorders at its boundary through the arena.
+ * DPTRAIN_CPU_CONV=plain|blocked keeps acts NCHW and forces plain or oneDNN's layouts inside
+ * every convolution (reordered at each op boundary), for contrib/bench/ops-bench.c and to compare
+ * with the layout kept end to end. */
 
 /* Scratch shared by every op of the backend: ops run one at a time on the one stream, so a
- * single arena, sized for the largest op, holds the blocked copies and the accumulation
+ * single arena, sized for the largest op, holds the reordered copies and the accumulation
  * temporaries. */
 struct cpu_ctx {
 	dnnl_engine_t eng;
@@ -51,6 +77,11 @@ struct cpu_ctx {
 	char *arena;
 	size_t arena_bytes;
 	enum { CONV_AUTO, CONV_PLAIN, CONV_BLOCKED } conv; /* layouts: DPTRAIN_CPU_CONV */
+	dnnl_data_type_t dt;				   /* acts: dnnl_f32, or dnnl_bf16 */
+	int bf16;
+	/* acts' channel block: 16 or 8 (nChw16c, nChw8c where the channels are a multiple,
+	 * else NCHW), 1 (NCHW) or 0 (NHWC) */
+	int block;
 };
 
 enum arg_role {
@@ -58,18 +89,20 @@ enum arg_role {
 	ARG_OUT, /* written; honours beta and reorders back when the layout differs */
 };
 
-/* One tensor argument of a primitive: the caller's memory (`user`, plain) and the memory the
- * primitive reads or writes (`prim`: the caller's buffer when possible, else an arena slot). */
+/* One tensor argument of a primitive: the caller's memory (`user`: an act in the backend's
+ * layout, or a float32 parameter) and the memory the primitive reads or writes (`prim`: the
+ * caller's buffer when possible, else an arena slot). */
 struct cpu_arg {
 	int id; /* DNNL_ARG_* */
 	enum arg_role role;
-	int same; /* the primitive uses the plain layout */
+	int same; /* the primitive uses the caller's layout and type */
 	dnnl_memory_t user, prim;
 	dnnl_primitive_t to_prim; /* ARG_IN, !same: user -> prim */
 	dnnl_primitive_t to_user; /* ARG_OUT, !same: prim -> user, overwriting */
 	dnnl_primitive_t add;	  /* ARG_OUT: prim -> user, adding (beta = 1) */
 	size_t off;		  /* arena slot */
-	size_t count;		  /* floats in the caller's tensor */
+	size_t count;		  /* elements in the caller's tensor */
+	int bf16;		  /* the caller's tensor is bfloat16 */
 };
 
 #define CPU_ARGS_MAX 10
@@ -82,7 +115,7 @@ struct cpu_pass {
 	size_t arena; /* bytes of arena it needs */
 };
 
-/* What a pass is built from: argument ids, roles and the caller's (plain) layout. */
+/* What a pass is built from: argument ids, roles and the caller's layout. */
 struct arg_spec {
 	int id;
 	enum arg_role role;
@@ -128,20 +161,52 @@ static int dnnl_fail(struct backend *be, const char *fn, const char *what, const
 		}                                                                                  \
 	} while (0)
 
-/* A float32 memory descriptor (cpu_md_destroy it; NULL on failure, which creating a primitive
- * from it then reports). */
-static cpu_md md_plain(int ndims, const int64_t *dims, dnnl_format_tag_t tag)
+/* A memory descriptor (cpu_md_destroy it; NULL on failure, which creating a primitive from it
+ * then reports). */
+static cpu_md md_new(int ndims, const int64_t *dims, dnnl_data_type_t dt, dnnl_format_tag_t tag)
 {
 	dnnl_dims_t d;
 	cpu_md md = NULL;
 
 	for (int i = 0; i < ndims; i++)
 		d[i] = dims[i];
-	if (cpu_md_create(&md, ndims, d, tag) != dnnl_success) {
+	if (cpu_md_create(&md, ndims, d, dt, tag) != dnnl_success) {
 		cpu_md_destroy(md);
 		md = NULL;
 	}
 	return md;
+}
+
+/* Channels per block of an act with c channels (backend_cpu_act.h: 1 is NCHW, c NHWC). */
+static int act_bs(const struct cpu_ctx *ctx, int c)
+{
+	if (ctx->block == 0)
+		return c;
+	return c % ctx->block == 0 ? ctx->block : 1;
+}
+
+static dnnl_format_tag_t act_tag(const struct cpu_ctx *ctx, int c)
+{
+	int bs = act_bs(ctx, c);
+
+	if (ctx->block == 0)
+		return dnnl_nhwc;
+	return bs == 16 ? dnnl_nChw16c : bs == 8 ? dnnl_nChw8c : dnnl_nchw;
+}
+
+/* The descriptor of an n x c x h x w act as this backend stores it. */
+static cpu_md md_act(const struct cpu_ctx *ctx, int n, int c, int h, int w)
+{
+	const int64_t dims[] = {n, c, h, w};
+
+	return md_new(4, dims, ctx->dt, act_tag(ctx, c));
+}
+
+static struct cpu_act act_of(const struct cpu_ctx *ctx, int n, int c, size_t hw)
+{
+	struct cpu_act a = {n, c, act_bs(ctx, c), hw, ctx->bf16};
+
+	return a;
 }
 
 static size_t align64(size_t n)
@@ -233,7 +298,8 @@ static int pass_create(struct backend *be, struct be_op *op, struct cpu_pass *p,
 			goto out;
 		}
 		a->same = dnnl_memory_desc_equal(umd, pmd);
-		a->count = dnnl_memory_desc_get_size(umd) / sizeof(float);
+		a->bf16 = cpu_md_dtype(umd) == dnnl_bf16;
+		a->count = dnnl_memory_desc_get_size(umd) / (a->bf16 ? 2 : sizeof(float));
 		DNNL_TRY(dnnl_memory_create, (&a->user, umd, ctx->eng, DNNL_MEMORY_NONE));
 		DNNL_TRY(dnnl_memory_create, (&a->prim, pmd, ctx->eng, DNNL_MEMORY_NONE));
 		if (a->role == ARG_IN && !a->same &&
@@ -300,7 +366,9 @@ static int pass_run(struct backend *be, struct be_op *op, struct cpu_pass *p, vo
 		struct cpu_arg *a = &p->arg[i];
 		if (a->role != ARG_OUT || (a->same && beta == 0.0f))
 			continue;
-		if (beta != 0.0f && beta != 1.0f) /* the add reorder's sum has scale 1 */
+		if (beta != 0.0f && beta != 1.0f && a->bf16) /* the add reorder's sum: scale 1 */
+			cpu_bf16_scale(ptr[i], beta, a->count);
+		else if (beta != 0.0f && beta != 1.0f)
 			be_ref_scale(ptr[i], beta, a->count, 1);
 		if (run_reorder(be, beta == 0.0f ? a->to_user : a->add, a->prim, a->user, fn,
 				what) < 0)
@@ -347,17 +415,6 @@ static int op_is(struct backend *be, const struct be_op *op, enum cpu_kind kind,
 /* ---------------------------------------------------------------------------------------
  * Convolution. */
 
-/* Whether oneDNN picked a reference (unoptimized, often 100x slower) implementation. */
-static int cpu_pd_is_ref(const_dnnl_primitive_desc_t pd)
-{
-	const char *impl = NULL;
-
-	if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
-	    !impl)
-		return 0;
-	return strstr(impl, "ref") != NULL;
-}
-
 static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 {
 	struct cpu_ctx *ctx = ctx_of(be);
@@ -381,35 +438,22 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	pr[1] = (int64_t)(d->ow - 1) * d->stride + d->kw - d->w - d->pad;
 	const int64_t xd[] = {d->n, d->c, d->h, d->w}, wd[] = {d->k, d->c, d->kh, d->kw},
 		      bd[] = {d->k}, yd[] = {d->n, d->k, d->oh, d->ow};
-	cpu_md x = md_plain(4, xd, dnnl_nchw), w = md_plain(4, wd, dnnl_oihw);
-	cpu_md b = md_plain(1, bd, dnnl_a), y = md_plain(4, yd, dnnl_nchw);
-	cpu_md xa = md_plain(4, xd, dnnl_format_tag_any), wa = md_plain(4, wd, dnnl_format_tag_any);
-	cpu_md ya = md_plain(4, yd, dnnl_format_tag_any);
-	/* Per pass, plain NCHW or `any` (oneDNN's blocked layouts, reordered at the boundary).
-	 * Measured with contrib/bench/ops-bench.c (2 threads, batch 64, ResNet-50 layers): a 1x1
-	 * forward or backward-data pass is a plain GEMM, up to 2x faster without the reorders;
-	 * 3x3 passes and every backward-weights pass are 1.5-3x faster blocked. */
-	/* A strided 1x1 is a subsampling before the GEMM: oneDNN 3.7 runs it on plain layouts
-	 * with a reference kernel (jit_uni_ncsp_convolution:conv+ref:any, measured 100x slower
-	 * than blocked on ResNet-18's shortcuts), so it gets the blocked path; and any pass whose
-	 * plain-layout implementation is a reference one is recreated blocked (cpu_conv_no_ref). */
-	int gemm = ctx->conv == CONV_PLAIN ||
-		   (ctx->conv == CONV_AUTO && d->kh == 1 && d->kw == 1 && d->stride == 1);
-	cpu_cmd fx = gemm ? x : xa, fw = gemm ? w : wa, fy = gemm ? y : ya;
-	int plain_w = ctx->conv == CONV_PLAIN;
-	cpu_cmd wx = plain_w ? x : xa, ww = plain_w ? w : wa, wy = plain_w ? y : ya;
-	cpu_cmd bias = d->has_bias ? b : NULL;
+	dnnl_format_tag_t any = dnnl_format_tag_any;
+	/* the caller's: acts as stored, float32 OIHW weights and bias */
+	cpu_md x = md_act(ctx, d->n, d->c, d->h, d->w), y = md_act(ctx, d->n, d->k, d->oh, d->ow);
+	cpu_md w = md_new(4, wd, dnnl_f32, dnnl_oihw), b = md_new(1, bd, dnnl_f32, dnnl_a);
+	/* the passes': oneDNN's choice (`any`), in the acts' type; weight gradients float32 */
+	cpu_md xa = md_new(4, xd, ctx->dt, any), wa = md_new(4, wd, ctx->dt, any);
+	cpu_md ya = md_new(4, yd, ctx->dt, any), dwa = md_new(4, wd, dnnl_f32, any);
+	cpu_md wp = md_new(4, wd, ctx->dt, dnnl_oihw);
+	/* Every pass takes oneDNN's layouts (with AUTO those are the acts' own, so nothing is
+	 * reordered but the weights), except under DPTRAIN_CPU_CONV=plain. */
+	int plain = ctx->conv == CONV_PLAIN;
+	cpu_cmd px = plain ? x : xa, pw = plain ? wp : wa, py = plain ? y : ya;
+	cpu_cmd pdw = plain ? w : dwa, bias = d->has_bias ? b : NULL;
 
 	DNNL_TRY(cpu_conv_fwd_pd,
-		 (&pd, ctx->eng, dnnl_forward_training, fx, fw, bias, fy, strides, pl, pr));
-	if (gemm && ctx->conv == CONV_AUTO && cpu_pd_is_ref(pd)) {
-		dnnl_primitive_desc_destroy(pd);
-		pd = NULL;
-		gemm = 0;
-		fx = xa, fw = wa, fy = ya;
-		DNNL_TRY(cpu_conv_fwd_pd,
-			 (&pd, ctx->eng, dnnl_forward_training, fx, fw, bias, fy, strides, pl, pr));
-	}
+		 (&pd, ctx->eng, dnnl_forward_training, px, pw, bias, py, strides, pl, pr));
 	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				 {DNNL_ARG_DST, ARG_OUT, y},
@@ -417,7 +461,7 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, &fwd_pd, fwd, 3 + !!d->has_bias, fn) < 0)
 		goto out;
 
-	DNNL_TRY(cpu_conv_bwd_data_pd, (&pd, ctx->eng, fx, fw, fy, strides, pl, pr, fwd_pd));
+	DNNL_TRY(cpu_conv_bwd_data_pd, (&pd, ctx->eng, px, pw, py, strides, pl, pr, fwd_pd));
 	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, y},
 				      {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				      {DNNL_ARG_DIFF_SRC, ARG_OUT, x}};
@@ -425,7 +469,7 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 		goto out;
 
 	DNNL_TRY(cpu_conv_bwd_weights_pd,
-		 (&pd, ctx->eng, wx, ww, bias, wy, strides, pl, pr, fwd_pd));
+		 (&pd, ctx->eng, px, pdw, bias, py, strides, pl, pr, fwd_pd));
 	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				   {DNNL_ARG_DIFF_DST, ARG_IN, y},
 				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, w},
@@ -438,7 +482,8 @@ out:
 	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_desc_destroy(fwd_pd);
 	cpu_md_destroy(x), cpu_md_destroy(w), cpu_md_destroy(b), cpu_md_destroy(y);
-	cpu_md_destroy(xa), cpu_md_destroy(wa), cpu_md_destroy(ya);
+	cpu_md_destroy(xa), cpu_md_destroy(wa), cpu_md_destroy(ya), cpu_md_destroy(dwa);
+	cpu_md_destroy(wp);
 	if (rv < 0) {
 		cpu_op_destroy(be, op);
 		return NULL;
@@ -479,69 +524,10 @@ static int cpu_conv_bwd_weights(struct backend *be, struct be_op *op, const floa
 }
 
 /* ---------------------------------------------------------------------------------------
- * Batch norm: own loops over NCHW. oneDNN's NCHW batch norm measured 20-50x slower than
- * these (its fast kernels want blocked layouts, and reordering costs more than the op); a
- * channel's values over the batch (n x h x w floats) stay in L2 between the passes. Each
- * plane is summed in float SIMD lanes, planes in double. Stateless: the fused ReLU's backward
- * takes its mask from y. */
-
-/* Sum of x[i] (d == NULL) or of (x[i] - mean)^2 over one channel's planes. */
-static double bn_channel_sum(const struct be_bn_desc *d, const float *x, int c, float mean,
-			     int square)
-{
-	size_t hw = (size_t)d->h * d->w;
-	double s = 0.0;
-
-	for (int n = 0; n < d->n; n++) {
-		const float *xp = x + ((size_t)n * d->c + c) * hw;
-		double p = 0.0; /* double lanes: see cpu_bn_bwd */
-		if (square) {
-#pragma omp simd reduction(+ : p)
-			for (size_t i = 0; i < hw; i++)
-				p += (double)(xp[i] - mean) * (double)(xp[i] - mean);
-		} else {
-#pragma omp simd reduction(+ : p)
-			for (size_t i = 0; i < hw; i++)
-				p += (double)xp[i];
-		}
-		s += p;
-	}
-	return s;
-}
-
-/* y = x * a + b over one channel, then + z and ReLU when fused (each rounded to float as the
- * separate ops round, so fusing changes no bit). */
-static void bn_channel_apply(const struct be_bn_desc *d, const float *x, const float *z, float *y,
-			     int c, float a, float b)
-{
-	size_t hw = (size_t)d->h * d->w;
-
-	for (int n = 0; n < d->n; n++) {
-		size_t off = ((size_t)n * d->c + c) * hw;
-		const float *xp = x + off;
-		float *yp = y + off;
-		if (z) {
-			const float *zp = z + off;
-			int relu = d->fuse_relu;
-#pragma omp simd
-			for (size_t i = 0; i < hw; i++) {
-				float v = xp[i] * a + b;
-				float t = v + zp[i];
-				yp[i] = !relu || t > 0.0f ? t : 0.0f;
-			}
-		} else if (d->fuse_relu) {
-#pragma omp simd
-			for (size_t i = 0; i < hw; i++) {
-				float v = xp[i] * a + b;
-				yp[i] = v > 0.0f ? v : 0.0f;
-			}
-		} else {
-#pragma omp simd
-			for (size_t i = 0; i < hw; i++)
-				yp[i] = xp[i] * a + b;
-		}
-	}
-}
+ * Batch norm: own loops (backend_cpu_act.c) in the acts' layout, the ReLU and the residual
+ * add fused in. oneDNN's NCHW batch norm measured 20-50x slower than these; its blocked one
+ * keeps no double sums and no running statistics. Stateless: the fused ReLU's backward takes
+ * its mask from y. */
 
 static struct be_op *cpu_bn_create(struct backend *be, const struct be_bn_desc *d)
 {
@@ -565,23 +551,12 @@ static int cpu_bn_fwd_train(struct backend *be, struct be_op *op, const float *x
 	    be_bn_z_check(be, &op->d.bn, z, "bn_fwd_train") < 0)
 		return -1;
 	const struct be_bn_desc *d = &op->d.bn;
-	double m = (double)d->n * d->h * d->w;
-	if (m < 2)
+	struct cpu_act a = act_of(ctx_of(be), d->n, d->c, (size_t)d->h * d->w);
+	if ((double)d->n * d->h * d->w < 2)
 		return be_errf(be, "bn_fwd_train%s: training needs more than one value per channel",
 			       op->what);
-#pragma omp parallel for schedule(static)
-	for (int c = 0; c < d->c; c++) {
-		double mean = bn_channel_sum(d, x, c, 0.0f, 0) / m;
-		double var = bn_channel_sum(d, x, c, (float)mean, 1) / m;
-		double invstd = 1.0 / sqrt(var + d->eps);
-		double a = gamma[c] * invstd;
-		bn_channel_apply(d, x, z, y, c, (float)a, (float)(beta_[c] - mean * a));
-		save_mean[c] = (float)mean;
-		save_invstd[c] = (float)invstd;
-		running_mean[c] = (float)((1.0 - momentum) * running_mean[c] + momentum * mean);
-		running_var[c] =
-		    (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));
-	}
+	cpu_act_bn_fwd(d, &a, x, z, gamma, beta_, y, save_mean, save_invstd, running_mean,
+		       running_var, momentum);
 	return 0;
 }
 
@@ -593,11 +568,9 @@ static int cpu_bn_fwd_infer(struct backend *be, struct be_op *op, const float *x
 	    be_bn_z_check(be, &op->d.bn, z, "bn_fwd_infer") < 0)
 		return -1;
 	const struct be_bn_desc *d = &op->d.bn;
-#pragma omp parallel for schedule(static)
-	for (int c = 0; c < d->c; c++) {
-		double a = gamma[c] / sqrt((double)running_var[c] + d->eps);
-		bn_channel_apply(d, x, z, y, c, (float)a, (float)(beta_[c] - running_mean[c] * a));
-	}
+	struct cpu_act a = act_of(ctx_of(be), d->n, d->c, (size_t)d->h * d->w);
+	cpu_act_bn_fwd(d, &a, x, z, gamma, beta_, y, NULL, NULL, (float *)running_mean,
+		       (float *)running_var, 0.0f);
 	return 0;
 }
 
@@ -609,67 +582,16 @@ static int cpu_bn_bwd(struct backend *be, struct be_op *op, const float *x, cons
 	if (!op_is(be, op, CPU_BN, "bn_bwd") || be_bn_z_check(be, &op->d.bn, dz, "bn_bwd") < 0)
 		return -1;
 	const struct be_bn_desc *d = &op->d.bn;
-	size_t hw = (size_t)d->h * d->w;
-	double m = (double)d->n * hw;
-	int relu = d->fuse_relu;
-
-	/* dx = gamma * invstd * (g - mean(g) - (x - mean) * invstd^2 * mean(g * (x - mean))),
-	 * g = dy, masked by y > 0 when the ReLU is fused. */
-#pragma omp parallel for schedule(static)
-	for (int c = 0; c < d->c; c++) {
-		float mean = save_mean[c], invstd = save_invstd[c];
-		double sg = 0.0, sgx = 0.0;
-		for (int n = 0; n < d->n; n++) {
-			size_t off = ((size_t)n * d->c + c) * hw;
-			const float *xp = x + off, *yp = y + off, *gp = dy + off;
-			/* double partial sums: these reductions often nearly cancel (BN biases
-			 * deep in a net), and float lanes then lose whole digits */
-			double pg = 0.0, pgx = 0.0;
-#pragma omp simd reduction(+ : pg, pgx)
-			for (size_t i = 0; i < hw; i++) {
-				float g = relu && !(yp[i] > 0.0f) ? 0.0f : gp[i];
-				pg += (double)g;
-				pgx += (double)g * (double)(xp[i] - mean);
-			}
-			sg += pg;
-			sgx += pgx;
-			if (dz) { /* the residual's gradient: as the separate add's axpby */
-				float *dzp = dz + off;
-				if (bz == 0.0f) {
-#pragma omp simd
-					for (size_t i = 0; i < hw; i++)
-						dzp[i] = relu && !(yp[i] > 0.0f) ? 0.0f : gp[i];
-				} else {
-#pragma omp simd
-					for (size_t i = 0; i < hw; i++)
-						dzp[i] = (relu && !(yp[i] > 0.0f) ? 0.0f : gp[i]) +
-							 bz * dzp[i];
-				}
-			}
-		}
-		float k = gamma[c] * invstd, mg = (float)(sg / m);
-		float kx = (float)(sgx / m) * invstd * invstd;
-		for (int n = 0; dx && n < d->n; n++) {
-			size_t off = ((size_t)n * d->c + c) * hw;
-			const float *xp = x + off, *yp = y + off, *gp = dy + off;
-			float *dxp = dx + off;
-#pragma omp simd
-			for (size_t i = 0; i < hw; i++) {
-				float g = relu && !(yp[i] > 0.0f) ? 0.0f : gp[i];
-				float v = k * (g - mg - (xp[i] - mean) * kx);
-				dxp[i] = beta == 0.0f ? v : v + beta * dxp[i];
-			}
-		}
-		dgamma[c] = (float)(sgx * invstd + (beta == 0.0f ? 0.0 : beta * dgamma[c]));
-		dbeta[c] = (float)(sg + (beta == 0.0f ? 0.0 : beta * dbeta[c]));
-	}
+	struct cpu_act a = act_of(ctx_of(be), d->n, d->c, (size_t)d->h * d->w);
+	cpu_act_bn_bwd(d, &a, x, y, dy, gamma, save_mean, save_invstd, dx, dz, bz, dgamma, dbeta,
+		       beta);
 	return 0;
 }
 
 /* ---------------------------------------------------------------------------------------
- * Pooling. Max pooling's backward is the reference kernel on all threads: it finds each
- * window's first maximum in x again, which sends ties where PyTorch sends them and keeps no
- * state between forward and backward. */
+ * Pooling: oneDNN's in the acts' layout, but for max pooling's backward, an own kernel
+ * (backend_cpu_act.c): it finds each window's first maximum in x again, which sends ties where
+ * PyTorch sends them and keeps no state between forward and backward. */
 
 static struct be_op *cpu_pool_create(struct backend *be, struct be_pool_desc *d)
 {
@@ -693,8 +615,7 @@ static struct be_op *cpu_pool_create(struct backend *be, struct be_pool_desc *d)
 	op->d.pool = *d;
 	pr[0] = (int64_t)(d->oh - 1) * d->stride + d->kh - d->h - d->pad;
 	pr[1] = (int64_t)(d->ow - 1) * d->stride + d->kw - d->w - d->pad;
-	cpu_md x = md_plain(4, (int64_t[]){d->n, d->c, d->h, d->w}, dnnl_nchw);
-	cpu_md y = md_plain(4, (int64_t[]){d->n, d->c, d->oh, d->ow}, dnnl_nchw);
+	cpu_md x = md_act(ctx, d->n, d->c, d->h, d->w), y = md_act(ctx, d->n, d->c, d->oh, d->ow);
 
 	/* Inference for max: no workspace to write, backward does not need one. */
 	DNNL_TRY(cpu_pool_fwd_pd,
@@ -710,6 +631,9 @@ static struct be_op *cpu_pool_create(struct backend *be, struct be_pool_desc *d)
 					 {DNNL_ARG_DIFF_SRC, ARG_OUT, x}};
 		if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, NULL, bwd, 2, fn) < 0)
 			goto out;
+	} else if (ctx->bf16 && arena_reserve(be, (size_t)d->n * d->c * d->h * d->w * sizeof(float),
+					      fn, what) < 0) {
+		goto out; /* max pooling's bfloat16 gradient is summed in float32 there */
 	}
 	rv = 0;
 out:
@@ -734,11 +658,15 @@ static int cpu_pool_fwd(struct backend *be, struct be_op *op, const float *x, fl
 static int cpu_pool_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
 			const float *dy, float *dx, float beta)
 {
+	struct cpu_ctx *ctx = ctx_of(be);
+
 	(void)y;
 	if (!op_is(be, op, CPU_POOL, "pool_bwd"))
 		return -1;
-	if (op->d.pool.kind == BE_POOL_MAX) {
-		be_ref_pool_bwd(&op->d.pool, x, dy, dx, beta, 1);
+	const struct be_pool_desc *d = &op->d.pool;
+	if (d->kind == BE_POOL_MAX) {
+		cpu_act_maxpool_bwd(d, act_bs(ctx, d->c), ctx->bf16, x, dy, dx, beta,
+				    ctx->bf16 ? (float *)ctx->arena : NULL);
 		return 0;
 	}
 	void *ptr[] = {(void *)dy, dx};
@@ -746,7 +674,9 @@ static int cpu_pool_bwd(struct backend *be, struct be_op *op, const float *x, co
 }
 
 /* ---------------------------------------------------------------------------------------
- * Inner product (linear). */
+ * Inner product (linear). Rows [n][features] are the same in every act layout; a flattened
+ * c x h x w act stored in channel blocks is given to oneDNN as what it is (4-D, blocked), with
+ * the float32 weights [out][c][h][w] reordered to match. */
 
 static struct be_op *cpu_linear_create(struct backend *be, const struct be_linear_desc *d)
 {
@@ -764,26 +694,36 @@ static struct be_op *cpu_linear_create(struct backend *be, const struct be_linea
 		return NULL;
 	const char *what = op->what;
 	op->d.linear = *d;
-	cpu_md x = md_plain(2, (int64_t[]){d->n, d->in}, dnnl_ab);
-	cpu_md w = md_plain(2, (int64_t[]){d->out, d->in}, dnnl_ab);
-	cpu_md b = md_plain(1, (int64_t[]){d->out}, dnnl_a);
-	cpu_md y = md_plain(2, (int64_t[]){d->n, d->out}, dnnl_ab);
-	cpu_cmd bias = d->has_bias ? b : NULL;
+	int blocked = d->c > 0 && act_bs(ctx, d->c) > 1;
+	int nd = blocked ? 4 : 2;
+	const int64_t wd4[] = {d->out, d->c, d->h, d->w};
+	const int64_t xd2[] = {d->n, d->in}, wd2[] = {d->out, d->in};
+	const int64_t *wd = blocked ? wd4 : wd2;
+	dnnl_format_tag_t any = dnnl_format_tag_any, wtag = blocked ? dnnl_oihw : dnnl_ab;
+	cpu_md x = blocked ? md_act(ctx, d->n, d->c, d->h, d->w) : md_new(2, xd2, ctx->dt, dnnl_ab);
+	cpu_md w = md_new(nd, wd, dnnl_f32, wtag);
+	cpu_md b = md_new(1, (int64_t[]){d->out}, dnnl_f32, dnnl_a);
+	cpu_md y = md_new(2, (int64_t[]){d->n, d->out}, ctx->dt, dnnl_ab);
+	/* Float32 rows take the weights as they are (a plain GEMM); blocked inputs and bfloat16
+	 * get them in oneDNN's layout and type, reordered per call. */
+	int own = blocked || ctx->bf16;
+	cpu_md wa = md_new(nd, wd, ctx->dt, any), dwa = md_new(nd, wd, dnnl_f32, any);
+	cpu_cmd pw = own ? wa : w, pdw = own ? dwa : w, bias = d->has_bias ? b : NULL;
 
-	DNNL_TRY(cpu_ip_fwd_pd, (&pd, ctx->eng, dnnl_forward_training, x, w, bias, y));
+	DNNL_TRY(cpu_ip_fwd_pd, (&pd, ctx->eng, dnnl_forward_training, x, pw, bias, y));
 	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				 {DNNL_ARG_DST, ARG_OUT, y},
 				 {DNNL_ARG_BIAS, ARG_IN, b}};
 	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, &fwd_pd, fwd, 3 + !!d->has_bias, fn) < 0)
 		goto out;
-	DNNL_TRY(cpu_ip_bwd_data_pd, (&pd, ctx->eng, x, w, y, fwd_pd));
+	DNNL_TRY(cpu_ip_bwd_data_pd, (&pd, ctx->eng, x, pw, y, fwd_pd));
 	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, y},
 				      {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				      {DNNL_ARG_DIFF_SRC, ARG_OUT, x}};
 	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, NULL, bwd_data, 3, fn) < 0)
 		goto out;
-	DNNL_TRY(cpu_ip_bwd_weights_pd, (&pd, ctx->eng, x, w, bias, y, fwd_pd));
+	DNNL_TRY(cpu_ip_bwd_weights_pd, (&pd, ctx->eng, x, pdw, bias, y, fwd_pd));
 	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				   {DNNL_ARG_DIFF_DST, ARG_IN, y},
 				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, w},
@@ -796,6 +736,7 @@ out:
 	dnnl_primitive_desc_destroy(pd);
 	dnnl_primitive_desc_destroy(fwd_pd);
 	cpu_md_destroy(x), cpu_md_destroy(w), cpu_md_destroy(b), cpu_md_destroy(y);
+	cpu_md_destroy(wa), cpu_md_destroy(dwa);
 	if (rv < 0) {
 		cpu_op_destroy(be, op);
 		return NULL;
@@ -837,7 +778,8 @@ static int cpu_linear_bwd_weights(struct backend *be, struct be_op *op, const fl
 
 /* ---------------------------------------------------------------------------------------
  * Memory and the element-wise ops: memory-bound loops, as fast as oneDNN's eltwise without
- * a primitive per size. */
+ * a primitive per size. Acts in bfloat16 go through backend_cpu_act.c's; parameters and
+ * gradients (fill, axpby, sumsq) are float32 always. */
 
 static int cpu_fill(struct backend *be, float *x, float value, size_t n)
 {
@@ -854,16 +796,21 @@ static int cpu_sync(struct backend *be)
 
 static int cpu_relu_fwd(struct backend *be, const float *x, float *y, size_t n)
 {
-	(void)be;
-	be_ref_relu_fwd(x, y, n, 1);
+	if (ctx_of(be)->bf16)
+		cpu_bf16_relu_fwd((const uint16_t *)x, (uint16_t *)y, n);
+	else
+		be_ref_relu_fwd(x, y, n, 1);
 	return 0;
 }
 
 static int cpu_relu_bwd(struct backend *be, const float *y, const float *dy, float *dx, size_t n,
 			float beta)
 {
-	(void)be;
-	be_ref_relu_bwd(y, dy, dx, n, beta, 1);
+	if (ctx_of(be)->bf16)
+		cpu_bf16_relu_bwd((const uint16_t *)y, (const uint16_t *)dy, (uint16_t *)dx, n,
+				  beta);
+	else
+		be_ref_relu_bwd(y, dy, dx, n, beta, 1);
 	return 0;
 }
 
@@ -879,8 +826,10 @@ static int cpu_input_u8(struct backend *be, const uint8_t *src, float *dst, int 
 
 static int cpu_add(struct backend *be, const float *a, const float *b, float *y, size_t n)
 {
-	(void)be;
-	be_ref_add(a, b, y, n, 1);
+	if (ctx_of(be)->bf16)
+		cpu_bf16_add((const uint16_t *)a, (const uint16_t *)b, (uint16_t *)y, n);
+	else
+		be_ref_add(a, b, y, n, 1);
 	return 0;
 }
 
@@ -896,7 +845,8 @@ static int cpu_gap_fwd(struct backend *be, const float *x, float *y, int n, int 
 {
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return be_errf(be, "gap_fwd(n=%d c=%d hw=%d): sizes must be positive", n, c, hw);
-	be_ref_gap_fwd(x, y, n, c, hw, 1);
+	struct cpu_act a = act_of(ctx_of(be), n, c, (size_t)hw);
+	cpu_act_gap_fwd(&a, x, y);
 	return 0;
 }
 
@@ -905,22 +855,69 @@ static int cpu_gap_bwd(struct backend *be, const float *dy, float *dx, int n, in
 {
 	if (n <= 0 || c <= 0 || hw <= 0)
 		return be_errf(be, "gap_bwd(n=%d c=%d hw=%d): sizes must be positive", n, c, hw);
-	be_ref_gap_bwd(dy, dx, n, c, hw, beta, 1);
+	struct cpu_act a = act_of(ctx_of(be), n, c, (size_t)hw);
+	cpu_act_gap_bwd(&a, dy, dx, beta);
 	return 0;
 }
 
+/* bfloat16 logits are widened into the arena, and their gradient rounded from there. */
 static int cpu_xent(struct backend *be, const float *logits, const int32_t *labels, int n,
 		    int classes, float smoothing, float scale, float *loss, int *correct,
 		    float *dlogits)
 {
-	return be_ref_xent(be, logits, labels, n, classes, smoothing, scale, loss, correct, dlogits,
-			   1);
+	struct cpu_ctx *ctx = ctx_of(be);
+	size_t cnt = (size_t)(n > 0 ? n : 0) * (size_t)(classes > 0 ? classes : 0);
+
+	if (!ctx->bf16)
+		return be_ref_xent(be, logits, labels, n, classes, smoothing, scale, loss, correct,
+				   dlogits, 1);
+	if (arena_reserve(be, 2 * align64(cnt * sizeof(float)), "xent", "") < 0)
+		return -1;
+	float *l = (float *)ctx->arena, *g = (float *)(ctx->arena + align64(cnt * sizeof(float)));
+	cpu_bf16_to_f32((const uint16_t *)logits, l, cnt);
+	if (be_ref_xent(be, l, labels, n, classes, smoothing, scale, loss, correct,
+			dlogits ? g : NULL, 1) < 0)
+		return -1;
+	if (dlogits)
+		cpu_bf16_from_f32(g, (uint16_t *)dlogits, cnt);
+	return 0;
 }
 
 static int cpu_sumsq(struct backend *be, const float *x, size_t n, double *out)
 {
 	(void)be;
 	*out = be_ref_sumsq(x, n, 1);
+	return 0;
+}
+
+static int cpu_act_import_op(struct backend *be, const float *x, void *y, int n, int c, int h,
+			     int w)
+{
+	struct cpu_act a = act_of(ctx_of(be), n, c, (size_t)h * w);
+
+	if (n < 0 || c <= 0 || h <= 0 || w <= 0)
+		return be_errf(be, "act_import(n=%d c=%d h=%d w=%d): bad shape", n, c, h, w);
+	cpu_act_import(&a, x, y);
+	return 0;
+}
+
+static int cpu_act_export_op(struct backend *be, const void *x, float *y, int n, int c, int h,
+			     int w)
+{
+	struct cpu_act a = act_of(ctx_of(be), n, c, (size_t)h * w);
+
+	if (n < 0 || c <= 0 || h <= 0 || w <= 0)
+		return be_errf(be, "act_export(n=%d c=%d h=%d w=%d): bad shape", n, c, h, w);
+	cpu_act_export(&a, x, y);
+	return 0;
+}
+
+static int cpu_act_accum(struct backend *be, const void *dy, void *g, size_t n, float beta)
+{
+	if (ctx_of(be)->bf16)
+		cpu_bf16_accum(dy, g, n, beta);
+	else
+		be_ref_axpby(1.0f, dy, beta, g, n, 1);
 	return 0;
 }
 
@@ -940,7 +937,7 @@ static void cpu_destroy(struct backend *be)
 	free(be);
 }
 
-void be_cpu_describe(char *buf, size_t len)
+static const char *isa_name(dnnl_cpu_isa_t isa)
 {
 	static const struct {
 		dnnl_cpu_isa_t isa;
@@ -956,13 +953,19 @@ void be_cpu_describe(char *buf, size_t len)
 	    {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"},
 	    CPU_ISA_NAMES_3 /* oneDNN 3's newer levels */
 	};
-	const dnnl_version_t *v = dnnl_version();
-	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
-	const char *name = NULL;
 
 	for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++)
 		if (isas[i].isa == isa)
-			name = isas[i].name;
+			return isas[i].name;
+	return NULL;
+}
+
+void be_cpu_describe(char *buf, size_t len)
+{
+	const dnnl_version_t *v = dnnl_version();
+	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+	const char *name = isa_name(isa);
+
 	if (name)
 		snprintf(buf, len, "oneDNN %d.%d.%d, %s", v->major, v->minor, v->patch, name);
 	else
@@ -970,46 +973,93 @@ void be_cpu_describe(char *buf, size_t len)
 			 v->patch, (unsigned)isa);
 }
 
-static const struct backend_ops cpu_ops = {
-    .name = "cpu",
-    .alloc = be_host_op_alloc,
-    .free = be_host_op_free,
-    .to_host = be_host_op_copy,
-    .from_host = be_host_op_copy,
-    .fill = cpu_fill,
-    .sync = cpu_sync,
-    .conv_create = cpu_conv_create,
-    .conv_fwd = cpu_conv_fwd,
-    .conv_bwd_data = cpu_conv_bwd_data,
-    .conv_bwd_weights = cpu_conv_bwd_weights,
-    .bn_create = cpu_bn_create,
-    .bn_fwd_train = cpu_bn_fwd_train,
-    .bn_fwd_infer = cpu_bn_fwd_infer,
-    .bn_bwd = cpu_bn_bwd,
-    .pool_create = cpu_pool_create,
-    .pool_fwd = cpu_pool_fwd,
-    .pool_bwd = cpu_pool_bwd,
-    .linear_create = cpu_linear_create,
-    .linear_fwd = cpu_linear_fwd,
-    .linear_bwd_data = cpu_linear_bwd_data,
-    .linear_bwd_weights = cpu_linear_bwd_weights,
-    .op_destroy = cpu_op_destroy,
-    .relu_fwd = cpu_relu_fwd,
-    .relu_bwd = cpu_relu_bwd,
-    .add = cpu_add,
-    .axpby = cpu_axpby,
-    .gap_fwd = cpu_gap_fwd,
-    .gap_bwd = cpu_gap_bwd,
-    .xent = cpu_xent,
-    .sumsq = cpu_sumsq,
-    .destroy = cpu_destroy,
-    .input_u8 = cpu_input_u8,
-};
+/* bfloat16 arithmetic in hardware: AVX512_BF16 (avx512_core_bf16) or AMX, as oneDNN sees it
+ * (after ONEDNN_MAX_CPU_ISA); each level's flags include the ones below it. Elsewhere oneDNN
+ * would emulate it, slower than float32. */
+int be_cpu_bf16(struct dp_error *why)
+{
+	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+	const char *name = isa_name(isa);
+
+	if (((unsigned)isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) ==
+	    (unsigned)dnnl_cpu_isa_avx512_core_bf16)
+		return 1;
+	errprintf(why, "bfloat16 needs AVX512_BF16 or AMX; oneDNN runs %s here",
+		  name ? name : "an older instruction set");
+	return 0;
+}
+
+#define CPU_OPS_INIT                                                                               \
+	.alloc = be_host_op_alloc, .free = be_host_op_free, .to_host = be_host_op_copy,            \
+	.from_host = be_host_op_copy, .fill = cpu_fill, .sync = cpu_sync,                          \
+	.conv_create = cpu_conv_create, .conv_fwd = cpu_conv_fwd,                                  \
+	.conv_bwd_data = cpu_conv_bwd_data, .conv_bwd_weights = cpu_conv_bwd_weights,              \
+	.bn_create = cpu_bn_create, .bn_fwd_train = cpu_bn_fwd_train,                              \
+	.bn_fwd_infer = cpu_bn_fwd_infer, .bn_bwd = cpu_bn_bwd, .pool_create = cpu_pool_create,    \
+	.pool_fwd = cpu_pool_fwd, .pool_bwd = cpu_pool_bwd, .linear_create = cpu_linear_create,    \
+	.linear_fwd = cpu_linear_fwd, .linear_bwd_data = cpu_linear_bwd_data,                      \
+	.linear_bwd_weights = cpu_linear_bwd_weights, .op_destroy = cpu_op_destroy,                \
+	.relu_fwd = cpu_relu_fwd, .relu_bwd = cpu_relu_bwd, .add = cpu_add, .axpby = cpu_axpby,    \
+	.gap_fwd = cpu_gap_fwd, .gap_bwd = cpu_gap_bwd, .xent = cpu_xent, .sumsq = cpu_sumsq,      \
+	.destroy = cpu_destroy, .input_u8 = cpu_input_u8
+
+/* Acts in oneDNN's layouts or in bfloat16: the caller converts through act_import/act_export.
+ * Float32 NCHW throughout (DPTRAIN_CPU_CONV=plain|blocked): an act is a float array, and nn.c
+ * uses its input batch and axpby directly. */
+static const struct backend_ops cpu_ops = {.name = "cpu",
+					   CPU_OPS_INIT,
+					   .act_import = cpu_act_import_op,
+					   .act_export = cpu_act_export_op,
+					   .act_accum = cpu_act_accum};
+static const struct backend_ops cpu_nchw_ops = {.name = "cpu", CPU_OPS_INIT};
+
+/* The layout oneDNN's convolutions take for activations of this type here: asked of a
+ * ResNet-like 3x3 convolution's forward with every layout left to it. */
+static int cpu_probe_layout(struct cpu_ctx *ctx, struct dp_error *err)
+{
+	static const struct {
+		dnnl_format_tag_t tag;
+		int block;
+	} known[] = {{dnnl_nChw16c, 16}, {dnnl_nChw8c, 8}, {dnnl_nhwc, 0}, {dnnl_nchw, 1}};
+	const int64_t xd[] = {32, 64, 14, 14}, wd[] = {64, 64, 3, 3};
+	dnnl_dims_t one = {1, 1};
+	dnnl_primitive_desc_t pd = NULL;
+	cpu_md x = md_new(4, xd, ctx->dt, dnnl_format_tag_any);
+	cpu_md w = md_new(4, wd, ctx->dt, dnnl_format_tag_any);
+	dnnl_status_t st =
+	    cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training, x, w, NULL, x, one, one, one);
+
+	ctx->block = 1;
+	if (st == dnnl_success) {
+		cpu_cmd src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+			cpu_md k = md_new(4, xd, ctx->dt, known[i].tag);
+			int same = k && dnnl_memory_desc_equal(k, src);
+			cpu_md_destroy(k);
+			if (same) {
+				ctx->block = known[i].block;
+				break;
+			}
+		}
+	} else {
+		errprintf(err, "cpu backend: a %s convolution: %s",
+			  ctx->bf16 ? "bfloat16" : "float32", dnnl_status2str(st));
+	}
+	dnnl_primitive_desc_destroy(pd);
+	cpu_md_destroy(x), cpu_md_destroy(w);
+	return st == dnnl_success ? 0 : -1;
+}
 
 struct backend *be_cpu_create(int threads, struct dp_error *err)
 {
+	return be_cpu_create_opts(threads, NULL, err);
+}
+
+struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, struct dp_error *err)
+{
 	struct backend *be = calloc(1, sizeof(*be));
 	struct cpu_ctx *ctx = calloc(1, sizeof(*ctx));
+	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	dnnl_status_t st;
 	const char *conv = getenv(ENV_DPTRAIN_CPU_CONV);
 
@@ -1019,11 +1069,21 @@ struct backend *be_cpu_create(int threads, struct dp_error *err)
 		free(ctx);
 		return NULL;
 	}
-	be->ops = &cpu_ops;
 	be->priv = ctx;
-	be->act_dtype = BE_F32;
-	be->act_size = sizeof(float);
-	/* For benchmarks: plain or blocked layouts for every convolution pass. */
+	if (dt != BE_F32 && dt != BE_BF16) {
+		errprintf(err, "cpu backend: activations in float32 or bfloat16, not type %d",
+			  (int)dt);
+		goto fail;
+	}
+	if (dt == BE_BF16 && !be_cpu_bf16(err)) {
+		errprefix(err, "cpu backend");
+		goto fail;
+	}
+	ctx->bf16 = dt == BE_BF16;
+	ctx->dt = ctx->bf16 ? dnnl_bf16 : dnnl_f32;
+	be->act_dtype = dt;
+	be->act_size = ctx->bf16 ? sizeof(uint16_t) : sizeof(float);
+	/* For benchmarks: acts NCHW, plain or blocked layouts inside every convolution. */
 	if (conv && strcmp(conv, "plain") == 0)
 		ctx->conv = CONV_PLAIN;
 	else if (conv && strcmp(conv, "blocked") == 0)
@@ -1055,6 +1115,11 @@ struct backend *be_cpu_create(int threads, struct dp_error *err)
 		errprintf(err, "cpu backend: dnnl_stream_create: %s", dnnl_status2str(st));
 		goto fail;
 	}
+	if (ctx->conv != CONV_AUTO)
+		ctx->block = 1;
+	else if (cpu_probe_layout(ctx, err) < 0)
+		goto fail;
+	be->ops = ctx->block == 1 && !ctx->bf16 ? &cpu_nchw_ops : &cpu_ops;
 	return be;
 fail:
 	cpu_destroy(be);

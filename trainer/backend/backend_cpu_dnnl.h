@@ -15,9 +15,9 @@ typedef dnnl_memory_desc_t cpu_md;	  /* a handle: cpu_md_destroy it */
 typedef const_dnnl_memory_desc_t cpu_cmd; /* one the library owns (queries) */
 
 static inline dnnl_status_t cpu_md_create(cpu_md *md, int ndims, const dnnl_dims_t dims,
-					  dnnl_format_tag_t tag)
+					  dnnl_data_type_t dt, dnnl_format_tag_t tag)
 {
-	return dnnl_memory_desc_create_with_tag(md, ndims, dims, dnnl_f32, tag);
+	return dnnl_memory_desc_create_with_tag(md, ndims, dims, dt, tag);
 }
 
 static inline void cpu_md_destroy(cpu_md md)
@@ -29,6 +29,14 @@ static inline int cpu_md_ndims(cpu_cmd md)
 {
 	int n = 0;
 	return dnnl_memory_desc_query(md, dnnl_query_ndims_s32, &n) == dnnl_success ? n : 0;
+}
+
+static inline dnnl_data_type_t cpu_md_dtype(cpu_cmd md)
+{
+	dnnl_data_type_t dt = dnnl_data_type_undef;
+	return dnnl_memory_desc_query(md, dnnl_query_data_type, &dt) == dnnl_success
+		   ? dt
+		   : dnnl_data_type_undef;
 }
 
 static inline dnnl_status_t cpu_sum_post_op(dnnl_post_ops_t po)
@@ -128,11 +136,11 @@ typedef dnnl_memory_desc_t *cpu_md;
 typedef const dnnl_memory_desc_t *cpu_cmd;
 
 static inline dnnl_status_t cpu_md_create(cpu_md *md, int ndims, const dnnl_dims_t dims,
-					  dnnl_format_tag_t tag)
+					  dnnl_data_type_t dt, dnnl_format_tag_t tag)
 {
 	if (!(*md = malloc(sizeof(**md))))
 		return dnnl_out_of_memory;
-	return dnnl_memory_desc_init_by_tag(*md, ndims, dims, dnnl_f32, tag);
+	return dnnl_memory_desc_init_by_tag(*md, ndims, dims, dt, tag);
 }
 
 static inline void cpu_md_destroy(cpu_md md)
@@ -143,6 +151,11 @@ static inline void cpu_md_destroy(cpu_md md)
 static inline int cpu_md_ndims(cpu_cmd md)
 {
 	return md->ndims;
+}
+
+static inline dnnl_data_type_t cpu_md_dtype(cpu_cmd md)
+{
+	return md->data_type;
 }
 
 static inline dnnl_status_t cpu_sum_post_op(dnnl_post_ops_t po)
