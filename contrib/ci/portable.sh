@@ -88,6 +88,8 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 "$TOP/contrib/ci/copy-checkout.sh" "$TOP" "$SRC" ||
 	die "could not copy the checkout to $SRC"
 [ -z "$RUNAS" ] || chown -R "$RUNAS:" "$BASE"
