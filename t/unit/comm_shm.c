@@ -41,58 +41,12 @@
 /* ---------------------------------------------------------------------------------------
  * comm_shm.c's handshake, as a test that knows it speaks it. */
 
-#define HELLO_MAGIC   0x64707368u
-#define SOCKET_LABEL  "dptrain shm socket v1"
-#define HELLO_LABEL   "dptrain shm hello v1"
-#define WELCOME_LABEL "dptrain shm welcome v1"
-#define NONCE	      16
-
 static void put32(unsigned char *p, uint32_t v)
 {
 	p[0] = (unsigned char)(v >> 24);
 	p[1] = (unsigned char)(v >> 16);
 	p[2] = (unsigned char)(v >> 8);
 	p[3] = (unsigned char)v;
-}
-
-static void sock_name(const char *secret, const unsigned char *nonce, const struct shm_layout *l,
-		      struct sockaddr_un *a, socklen_t *len)
-{
-	unsigned char b[12], mac[DP_SHA256_LEN];
-	struct dp_hmac h;
-	put32(b, (uint32_t)l->gen);
-	put32(b + 4, l->node);
-	put32(b + 8, l->leader);
-	dp_hmac_init(&h, secret, strlen(secret));
-	dp_hmac_update(&h, SOCKET_LABEL, sizeof(SOCKET_LABEL));
-	dp_hmac_update(&h, nonce, NONCE);
-	dp_hmac_update(&h, b, sizeof(b));
-	dp_hmac_final(&h, mac);
-	memset(a, 0, sizeof(*a));
-	a->sun_family = AF_UNIX;
-	char *p = a->sun_path + 1;
-	p += sprintf(p, "dptrain-shm-");
-	for (int i = 0; i < 16; i++)
-		p += sprintf(p, "%02x", mac[i]);
-	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - a->sun_path));
-}
-
-static void hello_mac(const char *secret, const char *label, size_t label_len,
-		      const unsigned char *nl, const unsigned char *nf, uint32_t rank,
-		      const struct shm_layout *l, unsigned char out[DP_SHA256_LEN])
-{
-	unsigned char b[16];
-	struct dp_hmac h;
-	put32(b, rank);
-	put32(b + 4, l->world);
-	put32(b + 8, (uint32_t)l->gen);
-	put32(b + 12, l->node);
-	dp_hmac_init(&h, secret, strlen(secret));
-	dp_hmac_update(&h, label, label_len);
-	dp_hmac_update(&h, nl, NONCE);
-	dp_hmac_update(&h, nf, NONCE);
-	dp_hmac_update(&h, b, sizeof(b));
-	dp_hmac_final(&h, out);
 }
 
 /* The layout of a node of two ranks (0 leads), the first comm of the job. */
@@ -255,20 +209,20 @@ static int fake_leader(const struct ranks_job *j, enum foreign f, char *msg, siz
 	struct shm_layout l;
 	struct sockaddr_un a;
 	socklen_t alen;
-	unsigned char nonce[NONCE], chal[4 + NONCE], hello[8 + NONCE + DP_SHA256_LEN],
+	unsigned char nonce[SHM_NONCE], chal[4 + SHM_NONCE], hello[8 + SHM_NONCE + DP_SHA256_LEN],
 	    welcome[4 + DP_SHA256_LEN];
-	char hex[2 * NONCE + 1];
+	char hex[2 * SHM_NONCE + 1];
 	void *v = NULL;
 	size_t vlen;
 	int lfd = -1, fd = -1, seg = -1, rv = -1;
 	layout2(&l);
 	if (store_open(&st, &so, &err) < 0)
 		return ranks_msg(msg, len, &err);
-	for (int i = 0; i < NONCE; i++)
+	for (int i = 0; i < SHM_NONCE; i++)
 		nonce[i] = (unsigned char)(getpid() * 31 + i * 7);
-	for (int i = 0; i < NONCE; i++)
+	for (int i = 0; i < SHM_NONCE; i++)
 		sprintf(hex + 2 * i, "%02x", nonce[i]);
-	sock_name(SECRET, nonce, &l, &a, &alen);
+	shm_sock_name(SECRET, nonce, &l, &a, &alen);
 	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, alen) < 0 || listen(lfd, 4) < 0) {
 		snprintf(msg, len, "fake leader: cannot listen: %s", strerror(errno));
@@ -284,16 +238,16 @@ static int fake_leader(const struct ranks_job *j, enum foreign f, char *msg, siz
 		snprintf(msg, len, "fake leader: rank 1 did not connect");
 		goto out;
 	}
-	put32(chal, HELLO_MAGIC);
-	memcpy(chal + 4, nonce, NONCE); /* any challenge will do */
+	put32(chal, SHM_HELLO_MAGIC);
+	memcpy(chal + 4, nonce, SHM_NONCE); /* any challenge will do */
 	if (write(fd, chal, sizeof(chal)) != (ssize_t)sizeof(chal) ||
 	    read_all(fd, hello, sizeof(hello)) < 0) {
 		snprintf(msg, len, "fake leader: no hello from rank 1");
 		goto out;
 	}
-	put32(welcome, HELLO_MAGIC);
-	hello_mac(SECRET, WELCOME_LABEL, sizeof(WELCOME_LABEL), chal + 4, hello + 8, 1, &l,
-		  welcome + 4);
+	put32(welcome, SHM_HELLO_MAGIC);
+	shm_hello_mac(SECRET, SHM_WELCOME_LABEL, sizeof(SHM_WELCOME_LABEL), chal + 4, hello + 8, 1,
+		      &l, welcome + 4);
 	if ((seg = foreign_fd(f, &l, msg, len)) < 0)
 		goto out;
 	struct iovec iov = {.iov_base = welcome, .iov_len = sizeof(welcome)};
@@ -396,14 +350,14 @@ static int stranger(const struct sockaddr_un *a, socklen_t alen, const struct sh
 	}
 	if (!key)
 		return fd;
-	unsigned char chal[4 + NONCE], hello[8 + NONCE + DP_SHA256_LEN];
+	unsigned char chal[4 + SHM_NONCE], hello[8 + SHM_NONCE + DP_SHA256_LEN];
 	if (read_all(fd, chal, sizeof(chal)) < 0)
 		return fd;
-	put32(hello, HELLO_MAGIC);
+	put32(hello, SHM_HELLO_MAGIC);
 	put32(hello + 4, 1);
-	memset(hello + 8, 0x5a, NONCE);
-	hello_mac(key, HELLO_LABEL, sizeof(HELLO_LABEL), chal + 4, hello + 8, 1, l,
-		  hello + 8 + NONCE);
+	memset(hello + 8, 0x5a, SHM_NONCE);
+	shm_hello_mac(key, SHM_HELLO_LABEL, sizeof(SHM_HELLO_LABEL), chal + 4, hello + 8, 1, l,
+		      hello + 8 + SHM_NONCE);
 	if (write(fd, hello, sizeof(hello)) != (ssize_t)sizeof(hello)) {
 		/* closed already: read_to_close says so */
 	}
@@ -446,7 +400,7 @@ static int rank_strangers(const struct ranks_job *j, int rank, char *msg, size_t
 		struct shm_layout l;
 		struct sockaddr_un a;
 		socklen_t alen;
-		unsigned char nonce[NONCE];
+		unsigned char nonce[SHM_NONCE];
 		void *v = NULL, *w = NULL;
 		size_t vlen;
 		layout2(&l);
@@ -456,14 +410,14 @@ static int rank_strangers(const struct ranks_job *j, int rank, char *msg, size_t
 			ranks_msg(msg, len, &err);
 			goto out;
 		}
-		for (int i = 0; i < NONCE; i++) {
+		for (int i = 0; i < SHM_NONCE; i++) {
 			unsigned b = 0;
 			sscanf((char *)v + 2 * i, "%2x", &b);
 			nonce[i] = (unsigned char)b;
 		}
 		free(v);
 		free(w);
-		sock_name(SECRET, nonce, &l, &a, &alen);
+		shm_sock_name(SECRET, nonce, &l, &a, &alen);
 		long bytes = -2;
 		int fds = -1;
 		int fd = stranger(&a, alen, &l, "not-the-secret");

@@ -66,13 +66,11 @@
 #define SHM_NAP_S      0.05
 /* Connections to the leader's socket heard at once, and how long each may take to prove
  * itself (a stranger of the same user that says nothing cannot keep the node's ranks out). */
-#define SHM_PENDING	16
-#define SHM_HELLO_S	5.0
-#define SHM_NONCE	16
-#define SHM_CHALLENGE	(4 + SHM_NONCE)
-#define SHM_HELLO	(8 + SHM_NONCE + DP_SHA256_LEN)
-#define SHM_WELCOME	(4 + DP_SHA256_LEN)
-#define SHM_HELLO_MAGIC 0x64707368u
+#define SHM_PENDING   16
+#define SHM_HELLO_S   5.0
+#define SHM_CHALLENGE (4 + SHM_NONCE)
+#define SHM_HELLO     (8 + SHM_NONCE + DP_SHA256_LEN)
+#define SHM_WELCOME   (4 + DP_SHA256_LEN)
 
 enum { C_IN, C_RED, C_DONE };
 
@@ -426,55 +424,43 @@ static void fence(struct shm_group *g)
 
 #define RED_BLOCK 1024 /* elements summed at a time, in an L1-resident buffer */
 
-/* The sum of src[0..n) in that order, element by element (((s0 + s1) + s2) + ...), divided
- * by div if div > 1, into out (streamed if stream) and into copy; either may be NULL. */
+/* Sum m elements of type T at element `at` of src[0..n) in that order, element by element
+ * (((s0 + s1) + s2) + ...), divided by div if div > 1, into tmp. */
+#define SUM_BLOCK(T, tmp, src, n, at, m, div)                                                      \
+	do {                                                                                       \
+		const T *a_ = (const T *)(src)[0] + (at), *b_ = (const T *)(src)[1] + (at);        \
+		for (size_t i_ = 0; i_ < (m); i_++)                                                \
+			(tmp)[i_] = a_[i_] + b_[i_];                                               \
+		for (int k_ = 2; k_ < (n); k_++) {                                                 \
+			const T *x_ = (const T *)(src)[k_] + (at);                                 \
+			for (size_t i_ = 0; i_ < (m); i_++)                                        \
+				(tmp)[i_] += x_[i_];                                               \
+		}                                                                                  \
+		if ((div) > 1)                                                                     \
+			for (size_t i_ = 0; i_ < (m); i_++)                                        \
+				(tmp)[i_] /= (T)(div);                                             \
+	} while (0)
+
+/* The sum of src[0..n) (SUM_BLOCK's order), divided by div if div > 1, into out (streamed if
+ * stream) and into copy; either may be NULL. */
 static void reduce_piece(struct shm_group *g, void *out, void *copy, const void *const *src, int n,
 			 size_t count, enum comm_dtype t, int div, int stream)
 {
 	size_t es = comm_dtype_size(t);
 	for (size_t at = 0; at < count; at += RED_BLOCK) {
 		size_t m = count - at < RED_BLOCK ? count - at : RED_BLOCK;
-		if (t == COMM_F32) {
-			float tmp[RED_BLOCK];
-			const float *a = (const float *)src[0] + at,
-				    *b = (const float *)src[1] + at;
-			for (size_t i = 0; i < m; i++)
-				tmp[i] = a[i] + b[i];
-			for (int k = 2; k < n; k++) {
-				const float *x = (const float *)src[k] + at;
-				for (size_t i = 0; i < m; i++)
-					tmp[i] += x[i];
-			}
-			if (div > 1) {
-				float w = (float)div;
-				for (size_t i = 0; i < m; i++)
-					tmp[i] /= w;
-			}
-			if (out)
-				copy_out(g, (unsigned char *)out + at * es, tmp, m * es, stream);
-			if (copy)
-				memcpy((unsigned char *)copy + at * es, tmp, m * es);
-		} else {
-			double tmp[RED_BLOCK];
-			const double *a = (const double *)src[0] + at,
-				     *b = (const double *)src[1] + at;
-			for (size_t i = 0; i < m; i++)
-				tmp[i] = a[i] + b[i];
-			for (int k = 2; k < n; k++) {
-				const double *x = (const double *)src[k] + at;
-				for (size_t i = 0; i < m; i++)
-					tmp[i] += x[i];
-			}
-			if (div > 1) {
-				double w = (double)div;
-				for (size_t i = 0; i < m; i++)
-					tmp[i] /= w;
-			}
-			if (out)
-				copy_out(g, (unsigned char *)out + at * es, tmp, m * es, stream);
-			if (copy)
-				memcpy((unsigned char *)copy + at * es, tmp, m * es);
-		}
+		union {
+			float f[RED_BLOCK];
+			double d[RED_BLOCK];
+		} tmp;
+		if (t == COMM_F32)
+			SUM_BLOCK(float, tmp.f, src, n, at, m, div);
+		else
+			SUM_BLOCK(double, tmp.d, src, n, at, m, div);
+		if (out)
+			copy_out(g, (unsigned char *)out + at * es, &tmp, m * es, stream);
+		if (copy)
+			memcpy((unsigned char *)copy + at * es, &tmp, m * es);
 	}
 }
 
@@ -724,15 +710,11 @@ int shm_barrier(struct shm_group *g, struct dp_error *err)
 /* ---------------------------------------------------------------------------------------
  * Making the segment and handing it over. */
 
-#define SHM_SOCKET_LABEL  "dptrain shm socket v1"
-#define SHM_HELLO_LABEL	  "dptrain shm hello v1"
-#define SHM_WELCOME_LABEL "dptrain shm welcome v1"
-
 /* The leader's socket: "\0dptrain-shm-" and an HMAC of the secret, the nonce it published,
  * the comm and the node, so that no one can take the name before the leader (the nonce is
  * random), and no two steps or comms or nodes share one. */
-static void sock_name(const char *secret, const unsigned char *nonce, const struct shm_layout *l,
-		      struct sockaddr_un *a, socklen_t *len)
+void shm_sock_name(const char *secret, const unsigned char *nonce, const struct shm_layout *l,
+		   struct sockaddr_un *a, unsigned *len)
 {
 	unsigned char b[12], mac[DP_SHA256_LEN];
 	struct dp_hmac h;
@@ -750,13 +732,13 @@ static void sock_name(const char *secret, const unsigned char *nonce, const stru
 	p += sprintf(p, "dptrain-shm-");
 	for (int i = 0; i < 16; i++)
 		p += sprintf(p, "%02x", mac[i]);
-	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - a->sun_path));
+	*len = (unsigned)(offsetof(struct sockaddr_un, sun_path) + (size_t)(p - a->sun_path));
 }
 
 /* The MAC of a hello (welcome: the leader's answer) between nonces nl and nf for rank. */
-static void hello_mac(const char *secret, const char *label, size_t label_len,
-		      const unsigned char *nl, const unsigned char *nf, uint32_t rank,
-		      const struct shm_layout *l, unsigned char out[DP_SHA256_LEN])
+void shm_hello_mac(const char *secret, const char *label, size_t label_len, const unsigned char *nl,
+		   const unsigned char *nf, uint32_t rank, const struct shm_layout *l,
+		   unsigned char out[DP_SHA256_LEN])
 {
 	unsigned char b[16];
 	struct dp_hmac h;
@@ -833,13 +815,13 @@ static int peer_step(struct shm_group *g, struct shm_peer *p, const struct shm_l
 	if (magic != SHM_HELLO_MAGIC || j < 0 || served[j])
 		return -1;
 	unsigned char want[DP_SHA256_LEN], answer[SHM_WELCOME];
-	hello_mac(secret, SHM_HELLO_LABEL, sizeof(SHM_HELLO_LABEL), p->challenge + 4, p->hello + 8,
-		  rank, l, want);
+	shm_hello_mac(secret, SHM_HELLO_LABEL, sizeof(SHM_HELLO_LABEL), p->challenge + 4,
+		      p->hello + 8, rank, l, want);
 	if (!dp_equal_ct(want, p->hello + 8 + SHM_NONCE, sizeof(want)))
 		return -1;
 	put32(answer, SHM_HELLO_MAGIC);
-	hello_mac(secret, SHM_WELCOME_LABEL, sizeof(SHM_WELCOME_LABEL), p->challenge + 4,
-		  p->hello + 8, rank, l, answer + 4);
+	shm_hello_mac(secret, SHM_WELCOME_LABEL, sizeof(SHM_WELCOME_LABEL), p->challenge + 4,
+		      p->hello + 8, rank, l, answer + 4);
 	/* the welcome and the descriptor in one message */
 	struct iovec iov = {.iov_base = answer, .iov_len = sizeof(answer)};
 	union {
@@ -881,7 +863,7 @@ static int leader_serve(struct shm_group *g, const struct shm_layout *l, double 
 		errprefix(err, "comm: cannot make the node's socket name");
 		goto out;
 	}
-	sock_name(secret, nonce, l, &a, &alen);
+	shm_sock_name(secret, nonce, l, &a, &alen);
 	lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (lfd < 0 || bind(lfd, (struct sockaddr *)&a, alen) < 0 || listen(lfd, 64) < 0) {
 		errprintf(err, "comm: cannot listen on the node's socket @%s: %s", a.sun_path + 1,
@@ -1118,7 +1100,7 @@ static int follower_attach(struct shm_group *g, const struct shm_layout *l, doub
 		}
 		nonce[i] = (unsigned char)b;
 	}
-	sock_name(secret, nonce, l, &a, &alen);
+	shm_sock_name(secret, nonce, l, &a, &alen);
 	for (;;) {
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (fd < 0) {
@@ -1161,13 +1143,13 @@ static int follower_attach(struct shm_group *g, const struct shm_layout *l, doub
 		errprefix(err, "comm: cannot make the node's challenge");
 		goto out;
 	}
-	hello_mac(secret, SHM_HELLO_LABEL, sizeof(SHM_HELLO_LABEL), chal + 4, hello + 8,
-		  (uint32_t)g->ranks[g->me], l, hello + 8 + SHM_NONCE);
+	shm_hello_mac(secret, SHM_HELLO_LABEL, sizeof(SHM_HELLO_LABEL), chal + 4, hello + 8,
+		      (uint32_t)g->ranks[g->me], l, hello + 8 + SHM_NONCE);
 	if (io_by(g, fd, hello, sizeof(hello), 1, deadline, leader, err) < 0 ||
 	    recv_welcome(g, fd, answer, &seg, deadline, leader, err) < 0)
 		goto out;
-	hello_mac(secret, SHM_WELCOME_LABEL, sizeof(SHM_WELCOME_LABEL), chal + 4, hello + 8,
-		  (uint32_t)g->ranks[g->me], l, want);
+	shm_hello_mac(secret, SHM_WELCOME_LABEL, sizeof(SHM_WELCOME_LABEL), chal + 4, hello + 8,
+		      (uint32_t)g->ranks[g->me], l, want);
 	memcpy(&magic, answer, 4);
 	if (ntohl(magic) != SHM_HELLO_MAGIC || !dp_equal_ct(want, answer + 4, sizeof(want))) {
 		errprintf(err,

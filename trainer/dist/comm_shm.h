@@ -110,4 +110,18 @@ void shm_header_make(struct shm_header *h, const char *secret, const struct shm_
 int shm_header_check(const struct shm_header *h, size_t bytes, const char *secret,
 		     const struct shm_layout *want, const char *made_by, struct dp_error *err);
 
+/* The handshake at the leader's socket (also for the tests, which play a leader or a stranger):
+ * its name, and the MAC of a hello or a welcome between the nonces nl and nf for rank. */
+#define SHM_NONCE	  16
+#define SHM_HELLO_MAGIC	  0x64707368u
+#define SHM_SOCKET_LABEL  "dptrain shm socket v1"
+#define SHM_HELLO_LABEL	  "dptrain shm hello v1"
+#define SHM_WELCOME_LABEL "dptrain shm welcome v1"
+struct sockaddr_un;
+void shm_sock_name(const char *secret, const unsigned char *nonce, const struct shm_layout *l,
+		   struct sockaddr_un *a, unsigned *len);
+void shm_hello_mac(const char *secret, const char *label, size_t label_len, const unsigned char *nl,
+		   const unsigned char *nf, uint32_t rank, const struct shm_layout *l,
+		   unsigned char out[DP_SHA256_LEN]);
+
 #endif
