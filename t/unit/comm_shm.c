@@ -250,20 +250,7 @@ static int fake_leader(const struct ranks_job *j, enum foreign f, char *msg, siz
 		      &l, welcome + 4);
 	if ((seg = foreign_fd(f, &l, msg, len)) < 0)
 		goto out;
-	struct iovec iov = {.iov_base = welcome, .iov_len = sizeof(welcome)};
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} cm;
-	memset(&cm, 0, sizeof(cm));
-	struct msghdr m = {
-	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &seg, sizeof(int));
-	if (sendmsg(fd, &m, MSG_NOSIGNAL) != (ssize_t)sizeof(welcome)) {
+	if (shm_send_fd(fd, welcome, sizeof(welcome), seg, 0) != (ssize_t)sizeof(welcome)) {
 		snprintf(msg, len, "fake leader: cannot hand over: %s", strerror(errno));
 		goto out;
 	}

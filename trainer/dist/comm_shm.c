@@ -710,6 +710,24 @@ int shm_barrier(struct shm_group *g, struct dp_error *err)
 /* ---------------------------------------------------------------------------------------
  * Making the segment and handing it over. */
 
+ssize_t shm_send_fd(int sock, const void *buf, size_t len, int fd, int flags)
+{
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(sizeof(int))];
+	} cm;
+	memset(&cm, 0, sizeof(cm));
+	struct msghdr m = {
+	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &fd, sizeof(int));
+	return sendmsg(sock, &m, MSG_NOSIGNAL | flags);
+}
+
 /* The leader's socket: "\0dptrain-shm-" and an HMAC of the secret, the nonce it published,
  * the comm and the node, so that no one can take the name before the leader (the nonce is
  * random), and no two steps or comms or nodes share one. */
@@ -823,20 +841,8 @@ static int peer_step(struct shm_group *g, struct shm_peer *p, const struct shm_l
 	shm_hello_mac(secret, SHM_WELCOME_LABEL, sizeof(SHM_WELCOME_LABEL), p->challenge + 4,
 		      p->hello + 8, rank, l, answer + 4);
 	/* the welcome and the descriptor in one message */
-	struct iovec iov = {.iov_base = answer, .iov_len = sizeof(answer)};
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(sizeof(int))];
-	} cm;
-	memset(&cm, 0, sizeof(cm));
-	struct msghdr m = {
-	    .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cm.b, .msg_controllen = sizeof(cm.b)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(c), &g->fd, sizeof(int));
-	if (sendmsg(p->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof(answer))
+	if (shm_send_fd(p->fd, answer, sizeof(answer), g->fd, MSG_DONTWAIT) !=
+	    (ssize_t)sizeof(answer))
 		return -1;
 	*who = j;
 	return 1;

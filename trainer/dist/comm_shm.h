@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include "common/error.h"
 #include "common/hmac.h"
 #include "trainer/dist/comm.h"
@@ -120,6 +121,9 @@ int shm_header_check(const struct shm_header *h, size_t bytes, const char *secre
 struct sockaddr_un;
 void shm_sock_name(const char *secret, const unsigned char *nonce, const struct shm_layout *l,
 		   struct sockaddr_un *a, unsigned *len);
+/* Send len bytes of buf and the descriptor fd in one message on sock (MSG_NOSIGNAL | flags);
+ * sendmsg's result. */
+ssize_t shm_send_fd(int sock, const void *buf, size_t len, int fd, int flags);
 void shm_hello_mac(const char *secret, const char *label, size_t label_len, const unsigned char *nl,
 		   const unsigned char *nf, uint32_t rank, const struct shm_layout *l,
 		   unsigned char out[DP_SHA256_LEN]);
