@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *file_kind(mode_t m)
+const char *dp_file_kind(mode_t m)
 {
 	if (S_ISFIFO(m))
 		return "a FIFO";
@@ -39,7 +39,7 @@ int dp_open_regular(const char *path, int flags, mode_t mode, unsigned checks, c
 		if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
 			errprintf(err,
 				  "%s%s is %s, not a regular file: refusing to use it (remove it)",
-				  name, path, file_kind(st.st_mode));
+				  name, path, dp_file_kind(st.st_mode));
 			errno = EINVAL;
 			return -1;
 		}
@@ -55,7 +55,7 @@ int dp_open_regular(const char *path, int flags, mode_t mode, unsigned checks, c
 	}
 	if (!S_ISREG(st.st_mode)) {
 		errprintf(err, "%s%s is %s, not a regular file: refusing to use it (remove it)",
-			  name, path, file_kind(st.st_mode));
+			  name, path, dp_file_kind(st.st_mode));
 		goto bad;
 	}
 	if ((checks & DP_OPEN_MINE) && st.st_uid != geteuid()) {

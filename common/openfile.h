@@ -24,5 +24,8 @@ enum {
  * names the file in messages ("the rank's log", "mindspore.hccn_conf"); NULL: no name. */
 int dp_open_regular(const char *path, int flags, mode_t mode, unsigned checks, const char *what,
 		    struct dp_error *err);
+/* What a file of mode m is when it is not a regular one, for messages ("a FIFO", "a
+ * directory", ...). */
+const char *dp_file_kind(mode_t m);
 
 #endif

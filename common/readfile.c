@@ -9,20 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define READ_FIRST (64 * 1024) /* the first buffer where the size is not known */
+#include "common/openfile.h"
 
-static const char *kind_of(mode_t m)
-{
-	if (S_ISFIFO(m))
-		return "a FIFO";
-	if (S_ISCHR(m))
-		return "a character device";
-	if (S_ISBLK(m))
-		return "a block device";
-	if (S_ISSOCK(m))
-		return "a socket";
-	return "not a file";
-}
+#define READ_FIRST (64 * 1024) /* the first buffer where the size is not known */
 
 /* Read to the end; size: what fstat said (0: unknown), so a file is one allocation. */
 static int read_all(int fd, const char *name, size_t max, size_t size, char **bufp, size_t *lenp,
@@ -104,7 +93,7 @@ int dp_read_file(const char *path, size_t max, int oflags, char **buf, size_t *l
 	} else if (!S_ISREG(st.st_mode)) {
 		/* a FIFO or a device could keep the caller waiting for data that never comes */
 		errno = EINVAL;
-		errprintf(err, "%s: not a regular file (%s)", path, kind_of(st.st_mode));
+		errprintf(err, "%s: not a regular file (%s)", path, dp_file_kind(st.st_mode));
 	} else if ((uintmax_t)st.st_size > max) {
 		errno = EFBIG;
 		errprintf(err, "%s: larger than %zu bytes", path, max);
