@@ -476,7 +476,7 @@ static int cl_challenge(struct store *st, double deadline, unsigned char *snonce
 			struct dp_error *err)
 {
 	char why[256];
-	double t0 = now_s();
+	double t0 = now_s(), stop_seen = 0;
 	for (;;) {
 		int type;
 		uint32_t id;
@@ -525,7 +525,10 @@ static int cl_challenge(struct store *st, double deadline, unsigned char *snonce
 			cl_not_store(st, why, err);
 			return e == 0 || e == ECONNRESET ? HELLO_CLOSED : -1;
 		}
-		if (cl_stopped(st, err))
+		/* a stop request: the challenge a moment longer (STOP_CHALLENGE_S) */
+		if (st->opening && st->stop && atomic_load(st->stop) && stop_seen == 0)
+			stop_seen = now_s();
+		if (stop_seen > 0 && now_s() - stop_seen >= STOP_CHALLENGE_S && cl_stopped(st, err))
 			return -1;
 		struct pollfd p = {.fd = st->fd, .events = POLLIN};
 		int ms = ms_until(deadline);

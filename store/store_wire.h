@@ -109,7 +109,11 @@ enum { ABORT_FAILED = 0, ABORT_STOPPED = 1 };
 #define REFUSALS_LOGGED 20
 #define BARRIER_HOSTS	1u  /* a barrier's flag: answer with every rank's host name */
 #define STOP_POLL_MS	100 /* how often a rendezvous wait looks at the stop request */
-#define OPEN_BARRIER	"dptrain.store.open"
+/* A stop request that comes once this rank is connected still waits this long for the store's
+ * challenge (which a store sends at once), so that the hello, and the stop after it, reach rank
+ * 0: the other ranks then stop at once instead of when the rendezvous closes. */
+#define STOP_CHALLENGE_S 2.0
+#define OPEN_BARRIER	 "dptrain.store.open"
 
 /* A growable byte buffer: frames are built and read in one. */
 struct sbuf {

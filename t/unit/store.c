@@ -629,6 +629,27 @@ static int rank_stop(const struct ranks_job *j, int rank, char *msg, size_t len)
 	return 0;
 }
 
+/* A stop request already there when rank 1 connects (it came between two of the rendezvous'
+ * steps, before the store's challenge): rank 1 still introduces itself and says it stops, so
+ * rank 0 stops at once naming it, instead of waiting for rank 1 until the rendezvous closes. */
+static int rank_stop_early(const struct ranks_job *j, int rank, char *msg, size_t len)
+{
+	struct store *st = NULL;
+	struct store_opts o = opts(j, rank, 3, "S", HANG_S);
+	atomic_int flag = rank == 1 ? SIGTERM : 0;
+	struct dp_error err;
+	if (rank == 2)
+		return 0;
+	if (rank == 1 && until_listening(j, msg, len) < 0)
+		return -1;
+	o.stop = &flag;
+	double t0 = ranks_now();
+	int rc = store_open(&st, &o, &err);
+	snprintf(msg, len, "%d|%.2f|%s", rc, ranks_now() - t0, rc == 0 ? "opened" : err.text);
+	store_close(st, 1);
+	return 0;
+}
+
 /* A program on MASTER_PORT that speaks the protocol's first words but does not know the
  * secret (rank 0 here plays it; rank 1 is a real rank with the secret):
  * - FAKE_VERSION: a challenge of protocol 99 (another dptrain version);
@@ -1320,6 +1341,16 @@ int main(void)
 		like(out[other].msg, want, "rank %d names rank %d", other, asked);
 		like(out[other].msg, "was asked to stop (SIGTERM) during the rendezvous",
 		     "rank %d: as a stop, not a death", other);
+	}
+	{
+		run(3, rank_stop_early, NULL, -1, out);
+		ok(atoi(out[1].msg) == STORE_STOPPED,
+		   "a stop request before rank 1 connects: it stops (%s)", out[1].msg);
+		double took = atof(strchr(out[0].msg, '|') ? strchr(out[0].msg, '|') + 1 : "99");
+		ok(atoi(out[0].msg) == STORE_STOPPED && took < HANG_S - 1,
+		   "rank 0 stops too, before the rendezvous closes (%s)", out[0].msg);
+		like(out[0].msg, "rank 1 (vm) was asked to stop (SIGTERM) during the rendezvous",
+		     "rank 0 names rank 1, as a stop");
 	}
 	{
 		run(2, rank_wire, NULL, -1, out);
