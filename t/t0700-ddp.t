@@ -387,7 +387,8 @@ EOF
 start_rank() { # RANK WORLD PORT [OVERRIDES...]
 	_r=$1 _w=$2 _p=$3
 	shift 3
-	rm -rf fail.$_r fail.$_r.out fail.$_r.err
+	rm -rf fail.$_r.out fail.$_r.err
+	[ -n "$keep_output" ] || rm -rf fail.$_r
 	RANK=$_r WORLD_SIZE=$_w MASTER_ADDR=127.0.0.1 MASTER_PORT=$_p DPTRAIN_OUTPUT_DIR=$PWD/fail.$_r \
 		dptrain mlp.json $long "$@" >fail.$_r.out 2>fail.$_r.err &
 	eval "pid$_r=\$!"
@@ -460,7 +461,28 @@ test_expect_success FMNIST 'a rank killed mid-training: the others exit 3 at onc
 	cat fail.0.err fail.1.err &&
 	test $s0 = 3 && test $s1 = 3 && test $s2 = 137 &&
 	grep "^dptrain: rank 0: .*rank 2 .*died" fail.0.err &&
-	grep "^dptrain: rank 1: .*rank 2 .*died" fail.1.err
+	grep "^dptrain: rank 1: .*rank 2 .*died" fail.1.err &&
+	grep "^dptrain: no checkpoint was written in this run: running the job again starts over" fail.0.err &&
+	! grep "checkpoint" fail.1.err
+'
+
+test_expect_success FMNIST 'a rank killed after checkpoints: rank 0 names the last good one, and it resumes' '
+	test_when_finished kill_ranks &&
+	hold_port &&
+	start_rank 0 2 $port checkpoint.every_steps=2 && start_rank 1 2 $port checkpoint.every_steps=2 &&
+	until_logged fail.1.out &&
+	kill -9 $pid1 &&
+	{ wait_exit $pid0 120; s0=$?; } &&
+	cat fail.0.err &&
+	test $s0 = 3 &&
+	last=$(cat fail.0/checkpoints/latest) &&
+	grep -Fx "dptrain: the last good checkpoint is $PWD/fail.0/checkpoints/$last: running the job again resumes from it" fail.0.err &&
+	kill_ranks && hold_port &&
+	more="train.max_steps=$((${last#step-} + 1)) checkpoint.every_steps=2" &&
+	keep_output=1 && start_rank 0 2 $port $more && start_rank 1 2 $port $more && keep_output= &&
+	{ wait_exit $pid0 300; s0=$?; } && { wait_exit $pid1 300; s1=$?; } &&
+	cat fail.0.out && test $s0 = 0 && test $s1 = 0 &&
+	grep -F "resuming from $PWD/fail.0/checkpoints/$last: step ${last#step-}," fail.0.out
 '
 
 # The stall is found by the collective timeout, which must also outlast the ranks' skew at the

@@ -148,7 +148,7 @@ test_expect_success 'contrib/examples/requeue.sbatch: stopped by USR1, it requeu
 	scancel "$jid" && wait_gone "$jid" 300 &&
 	cat example.out &&
 	at=$(sed -n "s/.*stopping on request at step \([0-9]*\).*/\1/p" example.out | head -n 1) &&
-	grep "resuming from .*out/$jid.0/checkpoints/step-$at: step $at" example.out
+	grep "resuming from .*/lenet.$jid/checkpoints/step-$at: step $at" example.out
 '
 
 test_expect_success 'sbatch --requeue: a requeued job resumes by itself and finishes' '

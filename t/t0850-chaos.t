@@ -59,9 +59,19 @@ test_expect_success 'the checker fails a doctored run: weights, metrics, checkpo
 	    sys.exit("a flipped byte verified")
 	except c.Fail as e:
 	    print("caught:", e)
+	# finding 5: a fault that lands as the last step is done ends no run (the run finished),
+	# one that lands before does
+	done = "dptrain: done: 500 steps, 1 epoch in 80.0 s\nchaos: run 2: srun exit 0\n"
+	died = "dptrain: rank 1: allreduce: rank 2 (n2) died\nchaos: run 1: srun exit 3\n"
+	assert c.ended_by_finishing({"step": 499}, done, 500)
+	assert c.ended_by_finishing({"step": 500}, "", 500)
+	assert not c.ended_by_finishing({"step": 250}, died, 500)
+	assert not c.ended_by_finishing({"step": 499}, done.replace("exit 0", "exit 4"), 500)
+	print("finding 5: a fault at the end is not a run ended")
 	EOF
 	/usr/bin/python3 doctor.py "$chaos" run/kept/job1 2>&1 | tee doctor.out &&
-	grep "caught: .*size or CRC32 differs" doctor.out
+	grep "caught: .*size or CRC32 differs" doctor.out &&
+	grep "finding 5: a fault at the end is not a run ended" doctor.out
 '
 
 test_done

@@ -522,6 +522,27 @@ static int start_vote(struct dist *d, int rank, struct dp_error *err)
 
 /* The rank and output directory come from dptrain-launch (srun --dptrain, dptrain-run);
  * run by hand, dptrain is rank 0 of 1 and writes to output.dir with %j = "local". */
+/* After a failure (rank 0): the checkpoint that nothing before it was lost from, and what
+ * running the job again does with it. */
+static void say_last_checkpoint(const struct cfg *c, const struct train_result *res)
+{
+	if (!res->last_checkpoint[0])
+		fprintf(stderr, "dptrain: no checkpoint was written in this run%s\n",
+			c->checkpoint.resume == CFG_RESUME_AUTO && res->resumed_at < 0
+			    ? ": running the job again starts over"
+			    : "");
+	else if (c->checkpoint.resume == CFG_RESUME_AUTO)
+		fprintf(stderr,
+			"dptrain: the last good checkpoint is %s: running the job again resumes "
+			"from it\n",
+			res->last_checkpoint);
+	else
+		fprintf(stderr,
+			"dptrain: the last good checkpoint is %s (checkpoint.resume is not "
+			"\"auto\": give it as checkpoint.resume to continue from it)\n",
+			res->last_checkpoint);
+}
+
 static int train(const struct cfg *c, int outdir_overridden)
 {
 	char outdir[4096];
@@ -603,6 +624,8 @@ static int train(const struct cfg *c, int outdir_overridden)
 	}
 	if (train_run(c, &env, &res, &err) < 0) {
 		fprintf(stderr, "dptrain: rank %d: %s\n", env.rank, err.text);
+		if (env.rank == 0)
+			say_last_checkpoint(c, &res);
 		dist_close(&dist, c, 0);
 		return EXIT_TRAIN;
 	}

@@ -663,6 +663,7 @@ static int run_optimizer(struct run *r, struct dp_error *err)
 	}
 	if (resumed) {
 		r->res->resumed_at = r->pos.step;
+		snprintf(r->res->last_checkpoint, sizeof(r->res->last_checkpoint), "%s", from);
 		if (r->rank0)
 			fprintf(r->out,
 				"dptrain: resuming from %s: step %ld, epoch %d, sample %zu\n", from,
@@ -839,7 +840,11 @@ static int run_save(struct run *r, struct train_pos at, struct dp_error *err)
 	at.scale_good = r->sc.good;
 	if (r->ox.ops->state_to_host(&r->ox, err) < 0)
 		return errprefix(err, "checkpoint at step %ld: optimizer state", at.step);
-	return train_ckpt_save(&r->ck, &at, err);
+	if (train_ckpt_save(&r->ck, &at, err) < 0)
+		return -1;
+	snprintf(r->res->last_checkpoint, sizeof(r->res->last_checkpoint), "%s/step-%ld",
+		 r->ck.root, at.step);
+	return 0;
 }
 
 /* One step (accum micro-batches and the update) at step s of an epoch that runs steps

@@ -36,6 +36,9 @@ struct train_result {
 	long resumed_at;	  /* the step a checkpoint put us at, -1 when we started fresh */
 	int stopped;		  /* 1: stopped early on request, after writing a checkpoint */
 	size_t peak_device_bytes; /* GPU: the most device memory held at once; 0 on the CPU */
+	/* the newest complete checkpoint this run wrote or resumed from ("" when none): what
+	 * running the job again resumes from, named when the run fails */
+	char last_checkpoint[4160];
 };
 
 /* 0 on success; -1 with err naming what failed (a file, a key, a step) and what to do. */

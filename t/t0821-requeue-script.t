@@ -1,0 +1,97 @@
+#!/bin/sh
+# t0821-requeue-script.t — the decisions of contrib/examples/requeue.sbatch, beside the real
+# job in t0820: here srun and scontrol are stand-ins on PATH that do what Slurm does in the
+# cases a real cluster cannot be made to show on demand — srun exiting 0 although no task was
+# launched (Slurm 22.05 after "task 0 launch failed", doc/reliability.md), a run that finishes,
+# a stop with a checkpoint, a crash — and record what the script asks of Slurm.
+
+test_description='contrib/examples/requeue.sbatch: finished only with new final weights'
+
+. "$(dirname "$0")/sharness.sh"
+
+script="$DPTRAIN_SRC_DIR/contrib/examples/requeue.sbatch"
+
+# fake_slurm MODE: srun that, as the trainer would (MODE finish: writes the final weights, exit
+# 0; stop: a checkpoint, exit 4; crash: exit 3; nolaunch: nothing, exit 0), and scontrol that
+# logs its arguments.
+fake_slurm() {
+	mkdir -p bin &&
+	cat >bin/srun <<-EOF &&
+	#!/bin/sh
+	out=\$DPTRAIN_OUTPUT_DIR
+	echo "srun \$*" >>"$PWD/calls"
+	case $1 in
+	finish) mkdir -p "\$out" && : >"\$out/.w.tmp" && mv "\$out/.w.tmp" "\$out/model.safetensors"; exit 0 ;;
+	stop) mkdir -p "\$out/checkpoints/step-40" && echo step-40 >"\$out/checkpoints/latest"; exit 4 ;;
+	crash) exit 3 ;;
+	nolaunch) echo "srun: error: task 0 launch failed: Unspecified error" >&2; exit 0 ;;
+	esac
+	EOF
+	cat >bin/scontrol <<-EOF &&
+	#!/bin/sh
+	echo "scontrol \$*" >>"$PWD/calls"
+	EOF
+	chmod +x bin/srun bin/scontrol &&
+	rm -f calls
+}
+
+# job RESTARTS: run the script as the batch step of job 77 would
+job() {
+	env -u DPTRAIN_OUTPUT_DIR PATH="$PWD/bin:$PATH" SLURM_JOB_ID=77 SLURM_SUBMIT_DIR="$PWD" \
+		SLURM_RESTART_COUNT="$1" bash "$script" >job.out 2>job.err
+}
+
+test_expect_success 'a run that writes the final weights: done, nothing requeued' '
+	fake_slurm finish &&
+	job 0 &&
+	test -f lenet.77/model.safetensors &&
+	! grep scontrol calls &&
+	test_must_be_empty job.err
+'
+
+test_expect_success 'srun exits 0 but no task ran: not finished, the job requeues itself' '
+	rm -rf lenet.77 && fake_slurm nolaunch &&
+	test_expect_code 1 job 0 &&
+	cat job.out job.err &&
+	grep "srun exited 0 but training did not finish (no new .*/lenet.77/model.safetensors)" job.err &&
+	grep "^scontrol requeue 77$" calls &&
+	grep "requeueing job 77" job.out
+'
+
+test_expect_success 'final weights of an earlier run do not count as this run finishing' '
+	fake_slurm nolaunch &&
+	mkdir -p lenet.77 && : >lenet.77/model.safetensors &&
+	test_expect_code 1 job 1 &&
+	grep "^scontrol requeue 77$" calls
+'
+
+test_expect_success 'a stop with a checkpoint (exit 4): requeued, the checkpoint named' '
+	rm -rf lenet.77 && fake_slurm stop &&
+	test_expect_code 4 job 0 &&
+	grep "stopped with a checkpoint (.*/lenet.77/checkpoints/step-40)" job.out &&
+	grep "^scontrol requeue 77$" calls
+'
+
+test_expect_success 'too many requeues: it gives up, naming the last good checkpoint' '
+	fake_slurm nolaunch &&
+	test_expect_code 1 job 10 &&
+	cat job.err &&
+	! grep scontrol calls &&
+	grep "giving up after 10 requeues" job.err &&
+	grep "the last good checkpoint is .*/lenet.77/checkpoints/step-40; submit this script again with DPTRAIN_OUTPUT_DIR=.*/lenet.77 to resume from it" job.err
+'
+
+test_expect_success 'a crash (exit 3): not requeued, its status kept, the checkpoint named' '
+	fake_slurm crash &&
+	test_expect_code 3 job 0 &&
+	! grep scontrol calls &&
+	grep "training did not finish (exit status 3); the last good checkpoint is .*/lenet.77/checkpoints/step-40" job.err
+'
+
+test_expect_success 'nothing saved yet: it says so' '
+	rm -rf lenet.77 && fake_slurm crash &&
+	test_expect_code 3 job 0 &&
+	grep "the last good checkpoint is none (nothing was saved)" job.err
+'
+
+test_done
