@@ -159,7 +159,7 @@ static uint8_t *only_file(const char *dir, char *name, size_t nlen, size_t *len,
 
 static void test_file(void)
 {
-	char dir[256], path[600], want_name[400], host[256] = "";
+	char dir[256], path[600], want_name[1024], host[256] = "";
 	struct tbevents tb = {0};
 	struct dp_error err = {0};
 	const uint8_t *data[16];
