@@ -223,6 +223,7 @@ struct cfg {
 		bool per_rank_logs;
 		enum cfg_console console;
 		bool metrics;
+		bool tensorboard; /* rank 0's TensorBoard event file */
 		enum cfg_device_dirs device_dirs;
 		bool run_in_device_dir; /* the command starts in its device directory */
 	} output;

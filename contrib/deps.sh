@@ -12,6 +12,7 @@ BUILD="gcc libc6-dev binutils make pkg-config libjansson-dev zlib1g-dev libjpeg6
        libdnnl-dev libopenblas-dev clang @CLANG_RT@"
 TEST="perl sharness slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin libopenmpi-dev
       python3 python3-torch python3-torchvision python3-numpy python3-pil python3-mpi4py libopenblas0-openmp
+      python3-protobuf protobuf-compiler
       dataset-fashion-mnist
       iproute2 procps psmisc util-linux man-db groff-base time clang-format"
 

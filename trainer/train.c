@@ -33,6 +33,7 @@
 #include "trainer/train_ckpt.h"
 #include "trainer/loss_scale.h"
 #include "trainer/metrics.h"
+#include "trainer/tbevents.h"
 #include "trainer/data/transform.h"
 
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
@@ -478,6 +479,7 @@ struct run {
 	struct train_ckpt ck;
 	struct loss_scale sc;
 	struct metrics mt;
+	struct tbevents tb; /* rank 0's TensorBoard event file */
 
 	size_t per_sample; /* floats in one input sample */
 	size_t per_step;   /* samples per rank in one step */
@@ -682,6 +684,10 @@ static int run_announce(struct run *r, struct dp_error *err)
 	if (r->rank0 && c->output.metrics && env->output_dir &&
 	    metrics_open(&r->mt, env->output_dir, err) < 0)
 		return -1;
+	/* a new event file; a resumed run's curves go on from the checkpoint's step */
+	if (r->rank0 && c->output.tensorboard && env->output_dir &&
+	    tb_open(&r->tb, env->output_dir, r->pos.step + 1, err) < 0)
+		return -1;
 	if (r->rank0) {
 		char cpu[96], bdesc[128] = ""; /* the CPU's: oneDNN's version and ISA */
 		if (env->gpu < 0) {
@@ -789,6 +795,18 @@ static int run_update(struct run *r, double lr, struct dp_error *err)
 	return 0;
 }
 
+/* run_log's scalars in the event file, as in its metrics line: the global loss, the
+ * learning rate, img/s, the mean waits of a step (ms), and the loss scale where scaling is on. */
+static void run_log_tb(struct run *r, double loss, double lr, double ips, double scale)
+{
+	const char *tags[] = {"train/loss",	    "train/lr",		  "train/img_per_s",
+			      "train/data_wait_ms", "train/comm_wait_ms", "train/loss_scale"};
+	double v[] = {
+	    loss, lr, ips, 1e3 * r->log.data_wait / r->log.n, 1e3 * r->log.comm_wait / r->log.n,
+	    scale};
+	tb_scalars(&r->tb, r->step, r->sc.on ? 6 : 5, tags, v);
+}
+
 /* Every train.log_every steps, and at the last: this rank's loss line (rank 0's with the
  * global batch's loss, the mean over the ranks) and a metrics line. */
 static int run_log(struct run *r, int epoch, long s, double step_loss, double lr, double step_scale,
@@ -824,6 +842,7 @@ static int run_log(struct run *r, int epoch, long s, double step_loss, double lr
 		     epoch + 1, s + 1, r->step, gl[0], gl[1], step_loss, lr, ips * env->world_size,
 		     1e3 * r->log.comm_wait / r->log.n, 1e3 * r->log.data_wait / r->log.n,
 		     step_scale);
+	run_log_tb(r, gl[0], lr, ips * env->world_size, step_scale);
 	r->log.t = t;
 	r->log.imgs = 0;
 	r->log.loss = 0;
@@ -926,6 +945,8 @@ static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
 			     "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
 			     "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
 			     epoch + 1, r->step, res->eval_accuracy, res->eval_loss, corr, cnt);
+		tb_scalars(&r->tb, r->step, 2, (const char *const[]){"eval/accuracy", "eval/loss"},
+			   (const double[]){res->eval_accuracy, res->eval_loss});
 	}
 	/* at the end of the epoch, or of training (max_steps may end it mid-epoch) */
 	int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
@@ -998,6 +1019,7 @@ static void run_free(struct run *r, int failed, const struct dp_error *err)
 	}
 	ddp_destroy(r->ddp);
 	metrics_close(&r->mt);
+	tb_close(&r->tb);
 	optim_exec_free(&r->ox);
 	if (r->have_optim)
 		optim_free(&r->o);

@@ -101,7 +101,8 @@ static void test_defaults(void)
 	is_int(c.device.kind, CFG_DEVICE_AUTO, "device auto");
 	ok(!c.device.allow_shared_gpu && !c.device.deterministic, "device flags");
 	is(c.output.dir, "dptrain.%j.%s", "output.dir");
-	ok(c.output.per_rank_logs && c.output.metrics, "per_rank_logs, metrics");
+	ok(c.output.per_rank_logs && c.output.metrics && c.output.tensorboard,
+	   "per_rank_logs, metrics, tensorboard");
 	is_int(c.output.console, CFG_CONSOLE_RANK0, "console rank0");
 	ok(c.timeouts.rendezvous_s == 300 && c.timeouts.collective_s == 300 &&
 	       c.timeouts.shutdown_s == 30,

@@ -43,7 +43,7 @@ static const char *const full[] = {
     "  \"keep\": 9, \"resume\": \"old/step-100\"},"
     " \"device\": {\"kind\": \"cuda\", \"allow_shared_gpu\": true, \"deterministic\": true},"
     " \"output\": {\"dir\": \"runs/%j-%s-%%\", \"per_rank_logs\": false, \"console\": \"all\","
-    "  \"metrics\": false},"
+    "  \"metrics\": false, \"tensorboard\": false},"
     " \"timeouts\": {\"rendezvous_s\": 1.5, \"collective_s\": 1e6, \"shutdown_s\": 2.25}}",
 
     "{\"model\": {\"name\": \"resnet152\", \"num_classes\": 1000, \"input_shape\": [1, 224, "
