@@ -223,6 +223,7 @@ struct cfg {
 		bool per_rank_logs;
 		enum cfg_console console;
 		bool metrics;
+		bool report; /* rank 0 writes report.html at each evaluation and the end */
 		enum cfg_device_dirs device_dirs;
 		bool run_in_device_dir; /* the command starts in its device directory */
 	} output;

@@ -474,6 +474,7 @@ static const struct cfg_key output_keys[] = {
 	{.name = "console", .kind = CFG_K_ENUM, .off = OFF(struct cfg_output, console),
 	 .names = console_names},
 	{.name = "metrics", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, metrics)},
+	{.name = "report", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, report)},
 	{.name = "device_dirs", .kind = CFG_K_ENUM, .off = OFF(struct cfg_output, device_dirs),
 	 .names = device_dirs_names},
 	{.name = "run_in_device_dir", .kind = CFG_K_BOOL,
@@ -597,6 +598,7 @@ int cfg_set_defaults(struct cfg *c)
 	c->output.per_rank_logs = true;
 	c->output.console = CFG_CONSOLE_RANK0;
 	c->output.metrics = true;
+	c->output.report = true;
 
 	c->timeouts.rendezvous_s = 300;
 	c->timeouts.collective_s = 300;

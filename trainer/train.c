@@ -33,6 +33,7 @@
 #include "trainer/train_ckpt.h"
 #include "trainer/loss_scale.h"
 #include "trainer/metrics.h"
+#include "trainer/report.h"
 #include "trainer/data/transform.h"
 
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
@@ -890,6 +891,14 @@ static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, stru
 	return 1;
 }
 
+/* Rank 0's report.html (output.report) from the metrics so far: after an evaluation, at the
+ * end and at a stop; a failure is said once and training goes on. */
+static void run_report(struct run *r)
+{
+	if (r->rank0 && r->mt.open && r->c->output.report)
+		report_update(r->env->output_dir, r->c);
+}
+
 /* After an epoch's steps (s: where they ended): the evaluation when due, and the checkpoint
  * of the epoch's end or of the run's. */
 static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
@@ -921,6 +930,7 @@ static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
 			     "{\"event\":\"eval\",\"epoch\":%d,\"global_step\":%ld,"
 			     "\"accuracy\":%.9g,\"loss\":%.9g,\"correct\":%ld,\"count\":%ld}",
 			     epoch + 1, r->step, res->eval_accuracy, res->eval_loss, corr, cnt);
+		run_report(r);
 	}
 	/* at the end of the epoch, or of training (max_steps may end it mid-epoch) */
 	int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
@@ -980,6 +990,7 @@ static int run_finish(struct run *r, struct dp_error *err)
 		     "\"loss_scale\":%.9g}",
 		     res->steps, res->epochs, res->seconds, res->eval_accuracy,
 		     (double)res->peak_device_bytes / (1 << 20), r->sc.skipped, r->sc.scale);
+	run_report(r);
 	return 0;
 }
 
@@ -1025,6 +1036,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	res->steps = r.step;
 	res->seconds = now_s() - r.t0;
 	res->stopped = stopped;
+	if (stopped)
+		run_report(&r);
 	if (!stopped && run_finish(&r, err) < 0)
 		goto out;
 	rv = 0;
