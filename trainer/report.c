@@ -271,7 +271,7 @@ struct hcol { /* a ranks event: one column of the heat map */
 	int run;
 	double time;
 	int world, group, rows; /* ranks; ranks per row; rows */
-	float *ms;		/* rows values: a row's largest step_ms (NaN: none) */
+	double *ms;		/* rows values: a row's largest step_ms (NaN: none) */
 };
 
 struct runinfo { /* a start event, and how that run went */
@@ -426,7 +426,7 @@ static int on_ranks(struct rep *r, json_t *o, long step, double t)
 	struct hcol h = {.step = step, .run = r->nruns - 1, .time = t, .world = (int)w};
 	h.group = (int)((w + MAX_ROWS - 1) / MAX_ROWS);
 	h.rows = (int)((w + (size_t)h.group - 1) / (size_t)h.group);
-	if (!(h.ms = malloc((size_t)h.rows * sizeof(float))))
+	if (!(h.ms = malloc((size_t)h.rows * sizeof(double))))
 		return -1;
 	for (int i = 0; i < h.rows; i++)
 		h.ms[i] = NAN;
@@ -449,7 +449,7 @@ static int on_ranks(struct rep *r, json_t *o, long step, double t)
 		double ms = num(e, "step_ms");
 		int row = (int)(rank / h.group);
 		if (isfinite(ms) && (isnan(h.ms[row]) || ms > h.ms[row]))
-			h.ms[row] = (float)ms;
+			h.ms[row] = ms;
 		if (w <= MAX_LABELS && !r->labels[rank]) {
 			json_t *node = json_object_get(e, "node");
 			long gpu = inum(e, "gpu", -1);
@@ -739,6 +739,9 @@ static json_t *page_data(struct rep *r, int *bad)
 					      (json_int_t)at, "time", jnum(ri->time), "text", text),
 				    bad);
 		}
+	}
+	for (int i = 0; i < r->nruns; i++) { /* drawn over the resumes */
+		struct runinfo *ri = &r->runs[i];
 		if (ri->stopped)
 			app(m,
 			    json_pack("{s:s,s:I,s:o,s:o}", "kind", "stop", "step",

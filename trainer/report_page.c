@@ -1,7 +1,7 @@
 /* report_page.c — report.html's style sheet and script, as the page inlines them (the script
  * draws from the JSON in <script id="dp-data">, never from the network; every text it shows
- * goes in through textContent, never as markup). Kept as text here so that the trainer and
- * dptrain-report carry the page whole: no file to install or find at run time. */
+ * goes in through textContent or setAttribute, never as markup). Kept as text here so that the
+ * trainer and dptrain-report carry the page whole: no file to install or find at run time. */
 #include "trainer/report_page.h"
 
 /* clang-format off */
@@ -199,7 +199,9 @@ const char report_page_js[] =
     "  var every = Math.max(1, Math.round(world / 16));\n"
     "  for (var r = 0; r < world; r += every) {\n"
     "    var name = \"rank \" + r + (labels.length === world && labels[r] ? \" \" + labels[r] : \"\");\n"
-    "    svg(\"text\", { x: L - 4, y: T + (r + 0.5) / world * ph + 4, \"text-anchor\": \"end\" }, g).textContent = name;\n"
+    "    var lt = svg(\"text\", { x: L - 4, y: T + (r + 0.5) / world * ph + 4, \"text-anchor\": \"end\" }, g);\n"
+    "    lt.textContent = name.length > 24 ? name.slice(0, 23) + \"\\u2026\" : name;\n"
+    "    title(lt, name);\n"
     "  }\n"
     "  var xe = Math.max(1, Math.round(cols.length / 10));\n"
     "  for (var i = 0; i < cols.length; i += xe)\n"
