@@ -298,7 +298,8 @@ test_expect_success 'a stopped run: status stopped, the signal and what to do' '
 	mkdir -p st &&
 	sed "/\"resumed_from_step\": 42/,\$d" s2/metrics.jsonl >st/metrics.jsonl &&
 	dptrain-report -q st &&
-	grep "id=\"status\" class=\"status stopped\">stopped (SIGTERM): a checkpoint was written" st/report.html &&
+	grep "id=\"status\" class=\"status stopped\">stopped (SIGTERM)</dd>" st/report.html &&
+	grep "<p id=\"status-note\">Stopped on request at step 42: a checkpoint was written; submit the job again to resume.</p>" st/report.html &&
 	grep "<p id=\"config-none\">No config found" st/report.html
 '
 

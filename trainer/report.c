@@ -859,10 +859,8 @@ static void put_summary(struct buf *b, struct rep *r)
 	if (last->stopped) {
 		bputs(b, " (");
 		bhtml(b, last->signal ? last->signal : "on request");
-		bputs(b, "): a checkpoint was written; submit the job again to resume");
-	} else if (!last->ended)
-		bputs(b, " <small>(no end line yet: if the job is gone, it was killed; see its "
-			 "train.log)</small>");
+		bputs(b, ")");
+	}
 	bputs(b, "</dd></div>");
 	bputs(b, "<div><dt>model</dt><dd id=\"model\">");
 	bhtml(b, model ? model : "?");
@@ -900,7 +898,16 @@ static void put_summary(struct buf *b, struct rep *r)
 	}
 	bprintf(b, "<div><dt>runs</dt><dd id=\"runs\">%d%s</dd></div>", r->nruns,
 		r->nruns > 1 ? " <small>(resumed or restarted)</small>" : "");
-	bputs(b, "</dl></section>\n");
+	bputs(b, "</dl>");
+	if (last->stopped)
+		bprintf(b,
+			"<p id=\"status-note\">Stopped on request at step %ld: a checkpoint was "
+			"written; submit the job again to resume.</p>",
+			last->last_step);
+	else if (!last->ended)
+		bputs(b, "<p id=\"status-note\">No end line yet: if the job is no longer running, "
+			 "it was killed or crashed (see its train.log).</p>");
+	bputs(b, "</section>\n");
 }
 
 static void put_problems(struct buf *b, struct rep *r, const char *rt_problem)

@@ -37,7 +37,8 @@ const char report_page_css[] =
     "th, td { border: 1px solid #e1e4e8; padding: 2px 8px; text-align: left; }\n"
     "th { background: #f4f6f8; }\n"
     "pre { background: #f6f8fa; padding: 8px; overflow: auto; max-height: 480px; font-size: 12px; }\n"
-    "footer { margin-top: 24px; font-size: 12px; color: #666; }\n";
+    "footer { margin-top: 24px; font-size: 12px; color: #666; }\n"
+    "#status-note { margin: 6px 2px 0; font-size: 13px; color: #555; }\n";
 
 const char report_page_js[] =
     "(function () {\n"
