@@ -808,7 +808,7 @@ static json_t *page_data(struct rep *r, int *bad)
 
 static void put_time(struct buf *b, double t)
 {
-	if (!isfinite(t)) {
+	if (!isfinite(t) || t < 0 || t > 1e12) { /* none, or no time (a bad line's) */
 		bputs(b, "&mdash;");
 		return;
 	}
@@ -1212,10 +1212,10 @@ int report_write(const char *dir, const struct report_opts *o, struct dp_error *
 	json_t *data = NULL;
 	int rv = -1, bad = 0;
 	o = r.o;
-	if (o->output)
-		snprintf(out, sizeof(out), "%s", o->output);
-	else if (snprintf(out, sizeof(out), "%s/report.html", dir) >= (int)sizeof(out))
-		return errprintf(err, "%s: path too long", dir);
+	if (snprintf(out, sizeof(out), "%s%s", o->output ? o->output : dir,
+		     o->output ? "" : "/report.html") >= (int)sizeof(out) ||
+	    strlen(dir) > sizeof(r.path) - sizeof("/metrics.jsonl"))
+		return errprintf(err, "%s: path too long", o->output ? o->output : dir);
 	if (thin_init(&r.train, sizeof(struct tpoint), MAX_POINTS, NULL) < 0 ||
 	    thin_init(&r.eval, sizeof(struct epoint), MAX_POINTS, NULL) < 0 ||
 	    thin_init(&r.ckpts, sizeof(struct ckpt), MAX_LISTED, drop_ckpt) < 0 ||
