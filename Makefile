@@ -155,7 +155,7 @@ endif
 # owns and may use; contrib/ci/check-layers enforces it). Listed in link order: a library
 # comes before the ones it uses, so a dependency against the table also fails to link.
 TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer/metrics.c \
-	trainer/tbevents.c
+	trainer/tbevents.c trainer/report.c trainer/report_page.c
 DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_fail.c trainer/dist/comm_nccl.c \
 	trainer/dist/comm_shm.c trainer/dist/ddp.c
 NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \
@@ -219,10 +219,11 @@ BIN_TRAINER   := $(O)/bin/dptrain
 BIN_LAUNCH    := $(O)/bin/dptrain-launch
 BIN_RUN       := $(O)/bin/dptrain-run
 BIN_DATA      := $(O)/bin/dptrain-data
+BIN_REPORT    := $(O)/bin/dptrain-report
 SPANK_SO      := $(O)/lib/dptrain.so
 UNIT_TESTS    := $(patsubst t/unit/%.c,$(O)/t/%.t,$(UNIT_SRC))
 
-PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER) $(BIN_LAUNCH) $(BIN_RUN) $(BIN_DATA)
+PROGRAMS := $(BIN_RANKTABLE) $(BIN_TRAINER) $(BIN_LAUNCH) $(BIN_RUN) $(BIN_DATA) $(BIN_REPORT)
 ifeq ($(HAVE_PMIX),yes)
 LAUNCH_CPPFLAGS := -DHAVE_PMIX=1 $(PMIX_CFLAGS)
 LAUNCH_LIBS     := $(PMIX_LIBS)
@@ -339,6 +340,10 @@ $(BIN_TRAINER): $(call obj,trainer/dptrain.c) $(TRAINER_LIBS_A)
 # Image folders and packed shards: index, pack, verify, and the transforms for tests.
 $(BIN_DATA): $(call obj,trainer/data/dptrain-data.c) $(LIBDATA) $(LIBCOMMON)
 	$(link) $^ -ljpeg -lpng -lz -lm
+
+# report.html from an output directory: the trainer's page writer (trainer/report.c) alone.
+$(BIN_REPORT): $(call obj,trainer/dptrain-report.c) $(LIBTRAIN) $(LIBCFG) $(LIBRT) $(LIBCOMMON)
+	$(link) $^ -ljansson -lm
 
 # The rendezvous store is the trainer's; the launchers meet in it too without PMIx.
 LAUNCH_LIBS_A := $(LIBLAUNCH) $(LIBTASK) $(LIBSTORE) $(LIBCFG) $(LIBRT) $(LIBCOMMON)

@@ -475,6 +475,7 @@ static const struct cfg_key output_keys[] = {
 	 .names = console_names},
 	{.name = "metrics", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, metrics)},
 	{.name = "tensorboard", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, tensorboard)},
+	{.name = "report", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, report)},
 	{.name = "device_dirs", .kind = CFG_K_ENUM, .off = OFF(struct cfg_output, device_dirs),
 	 .names = device_dirs_names},
 	{.name = "run_in_device_dir", .kind = CFG_K_BOOL,
@@ -599,6 +600,7 @@ int cfg_set_defaults(struct cfg *c)
 	c->output.console = CFG_CONSOLE_RANK0;
 	c->output.metrics = true;
 	c->output.tensorboard = true;
+	c->output.report = true;
 
 	c->timeouts.rendezvous_s = 300;
 	c->timeouts.collective_s = 300;

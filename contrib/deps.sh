@@ -14,7 +14,8 @@ TEST="perl sharness slurm-wlm slurmctld slurmd slurm-client munge openmpi-bin li
       python3 python3-torch python3-torchvision python3-numpy python3-pil python3-mpi4py libopenblas0-openmp
       python3-protobuf protobuf-compiler
       dataset-fashion-mnist
-      iproute2 procps psmisc util-linux man-db groff-base time clang-format"
+      iproute2 procps psmisc util-linux man-db groff-base time clang-format
+      chromium"
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
 	echo "deps: needs apt-get and dpkg (Debian 12 or 13); install by hand:" $BUILD $TEST >&2 # one line

@@ -46,6 +46,8 @@ test_expect_success 'make install DESTDIR= puts programs, plugin, man pages, exa
 	test -x root/usr/local/bin/dptrain &&
 	test -x root/usr/local/bin/dptrain-ranktable &&
 	test -x root/usr/local/bin/dptrain-data &&
+	test -x root/usr/local/bin/dptrain-report &&
+	ls root/usr/local/share/man/man1/dptrain-report.1 &&
 	ls root/usr/local/share/man/man1/dptrain-ranktable.1 root/usr/local/share/man/man1/dptrain-run.1 \
 		root/usr/local/share/man/man1/dptrain-launch.1 root/usr/local/share/man/man1/dptrain.1 \
 		root/usr/local/share/man/man1/dptrain-data.1 &&

@@ -34,6 +34,7 @@
 #include "trainer/loss_scale.h"
 #include "trainer/metrics.h"
 #include "trainer/tbevents.h"
+#include "trainer/report.h"
 #include "trainer/data/transform.h"
 
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
@@ -914,6 +915,14 @@ static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, stru
 	return 1;
 }
 
+/* Rank 0's report.html (output.report) from the metrics so far: after an evaluation, at the
+ * end and at a stop; a failure is said once and training goes on. */
+static void run_report(struct run *r)
+{
+	if (r->rank0 && r->mt.open && r->c->output.report)
+		report_update(r->env->output_dir, r->c);
+}
+
 /* After an epoch's steps (s: where they ended): the evaluation when due, and the checkpoint
  * of the epoch's end or of the run's. */
 static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
@@ -947,6 +956,7 @@ static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
 			     epoch + 1, r->step, res->eval_accuracy, res->eval_loss, corr, cnt);
 		tb_scalars(&r->tb, r->step, 2, (const char *const[]){"eval/accuracy", "eval/loss"},
 			   (const double[]){res->eval_accuracy, res->eval_loss});
+		run_report(r);
 	}
 	/* at the end of the epoch, or of training (max_steps may end it mid-epoch) */
 	int save = (cc->every_epochs > 0 && (epoch + 1) % cc->every_epochs == 0) ||
@@ -1006,6 +1016,7 @@ static int run_finish(struct run *r, struct dp_error *err)
 		     "\"loss_scale\":%.9g}",
 		     res->steps, res->epochs, res->seconds, res->eval_accuracy,
 		     (double)res->peak_device_bytes / (1 << 20), r->sc.skipped, r->sc.scale);
+	run_report(r);
 	return 0;
 }
 
@@ -1052,6 +1063,8 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	res->steps = r.step;
 	res->seconds = now_s() - r.t0;
 	res->stopped = stopped;
+	if (stopped)
+		run_report(&r);
 	if (!stopped && run_finish(&r, err) < 0)
 		goto out;
 	rv = 0;
