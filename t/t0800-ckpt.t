@@ -163,6 +163,14 @@ test_expect_success FMNIST '--resume PATH picks a checkpoint; a bad one is an er
 	grep "checkpoint.resume .*c1/nothing" p2.err
 '
 
+test_expect_success FMNIST 'a resume with another seed goes on, warning that it is not the same run' '
+	! grep "warning" p1.out &&
+	dptrain --resume r1/checkpoints/step-20 mlp.json output.dir=p3 data.seed=99 >p3.out 2>p3.err &&
+	cat p3.err &&
+	grep "^dptrain: warning: .*r1/checkpoints/step-20 was written by a run with seed [0-9-]* and data.seed [0-9-]*, this one has [0-9-]* and 99: from here on the data order and augmentation differ" p3.err &&
+	grep "resuming from .*r1/checkpoints/step-20: step 20" p3.out
+'
+
 test_expect_success FMNIST 'checkpoint.resume=never starts fresh; keep=2 keeps the newest two' '
 	dptrain mlp.json output.dir=r1 checkpoint.resume=never checkpoint.every_steps=10 \
 		checkpoint.keep=2 >n.out 2>&1 &&

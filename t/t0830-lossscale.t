@@ -89,7 +89,10 @@ test_expect_success FMNIST 'a resumed run goes on with the scale and good steps 
 	grep "resuming from rs/checkpoints/step-5" rs2.out &&
 	same r st rs &&
 	scales st >st.s && scales rs >rs.s && cat st.s && test_cmp st.s rs.s &&
-	test "$(cat st.s)" = "1024 1024 512 512 512 512 1024 1024 1024 1024 2048 2048 "
+	test "$(cat st.s)" = "1024 1024 512 512 512 512 1024 1024 1024 1024 2048 2048 " &&
+	grep -o "\"skipped_steps\":[0-9]*" st/metrics.jsonl >st.k &&
+	grep -o "\"skipped_steps\":[0-9]*" rs/metrics.jsonl | tail -n 1 >rs.k &&
+	echo "\"skipped_steps\":1" >want.k && test_cmp want.k st.k && test_cmp want.k rs.k
 '
 
 test_expect_success FMNIST 'gradients that never become finite stop training, naming the step' '

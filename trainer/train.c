@@ -664,6 +664,8 @@ static int run_optimizer(struct run *r, struct dp_error *err)
 		r->sc.scale = r->pos.loss_scale;
 		r->sc.good = r->pos.scale_good;
 	}
+	if (resumed)
+		r->sc.skipped = r->pos.skipped;
 	if (resumed) {
 		r->res->resumed_at = r->pos.step;
 		snprintf(r->res->last_checkpoint, sizeof(r->res->last_checkpoint), "%s", from);
@@ -858,6 +860,7 @@ static int run_save(struct run *r, struct train_pos at, struct dp_error *err)
 {
 	at.loss_scale = r->sc.scale;
 	at.scale_good = r->sc.good;
+	at.skipped = r->sc.skipped;
 	if (r->ox.ops->state_to_host(&r->ox, err) < 0)
 		return errprefix(err, "checkpoint at step %ld: optimizer state", at.step);
 	if (train_ckpt_save(&r->ck, &at, err) < 0)

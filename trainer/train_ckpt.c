@@ -154,12 +154,13 @@ int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, struct dp
 			 "{\"step\":%ld,\"epoch\":%d,\"offset\":%zu,\"world_size\":%d,"
 			 "\"batch_size\":%d,\"grad_accumulation_step\":%d,\"optimizer_step\":%ld,"
 			 "\"config\":\"%s\",\"layout_crc32\":\"%08lx\",\"loss_scale\":%.17g,"
-			 "\"loss_scale_good_steps\":%ld,"
+			 "\"loss_scale_good_steps\":%ld,\"skipped_steps\":%ld,"
 			 "\"rng\":{\"kind\":\"counter\",\"seed\":%lld,\"data_seed\":%lld}}",
 			 pos->step, pos->epoch, pos->offset, k->world_size, k->c->data.batch_size,
 			 k->c->parallel.grad_accumulation_step, k->o->step, k->fingerprint,
 			 layout_hash(k->m), pos->loss_scale > 0 ? pos->loss_scale : 1.0,
-			 pos->scale_good, (long long)k->c->seed, (long long)k->c->data.seed);
+			 pos->scale_good, pos->skipped, (long long)k->c->seed,
+			 (long long)k->c->data.seed);
 		struct ckpt_file files[2] = {{"model.safetensors", write_model, k},
 					     {"optim.safetensors", write_optim, &f}};
 		rv = ckpt_write(k->root, pos->step, files, f.n > 0 ? 2 : 1, state,
@@ -177,7 +178,9 @@ int train_ckpt_save(struct train_ckpt *k, const struct train_pos *pos, struct dp
 /* What rank 0 learned, sent to every rank as one block. */
 struct resume_head {
 	int32_t failed, found, epoch;
-	int64_t step, optim_step, scale_good;
+	int64_t step, optim_step, scale_good, skipped;
+	int64_t seed, data_seed; /* the run's that wrote it; have_seeds: both were there */
+	int32_t have_seeds;
 	uint64_t offset;
 	double loss_scale;
 	char from[1024];
@@ -322,6 +325,13 @@ static int resume_read(struct train_ckpt *k, struct resume_head *h, struct st_fi
 	h->loss_scale = json_is_number(ls) && json_number_value(ls) > 0 ? json_number_value(ls) : 1;
 	long good = 0;
 	h->scale_good = json_long(st, "loss_scale_good_steps", &good) == 0 && good > 0 ? good : 0;
+	long skipped = 0; /* since the count is carried across resumes */
+	h->skipped = json_long(st, "skipped_steps", &skipped) == 0 && skipped > 0 ? skipped : 0;
+	json_t *rng = json_object_get(st, "rng");
+	json_t *sd = json_object_get(rng, "seed"), *dsd = json_object_get(rng, "data_seed");
+	h->have_seeds = json_is_integer(sd) && json_is_integer(dsd);
+	h->seed = h->have_seeds ? (int64_t)json_integer_value(sd) : 0;
+	h->data_seed = h->have_seeds ? (int64_t)json_integer_value(dsd) : 0;
 	snprintf(h->from, sizeof(h->from), "%.1000s", ck.path);
 	rv = 0;
 out:
@@ -396,7 +406,17 @@ int train_ckpt_resume(struct train_ckpt *k, struct train_pos *pos, char *from, s
 	pos->offset = h->offset;
 	pos->loss_scale = h->loss_scale;
 	pos->scale_good = h->scale_good;
+	pos->skipped = h->skipped;
 	snprintf(from, fromlen, "%s", h->from);
+	/* another seed: the run goes on, but not as the one that wrote the checkpoint would have */
+	if (k->rank == 0 && h->have_seeds &&
+	    (h->seed != (int64_t)k->c->seed || h->data_seed != (int64_t)k->c->data.seed))
+		fprintf(stderr,
+			"dptrain: warning: %s was written by a run with seed %lld and data.seed "
+			"%lld, this one has %lld and %lld: from here on the data order and "
+			"augmentation differ from an uninterrupted run's\n",
+			h->from, (long long)h->seed, (long long)h->data_seed, (long long)k->c->seed,
+			(long long)k->c->data.seed);
 	k->last_saved = h->step;
 	rv = 1;
 out:

@@ -34,6 +34,7 @@ struct train_pos {
 	size_t offset;
 	double loss_scale; /* precision.loss_scale's current scale (1 without scaling) */
 	long scale_good;   /* dynamic scaling: good steps in a row since it last changed */
+	long skipped;	   /* steps skipped on overflow so far, in all runs */
 };
 
 void train_ckpt_init(struct train_ckpt *k, const struct cfg *c, const char *output_dir,

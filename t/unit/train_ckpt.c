@@ -362,8 +362,9 @@ static void test_round_trip(void)
 				.epoch = 1,
 				.offset = 12,
 				.loss_scale = 0.1 * 3, /* no short decimal: %.17g must carry it */
-				.scale_good = 3},
-			 got = {-1, -1, 1, -1, -1};
+				.scale_good = 3,
+				.skipped = 2},
+			 got = {-1, -1, 1, -1, -1, -1};
 	char from[1024] = "", path[600], want[600];
 	struct snap s;
 
@@ -386,15 +387,16 @@ static void test_round_trip(void)
 	/* trainer_state.json */
 	snprintf(path, sizeof(path), "%s/step-7/trainer_state.json", ckdir);
 	json_t *st = load_json(path), *rng = json_object_get(st, "rng");
-	ok(json_is_object(st) && json_object_size(st) == 12,
-	   "trainer_state.json: an object of 12 keys (%zu)", json_object_size(st));
+	ok(json_is_object(st) && json_object_size(st) == 13,
+	   "trainer_state.json: an object of 13 keys (%zu)", json_object_size(st));
 	const char *ints[] = {"step",		"epoch",
 			      "offset",		"world_size",
 			      "batch_size",	"grad_accumulation_step",
-			      "optimizer_step", "loss_scale_good_steps"};
-	const long vals[] = {7, 1, 12, 1, 4, 1, 3, 3};
+			      "optimizer_step", "loss_scale_good_steps",
+			      "skipped_steps"};
+	const long vals[] = {7, 1, 12, 1, 4, 1, 3, 3, 2};
 	int good = 1;
-	for (int i = 0; i < 8; i++) {
+	for (int i = 0; i < 9; i++) {
 		json_t *v = json_object_get(st, ints[i]);
 		if (!json_is_integer(v) || json_integer_value(v) != vals[i]) {
 			diag("%s: not the integer %ld", ints[i], vals[i]);
@@ -402,7 +404,8 @@ static void test_round_trip(void)
 		}
 	}
 	ok(good, "step 7, epoch 1, offset 12, world_size 1, batch_size 4, "
-		 "grad_accumulation_step 1, optimizer_step 3, loss_scale_good_steps 3");
+		 "grad_accumulation_step 1, optimizer_step 3, loss_scale_good_steps 3, "
+		 "skipped_steps 2");
 	json_t *ls = json_object_get(st, "loss_scale");
 	ok(json_is_real(ls) && json_real_value(ls) == 0.1 * 3,
 	   "loss_scale: the number, to the bit (%.17g)", json_number_value(ls));
@@ -447,14 +450,14 @@ static void test_round_trip(void)
 	ok(resume(&job, &got, from, sizeof(from), CFG_RESUME_AUTO, NULL, &err) == 1,
 	   "auto resumes: %s", err.text);
 	ok(got.step == 7 && got.epoch == 1 && got.offset == 12 && got.loss_scale == 0.1 * 3 &&
-	       got.scale_good == 3,
-	   "the position: step, epoch, offset, loss scale (to the bit), good steps");
+	       got.scale_good == 3 && got.skipped == 2,
+	   "the position: step, epoch, offset, loss scale (to the bit), good and skipped steps");
 	snprintf(want, sizeof(want), "%s/step-7", ckdir);
 	is(from, want, "from names the step directory");
 	ok(snap_same(&s, &job, 1), "weights, optimizer state and step count identical to the bit");
 
 	job_scramble(&job);
-	got = (struct train_pos){-1, -1, 1, -1, -1};
+	got = (struct train_pos){-1, -1, 1, -1, -1, -1};
 	ok(resume(&job, &got, from, sizeof(from), CFG_RESUME_NEVER, NULL, &err) == 0 &&
 	       got.step == -1 && job.o.step == 99,
 	   "never: nothing read, nothing set");
