@@ -224,7 +224,7 @@ struct cfg {
 		enum cfg_console console;
 		bool metrics;
 		bool tensorboard; /* rank 0's TensorBoard event file */
-		bool report; /* rank 0 writes report.html at each evaluation and the end */
+		bool report;	  /* rank 0 writes report.html at each evaluation and the end */
 		enum cfg_device_dirs device_dirs;
 		bool run_in_device_dir; /* the command starts in its device directory */
 	} output;
