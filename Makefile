@@ -154,7 +154,8 @@ endif
 # Components: one library per folder, its files named (doc/ARCHITECTURE.md says what each
 # owns and may use; contrib/ci/check-layers enforces it). Listed in link order: a library
 # comes before the ones it uses, so a dependency against the table also fails to link.
-TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer/metrics.c
+TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer/metrics.c \
+	trainer/progress.c trainer/rankwatch.c trainer/straggler.c
 DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_fail.c trainer/dist/comm_nccl.c \
 	trainer/dist/comm_shm.c trainer/dist/ddp.c
 NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \

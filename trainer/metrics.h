@@ -3,7 +3,8 @@
  * every line before. A line is written whole or not at all: one write(2) of the whole line,
  * and where the file system takes only part of it (full, a file-size limit) the file is cut
  * back to where the line began; the first failure is said once on stderr, naming the file,
- * and training goes on (a later line may fit again). */
+ * and training goes on (a later line may fit again). Every line ends with "time", the
+ * wall-clock UNIX time it was written (dptrain-metrics(5)). */
 #ifndef DPTRAIN_METRICS_H
 #define DPTRAIN_METRICS_H
 

@@ -28,8 +28,8 @@ int straggler_init(struct straggler *s, int nranks, int window, double threshold
 	s->tmp = calloc(n + 1, sizeof(double));
 	s->found = calloc(n, sizeof(*s->found));
 	s->named = calloc(n, sizeof(*s->named));
-	if (!s->ring || !s->slow || !s->in_episode || !s->mean || !s->med || !s->tmp ||
-	    !s->found || !s->named) {
+	if (!s->ring || !s->slow || !s->in_episode || !s->mean || !s->med || !s->tmp || !s->found ||
+	    !s->named) {
 		straggler_free(s);
 		return -1;
 	}
@@ -128,9 +128,8 @@ int straggler_feed(struct straggler *s, const struct strag_fig *figs,
 		medians_of_others(v, n, c == C_BUSY ? busy_med : step_med, s->tmp);
 	}
 	for (int r = 0; r < n; r++)
-		s->slow[(size_t)slot * n + r] =
-		    over(comp(&figs[r], C_BUSY), busy_med[r], thr) ||
-		    over(figs[r].step_ms, step_med[r], thr);
+		s->slow[(size_t)slot * n + r] = over(comp(&figs[r], C_BUSY), busy_med[r], thr) ||
+						over(figs[r].step_ms, step_med[r], thr);
 	if (s->reports < w)
 		return 0;
 
@@ -152,8 +151,8 @@ int straggler_feed(struct straggler *s, const struct strag_fig *figs,
 			cnt += s->slow[(size_t)k * n + r];
 		for (int a = 0; a < recent; a++)
 			cnt_recent += s->slow[(size_t)((slot - a + w) % w) * n + r];
-#define M(c)  s->mean[(size_t)(c) * n + r]
-#define MD(c) s->med[(size_t)(c) * n + r]
+#define M(c)  s->mean[(size_t)(c)*n + r]
+#define MD(c) s->med[(size_t)(c)*n + r]
 		int busy_slow = over(M(C_BUSY), MD(C_BUSY), thr);
 		int step_slow = over(M(C_STEP), MD(C_STEP), thr);
 		int flagged = 2 * cnt > w && (busy_slow || step_slow);

@@ -34,11 +34,11 @@ struct strag_fig {
 enum strag_cause { STRAG_COMPUTE, STRAG_DATA, STRAG_NETWORK };
 
 struct strag_finding {
-	int rank;	    /* the rank (for a node: its slowest rank) */
-	int node;	    /* node index; -1 when node indices were not given */
-	int node_ranks;	    /* > 0: the whole node (this many ranks) is named, not one rank */
-	double slower;	    /* its judged time / the others' median (busy, or step for network) */
-	double busy_ms;	    /* its mean compute + data time per step over the window */
+	int rank;	/* the rank (for a node: its slowest rank) */
+	int node;	/* node index; -1 when node indices were not given */
+	int node_ranks; /* > 0: the whole node (this many ranks) is named, not one rank */
+	double slower;	/* its judged time / the others' median (busy, or step for network) */
+	double busy_ms; /* its mean compute + data time per step over the window */
 	double median_busy_ms; /* the others' median of that */
 	double step_ms, median_step_ms;
 	enum strag_cause cause;
@@ -49,7 +49,7 @@ struct straggler {
 	double threshold;
 	const int *node_of; /* rank -> node index, or NULL */
 	int nnodes;
-	long reports;	      /* fed so far */
+	long reports;		/* fed so far */
 	struct strag_fig *ring; /* window x nranks: report (reports - 1 - k) % window at k */
 	unsigned char *slow;	/* the same layout: that report was slow for that rank */
 	unsigned char *in_episode;

@@ -170,8 +170,8 @@ static void network(void)
 	for (int t = 0; t < 10; t++) {
 		struct strag_fig f[3];
 		for (int r = 0; r < 3; r++)
-			f[r] = (struct strag_fig){.compute_ms = 100, .data_ms = 5, .comm_ms = 20,
-						  .step_ms = 125};
+			f[r] = (struct strag_fig){
+			    .compute_ms = 100, .data_ms = 5, .comm_ms = 20, .step_ms = 125};
 		f[0].comm_ms += 80;
 		f[0].step_ms += 80;
 		k += straggler_feed(&s, f, &got);
@@ -187,8 +187,8 @@ static void network(void)
 	for (int t = 0; t < 10; t++) {
 		struct strag_fig f[3];
 		for (int r = 0; r < 3; r++)
-			f[r] = (struct strag_fig){.compute_ms = 100, .data_ms = 5, .comm_ms = 300,
-						  .step_ms = 405};
+			f[r] = (struct strag_fig){
+			    .compute_ms = 100, .data_ms = 5, .comm_ms = 300, .step_ms = 405};
 		k += straggler_feed(&s, f, &got);
 	}
 	is_int(k, 0, "a network slow for everyone: no rank named");
