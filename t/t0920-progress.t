@@ -149,6 +149,15 @@ test_expect_success 'metrics schema 2 of one rank: time, start, train, ranks, ch
 	grep "\"job\":\"4711\",\"restart_count\":2," start
 '
 
+test_expect_success 'an output directory with a quote, a backslash and a blank in its name: still JSON' '
+	dptrain job.json "output.dir=we\"ird\\ dir" train.max_steps=8 >w.out 2>&1 &&
+	$PY -c "import json, os, sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+assert ev[0][\"output_dir\"] == os.path.abspath(sys.argv[2]), ev[0]
+assert [e for e in ev if e[\"event\"] == \"checkpoint\"][0][\"path\"].startswith(ev[0][\"output_dir\"] + \"/\")
+print(ev[0][\"output_dir\"])" "we\"ird\\ dir/metrics.jsonl" "we\"ird\\ dir"
+'
+
 test_expect_success LAUNCH 'metrics schema 2 of 3 ranks: one ranks event per report, every rank once' '
 	dptrain-run -n 3 -o r3 job.json dptrain job.json >r3.out 2>&1 &&
 	cat r3.out &&

@@ -84,6 +84,26 @@ void metrics_line(struct metrics *mt, const char *fmt, ...)
 	free(line);
 }
 
+const char *metrics_json_str(char *buf, size_t n, const char *s)
+{
+	size_t o = 0;
+	if (n == 0)
+		return buf;
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		char e[8];
+		int k = ch == '"' || ch == '\\' ? snprintf(e, sizeof(e), "\\%c", ch)
+			: ch < 0x20		? snprintf(e, sizeof(e), "\\u%04x", ch)
+						: (e[0] = (char)ch, 1);
+		if (o + (size_t)k >= n)
+			break;
+		memcpy(buf + o, e, (size_t)k);
+		o += (size_t)k;
+	}
+	buf[o] = 0;
+	return buf;
+}
+
 void metrics_close(struct metrics *mt)
 {
 	if (mt->open)

@@ -25,5 +25,8 @@ int metrics_open(struct metrics *mt, const char *dir, struct dp_error *err);
 /* One line: fmt and its arguments make one JSON object. */
 void metrics_line(struct metrics *mt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void metrics_close(struct metrics *mt);
+/* s as the inside of a JSON string (quotes, backslashes and control characters escaped) in
+ * buf, cut at a whole character when it does not fit; "" for NULL. Returns buf. */
+const char *metrics_json_str(char *buf, size_t n, const char *s);
 
 #endif

@@ -21,7 +21,8 @@ static void my_host(char *h)
 	if (gethostname(name, sizeof(name) - 1) < 0 || !name[0])
 		strcpy(name, "?");
 	name[strcspn(name, ".")] = 0;
-	snprintf(h, RANKWATCH_HOST, "%s", name);
+	name[RANKWATCH_HOST - 1] = 0; /* longer names are cut */
+	memcpy(h, name, RANKWATCH_HOST);
 	for (char *c = h; *c; c++)
 		if (!isalnum((unsigned char)*c) && *c != '-' && *c != '_')
 			*c = '?';

@@ -677,17 +677,6 @@ static int run_optimizer(struct run *r, struct dp_error *err)
 	return 0;
 }
 
-/* s where a JSON string holds it as it is: "" for NULL or for one that would need escapes */
-static const char *json_safe(const char *s)
-{
-	if (!s)
-		return "";
-	for (const char *c = s; *c; c++)
-		if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20)
-			return "";
-	return s;
-}
-
 /* Rank 0's metrics file and first lines; the profiler armed for DPTRAIN_PROFILE_STEP. */
 static int run_announce(struct run *r, struct dp_error *err)
 {
@@ -729,8 +718,8 @@ static int run_announce(struct run *r, struct dp_error *err)
 			   c->train.log_every, c->train.straggler_window,
 			   c->train.straggler_threshold, err) < 0)
 		return -1;
-	const char *job = getenv(ENV_SLURM_JOB_ID);
 	const char *rc = getenv(ENV_SLURM_RESTART_COUNT);
+	char job[64], dir[2 * PATH_MAX];
 	metrics_line(&r->mt,
 		     "{\"event\":\"start\",\"model\":\"%s\",\"parameters\":%zu,\"world_size\":%d,"
 		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld,\"schema\":2,"
@@ -738,7 +727,8 @@ static int run_announce(struct run *r, struct dp_error *err)
 		     "\"output_dir\":\"%s\",\"hosts\":%d,\"backend\":\"%s\",\"batch_size\":%d,"
 		     "\"log_every\":%ld}",
 		     m->name, nn_param_count(m), env->world_size, r->spe, r->total, r->pos.step,
-		     json_safe(job), rc ? atoi(rc) : 0, json_safe(r->outdir), r->rw.nnodes,
+		     metrics_json_str(job, sizeof(job), getenv(ENV_SLURM_JOB_ID)),
+		     rc ? atoi(rc) : 0, metrics_json_str(dir, sizeof(dir), r->outdir), r->rw.nnodes,
 		     r->be->ops->name, c->data.batch_size, (long)c->train.log_every);
 
 	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
@@ -883,9 +873,13 @@ static int run_save(struct run *r, struct train_pos at, struct dp_error *err)
 		return errprefix(err, "checkpoint at step %ld: optimizer state", at.step);
 	if (train_ckpt_save(&r->ck, &at, err) < 0)
 		return -1;
+	char abs[PATH_MAX], root[2 * PATH_MAX]; /* the path absolute, for whoever reads it */
 	metrics_line(&r->mt,
 		     "{\"event\":\"checkpoint\",\"global_step\":%ld,\"path\":\"%s/step-%ld\"}",
-		     at.step, json_safe(r->ck.root), at.step);
+		     at.step,
+		     metrics_json_str(root, sizeof(root),
+				      r->mt.open && realpath(r->ck.root, abs) ? abs : r->ck.root),
+		     at.step);
 	return 0;
 }
 

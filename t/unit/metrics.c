@@ -172,6 +172,14 @@ static void test_lines(void)
 	ok(n == 4 && objects == 4 && partial == 0, "jansson reads 4 objects from 4 lines %s", why);
 	free(text);
 
+	/* strings into JSON */
+	char js[16];
+	ok(metrics_json_str(js, sizeof(js), "a\"b\\c\n\x01") == js,
+	   "metrics_json_str returns its buffer");
+	is(js, "a\\\"b\\\\c\\u000a", "quotes, backslashes, control characters escaped; cut whole");
+	is(metrics_json_str(js, sizeof(js), NULL), "", "NULL is \"\"");
+	is(metrics_json_str(js, sizeof(js), "/déjà vu"), "/déjà vu", "UTF-8 as it is");
+
 	/* other ranks and output.metrics false: a struct metrics that was never opened */
 	struct metrics none = {0};
 	metrics_line(&none, "{\"event\":\"%s\"}", "nowhere");
