@@ -18,6 +18,11 @@ grep -qw avx2 /proc/cpuinfo && test_set_prereq AVX2
 # threshold here is 1.5 (the default, 1.25, suits a quiet machine), judged over 8 reports of 4
 # steps each, and each slowdown below is several times that: 5-20x for the JPEGs (decoding a
 # 512x512 picture against a 32x32 one), 3-4x for SSE4.1 against AVX2/AVX-512 matrix products.
+#
+# Why not a busy loop pinned (taskset) to the CPU of one rank: on a virtual machine the CPUs
+# are not independent. Measured here (2 vCPUs): a hog pinned to CPU 1 slowed a rank alone on
+# CPU 0 by 2.7-7x as well, so both ranks slowed alike and the test would judge the host. The
+# causes below belong to rank 1 alone: its own data, its own instruction set.
 watch="train.straggler_threshold=1.5 train.straggler_window=8 train.log_every=4"
 
 # stragglers FILE: the straggler events, one "rank cause node_ranks" line each
