@@ -116,6 +116,7 @@ schema() {
 	train = [e for e in ev if e["event"] == "train"]
 	ranks = [e for e in ev if e["event"] == "ranks"]
 	assert len(train) == len(ranks) == start["total_steps"] // start["log_every"], (len(train), len(ranks))
+	node = (os.environ.get("SLURMD_NODENAME") or os.uname().nodename).split(".")[0]
 	for t, r in zip(train, ranks):
 	    assert ev.index(r) == ev.index(t) + 1 and r["global_step"] == t["global_step"], "ranks after train"
 	    for k in ("step_ms", "compute_ms", "data_wait_ms", "comm_wait_ms"):
@@ -125,7 +126,7 @@ schema() {
 	    rs = r["ranks"]
 	    assert [x["rank"] for x in rs] == list(range(world)), "each rank once, in order"
 	    for x in rs:
-	        assert x["gpu"] == -1 and x["device_mib"] == 0 and x["node"] == os.uname().nodename.split(".")[0], x
+	        assert x["gpu"] == -1 and x["device_mib"] == 0 and x["node"] == node, x
 	        parts = x["compute_ms"] + x["data_wait_ms"] + x["comm_wait_ms"]
 	        assert x["step_ms"] > 0 and abs(parts - x["step_ms"]) <= 1e-3 + 1e-3 * x["step_ms"], x
 	        assert x["img_per_s"] > 0, x

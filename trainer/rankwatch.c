@@ -8,17 +8,22 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "trainer/dist/comm.h"
 
 enum { F_STEP, F_COMPUTE, F_DATA, F_COMM, F_IPS, F_MIB, RANKWATCH_FIELDS };
 
-/* The node's name as a report shows it: the host name up to its first dot, other characters
+/* The node's name as a report shows it: Slurm's name for it (SLURMD_NODENAME: several slurmd
+ * on one host are several nodes), else the host name; up to its first dot, other characters
  * than letters, digits, '-' and '_' made '?' (it goes into JSON as it is). */
 static void my_host(char *h)
 {
 	char name[256] = "";
-	if (gethostname(name, sizeof(name) - 1) < 0 || !name[0])
+	const char *sn = getenv(ENV_SLURMD_NODENAME);
+	if (sn && sn[0])
+		snprintf(name, sizeof(name), "%s", sn);
+	else if (gethostname(name, sizeof(name) - 1) < 0 || !name[0])
 		strcpy(name, "?");
 	name[strcspn(name, ".")] = 0;
 	name[RANKWATCH_HOST - 1] = 0; /* longer names are cut */
