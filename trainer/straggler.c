@@ -27,9 +27,9 @@ int straggler_init(struct straggler *s, int nranks, int window, double threshold
 	s->med = calloc(n * NCOMP, sizeof(double));
 	s->tmp = calloc(n + 1, sizeof(double));
 	s->found = calloc(n, sizeof(*s->found));
-	s->named = calloc(n, sizeof(*s->named));
+	s->mark = calloc(3 * n, 1);
 	if (!s->ring || !s->slow || !s->in_episode || !s->mean || !s->med || !s->tmp || !s->found ||
-	    !s->named) {
+	    !s->mark) {
 		straggler_free(s);
 		return -1;
 	}
@@ -45,7 +45,7 @@ void straggler_free(struct straggler *s)
 	free(s->med);
 	free(s->tmp);
 	free(s->found);
-	free(s->named);
+	free(s->mark);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -108,6 +108,37 @@ static int over(double x, double m, double threshold)
 	return x > 0 && x >= threshold * m;
 }
 
+#define M(r, c)	 s->mean[(size_t)(c)*s->nranks + (r)]
+#define MD(r, c) s->med[(size_t)(c)*s->nranks + (r)]
+
+/* how much slower rank r is than the others: its busy time's ratio when that is over the
+ * threshold, else its step time's */
+static double ratio(const struct straggler *s, int r)
+{
+	if (!(MD(r, C_BUSY) > 0) || !(MD(r, C_STEP) > 0))
+		return 0;
+	double b = M(r, C_BUSY) / MD(r, C_BUSY);
+	return b >= s->threshold ? b : M(r, C_STEP) / MD(r, C_STEP);
+}
+
+static void finding(const struct straggler *s, struct strag_finding *f, int r)
+{
+	memset(f, 0, sizeof(*f));
+	f->rank = r;
+	f->node = s->node_of ? s->node_of[r] : -1;
+	f->busy_ms = M(r, C_BUSY);
+	f->median_busy_ms = MD(r, C_BUSY);
+	f->step_ms = M(r, C_STEP);
+	f->median_step_ms = MD(r, C_STEP);
+	f->slower = ratio(s, r);
+	if (over(M(r, C_BUSY), MD(r, C_BUSY), s->threshold))
+		f->cause = M(r, C_DATA) - MD(r, C_DATA) > M(r, C_COMPUTE) - MD(r, C_COMPUTE)
+			       ? STRAG_DATA
+			       : STRAG_COMPUTE;
+	else
+		f->cause = STRAG_NETWORK;
+}
+
 int straggler_feed(struct straggler *s, const struct strag_fig *figs,
 		   const struct strag_finding **found)
 {
@@ -144,83 +175,54 @@ int straggler_feed(struct straggler *s, const struct strag_fig *figs,
 		}
 		medians_of_others(m, n, s->med + (size_t)c * n, s->tmp);
 	}
+	/* each rank: slow on most of the window's reports and on its means (flagged), or on its
+	 * means alone (over) */
 	int recent = (w + 1) / 2;
+	unsigned char *flagged = s->mark, *over_m = s->mark + n;
 	for (int r = 0; r < n; r++) {
 		int cnt = 0, cnt_recent = 0;
 		for (int k = 0; k < w; k++)
 			cnt += s->slow[(size_t)k * n + r];
 		for (int a = 0; a < recent; a++)
 			cnt_recent += s->slow[(size_t)((slot - a + w) % w) * n + r];
-#define M(c)  s->mean[(size_t)(c)*n + r]
-#define MD(c) s->med[(size_t)(c)*n + r]
-		int busy_slow = over(M(C_BUSY), MD(C_BUSY), thr);
-		int step_slow = over(M(C_STEP), MD(C_STEP), thr);
-		int flagged = 2 * cnt > w && (busy_slow || step_slow);
-		if (s->in_episode[r]) {
-			if (!cnt_recent)
-				s->in_episode[r] = 0; /* over: the next time is another episode */
+		over_m[r] = over(M(r, C_BUSY), MD(r, C_BUSY), thr) ||
+			    over(M(r, C_STEP), MD(r, C_STEP), thr);
+		flagged[r] = 2 * cnt > w && over_m[r];
+		if (s->in_episode[r] && !cnt_recent)
+			s->in_episode[r] = 0; /* over: the next time is another episode */
+	}
+	/* a node whose every rank is over the others at once, one of them newly flagged: the
+	 * node is named, once, rather than its ranks one by one */
+	unsigned char *seen = s->mark + 2 * n; /* by node */
+	memset(seen, 0, (size_t)s->nnodes);
+	for (int r0 = 0; s->node_of && s->nnodes >= 2 && r0 < n; r0++) {
+		int node = s->node_of[r0], on = 0, all = 1, fresh = 0, worst = r0;
+		if (seen[node])
 			continue;
+		seen[node] = 1;
+		for (int r = r0; r < n; r++) {
+			if (s->node_of[r] != node)
+				continue;
+			on++;
+			all &= s->in_episode[r] || over_m[r];
+			fresh |= flagged[r] && !s->in_episode[r];
+			if (ratio(s, r) > ratio(s, worst))
+				worst = r;
 		}
-		if (!flagged)
+		if (on < 2 || !all || !fresh)
+			continue;
+		struct strag_finding *f = &s->found[nf++];
+		finding(s, f, worst);
+		f->node_ranks = on;
+		for (int r = r0; r < n; r++)
+			if (s->node_of[r] == node)
+				s->in_episode[r] = 1;
+	}
+	for (int r = 0; r < n; r++) {
+		if (s->in_episode[r] || !flagged[r])
 			continue;
 		s->in_episode[r] = 1;
-		struct strag_finding *f = &s->found[nf++];
-		memset(f, 0, sizeof(*f));
-		f->rank = r;
-		f->node = s->node_of ? s->node_of[r] : -1;
-		f->busy_ms = M(C_BUSY);
-		f->median_busy_ms = MD(C_BUSY);
-		f->step_ms = M(C_STEP);
-		f->median_step_ms = MD(C_STEP);
-		if (busy_slow) {
-			f->slower = M(C_BUSY) / MD(C_BUSY);
-			f->cause = M(C_DATA) - MD(C_DATA) > M(C_COMPUTE) - MD(C_COMPUTE)
-				       ? STRAG_DATA
-				       : STRAG_COMPUTE;
-		} else {
-			f->slower = M(C_STEP) / MD(C_STEP);
-			f->cause = STRAG_NETWORK;
-		}
-#undef M
-#undef MD
+		finding(s, &s->found[nf++], r);
 	}
-
-	/* a whole node named at once: one finding for the node */
-	if (!s->node_of || s->nnodes < 2 || nf < 2)
-		return nf;
-	int out = 0;
-	*found = s->named;
-	for (int i = 0; i < nf; i++) {
-		int node = s->found[i].node, on = 0, all = 1, first = 1;
-		if (node < 0) {
-			s->named[out++] = s->found[i];
-			continue;
-		}
-		for (int j = 0; j < i; j++) /* this node's first finding decides */
-			if (s->found[j].node == node)
-				first = 0;
-		if (!first) /* merged into the first, or kept below */
-			continue;
-		for (int r = 0; r < n; r++)
-			if (s->node_of[r] == node) {
-				on++;
-				all &= s->in_episode[r];
-			}
-		int named = 0;
-		for (int j = i; j < nf; j++)
-			named += s->found[j].node == node;
-		if (on >= 2 && all && named >= 2) {
-			struct strag_finding best = s->found[i];
-			for (int j = i + 1; j < nf; j++)
-				if (s->found[j].node == node && s->found[j].slower > best.slower)
-					best = s->found[j];
-			best.node_ranks = on;
-			s->named[out++] = best;
-		} else {
-			for (int j = i; j < nf; j++)
-				if (s->found[j].node == node)
-					s->named[out++] = s->found[j];
-		}
-	}
-	return out;
+	return nf;
 }

@@ -17,9 +17,10 @@
  *     its busy is not (its collectives are what takes longer). A network that is slow for
  *     everyone slows every rank alike and is named by no one: it shows as comm_wait_ms.
  * A straggler is named once per episode; the episode ends when none of its last
- * ceil(window / 2) reports was slow, and the next time it is named again. When every rank of a
- * node (two or more ranks there, two or more nodes in the job) is named at the same report,
- * one finding names the node instead. */
+ * ceil(window / 2) reports was slow, and the next time it is named again. When a rank of a node
+ * (two or more ranks there, two or more nodes in the job) is to be named and every rank of that
+ * node is over the threshold on its window's means (or already named), one finding names the
+ * node instead, and all its ranks are in the episode. */
 #ifndef DPTRAIN_STRAGGLER_H
 #define DPTRAIN_STRAGGLER_H
 
@@ -55,7 +56,8 @@ struct straggler {
 	unsigned char *in_episode;
 	/* scratch: nranks entries each */
 	double *mean, *med, *tmp;
-	struct strag_finding *found, *named;
+	struct strag_finding *found;
+	unsigned char *mark; /* 3 x nranks */
 };
 
 /* threshold > 1, window >= 2, nranks >= 1; node_of (nranks entries, may be NULL) is used,

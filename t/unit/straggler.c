@@ -123,6 +123,15 @@ static void slow_node(void)
 	is_int(f.node_ranks, 2, "its 2 ranks");
 	is_int(f.rank, 3, "its slowest rank");
 	straggler_free(&s);
+	/* the node's second rank slows down 4 reports after the first: still one finding, the
+	 * node's, when the first is named */
+	double late[6] = {1, 1, 1.8, 1, 1, 1}, both[6] = {1, 1, 1.8, 1.7, 1, 1};
+	straggler_init(&s, 6, 8, 1.25, node_of);
+	int k = run(&s, 6, 4, late, NULL, 0.02, &f, NULL);
+	k += run(&s, 6, 40, both, NULL, 0.02, &f, NULL);
+	is_int(k, 1, "ranks of a node slowing down at different reports: one finding");
+	ok(f.node == 1 && f.node_ranks == 2, "the node (node %d, %d ranks)", f.node, f.node_ranks);
+	straggler_free(&s);
 	/* one slow rank on a node of two: the rank, not the node */
 	double cg[6] = {1, 1, 1, 1.7, 1, 1};
 	straggler_init(&s, 6, 8, 1.25, node_of);
