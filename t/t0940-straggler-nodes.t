@@ -15,36 +15,37 @@ newest() {
 	ls -dt "$1"/*.* | head -n 1
 }
 
-# As t0930: a busy shared machine, so threshold 1.5; the slow node's ranks decode 512x512
-# JPEGs where the others decode 32x32 ones (5-20x).
-watch="train.straggler_threshold=1.5 train.straggler_window=8 train.log_every=4"
+# As t0930: a busy shared machine, so reports of 8 steps and threshold 3; the slow node's ranks
+# decode 2048x2048 JPEGs whole where the others decode 32x32 ones (about 10x).
+watch="train.straggler_threshold=3 train.straggler_window=8 train.log_every=8"
 
-test_expect_success PIL 'setup: a two-node Slurm, the same pictures small and full-size, a config' '
+test_expect_success PIL 'setup: a two-node Slurm, the same 32 pictures small and full-size, a config' '
 	dp_cluster_start -N 2 &&
 	cat >mk.py <<-\EOF &&
 	import os, numpy as np
 	from PIL import Image
 	rng = np.random.default_rng(7)
-	for i in range(128):
+	for i in range(32):
 	    px = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-	    for name, size in (("small", 32), ("big", 512)):
+	    for name, size in (("small", 32), ("big", 2048)):
 	        d = "%s/c%d" % (name, i % 2)
 	        os.makedirs(d, exist_ok=True)
 	        im = Image.fromarray(px)
 	        if size != 32:
-	            a = np.asarray(im.resize((size, size), Image.Resampling.NEAREST)).astype(int)
-	            a += rng.integers(-40, 41, a.shape)
+	            a = np.asarray(im.resize((size, size), Image.Resampling.BILINEAR)).astype(int)
+	            a += rng.integers(-12, 13, a.shape)
 	            im = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
-	        im.save("%s/%03d.jpg" % (d, i), quality=95)
+	        im.save("%s/%03d.jpg" % (d, i), quality=90)
 	EOF
 	/usr/bin/python3 mk.py &&
 	cat >job.json <<-EOF
-	{"seed": 1, "model": {"name": "lenet", "num_classes": 2, "input_shape": [3, 32, 32]},
-	 "data": {"format": "imagefolder", "train": {"root": "$PWD/small"}, "batch_size": 4,
-	          "workers": 1},
+	{"seed": 1, "model": {"name": "mlp", "num_classes": 2, "input_shape": [3, 32, 32],
+	  "hidden": [1024, 1024]},
+	 "data": {"format": "imagefolder", "train": {"root": "$PWD/small"}, "batch_size": 8,
+	          "workers": 0, "transforms": {"dct_scaling": false}},
 	 "optimizer": {"name": "sgd", "lr": 0.01},
-	 "train": {"epochs": 0, "max_steps": 96, "threads": 1}, "device": {"kind": "cpu"},
-	 "output": {"dir": "steps/%j.%s"}}
+	 "train": {"epochs": 0, "max_steps": 96, "threads": 1}, "checkpoint": {"every_epochs": 0},
+	 "device": {"kind": "cpu"}, "output": {"dir": "steps/%j.%s"}}
 	EOF
 '
 
@@ -66,7 +67,7 @@ test_expect_success PIL 'srun -N2 -n4: the second node reads full-size JPEGs: th
 	assert len(st) == 1, st
 	s = st[0]
 	assert s["node_ranks"] == 2 and s["node"] == nodes[2] and s["rank"] in (2, 3), s
-	assert s["cause"] == "data" and s["slower"] >= 1.5, s
+	assert s["cause"] == "data" and s["slower"] >= 3, s
 	print("named:", s)
 	EOF
 	grep "^dptrain: node [^ ]* (2 ranks, the slowest rank [23]) is a straggler: .*, waiting on data" out &&
