@@ -168,6 +168,11 @@ test_expect_success LAUNCH 'metrics schema 2 of 3 ranks: one ranks event per rep
 	test $(grep -c "loss is" r3/device1/train.log) = 2
 '
 
+test_expect_success LAUNCH 'train.straggler_window=1 (every report judged alone) runs' '
+	dptrain-run -n 2 -o w1 job.json dptrain job.json train.straggler_window=1 >w1.out 2>&1 &&
+	grep "^dptrain: done: 24 steps" w1.out
+'
+
 test_expect_success 'stopped on SIGTERM: a stop event after its checkpoint event; the next run says where it resumed' '
 	dptrain job.json output.dir=s train.epochs=1000 train.log_every=1 >s.out 2>s.err &
 	pid=$! &&

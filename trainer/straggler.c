@@ -10,7 +10,7 @@ int straggler_init(struct straggler *s, int nranks, int window, double threshold
 		   const int *node_of)
 {
 	memset(s, 0, sizeof(*s));
-	if (nranks < 1 || window < 2 || !(threshold > 1))
+	if (nranks < 1 || window < 1 || !(threshold > 1))
 		return -1;
 	s->nranks = nranks;
 	s->window = window;

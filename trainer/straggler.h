@@ -60,7 +60,7 @@ struct straggler {
 	unsigned char *mark; /* 3 x nranks */
 };
 
-/* threshold > 1, window >= 2, nranks >= 1; node_of (nranks entries, may be NULL) is used,
+/* threshold > 1, window >= 1, nranks >= 1; node_of (nranks entries, may be NULL) is used,
  * not copied. -1 when out of memory. */
 int straggler_init(struct straggler *s, int nranks, int window, double threshold,
 		   const int *node_of);

@@ -208,7 +208,14 @@ static void bounds(void)
 {
 	struct straggler s;
 	ok(straggler_init(&s, 4, 8, 1.0, NULL) < 0, "threshold 1 refused");
-	ok(straggler_init(&s, 4, 1, 1.25, NULL) < 0, "window 1 refused");
+	ok(straggler_init(&s, 4, 0, 1.25, NULL) < 0, "window 0 refused");
+	/* window 1: every report judged alone (train.straggler_window=1) */
+	double w1[4] = {1, 1, 1, 2};
+	struct strag_finding f1 = {0};
+	straggler_init(&s, 4, 1, 1.25, NULL);
+	is_int(run(&s, 4, 10, w1, NULL, 0.02, &f1, NULL), 1, "window 1: named at once, once");
+	is_int(f1.rank, 3, "rank 3");
+	straggler_free(&s);
 	ok(straggler_init(&s, 0, 8, 1.25, NULL) < 0, "no ranks refused");
 	straggler_init(&s, 1, 2, 1.25, NULL);
 	double cf[1] = {5};
