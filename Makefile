@@ -155,7 +155,8 @@ endif
 # owns and may use; contrib/ci/check-layers enforces it). Listed in link order: a library
 # comes before the ones it uses, so a dependency against the table also fails to link.
 TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer/metrics.c \
-	trainer/tbevents.c trainer/report.c trainer/report_page.c
+	trainer/tbevents.c trainer/report.c trainer/report_page.c trainer/progress.c \
+	trainer/rankwatch.c trainer/straggler.c
 DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_fail.c trainer/dist/comm_nccl.c \
 	trainer/dist/comm_shm.c trainer/dist/ddp.c
 NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \

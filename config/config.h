@@ -68,6 +68,7 @@ enum cfg_resume { CFG_RESUME_AUTO, CFG_RESUME_NEVER, CFG_RESUME_PATH };
 enum cfg_device_kind { CFG_DEVICE_AUTO, CFG_DEVICE_CPU, CFG_DEVICE_CUDA };
 
 enum cfg_console { CFG_CONSOLE_RANK0, CFG_CONSOLE_ALL, CFG_CONSOLE_NONE };
+enum cfg_progress { CFG_PROGRESS_AUTO, CFG_PROGRESS_LINES, CFG_PROGRESS_OFF };
 /* output.device_dirs: device<RANK> (global rank) or device<DEVICE_ID> (node-local device) */
 enum cfg_device_dirs { CFG_DEVDIRS_RANK, CFG_DEVDIRS_DEVICE };
 
@@ -176,7 +177,9 @@ struct cfg {
 		int64_t log_every; /* steps */
 		int eval_every;	   /* epochs; 0: only at the end */
 		double label_smoothing;
-		int threads; /* 0: OMP_NUM_THREADS, else all cores */
+		int threads;		    /* 0: OMP_NUM_THREADS, else all cores */
+		double straggler_threshold; /* > 1: x the others' median compute+data time */
+		int straggler_window;	    /* reports (log_every steps each); 0: no watch */
 	} train;
 
 	struct cfg_parallel {
@@ -225,6 +228,7 @@ struct cfg {
 		bool metrics;
 		bool tensorboard; /* rank 0's TensorBoard event file */
 		bool report;	  /* rank 0 writes report.html at each evaluation and the end */
+		enum cfg_progress progress; /* loss and progress lines: auto, lines, off */
 		enum cfg_device_dirs device_dirs;
 		bool run_in_device_dir; /* the command starts in its device directory */
 	} output;

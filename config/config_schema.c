@@ -116,6 +116,13 @@ static const struct cfg_enum_name device_dirs_names[] = {
     {NULL, 0, NULL},
 };
 
+static const struct cfg_enum_name progress_names[] = {
+    {"auto", CFG_PROGRESS_AUTO, NULL},
+    {"lines", CFG_PROGRESS_LINES, NULL},
+    {"off", CFG_PROGRESS_OFF, NULL},
+    {NULL, 0, NULL},
+};
+
 static const struct cfg_enum_name console_names[] = {
     {"rank0", CFG_CONSOLE_RANK0, NULL},
     {"all", CFG_CONSOLE_ALL, NULL},
@@ -393,6 +400,11 @@ static const struct cfg_key train_keys[] = {
 	 .flags = RANGE | CFG_F_MAX_EXCL, .min = 0, .max = 1},
 	{.name = "threads", .kind = CFG_K_INT, .off = OFF(struct cfg_train, threads),
 	 .flags = RANGE, .min = 0, .max = 4096},
+	{.name = "straggler_threshold", .kind = CFG_K_NUMBER,
+	 .off = OFF(struct cfg_train, straggler_threshold), .flags = MIN_GT | RANGE, .min = 1,
+	 .max = 1000},
+	{.name = "straggler_window", .kind = CFG_K_INT, .off = OFF(struct cfg_train, straggler_window),
+	 .flags = RANGE, .min = 0, .max = 100000},
 	{.name = NULL},
 };
 
@@ -476,6 +488,8 @@ static const struct cfg_key output_keys[] = {
 	{.name = "metrics", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, metrics)},
 	{.name = "tensorboard", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, tensorboard)},
 	{.name = "report", .kind = CFG_K_BOOL, .off = OFF(struct cfg_output, report)},
+	{.name = "progress", .kind = CFG_K_ENUM, .off = OFF(struct cfg_output, progress),
+	 .names = progress_names},
 	{.name = "device_dirs", .kind = CFG_K_ENUM, .off = OFF(struct cfg_output, device_dirs),
 	 .names = device_dirs_names},
 	{.name = "run_in_device_dir", .kind = CFG_K_BOOL,
@@ -575,6 +589,8 @@ int cfg_set_defaults(struct cfg *c)
 	c->train.epochs = 1;
 	c->train.log_every = 100;
 	c->train.eval_every = 1;
+	c->train.straggler_threshold = 1.25;
+	c->train.straggler_window = 8;
 
 	c->parallel.gradients_mean = true;
 	c->parallel.parameter_broadcast = true;

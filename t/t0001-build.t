@@ -53,7 +53,7 @@ test_expect_success 'make install DESTDIR= puts programs, plugin, man pages, exa
 		root/usr/local/share/man/man1/dptrain-data.1 &&
 	ls root/usr/local/share/dptrain/examples/resnet50.json \
 		root/usr/local/share/dptrain/examples/resnet18.json &&
-	ls root/usr/local/share/man/man5/dptrain.json.5 &&
+	ls root/usr/local/share/man/man5/dptrain.json.5 root/usr/local/share/man/man5/dptrain-metrics.5 &&
 	ls root/usr/local/share/dptrain/examples/lenet-fmnist.json &&
 	test -f root/etc/slurm/plugstack.conf.d/dptrain.conf.example &&
 	! grep "@LIBDIR@\|@BINDIR@" root/etc/slurm/plugstack.conf.d/dptrain.conf.example

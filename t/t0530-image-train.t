@@ -17,7 +17,8 @@ at_least() {
 }
 # the run's numbers without its timings
 numbers() {
-	sed 's/,"img_per_s":[^,]*//; s/,"comm_wait_ms":[^,]*//; s/,"data_wait_ms":[^,}]*//' "$1" |
+	sed 's/,"img_per_s":[^,]*//; s/,"comm_wait_ms":[^,]*//; s/,"data_wait_ms":[^,}]*//;
+		s/,"step_ms":[^,}]*//; s/,"compute_ms":[^,}]*//; s/,"eta_s":[^,}]*//; s/,"time":[^,}]*//' "$1" |
 		grep '"event":"\(train\|eval\)"'
 }
 

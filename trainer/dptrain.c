@@ -166,6 +166,7 @@ struct args {
 	int check;
 	int devices;
 	char *resume; /* --resume PATH as an override, applied after the others */
+	int quiet;    /* --quiet: output.progress=off, applied last */
 };
 
 static void usage(FILE *f)
@@ -180,6 +181,8 @@ static void usage(FILE *f)
 		"                  when there is none, with the reason)\n"
 		"  -r, --resume PATH  resume from the checkpoint directory PATH (a step-N); the\n"
 		"                  same as checkpoint.resume=PATH\n"
+		"  -q, --quiet     no loss nor progress lines (metrics.jsonl still gets them);\n"
+		"                  the same as output.progress=off\n"
 		"  -h, --help      show this help and exit\n"
 		"  -V, --version   show the version and exit\n"
 		"\n"
@@ -204,9 +207,13 @@ static int is_override(const char *arg)
 static int parse_args(int argc, char **argv, struct args *a)
 {
 	static const struct option opts[] = {
-	    {"check", no_argument, NULL, 'c'},	 {"devices", no_argument, NULL, 'd'},
-	    {"help", no_argument, NULL, 'h'},	 {"resume", required_argument, NULL, 'r'},
-	    {"version", no_argument, NULL, 'V'}, {NULL, 0, NULL, 0},
+	    {"check", no_argument, NULL, 'c'},
+	    {"devices", no_argument, NULL, 'd'},
+	    {"help", no_argument, NULL, 'h'},
+	    {"resume", required_argument, NULL, 'r'},
+	    {"version", no_argument, NULL, 'V'},
+	    {"quiet", no_argument, NULL, 'q'},
+	    {NULL, 0, NULL, 0},
 	};
 	int ch;
 
@@ -215,7 +222,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		fprintf(stderr, "dptrain: out of memory\n");
 		return -1;
 	}
-	while ((ch = getopt_long(argc, argv, ":cdhr:V", opts, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, ":cdhqr:V", opts, NULL)) != -1) {
 		switch (ch) {
 		case 'c':
 			a->check = 1;
@@ -228,6 +235,9 @@ static int parse_args(int argc, char **argv, struct args *a)
 				fprintf(stderr, "dptrain: out of memory\n");
 				return -1;
 			}
+			break;
+		case 'q':
+			a->quiet = 1;
 			break;
 		case 'h':
 			usage(stdout);
@@ -263,6 +273,8 @@ static int parse_args(int argc, char **argv, struct args *a)
 	}
 	if (a->resume)
 		a->overrides[a->noverrides++] = a->resume;
+	if (a->quiet)
+		a->overrides[a->noverrides++] = (char *)"output.progress=off";
 	if (!a->config) {
 		const char *env = getenv(ENV_DPTRAIN_CONFIG);
 		if (!env || !env[0]) {

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -44,12 +45,24 @@ void metrics_line(struct metrics *mt, const char *fmt, ...)
 	va_end(ap);
 	if (n < 0)
 		return;
-	char *l = realloc(line, (size_t)n + 2);
+	/* every line ends with the wall-clock time it was written (schema 2) */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	char tail[48];
+	int nt = n > 1 && line[n - 1] == '}'
+		     ? snprintf(tail, sizeof(tail), "%s\"time\":%.3f}", n > 2 ? "," : "",
+				(double)ts.tv_sec + (double)ts.tv_nsec / 1e9)
+		     : 0;
+	char *l = realloc(line, (size_t)n + (size_t)nt + 2);
 	if (!l) {
 		free(line);
 		return;
 	}
 	line = l;
+	if (nt > 0) {
+		memcpy(line + n - 1, tail, (size_t)nt + 1);
+		n += nt - 1;
+	}
 	line[n++] = '\n';
 	at = lseek(mt->fd, 0, SEEK_END);
 	ssize_t w;
@@ -69,6 +82,26 @@ void metrics_line(struct metrics *mt, const char *fmt, ...)
 		mt->warned = 1;
 	}
 	free(line);
+}
+
+const char *metrics_json_str(char *buf, size_t n, const char *s)
+{
+	size_t o = 0;
+	if (n == 0)
+		return buf;
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+		char e[8];
+		int k = ch == '"' || ch == '\\' ? snprintf(e, sizeof(e), "\\%c", ch)
+			: ch < 0x20		? snprintf(e, sizeof(e), "\\u%04x", ch)
+						: (e[0] = (char)ch, 1);
+		if (o + (size_t)k >= n)
+			break;
+		memcpy(buf + o, e, (size_t)k);
+		o += (size_t)k;
+	}
+	buf[o] = 0;
+	return buf;
 }
 
 void metrics_close(struct metrics *mt)

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,8 @@
 #include "trainer/metrics.h"
 #include "trainer/tbevents.h"
 #include "trainer/report.h"
+#include "trainer/progress.h"
+#include "trainer/rankwatch.h"
 #include "trainer/data/transform.h"
 
 /* One split of the data (train or eval): set, transforms, sampler, loader. */
@@ -480,7 +483,10 @@ struct run {
 	struct train_ckpt ck;
 	struct loss_scale sc;
 	struct metrics mt;
-	struct tbevents tb; /* rank 0's TensorBoard event file */
+	struct tbevents tb;    /* rank 0's TensorBoard event file */
+	struct progress pg;    /* the loss and progress lines */
+	struct rankwatch rw;   /* every rank's timings at rank 0, stragglers */
+	char outdir[PATH_MAX]; /* env->output_dir, absolute where it can be made so */
 
 	size_t per_sample; /* floats in one input sample */
 	size_t per_step;   /* samples per rank in one step */
@@ -495,7 +501,7 @@ struct run {
 	double t0;
 
 	struct { /* since the last progress line */
-		double t, loss, comm_wait, data_wait;
+		double t, loss, comm_wait, data_wait, step_time;
 		long imgs;
 		int n;
 	} log;
@@ -717,10 +723,23 @@ static int run_announce(struct run *r, struct dp_error *err)
 			"dptrain: optimizer state sharded over %d ranks (ZeRO-1): rank 0 updates "
 			"%zu of %zu parameters\n",
 			env->world_size, r->zhi - r->zlo, m->param_total);
+	/* every rank's node and GPU at rank 0 (a collective: every rank is here) */
+	if (rankwatch_open(&r->rw, env->comm, env->rank, env->world_size, env->gpu,
+			   c->train.log_every, c->train.straggler_window,
+			   c->train.straggler_threshold, err) < 0)
+		return -1;
+	const char *rc = getenv(ENV_SLURM_RESTART_COUNT);
+	char job[64], dir[2 * PATH_MAX];
 	metrics_line(&r->mt,
 		     "{\"event\":\"start\",\"model\":\"%s\",\"parameters\":%zu,\"world_size\":%d,"
-		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld}",
-		     m->name, nn_param_count(m), env->world_size, r->spe, r->total);
+		     "\"steps_per_epoch\":%ld,\"total_steps\":%ld,\"schema\":2,"
+		     "\"resumed_from_step\":%ld,\"job\":\"%s\",\"restart_count\":%d,"
+		     "\"output_dir\":\"%s\",\"hosts\":%d,\"backend\":\"%s\",\"batch_size\":%d,"
+		     "\"log_every\":%ld}",
+		     m->name, nn_param_count(m), env->world_size, r->spe, r->total, r->pos.step,
+		     metrics_json_str(job, sizeof(job), getenv(ENV_SLURM_JOB_ID)),
+		     rc ? atoi(rc) : 0, metrics_json_str(dir, sizeof(dir), r->outdir), r->rw.nnodes,
+		     r->be->ops->name, c->data.batch_size, (long)c->train.log_every);
 
 	/* DPTRAIN_PROFILE_STEP=k: the vendor profiler captures step k alone (dptrain(1)) */
 	if (dp_env_int(ENV_DPTRAIN_PROFILE_STEP, 1, INT_MAX, &r->prof, err) < 0)
@@ -799,15 +818,34 @@ static int run_update(struct run *r, double lr, struct dp_error *err)
 }
 
 /* run_log's scalars in the event file, as in its metrics line: the global loss, the
- * learning rate, img/s, the mean waits of a step (ms), and the loss scale where scaling is on. */
-static void run_log_tb(struct run *r, double loss, double lr, double ips, double scale)
+ * learning rate, img/s, rank 0's step time and its parts (ms), and the loss scale where
+ * scaling is on. */
+static void run_log_tb(struct run *r, double loss, double lr, double ips, double scale,
+		       const struct rank_fig *me)
 {
 	const char *tags[] = {"train/loss",	    "train/lr",		  "train/img_per_s",
-			      "train/data_wait_ms", "train/comm_wait_ms", "train/loss_scale"};
-	double v[] = {
-	    loss, lr, ips, 1e3 * r->log.data_wait / r->log.n, 1e3 * r->log.comm_wait / r->log.n,
-	    scale};
-	tb_scalars(&r->tb, r->step, r->sc.on ? 6 : 5, tags, v);
+			      "train/data_wait_ms", "train/comm_wait_ms", "train/step_ms",
+			      "train/compute_ms",   "train/loss_scale"};
+	double v[] = {loss,	      lr,   ips, me->data_wait_ms, me->comm_wait_ms, me->step_ms,
+		      me->compute_ms, scale};
+	tb_scalars(&r->tb, r->step, r->sc.on ? 8 : 7, tags, v);
+}
+
+/* After a report, rank 0: every rank's step time and its parts, as in the ranks event, one
+ * chart a figure and rank (ranks/rank_N/step_ms, ...). */
+static void run_ranks_tb(struct run *r)
+{
+	struct rank_fig f;
+	for (int k = 0; r->tb.open && rankwatch_get(&r->rw, k, &f) == 0; k++) {
+		char t[4][48];
+		const char *tags[4] = {t[0], t[1], t[2], t[3]};
+		snprintf(t[0], sizeof(t[0]), "ranks/rank_%d/step_ms", k);
+		snprintf(t[1], sizeof(t[1]), "ranks/rank_%d/compute_ms", k);
+		snprintf(t[2], sizeof(t[2]), "ranks/rank_%d/data_wait_ms", k);
+		snprintf(t[3], sizeof(t[3]), "ranks/rank_%d/comm_wait_ms", k);
+		double v[] = {f.step_ms, f.compute_ms, f.data_wait_ms, f.comm_wait_ms};
+		tb_scalars(&r->tb, r->step, 4, tags, v);
+	}
 }
 
 /* Every train.log_every steps, and at the last: this rank's loss line (rank 0's with the
@@ -827,26 +865,40 @@ static int run_log(struct run *r, int epoch, long s, double step_loss, double lr
 	double gl[2] = {step_loss, r->log.loss / r->log.n};
 	if (env->comm && env->comm->ops->allreduce(env->comm, gl, 2, COMM_F64, COMM_AVG, err) < 0)
 		return errprefix(err, "reducing the loss at step %ld", r->step);
+	char line[256];
 	if (env->comm && r->rank0)
-		fprintf(r->out,
-			"epoch: %d step: %ld, loss is %.6f, global loss %.6f, lr %.6g, %.1f "
-			"img/s\n",
-			epoch + 1, s + 1, step_loss, gl[0], lr, ips * env->world_size);
+		snprintf(line, sizeof(line),
+			 "epoch: %d step: %ld, loss is %.6f, global loss %.6f, lr %.6g, %.1f img/s",
+			 epoch + 1, s + 1, step_loss, gl[0], lr, ips * env->world_size);
 	else
-		fprintf(r->out, "epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f img/s\n",
-			epoch + 1, s + 1, step_loss, lr, ips * env->world_size);
-	fflush(r->out);
+		snprintf(line, sizeof(line),
+			 "epoch: %d step: %ld, loss is %.6f, lr %.6g, %.1f img/s", epoch + 1, s + 1,
+			 step_loss, lr, ips * env->world_size);
+	progress_loss(&r->pg, line, epoch + 1, r->epochs, r->step, t);
+	/* this rank's step, split: compute is what is neither data nor communication wait */
+	struct rank_fig me = {
+	    .step_ms = 1e3 * r->log.step_time / r->log.n,
+	    .data_wait_ms = 1e3 * r->log.data_wait / r->log.n,
+	    .comm_wait_ms = 1e3 * r->log.comm_wait / r->log.n,
+	    .img_per_s = r->log.step_time > 0 ? (double)r->log.imgs / r->log.step_time : 0,
+	    .device_mib = env->gpu >= 0 ? (double)be_cuda_peak_bytes(r->be) / (1 << 20) : 0,
+	};
+	me.compute_ms = fmax(0, me.step_ms - me.data_wait_ms - me.comm_wait_ms);
 	metrics_line(&r->mt,
 		     "{\"event\":\"train\",\"epoch\":%d,\"step\":%ld,"
 		     "\"global_step\":%ld,\"loss\":%.9g,\"mean_loss\":%.9g,"
 		     "\"rank0_loss\":%.9g,\"lr\":%.9g,\"img_per_s\":%.3f,"
 		     "\"comm_wait_ms\":%.4f,\"data_wait_ms\":%.4f,"
-		     "\"loss_scale\":%.9g}",
+		     "\"loss_scale\":%.9g,\"step_ms\":%.4f,\"compute_ms\":%.4f,\"eta_s\":%.1f}",
 		     epoch + 1, s + 1, r->step, gl[0], gl[1], step_loss, lr, ips * env->world_size,
-		     1e3 * r->log.comm_wait / r->log.n, 1e3 * r->log.data_wait / r->log.n,
-		     step_scale);
-	run_log_tb(r, gl[0], lr, ips * env->world_size, step_scale);
+		     me.comm_wait_ms, me.data_wait_ms, step_scale, me.step_ms, me.compute_ms,
+		     progress_eta(&r->pg, r->step, t));
+	run_log_tb(r, gl[0], lr, ips * env->world_size, step_scale, &me);
+	if (rankwatch_report(&r->rw, r->step, &me, &r->mt, &r->pg, err) < 0)
+		return -1;
+	run_ranks_tb(r);
 	r->log.t = t;
+	r->log.step_time = 0;
 	r->log.imgs = 0;
 	r->log.loss = 0;
 	r->log.comm_wait = 0;
@@ -867,6 +919,13 @@ static int run_save(struct run *r, struct train_pos at, struct dp_error *err)
 		return -1;
 	snprintf(r->res->last_checkpoint, sizeof(r->res->last_checkpoint), "%s/step-%ld",
 		 r->ck.root, at.step);
+	char abs[PATH_MAX], root[2 * PATH_MAX]; /* the path absolute, for whoever reads it */
+	metrics_line(&r->mt,
+		     "{\"event\":\"checkpoint\",\"global_step\":%ld,\"path\":\"%s/step-%ld\"}",
+		     at.step,
+		     metrics_json_str(root, sizeof(root),
+				      r->mt.open && realpath(r->ck.root, abs) ? abs : r->ck.root),
+		     at.step);
 	return 0;
 }
 
@@ -877,7 +936,7 @@ static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, stru
 {
 	const struct cfg_checkpoint *cc = &r->c->checkpoint;
 	const struct train_env *env = r->env;
-	double step_loss = 0;
+	double step_loss = 0, t_step = now_s();
 	for (int micro = 0; micro < r->accum; micro++)
 		if (run_micro(r, epoch, s, micro, &step_loss, err) < 0)
 			return -1;
@@ -887,6 +946,7 @@ static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, stru
 	double step_scale = r->sc.scale;
 	if (run_update(r, lr, err) < 0)
 		return -1;
+	r->log.step_time += now_s() - t_step;
 	r->step++;
 	if (r->prof && r->be->ops->profile && (r->step == r->prof - 1 || r->step == r->prof) &&
 	    r->be->ops->profile(r->be, r->step == r->prof - 1) < 0)
@@ -911,10 +971,17 @@ static int run_step(struct run *r, int epoch, long s, long s0, long nsteps, stru
 		return -1;
 	if (!stop)
 		return 0;
-	if (r->rank0)
+	int sig = env->stop ? *env->stop : 0; /* 0: another rank was asked */
+	if (r->rank0) {
+		progress_break(&r->pg);
 		fprintf(r->out,
 			"dptrain: stopping on request at step %ld; checkpoint %s/step-%ld\n",
 			r->step, r->ck.root, r->step);
+	}
+	metrics_line(&r->mt, "{\"event\":\"stop\",\"global_step\":%ld,\"signal\":\"%s\"}", r->step,
+		     sig == SIGTERM   ? "SIGTERM"
+		     : sig == SIGUSR1 ? "SIGUSR1"
+				      : "request");
 	return 1;
 }
 
@@ -949,6 +1016,7 @@ static int run_epoch_end(struct run *r, int epoch, long s, long s0, long nsteps,
 		res->eval_accuracy = cnt ? (double)corr / (double)cnt : 0;
 		res->eval_loss = cnt ? lsum / (double)cnt : 0;
 		if (r->rank0) {
+			progress_break(&r->pg);
 			fprintf(r->out, "epoch: %d eval: accuracy %.4f (%ld/%ld), loss %.6f\n",
 				epoch + 1, res->eval_accuracy, corr, cnt, res->eval_loss);
 			fflush(r->out);
@@ -1032,6 +1100,7 @@ static void run_free(struct run *r, int failed, const struct dp_error *err)
 		r->env->comm->ops->abort(r->env->comm, why.text);
 	}
 	ddp_destroy(r->ddp);
+	rankwatch_close(&r->rw);
 	metrics_close(&r->mt);
 	tb_close(&r->tb);
 	optim_exec_free(&r->ox);
@@ -1052,6 +1121,10 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	struct run r = {.c = c, .env = env, .res = res, .out = env->out ? env->out : stdout};
 	int rv = -1, stopped;
 	r.rank0 = env->rank == 0;
+	if (env->output_dir && !realpath(env->output_dir, r.outdir))
+		snprintf(r.outdir, sizeof(r.outdir), "%s", env->output_dir);
+	if (r.rank0)
+		progress_where(r.out, env->output_dir ? r.outdir : NULL, c->output.metrics);
 	memset(res, 0, sizeof(*res));
 	res->eval_accuracy = -1;
 	res->resumed_at = -1;
@@ -1061,7 +1134,14 @@ int train_run(const struct cfg *c, const struct train_env *env, struct train_res
 	r.t0 = now_s();
 	r.log.t = r.t0;
 	r.step = r.pos.step;
-	if ((stopped = run_epochs(&r, err)) < 0)
+	progress_init(&r.pg, r.out,
+		      c->output.progress == CFG_PROGRESS_OFF	 ? PROGRESS_OFF
+		      : c->output.progress == CFG_PROGRESS_LINES ? PROGRESS_LINES
+								 : PROGRESS_AUTO,
+		      r.rank0, r.step, r.total, r.t0);
+	stopped = run_epochs(&r, err);
+	progress_break(&r.pg);
+	if (stopped < 0)
 		goto out;
 	res->steps = r.step;
 	res->seconds = now_s() - r.t0;

@@ -329,7 +329,7 @@ def job_config(args, out):
     }
 
 
-TIMING_KEYS = ("img_per_s", "comm_wait_ms", "data_wait_ms")
+TIMING_KEYS = ("img_per_s", "comm_wait_ms", "data_wait_ms", "step_ms", "compute_ms", "eta_s", "time")
 
 
 def read_metrics(path):

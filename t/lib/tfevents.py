@@ -135,6 +135,8 @@ TAGS = {
     "train/img_per_s": ("train", "img_per_s", 0.0005),
     "train/data_wait_ms": ("train", "data_wait_ms", 0.00005),
     "train/comm_wait_ms": ("train", "comm_wait_ms", 0.00005),
+    "train/step_ms": ("train", "step_ms", 0.00005),
+    "train/compute_ms": ("train", "compute_ms", 0.00005),
     "eval/accuracy": ("eval", "accuracy", 0),
     "eval/loss": ("eval", "loss", 0),
 }
@@ -158,7 +160,7 @@ def check(outdir, event_pb2):
                 fail("metrics.jsonl has more runs than the event files (%d)" % len(starts))
             if run > 0:
                 lines = {k: v for k, v in lines.items() if k[1] < starts[run][1]}
-        if d.get("event") in ("train", "eval"):
+        if d.get("event") in ("train", "eval", "ranks"):
             if (d["event"], d["global_step"]) in lines:
                 fail("metrics.jsonl: %s at step %d twice in a run" % (d["event"], d["global_step"]))
             lines[(d["event"], d["global_step"])] = d
@@ -169,6 +171,13 @@ def check(outdir, event_pb2):
         for (ev, step), d in lines.items():
             if ev == event and key in d:
                 want[(tag, step)] = (d[key], tol)
+    # every rank's figures of a ranks event: ranks/rank_N/KEY, each within half the last
+    # digit of its %.4f
+    for (ev, step), d in lines.items():
+        if ev == "ranks":
+            for x in d["ranks"]:
+                for key in ("step_ms", "compute_ms", "data_wait_ms", "comm_wait_ms"):
+                    want[("ranks/rank_%d/%s" % (x["rank"], key), step)] = (x[key], 0.00005)
     # the loss scale only where loss scaling is on: then in every train event
     if not any(t == "train/loss_scale" for t, _ in points):
         want = {k: v for k, v in want.items() if k[0] != "train/loss_scale"}

@@ -104,6 +104,9 @@ static void test_defaults(void)
 	ok(c.output.per_rank_logs && c.output.metrics && c.output.tensorboard,
 	   "per_rank_logs, metrics, tensorboard");
 	is_int(c.output.console, CFG_CONSOLE_RANK0, "console rank0");
+	is_int(c.output.progress, CFG_PROGRESS_AUTO, "progress auto");
+	ok(c.train.straggler_threshold == 1.25 && c.train.straggler_window == 8,
+	   "straggler watch: 1.25x over 8 reports");
 	ok(c.timeouts.rendezvous_s == 300 && c.timeouts.collective_s == 300 &&
 	       c.timeouts.shutdown_s == 30,
 	   "timeouts");

@@ -33,7 +33,8 @@ static const char *const full[] = {
     " \"lr_schedule\": {\"name\": \"multistep\", \"warmup_epochs\": 2, \"unit\": \"step\","
     "  \"gamma\": 0.25, \"milestones\": [1000, 2000, 3000]},"
     " \"train\": {\"epochs\": 12, \"max_steps\": 100000, \"log_every\": 7, \"eval_every\": 0,"
-    "  \"label_smoothing\": 0.15, \"threads\": 6},"
+    "  \"label_smoothing\": 0.15, \"threads\": 6, \"straggler_threshold\": 1.5,"
+    "  \"straggler_window\": 4},"
     " \"parallel\": {\"gradients_mean\": false, \"parameter_broadcast\": false,"
     "  \"all_reduce_fusion_config\": [20, 85, 160], \"grad_accumulation_step\": 4,"
     "  \"enable_parallel_optimizer\": true,"
@@ -43,7 +44,7 @@ static const char *const full[] = {
     "  \"keep\": 9, \"resume\": \"old/step-100\"},"
     " \"device\": {\"kind\": \"cuda\", \"allow_shared_gpu\": true, \"deterministic\": true},"
     " \"output\": {\"dir\": \"runs/%j-%s-%%\", \"per_rank_logs\": false, \"console\": \"all\","
-    "  \"metrics\": false, \"tensorboard\": false},"
+    "  \"metrics\": false, \"tensorboard\": false, \"progress\": \"lines\"},"
     " \"timeouts\": {\"rendezvous_s\": 1.5, \"collective_s\": 1e6, \"shutdown_s\": 2.25}}",
 
     "{\"model\": {\"name\": \"resnet152\", \"num_classes\": 1000, \"input_shape\": [1, 224, "

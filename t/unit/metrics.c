@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common/error.h"
@@ -28,6 +29,30 @@
 #include "t/lib/tap.h"
 
 static char tmp[] = "/tmp/dptrain-metrics-XXXXXX";
+
+/* Takes the ,"time":T each line ends with out of text (in place); how many there were, -1 when
+ * one is not a time between lo and hi. */
+static int strip_time(char *text, double lo, double hi)
+{
+	int n = 0;
+	char *p;
+	while (text && (p = strstr(text, ",\"time\":"))) {
+		char *end;
+		double t = strtod(p + 8, &end);
+		if (t < lo || t > hi || strncmp(end, "}\n", 2) != 0)
+			return -1;
+		memmove(p, end, strlen(end) + 1);
+		n++;
+	}
+	return n;
+}
+
+static double wall_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -113,8 +138,11 @@ static void test_lines(void)
 	ok(text && len == 0, "it creates an empty dir/metrics.jsonl");
 	free(text);
 
+	double t0 = wall_now() - 0.001;
 	metrics_line(&mt, "{\"event\":\"start\",\"n\":%d,\"name\":\"%s\"}", 3, "mlp");
 	text = slurp(path, &len);
+	is_int(strip_time(text, t0, wall_now() + 0.001), 1,
+	       "the line ends with the wall-clock time it was written");
 	is(text, "{\"event\":\"start\",\"n\":3,\"name\":\"mlp\"}\n",
 	   "a line is in the file as soon as it is written (the file still open)");
 	free(text);
@@ -129,6 +157,7 @@ static void test_lines(void)
 	metrics_line(&mt, "{\"event\":\"start\",\"n\":%d}", 4);
 	metrics_close(&mt);
 	text = slurp(path, &len);
+	is_int(strip_time(text, t0, wall_now() + 0.001), 4, "every line has its time");
 	is(text,
 	   "{\"event\":\"start\",\"n\":3,\"name\":\"mlp\"}\n{\"x\":0.100000001}\n{\"y\":-7}\n"
 	   "{\"event\":\"start\",\"n\":4}\n",
@@ -142,6 +171,14 @@ static void test_lines(void)
 	}
 	ok(n == 4 && objects == 4 && partial == 0, "jansson reads 4 objects from 4 lines %s", why);
 	free(text);
+
+	/* strings into JSON */
+	char js[16];
+	ok(metrics_json_str(js, sizeof(js), "a\"b\\c\n\x01") == js,
+	   "metrics_json_str returns its buffer");
+	is(js, "a\\\"b\\\\c\\u000a", "quotes, backslashes, control characters escaped; cut whole");
+	is(metrics_json_str(js, sizeof(js), NULL), "", "NULL is \"\"");
+	is(metrics_json_str(js, sizeof(js), "/déjà vu"), "/déjà vu", "UTF-8 as it is");
 
 	/* other ranks and output.metrics false: a struct metrics that was never opened */
 	struct metrics none = {0};
@@ -195,7 +232,7 @@ static void test_open_fails(void)
 static void test_full(void)
 {
 	char dir[256], path[300], errpath[300], *text, *line[64];
-	const long limit = 300;
+	const long limit = 500; /* 6 of the lines below, and part of one */
 	size_t len, partial;
 	int status = -1;
 
@@ -226,6 +263,7 @@ static void test_full(void)
 	ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 	   "writing past the limit neither crashes nor stops the writer (status %d)", status);
 	text = slurp(path, &len);
+	int timed = strip_time(text, 0, 1e12);
 	ok(text && len <= (size_t)limit && len > 0 && text[len - 1] == '\n',
 	   "the file stopped at a line's end within the limit (%zu bytes)", len);
 	if (!text)
@@ -241,7 +279,8 @@ static void test_full(void)
 			good = 0;
 		json_decref(o);
 	}
-	ok(n >= 5 && good, "the %d lines before are whole, in order, and read back", n);
+	ok(n >= 5 && good && timed == n, "the %d lines before are whole, in order, and read back",
+	   n);
 	ok(partial == 0, "no half line at the end (%zu bytes of one)", partial);
 	free(text);
 	size_t elen;
@@ -258,26 +297,49 @@ static void test_full(void)
 /* ---------------------------------------------------------------------------------------
  * The trainer's lines: a real run of a tiny MLP on synthetic data, then its resumption. */
 
-enum kind { INT, NUM, STR }; /* NUM: %g prints 1 as an integer; jansson reads either */
+enum kind { INT, NUM, STR, ARR }; /* NUM: %g prints 1 as an integer; jansson reads either */
 
 struct key {
 	const char *name;
 	enum kind kind;
 };
 
-static const struct key start_keys[] = {{"event", STR},		  {"model", STR},
-					{"parameters", INT},	  {"world_size", INT},
-					{"steps_per_epoch", INT}, {"total_steps", INT}};
+static const struct key start_keys[] = {{"event", STR},
+					{"model", STR},
+					{"parameters", INT},
+					{"world_size", INT},
+					{"steps_per_epoch", INT},
+					{"total_steps", INT},
+					{"schema", INT},
+					{"resumed_from_step", INT},
+					{"job", STR},
+					{"restart_count", INT},
+					{"output_dir", STR},
+					{"hosts", INT},
+					{"backend", STR},
+					{"batch_size", INT},
+					{"log_every", INT},
+					{"time", NUM}};
 static const struct key train_keys[] = {
     {"event", STR},	{"epoch", INT},	       {"step", INT},	      {"global_step", INT},
     {"loss", NUM},	{"mean_loss", NUM},    {"rank0_loss", NUM},   {"lr", NUM},
-    {"img_per_s", NUM}, {"comm_wait_ms", NUM}, {"data_wait_ms", NUM}, {"loss_scale", NUM}};
+    {"img_per_s", NUM}, {"comm_wait_ms", NUM}, {"data_wait_ms", NUM}, {"loss_scale", NUM},
+    {"step_ms", NUM},	{"compute_ms", NUM},   {"eta_s", NUM},	      {"time", NUM}};
 static const struct key eval_keys[] = {{"event", STR},	  {"epoch", INT}, {"global_step", INT},
 				       {"accuracy", NUM}, {"loss", NUM},  {"correct", INT},
-				       {"count", INT}};
+				       {"count", INT},	  {"time", NUM}};
 static const struct key end_keys[] = {
-    {"event", STR},	    {"steps", INT},	      {"epochs", INT},	      {"seconds", NUM},
-    {"eval_accuracy", NUM}, {"peak_device_mib", NUM}, {"skipped_steps", INT}, {"loss_scale", NUM}};
+    {"event", STR},	    {"steps", INT},	    {"epochs", INT},
+    {"seconds", NUM},	    {"eval_accuracy", NUM}, {"peak_device_mib", NUM},
+    {"skipped_steps", INT}, {"loss_scale", NUM},    {"time", NUM}};
+static const struct key ranks_keys[] = {
+    {"event", STR}, {"global_step", INT}, {"ranks", ARR}, {"time", NUM}};
+static const struct key rank_keys[] = {
+    {"rank", INT},	   {"node", STR},	{"gpu", INT},
+    {"step_ms", NUM},	   {"compute_ms", NUM}, {"data_wait_ms", NUM},
+    {"comm_wait_ms", NUM}, {"img_per_s", NUM},	{"device_mib", NUM}};
+static const struct key checkpoint_keys[] = {
+    {"event", STR}, {"global_step", INT}, {"path", STR}, {"time", NUM}};
 
 #define NKEYS(a) ((int)(sizeof(a) / sizeof(*(a))))
 
@@ -292,6 +354,7 @@ static int has_schema(json_t *o, const struct key *k, int n, char *why, size_t l
 		json_t *v = json_object_get(o, k[i].name);
 		int good = k[i].kind == INT   ? json_is_integer(v)
 			   : k[i].kind == NUM ? json_is_number(v) && isfinite(json_number_value(v))
+			   : k[i].kind == ARR ? json_is_array(v)
 					      : json_is_string(v);
 		if (!good) {
 			snprintf(why, len, "\"%s\" %s", k[i].name,
@@ -317,8 +380,9 @@ struct run_lines {
 	int n;
 	int bad_json, bad_schema;
 	char why[256];
-	int train, eval, start, end;
-	long first_step, last_step; /* global_step of the train events */
+	int train, eval, start, end, ranks, checkpoint;
+	int last_train, last_eval, last_end; /* their index in o */
+	long first_step, last_step;	     /* global_step of the train events */
 	int steps_consecutive;
 };
 
@@ -363,7 +427,35 @@ static void read_run(const char *text, struct run_lines *r)
 		} else if (ev && !strcmp(ev, "end")) {
 			good = has_schema(o, end_keys, NKEYS(end_keys), why, sizeof(why));
 			r->end++;
+		} else if (ev && !strcmp(ev, "ranks")) {
+			/* one rank here: itself, rank 0 on this host, no GPU; its step is the sum
+			 * of its parts */
+			good = has_schema(o, ranks_keys, NKEYS(ranks_keys), why, sizeof(why));
+			json_t *a = json_object_get(o, "ranks"), *x = json_array_get(a, 0);
+			if (good &&
+			    (json_array_size(a) != 1 ||
+			     !has_schema(x, rank_keys, NKEYS(rank_keys), why, sizeof(why)) ||
+			     iget(x, "rank") != 0 || iget(x, "gpu") != -1 ||
+			     fabs(nget(x, "compute_ms") + nget(x, "data_wait_ms") +
+				  nget(x, "comm_wait_ms") - nget(x, "step_ms")) >
+				 1e-3 + 1e-3 * nget(x, "step_ms") ||
+			     iget(o, "global_step") != r->last_step)) {
+				good = 0;
+				if (!why[0] || !strcmp(why, "no event"))
+					snprintf(why, sizeof(why), "a rank's figures are wrong");
+			}
+			r->ranks++;
+		} else if (ev && !strcmp(ev, "checkpoint")) {
+			good = has_schema(o, checkpoint_keys, NKEYS(checkpoint_keys), why,
+					  sizeof(why));
+			r->checkpoint++;
 		}
+		if (ev && !strcmp(ev, "train"))
+			r->last_train = r->n - 1;
+		if (ev && !strcmp(ev, "eval"))
+			r->last_eval = r->n - 1;
+		if (ev && !strcmp(ev, "end"))
+			r->last_end = r->n - 1;
 		if (!good && !r->bad_schema++)
 			snprintf(r->why, sizeof(r->why), "line %d (%s): %s", i + 1, ev ? ev : "?",
 				 why);
@@ -415,7 +507,7 @@ static void test_trainer(void)
 	mkdir(dir, 0755);
 	snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
 	if (!ok(train(dir, 1, &res, &err) == 0, "a run of 1 epoch: %s", err.text)) {
-		skip(15, "no run");
+		skip(16, "no run");
 		return;
 	}
 	first = slurp(path, &len1);
@@ -433,10 +525,14 @@ static void test_trainer(void)
 	ok(r.train == 8 && r.first_step == 1 && r.last_step == 8 && r.steps_consecutive &&
 	       iget(r.o[0], "total_steps") == 8 && iget(r.o[0], "steps_per_epoch") == 8,
 	   "a train event per step (log_every 1): global_step 1 to 8 (%d events)", r.train);
-	ok(r.eval == 1 && iget(r.o[r.n - 2], "count") == 24, "one eval event, of the 24 samples");
+	ok(r.eval == 1 && iget(r.o[r.last_eval], "count") == 24,
+	   "one eval event, of the 24 samples");
+	ok(r.ranks == 8 && r.checkpoint == 1,
+	   "a ranks event with each train event, a checkpoint event (%d, %d)", r.ranks,
+	   r.checkpoint);
 	/* the last train event's loss is this rank's step loss, a float32: %.9g brings back the
 	 * same float */
-	json_t *last = r.o[r.n - 3], *ev = r.o[r.n - 2], *end = r.o[r.n - 1];
+	json_t *last = r.o[r.last_train], *ev = r.o[r.last_eval], *end = r.o[r.last_end];
 	ok((float)nget(last, "rank0_loss") == (float)res.last_loss &&
 	       (float)nget(last, "loss") == (float)res.last_loss && res.last_loss > 0,
 	   "the loss reads back as the float the run ended with (%.9g)", res.last_loss);
