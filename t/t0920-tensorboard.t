@@ -61,6 +61,10 @@ test_expect_success PROTOBUF 'a run writes one event file: whole records, every 
 	grep "^train/img_per_s: 24 points, steps 1..24$" check &&
 	grep "^train/data_wait_ms: 24 points, steps 1..24$" check &&
 	grep "^train/comm_wait_ms: 24 points, steps 1..24$" check &&
+	grep "^train/step_ms: 24 points, steps 1..24$" check &&
+	grep "^train/compute_ms: 24 points, steps 1..24$" check &&
+	grep "^ranks/rank_0/step_ms: 24 points, steps 1..24$" check &&
+	! grep "^ranks/rank_1/" check &&
 	grep "^eval/accuracy: 3 points, steps 8..24$" check &&
 	grep "^eval/loss: 3 points, steps 8..24$" check &&
 	grep "^starts: 1$" check &&
@@ -119,7 +123,12 @@ test_expect_success PROTOBUF,LAUNCH 'two ranks: one event file, rank 0'"'"'s, wi
 	test "$(wc -l <files)" = 1 &&
 	grep "^two/events\.out\.tfevents\." files &&
 	tb check two >check 2>&1 &&
-	grep "^train/loss: 24 points, steps 1..24$" check
+	grep "^train/loss: 24 points, steps 1..24$" check &&
+	for r in 0 1; do
+		for f in step_ms compute_ms data_wait_ms comm_wait_ms; do
+			grep "^ranks/rank_$r/$f: 24 points, steps 1..24$" check || return 1
+		done
+	done
 '
 
 test_expect_success 'output.tensorboard false: no event file' '
