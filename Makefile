@@ -175,7 +175,7 @@ CFG_LIB_SRC := config/config.c config/config_fields.c \
 	config/config_json.c config/config_msg.c config/config_schema.c
 RT_LIB_SRC  := ranktable/hostlist.c ranktable/ranktable.c ranktable/rt_env.c ranktable/rt_io.c \
 	ranktable/rt_json.c ranktable/rt_validate.c
-COMMON_SRC  := common/atomic_file.c common/envint.c common/errfile.c common/error.c \
+COMMON_SRC  := common/append.c common/atomic_file.c common/envint.c common/errfile.c common/error.c \
 	common/hmac.c common/mkdir_p.c common/openfile.c common/path_search.c common/random.c \
 	common/readfile.c common/secret.c common/slurm_step.c common/warn.c
 # What a rank's task runs beside its command, for the plugin and the launcher alike: the tee

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/append.h"
 #include "common/error.h"
 #include "common/openfile.h"
 #include "common/warn.h"
@@ -34,7 +35,6 @@ int metrics_open(struct metrics *mt, const char *dir, struct dp_error *err)
 void metrics_line(struct metrics *mt, const char *fmt, ...)
 {
 	char *line = NULL;
-	off_t at;
 	int n;
 
 	if (!mt->open)
@@ -64,23 +64,14 @@ void metrics_line(struct metrics *mt, const char *fmt, ...)
 		n += nt - 1;
 	}
 	line[n++] = '\n';
-	at = lseek(mt->fd, 0, SEEK_END);
-	ssize_t w;
-	do
-		w = write(mt->fd, line, (size_t)n);
-	while (w < 0 && errno == EINTR);
-	if (w != n) {
-		int e = w < 0 ? errno : ENOSPC;
-		/* a part of the line is no line: cut it off again */
-		if (w > 0 && at >= 0 && ftruncate(mt->fd, at) != 0)
-			e = errno;
-		if (!mt->warned)
-			dp_warn("dptrain", NULL,
-				"%s: cannot write a line (%s): it is left out, and so is every "
-				"later one that does not fit; training goes on",
-				mt->path, strerror(e));
+	int e = dp_append_whole(mt->fd, line, (size_t)n);
+	if (e && !mt->warned)
+		dp_warn("dptrain", NULL,
+			"%s: cannot write a line (%s): it is left out, and so is every later one "
+			"that does not fit; training goes on",
+			mt->path, strerror(e));
+	if (e)
 		mt->warned = 1;
-	}
 	free(line);
 }
 

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/append.h"
 #include "common/error.h"
 #include "common/openfile.h"
 #include "common/warn.h"
@@ -126,23 +127,14 @@ static void write_record(struct tbevents *tb, const uint8_t *ev, size_t n)
 	if (!rec)
 		return;
 	size_t len = tb_frame(rec, ev, n);
-	off_t at = lseek(tb->fd, 0, SEEK_END);
-	ssize_t w;
-	do
-		w = write(tb->fd, rec, len);
-	while (w < 0 && errno == EINTR);
-	if (w != (ssize_t)len) {
-		int e = w < 0 ? errno : ENOSPC;
-		/* a part of a record would end TensorBoard's reading of the file: cut it off */
-		if (w > 0 && at >= 0 && ftruncate(tb->fd, at) != 0)
-			e = errno;
-		if (!tb->warned)
-			dp_warn("dptrain", NULL,
-				"%s: cannot write an event (%s): it is left out, and so is every "
-				"later one that does not fit; training goes on",
-				tb->path, strerror(e));
+	int e = dp_append_whole(tb->fd, rec, len);
+	if (e && !tb->warned)
+		dp_warn("dptrain", NULL,
+			"%s: cannot write an event (%s): it is left out, and so is every later one "
+			"that does not fit; training goes on",
+			tb->path, strerror(e));
+	if (e)
 		tb->warned = 1;
-	}
 	free(rec);
 }
 
