@@ -106,5 +106,7 @@ rc=0
 "${cmd[@]}" || rc=$?
 echo "portable: make $* exited $rc" >&2
 # what the failed shell tests did and printed (the copy goes at exit)
-[ $rc = 0 ] || "$TOP/contrib/ci/failures.sh" "$SRC/build" | head -n 400 | sed 's/^/portable: | /'
+bdir=build
+for a in "$@"; do [ "$a" != SAN=1 ] || bdir=build-san; done
+[ $rc = 0 ] || "$TOP/contrib/ci/failures.sh" "$SRC/$bdir" | head -n 400 | sed 's/^/portable: | /'
 exit $rc
