@@ -41,23 +41,7 @@ for l in open(sys.argv[1]):
 }
 
 test_expect_success PIL 'setup: the same 32 pictures as 32x32 and as 2048x2048 JPEGs' '
-	cat >mk.py <<-\EOF &&
-	import os, numpy as np
-	from PIL import Image
-	rng = np.random.default_rng(7)
-	for i in range(32):
-	    px = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-	    for name, size in (("small", 32), ("big", 2048)):
-	        d = "%s/c%d" % (name, i % 2)
-	        os.makedirs(d, exist_ok=True)
-	        im = Image.fromarray(px)
-	        if size != 32:  # the picture at full resolution, with its grain
-	            a = np.asarray(im.resize((size, size), Image.Resampling.BILINEAR)).astype(int)
-	            a += rng.integers(-12, 13, a.shape)
-	            im = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
-	        im.save("%s/%03d.jpg" % (d, i), quality=90)
-	EOF
-	$PY mk.py &&
+	$PY "$DPTRAIN_SRC_DIR/t/lib/straggler_pictures.py" &&
 	test $(ls small/c0 | wc -l) = 16 && test $(ls big/c1 | wc -l) = 16 &&
 	cat >img.json <<-EOF
 	{"seed": 1, "model": {"name": "mlp", "num_classes": 2, "input_shape": [3, 32, 32],

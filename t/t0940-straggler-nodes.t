@@ -21,23 +21,7 @@ watch="train.straggler_threshold=3 train.straggler_window=8 train.log_every=8"
 
 test_expect_success PIL 'setup: a two-node Slurm, the same 32 pictures small and full-size, a config' '
 	dp_cluster_start -N 2 &&
-	cat >mk.py <<-\EOF &&
-	import os, numpy as np
-	from PIL import Image
-	rng = np.random.default_rng(7)
-	for i in range(32):
-	    px = rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)
-	    for name, size in (("small", 32), ("big", 2048)):
-	        d = "%s/c%d" % (name, i % 2)
-	        os.makedirs(d, exist_ok=True)
-	        im = Image.fromarray(px)
-	        if size != 32:
-	            a = np.asarray(im.resize((size, size), Image.Resampling.BILINEAR)).astype(int)
-	            a += rng.integers(-12, 13, a.shape)
-	            im = Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))
-	        im.save("%s/%03d.jpg" % (d, i), quality=90)
-	EOF
-	/usr/bin/python3 mk.py &&
+	/usr/bin/python3 "$DPTRAIN_SRC_DIR/t/lib/straggler_pictures.py" &&
 	cat >job.json <<-EOF
 	{"seed": 1, "model": {"name": "mlp", "num_classes": 2, "input_shape": [3, 32, 32],
 	  "hidden": [1024, 1024]},
