@@ -2,8 +2,11 @@
 #include "common/append.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/types.h>
 #include <unistd.h>
+
+#include "common/warn.h"
 
 int dp_append_whole(int fd, const void *buf, size_t n)
 {
@@ -19,4 +22,17 @@ int dp_append_whole(int fd, const void *buf, size_t n)
 	if (w > 0 && at >= 0 && ftruncate(fd, at) != 0)
 		e = errno;
 	return e;
+}
+
+void dp_append_or_warn(int fd, const void *buf, size_t n, const char *path, const char *what,
+		       int *warned)
+{
+	int e = dp_append_whole(fd, buf, n);
+	if (e && !*warned)
+		dp_warn("dptrain", NULL,
+			"%s: cannot write %s (%s): it is left out, and so is every later one that "
+			"does not fit; training goes on",
+			path, what, strerror(e));
+	if (e)
+		*warned = 1;
 }

@@ -11,4 +11,9 @@
  * for a short write), after which the file holds no part of buf. */
 int dp_append_whole(int fd, const void *buf, size_t n);
 
+/* The same for a log that training goes on without: the first failure is said once on
+ * stderr (*warned set), naming path and what was left out (what: "a line", "an event"). */
+void dp_append_or_warn(int fd, const void *buf, size_t n, const char *path, const char *what,
+		       int *warned);
+
 #endif

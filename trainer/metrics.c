@@ -14,7 +14,6 @@
 #include "common/append.h"
 #include "common/error.h"
 #include "common/openfile.h"
-#include "common/warn.h"
 
 int metrics_open(struct metrics *mt, const char *dir, struct dp_error *err)
 {
@@ -64,14 +63,7 @@ void metrics_line(struct metrics *mt, const char *fmt, ...)
 		n += nt - 1;
 	}
 	line[n++] = '\n';
-	int e = dp_append_whole(mt->fd, line, (size_t)n);
-	if (e && !mt->warned)
-		dp_warn("dptrain", NULL,
-			"%s: cannot write a line (%s): it is left out, and so is every later one "
-			"that does not fit; training goes on",
-			mt->path, strerror(e));
-	if (e)
-		mt->warned = 1;
+	dp_append_or_warn(mt->fd, line, (size_t)n, mt->path, "a line", &mt->warned);
 	free(line);
 }
 

@@ -15,7 +15,6 @@
 #include "common/append.h"
 #include "common/error.h"
 #include "common/openfile.h"
-#include "common/warn.h"
 
 uint32_t tb_crc32c(const void *p, size_t n)
 {
@@ -127,14 +126,7 @@ static void write_record(struct tbevents *tb, const uint8_t *ev, size_t n)
 	if (!rec)
 		return;
 	size_t len = tb_frame(rec, ev, n);
-	int e = dp_append_whole(tb->fd, rec, len);
-	if (e && !tb->warned)
-		dp_warn("dptrain", NULL,
-			"%s: cannot write an event (%s): it is left out, and so is every later one "
-			"that does not fit; training goes on",
-			tb->path, strerror(e));
-	if (e)
-		tb->warned = 1;
+	dp_append_or_warn(tb->fd, rec, len, tb->path, "an event", &tb->warned);
 	free(rec);
 }
 
