@@ -68,10 +68,33 @@ test_expect_success 'the checker fails a doctored run: weights, metrics, checkpo
 	assert not c.ended_by_finishing({"step": 250}, died, 500)
 	assert not c.ended_by_finishing({"step": 499}, done.replace("exit 0", "exit 4"), 500)
 	print("finding 5: a fault at the end is not a run ended")
+	# a node fault that kills slurmstepd before rank 0: the log lost the line of step 60, the
+	# checkpoint of step 60 was written and metrics.jsonl recorded the step
+	log = "chaos: run 1 of job 1\n" + "".join(
+	    "epoch: 1 step: %d, loss is 1.0, lr 0.05, 9.0 img/s\n" % s for s in range(1, 60)) + \
+	    "chaos: run 2 of job 1\ndptrain: resuming from x: step 60, epoch 1\n" + \
+	    "epoch: 1 step: 61, loss is 1.0, lr 0.05, 9.0 img/s\n"
+	runs = c.parse_runs(log)
+	with open("m.jsonl", "w") as f:
+	    ev = [{"event": "start", "resumed_from_step": 0}] + \
+	        [{"event": "train", "global_step": s} for s in range(1, 61)] + \
+	        [{"event": "start", "resumed_from_step": 60}]
+	    f.write("".join(json.dumps(e) + "\n" for e in ev))
+	assert c.metrics_runs("m.jsonl") == [(0, 60), (60, None)]
+	assert c.steps_lost(runs, c.metrics_runs("m.jsonl"), 20) == ([0], [])
+	lost, why = c.steps_lost(runs, [], 20)
+	assert lost == [-1] and "resumed from step 60 after reaching step 59" in why[0], why
+	lost, why = c.steps_lost(runs, [(0, 58), (60, None)], 20)
+	assert why, "a run that got to 58 cannot give a checkpoint of step 60"
+	runs = c.parse_runs(log.replace("step 60,", "step 30,"))
+	lost, why = c.steps_lost(runs, c.metrics_runs("m.jsonl"), 20)
+	assert lost == [29] and why, "29 steps lost with a checkpoint every 20 passed"
+	print("a run seen to step 59 that checkpointed step 60 loses no steps")
 	EOF
 	/usr/bin/python3 doctor.py "$chaos" run/kept/job1 2>&1 | tee doctor.out &&
 	grep "caught: .*size or CRC32 differs" doctor.out &&
-	grep "finding 5: a fault at the end is not a run ended" doctor.out
+	grep "finding 5: a fault at the end is not a run ended" doctor.out &&
+	grep "a run seen to step 59 that checkpointed step 60 loses no steps" doctor.out
 '
 
 test_done

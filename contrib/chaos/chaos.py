@@ -407,6 +407,56 @@ def parse_runs(logtext):
     return runs
 
 
+def metrics_runs(path):
+    """The runs metrics.jsonl saw, in order: [(resumed_from_step, highest global step)]."""
+    out = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    d = json.loads(line)
+                except ValueError:
+                    continue
+                if d.get("event") == "start":
+                    out.append([d.get("resumed_from_step", 0), None])
+                elif d.get("event") == "train" and out:
+                    g = d.get("global_step", 0)
+                    out[-1][1] = g if out[-1][1] is None else max(out[-1][1], g)
+    except OSError:
+        pass
+    return [tuple(x) for x in out]
+
+
+def steps_lost(runs, mruns, every):
+    """Steps lost at each resume: what the run before it had reached, less where it resumed.
+    A run's step lines reach the log through its node's slurmstepd; when a fault kills that
+    first, rank 0 trains on (and may checkpoint) unseen until it is killed too, so the log
+    can show fewer steps than the run did. When the log says a run resumed past where the
+    one before it got, metrics.jsonl (which rank 0 writes straight to the output directory)
+    must show that run reaching the step: a run that started from the same step and got at
+    least as far. Returns (lost, complaints)."""
+    lost, bad = [], []
+    prev = None
+    for cur in runs:
+        if cur["resumed"] is None:
+            continue  # it trained nothing
+        if prev is not None:
+            reached = prev["reached"]
+            if reached < cur["resumed"]:
+                seen = [m for f, m in mruns if f == prev["resumed"] and m is not None and
+                        reached < cur["resumed"] <= m]
+                if seen:
+                    reached = seen[0]
+            n = reached - cur["resumed"]
+            lost.append(n)
+            if n < 0 or n > every:
+                bad.append("run resumed from step %d after reaching step %d: %d steps "
+                           "lost, not within the %d since a checkpoint" %
+                           (cur["resumed"], reached, n, every))
+        prev = cur
+    return lost, bad
+
+
 class Job:
     def __init__(self, h, idx, faults):
         self.h = h
@@ -828,19 +878,9 @@ class Harness:
         # steps lost per fault: what the run before a resume had reached, less where the
         # resume started; never more than the steps since the last checkpoint
         runs = parse_runs(text)
-        job.lost = []
-        reached = None
-        for cur in runs:
-            if cur["resumed"] is None:
-                continue  # it trained nothing
-            if reached is not None:
-                lost = reached - cur["resumed"]
-                job.lost.append(lost)
-                if lost < 0 or lost > a.every:
-                    bad.append("run resumed from step %d after reaching step %d: %d steps "
-                               "lost, not within the %d since a checkpoint" %
-                               (cur["resumed"], reached, lost, a.every))
-            reached = cur["reached"]
+        job.lost, why = steps_lost(runs, metrics_runs(os.path.join(job.out, "metrics.jsonl")),
+                                   a.every)
+        bad += why
         job.runs = len(runs)
         # every checkpoint verifies; nothing half-written is left
         ck = os.path.join(job.out, "checkpoints")
