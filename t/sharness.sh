@@ -16,7 +16,9 @@ fi
 # Every test file also writes its whole story to build/t/test-results/NAME.out: each test's
 # script, what its commands printed (stdout and stderr) and its ok / not ok line. prove shows
 # only the TAP lines; after a failure (here, in CI's clean root) the .out says why. With -v
-# the story goes to the terminal as before.
+# the story goes to the terminal as before. The test's own ok / not ok line is written there
+# as "#### ok N - ..." so that contrib/ci/failures.sh can tell it from a "not ok" a test
+# prints on purpose (t0004 checks a checker's TAP output, for one).
 if test "$verbose" != t; then
 	mkdir -p "$SHARNESS_TEST_DIRECTORY/test-results"
 	exec 3>"$SHARNESS_TEST_DIRECTORY/test-results/$this_test.out" 4>&3
@@ -24,7 +26,7 @@ if test "$verbose" != t; then
 	say_color() {
 		test -z "$1" && test -n "$quiet" && return
 		shift
-		case "$*" in "ok "* | "not ok "*) printf '%s\n' "$*" >&3 ;; esac
+		case "$*" in "ok "* | "not ok "*) printf '#### %s\n' "$*" >&3 ;; esac
 		printf '%s\n' "$*"
 	}
 fi
