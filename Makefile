@@ -169,7 +169,12 @@ DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_i
 	trainer/data/sampler.c trainer/data/shard_write.c trainer/data/transform.c
 CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
 BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_cpu_act.c trainer/backend/backend_ref.c \
-	trainer/backend/backend_cuda_none.c
+	trainer/backend/backend_cpu_act_isa.c trainer/backend/backend_cuda_none.c
+# The CPU backend's own kernels once more per x86 level (backend_cpu_act.c; the flags below)
+ifneq ($(findstring x86_64,$(shell $(CC) -dumpmachine)),)
+CPU_ACT_LEVEL_SRC := trainer/backend/backend_cpu_act_avx2.c trainer/backend/backend_cpu_act_avx512.c
+BACKEND_SRC += $(CPU_ACT_LEVEL_SRC)
+endif
 STORE_SRC   := store/store.c store/store_server.c store/store_wire.c
 CFG_LIB_SRC := config/config.c config/config_fields.c \
 	config/config_json.c config/config_msg.c config/config_schema.c
@@ -278,7 +283,17 @@ $(LIBCOMMON): $(call obj,$(COMMON_SRC))
 $(LIBTAP): $(call obj,$(TAP_SRC))
 # gcc's -O2 does not vectorize loops of unknown length, and sqrtf's errno blocks it: the
 # optimizer updates are 2-4x faster with these, bit for bit the same (no FMA contraction).
-$(call obj,$(TRAINER_LIB_SRC)): CFLAGS += -ftree-vectorize -fno-math-errno -ffp-contract=off
+# -fno-trapping-math lets it vectorize loops that compare floats under a condition (the batch
+# norm's fused ReLU): the values are the same, only floating-point exceptions (never enabled
+# here) could differ.
+$(call obj,$(TRAINER_LIB_SRC)): CFLAGS += -ftree-vectorize -fno-math-errno -ffp-contract=off \
+	-fno-trapping-math
+# Each level's build of backend_cpu_act.c may use its instructions (no FMA: -ffp-contract=off
+# keeps every level's values the same); backend_cpu_act_isa.c calls a level only where oneDNN
+# runs it.
+$(call obj,trainer/backend/backend_cpu_act_avx2.c): CFLAGS += -mavx2
+$(call obj,trainer/backend/backend_cpu_act_avx512.c): CFLAGS += -mavx512f -mavx512bw -mavx512vl \
+	-mavx512dq
 $(LIBTASK): $(call obj,$(TASK_SRC))
 $(LIBLAUNCH): $(call obj,$(LAUNCH_LIB_SRC))
 

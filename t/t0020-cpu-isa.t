@@ -77,6 +77,10 @@ for isa in SSE41 AVX2 AVX512_CORE; do
 	test_expect_success $isa "$isa: oneDNN runs $want" '
 		dptrain --devices | grep "^CPU: oneDNN .*, $want$"
 	'
+	case $isa in SSE41) kernels=base ;; AVX2) kernels=avx2 ;; *) kernels=avx512 ;; esac
+	test_expect_success $isa "$isa: dptrain's own kernels run the same level ($kernels)" '
+		dptrain --devices | grep "^CPU kernels: $kernels$"
+	'
 	test_expect_success $isa "$isa: every op against the reference backend" '
 		run_tap backend
 	'

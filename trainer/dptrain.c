@@ -334,6 +334,7 @@ static int list_devices(void)
 	const char *cvd = getenv(ENV_CUDA_VISIBLE_DEVICES);
 	be_cpu_describe(desc, sizeof(desc));
 	printf("CPU: %s\n", desc);
+	printf("CPU kernels: %s\n", be_cpu_kernels());
 	if (n <= 0) {
 		printf("no GPU: %s (CUDA_VISIBLE_DEVICES=%s); dptrain trains on the CPU\n",
 		       why.text, cvd ? cvd : "(unset)");

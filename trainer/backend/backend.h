@@ -223,6 +223,11 @@ int be_cpu_bf16(struct dp_error *why);
  * caps it; its kernels, and so the last bits of a result, differ between them), or "no oneDNN:
  * reference kernels". */
 void be_cpu_describe(char *buf, size_t len);
+/* The instruction-set level of the CPU backend's own kernels (batch norm, max pooling's
+ * backward, global average pooling, layout and bfloat16 conversions): "avx512", "avx2" or
+ * "base", following oneDNN's (so ONEDNN_MAX_CPU_ISA caps both); "reference" without oneDNN.
+ * Every level computes the same values. */
+const char *be_cpu_kernels(void);
 /* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
  * right; the test suite checks the other backends against it and against PyTorch. */
 struct backend *be_ref_create(struct dp_error *err);

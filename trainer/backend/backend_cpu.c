@@ -46,6 +46,11 @@ void be_cpu_describe(char *buf, size_t len)
 	snprintf(buf, len, "no oneDNN: reference kernels");
 }
 
+const char *be_cpu_kernels(void)
+{
+	return "reference";
+}
+
 #else
 
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -973,6 +978,11 @@ void be_cpu_describe(char *buf, size_t len)
 			 v->patch, (unsigned)isa);
 }
 
+const char *be_cpu_kernels(void)
+{
+	return cpu_act_use(NULL);
+}
+
 /* bfloat16 arithmetic in hardware: AVX512_BF16 (avx512_core_bf16) or AMX, as oneDNN sees it
  * (after ONEDNN_MAX_CPU_ISA); each level's flags include the ones below it. Elsewhere oneDNN
  * would emulate it, slower than float32. */
@@ -1120,6 +1130,7 @@ struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, str
 	else if (cpu_probe_layout(ctx, err) < 0)
 		goto fail;
 	be->ops = ctx->block == 1 && !ctx->bf16 ? &cpu_nchw_ops : &cpu_ops;
+	cpu_act_use(NULL); /* the level of our kernels: oneDNN's */
 	return be;
 fail:
 	cpu_destroy(be);

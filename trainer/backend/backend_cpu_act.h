@@ -11,6 +11,12 @@
 
 #include "trainer/backend/backend.h"
 
+#if defined(__x86_64__)
+#define CPU_ACT_X86 1 /* the Makefile builds the AVX2 and AVX-512 levels too */
+#else
+#define CPU_ACT_X86 0
+#endif
+
 /* How n samples of a c x h x w activation are stored: in blocks of bs channels, element
  * (i, ch, s) (s = y * w + x) at ((i * c / bs + ch / bs) * hw + s) * bs + ch % bs. bs = 1 is
  * NCHW, 8 and 16 oneDNN's nChw8c and nChw16c, bs = c NHWC; c is a multiple of bs. */
@@ -44,6 +50,44 @@ static inline float cpu_f32(uint16_t b)
 }
 
 /* Float32 NCHW to the act's storage and back (all of it, n samples). */
+/* The kernels of one instruction-set level (backend_cpu_act.c, built once per level). */
+struct cpu_act_kernels {
+	void (*import)(const struct cpu_act *a, const float *x, void *y);
+	void (*export_)(const struct cpu_act *a, const void *x, float *y);
+	void (*bn_fwd)(const struct be_bn_desc *d, const struct cpu_act *a, const void *x,
+		       const void *z, const float *gamma, const float *beta_, void *y,
+		       float *save_mean, float *save_invstd, float *running_mean,
+		       float *running_var, float momentum);
+	void (*bn_bwd)(const struct be_bn_desc *d, const struct cpu_act *a, const void *x,
+		       const void *y, const void *dy, const float *gamma, const float *save_mean,
+		       const float *save_invstd, void *dx, void *dz, float bz, float *dgamma,
+		       float *dbeta, float beta);
+	void (*maxpool_bwd)(const struct be_pool_desc *d, int bs, int bf16, const void *x,
+			    const void *dy, void *dx, float beta, float *scratch);
+	void (*gap_fwd)(const struct cpu_act *a, const void *x, void *y);
+	void (*gap_bwd)(const struct cpu_act *a, const void *dy, void *dx, float beta);
+	void (*bf16_relu_fwd)(const uint16_t *x, uint16_t *y, size_t n);
+	void (*bf16_relu_bwd)(const uint16_t *y, const uint16_t *dy, uint16_t *dx, size_t n,
+			      float beta);
+	void (*bf16_add)(const uint16_t *a, const uint16_t *b, uint16_t *y, size_t n);
+	void (*bf16_accum)(const uint16_t *dy, uint16_t *g, size_t n, float beta);
+	void (*bf16_scale)(uint16_t *y, float beta, size_t n);
+	void (*bf16_from_f32)(const float *x, uint16_t *y, size_t n);
+	void (*bf16_to_f32)(const uint16_t *x, float *y, size_t n);
+};
+extern const struct cpu_act_kernels cpu_act_kernels_base;
+#if CPU_ACT_X86
+extern const struct cpu_act_kernels cpu_act_kernels_avx2, cpu_act_kernels_avx512;
+#endif
+
+/* The level the functions below run (backend_cpu_act_isa.c): "avx512" where oneDNN runs
+ * AVX-512 (avx512_core or above, after ONEDNN_MAX_CPU_ISA), "avx2" where it runs AVX2, else
+ * "base"; chosen when a CPU backend is created. cpu_act_use(NULL) chooses again from oneDNN;
+ * cpu_act_use("base") etc. forces a level (the unit tests compare them). Returns the level's
+ * name, or NULL for a level this build lacks. */
+const char *cpu_act_use(const char *level);
+const char *cpu_act_level(void);
+
 void cpu_act_import(const struct cpu_act *a, const float *x, void *y);
 void cpu_act_export(const struct cpu_act *a, const void *x, float *y);
 
