@@ -33,6 +33,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 CLUSTER = os.path.join(SRC, "contrib", "localcluster", "cluster")
 FMNIST = "/usr/share/datasets/fashion-mnist"
+# how long srun may outlive a trainer that printed its done line (Harness.unstick)
+STUCK_S = 60
 
 # Every kind of fault, what it does, and whether it is expected to end the run it hits.
 # The "cause" is a regular expression the job's log must match after a fault that ended a run
@@ -511,6 +513,7 @@ class Harness:
         self.active = []  # restorations due: (time, fn, what)
         self.records = []
         self.failures = []
+        self.srun_hangs = []  # jobs whose srun outlived a finished trainer (finding 7)
         self.deadline = T0 + args.time_limit
         self.shm_before = set(os.listdir("/dev/shm"))
         self.idle_since = None
@@ -573,12 +576,43 @@ class Harness:
             self.tick()
             if job is not None and self.release_due(job):
                 pass
+            if job is not None:
+                self.unstick(job)
             v = cond()
             if v:
                 return v
             if time.monotonic() > end:
                 raise Fail("timed out after %d s waiting for %s" % (secs, what))
             time.sleep(0.05)
+
+    def unstick(self, job):
+        """doc/reliability.md, finding 7: a link lost as the tasks exit can lose a task's exit
+        message (slurmstepd: "Failed to send MESSAGE_TASK_EXIT: Network is unreachable", and
+        it does not send it again), and srun then waits for that task for good though the
+        trainer finished and its weights are written. STUCK_S after the newest run printed
+        its done line with srun still there, its step is cancelled (what srun --wait would
+        do) and the job script goes on as after any run."""
+        runs = parse_runs(job.logtext())
+        r = runs[-1] if runs else None
+        if not r or r["exit"] is not None or not any(
+                l.startswith("dptrain: done: ") for l in r["lines"]):
+            job.done_seen = None
+            return
+        if getattr(job, "done_seen", None) is None:
+            job.done_seen = now()
+            return
+        if now() - job.done_seen < STUCK_S or getattr(job, "unstuck", None) == len(runs):
+            return
+        job.unstuck = len(runs)
+        out = self.cl.slurm("squeue", "-h", "-s", "-j", str(job.jid), "-o", "%i", check=False,
+                            timeout=15)
+        steps = [x for x in out.split() if re.fullmatch(r"\d+\.\d+", x)]
+        for st in steps:
+            self.cl.slurm("scancel", st, check=False, timeout=15)
+        self.srun_hangs.append(job.jid)
+        log("job %d: run %d printed its done line %.0f s ago and srun has not returned "
+            "(a task's exit message lost with a link: finding 7): step %s cancelled" %
+            (job.jid, len(runs), now() - job.done_seen, " ".join(steps) or "(none found)"))
 
     def release_due(self, job):
         st, _ = self.cl.job_state(job.jid)
@@ -1006,6 +1040,7 @@ def summary(h, jobs, started):
         "steps_per_job": h.args.steps, "checkpoint_every": h.args.every,
         "seconds": round(time.monotonic() - started, 1),
         "checker_failures": h.failures,
+        "srun_hangs_after_done": len(h.srun_hangs),
     }
 
 
