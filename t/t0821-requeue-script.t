@@ -94,4 +94,28 @@ test_expect_success 'nothing saved yet: it says so' '
 	grep "the last good checkpoint is none (nothing was saved)" job.err
 '
 
+test_expect_success 'a run whose batch host died is named by the next run' '
+	rm -rf lenet.77 && fake_slurm finish &&
+	job 0 &&
+	! test -e lenet-77.running &&
+	! grep "ended with its job script unfinished" job.err &&
+	fake_slurm stop &&
+	test_expect_code 4 job 1 &&
+	! test -e lenet-77.running &&
+	: the batch step of restart 2 is killed with its node, as a SIGKILL does &&
+	cat >bin/srun <<-\EOF &&
+	#!/bin/sh
+	kill -9 $PPID
+	EOF
+	export SLURMD_NODENAME=n7 &&
+	test_expect_code 137 job 2 &&
+	unset SLURMD_NODENAME &&
+	test -f lenet-77.running &&
+	fake_slurm finish &&
+	job 3 &&
+	cat job.err &&
+	grep "the run before this one (restart 2 of job 77 on batch host n7) ended with its job script unfinished: that node failed or was rebooted and Slurm requeued the job" job.err &&
+	! test -e lenet-77.running
+'
+
 test_done
