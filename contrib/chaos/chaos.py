@@ -218,6 +218,26 @@ class Cluster:
                 r[int(e["SLURM_PROCID"])] = (pid, e["SLURMD_NODENAME"])
         return r
 
+    def job_sruns(self, jid):
+        """The srun processes of job jid's batch scripts (the nodes are namespaces of this
+        machine, so they are processes here): their environment names the job."""
+        pids = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/comm" % d) as f:
+                    if f.read().strip() != "srun":
+                        continue
+                with open("/proc/%s/environ" % d, "rb") as f:
+                    env = f.read().split(b"\0")
+            except OSError:
+                continue
+            if ("SLURM_JOB_ID=%d" % jid).encode() in env and \
+                    ("SLURM_CONF=%s" % self.conf).encode() in env:
+                pids.append(int(d))
+        return pids
+
     def slurmd_pid(self, node):
         try:
             with open(os.path.join(self.dir, "run", "slurmd.%s.pid" % node)) as f:
@@ -596,11 +616,12 @@ class Harness:
 
     def unstick(self, job):
         """doc/reliability.md, finding 7: a link lost as the tasks exit can lose a task's exit
-        message (slurmstepd: "Failed to send MESSAGE_TASK_EXIT: Network is unreachable", and
-        it does not send it again), and srun then waits for that task for good though the
-        trainer finished and its weights are written. STUCK_S after the newest run printed
-        its done line with srun still there, its step is cancelled (what srun --wait would
-        do) and the job script goes on as after any run."""
+        message (slurmstepd: "Failed to send MESSAGE_TASK_EXIT: Network is unreachable"; it
+        tells slurmctld the step is complete but never sends the exits again), and srun then
+        waits for that task for good though the trainer finished and its weights are
+        written. STUCK_S after the newest run printed its done line with srun still there,
+        the job's srun is killed (the step is already gone from Slurm), as an operator would;
+        the job script then goes on as after any failed run."""
         runs = parse_runs(job.logtext())
         r = runs[-1] if runs else None
         if not r or r["exit"] is not None or not any(
@@ -613,15 +634,17 @@ class Harness:
         if now() - job.done_seen < STUCK_S or getattr(job, "unstuck", None) == len(runs):
             return
         job.unstuck = len(runs)
-        out = self.cl.slurm("squeue", "-h", "-s", "-j", str(job.jid), "-o", "%i", check=False,
-                            timeout=15)
-        steps = [x for x in out.split() if re.fullmatch(r"\d+\.\d+", x)]
-        for st in steps:
-            self.cl.slurm("scancel", st, check=False, timeout=15)
+        pids = self.cl.job_sruns(job.jid)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
         self.srun_hangs.append(job.jid)
         log("job %d: run %d printed its done line %.0f s ago and srun has not returned "
-            "(a task's exit message lost with a link: finding 7): step %s cancelled" %
-            (job.jid, len(runs), now() - job.done_seen, " ".join(steps) or "(none found)"))
+            "(a task's exit message lost with a link: finding 7): srun killed (pid %s)" %
+            (job.jid, len(runs), now() - job.done_seen,
+             " ".join(map(str, pids)) or "none found"))
 
     def release_due(self, job):
         st, _ = self.cl.job_state(job.jid)
