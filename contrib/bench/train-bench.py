@@ -14,6 +14,10 @@
 # python3-setuptools, libtorch-dev):
 #     /usr/bin/python3 contrib/bench/train-bench.py --root ROOT [--overlay DIR] [--rounds N]
 #         [--isa avx2] [--no-bf16] [--no-compile] [--steps L] [--json FILE] [MODEL...]
+# For every model and type short of 1.3x eager there, one more dptrain run with
+# ONEDNN_VERBOSE=1 says where its step goes: each kind of oneDNN primitive (convolution passes,
+# reorders, inner products, pooling) in ms per step, and the rest (dptrain's own kernels,
+# OpenMP's waits, the data, the optimizer); a "dptrain-profile" JSON line each.
 import gzip
 import os
 import re
@@ -213,9 +217,83 @@ def vs_root(args):
                     "img_s_rounds": got[(name, tool, dt)],
                     "dptrain_ratio": round(d / med[(name, tool, dt)], 3),
                     "cpu": cpu, "isa": isa_s, "date": date, "commit": commit}))
+    # where a model misses 1.3x eager: which primitives take dptrain's time
+    short = [(name, dt) for name in PLAN for dt in dtypes
+             if med.get((name, "dptrain", dt)) and med.get((name, "torch-eager", dt)) and
+             med[(name, "dptrain", dt)] / med[(name, "torch-eager", dt)] < 1.3]
+    if short:
+        print("\nShort of 1.3x eager: dptrain's step by primitive (ONEDNN_VERBOSE=1, the timed "
+              "steps of one more run; ms per step and share of the step)\n")
+        print("| model | dtype | step ms | " + " | ".join(PROFILE_KINDS) +
+              " | dptrain's own kernels and the rest |")
+        print("|---|---|---|" + "---|" * (len(PROFILE_KINDS) + 1))
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, dt in short:
+            cmd = dptrain_cmd(build, name, PLAN[name], os.path.join(tmp, name + dt)) + [
+                "precision.mode=" + dt]
+            out = subprocess.run(cmd, env=dict(env, ONEDNN_VERBOSE="1"), capture_output=True,
+                                 text=True)
+            prof = profile_of(out.stdout, PLAN[name])
+            if not prof:
+                print("%s %s: no profile: %s" % (name, dt, out.stderr[-500:]), file=sys.stderr)
+                continue
+            cell = lambda ms: "%.1f (%.0f%%)" % (ms, 100 * ms / prof["step_ms"])
+            print("| %s | %s | %.1f | %s | %s |" % (
+                name, dt, prof["step_ms"], " | ".join(cell(prof["ms"][k]) for k in PROFILE_KINDS),
+                cell(prof["rest_ms"])))
+            lines.append(json.dumps({
+                "tool": "dptrain-profile", "model": name, "dtype": dt, "ranks": 1,
+                "threads": THREADS, "batch": BATCH, "step_ms": round(prof["step_ms"], 2),
+                "ms_per_step": {k: round(v, 2) for k, v in prof["ms"].items()},
+                "own_and_rest_ms": round(prof["rest_ms"], 2), "cpu": cpu, "isa": isa_s,
+                "date": date, "commit": commit}))
     if jpath:
         with open(jpath, "a") as f:
             f.write("".join(line + "\n" for line in lines))
+
+
+PROFILE_KINDS = ["conv forward", "conv backward data", "conv backward weights", "reorder",
+                 "inner product", "pooling", "other oneDNN"]
+
+
+def profile_of(text, steps):
+    """From a dptrain run with ONEDNN_VERBOSE=1 that logs every `steps` steps: the per-step
+    milliseconds of each primitive kind over the timed steps (the lines after the first loss
+    line; oneDNN's own exec times), the step's wall time in the same run (from the img/s of
+    the timed interval: the printing of about 130 lines a step costs well under a
+    millisecond), and what is left: dptrain's own kernels, OpenMP's waits and the rest."""
+    timed = False
+    ms = {k: 0.0 for k in PROFILE_KINDS}
+    img_s = None
+    for line in text.splitlines():
+        if re.match(r"epoch: \d+ step: ", line):
+            if timed:
+                m = re.search(r"([0-9.]+) img/s", line)
+                img_s = float(m.group(1)) if m else None
+                break
+            timed = True
+            continue
+        if not timed or not line.startswith("onednn_verbose,exec,"):
+            continue
+        f = line.split(",")
+        try:
+            t = float(f[-1])
+        except ValueError:
+            continue
+        kind = f[3]
+        if kind == "convolution":
+            k = {"forward_training": "conv forward", "forward_inference": "conv forward",
+                 "backward_data": "conv backward data",
+                 "backward_weights": "conv backward weights"}.get(f[5], "other oneDNN")
+        else:
+            k = {"reorder": "reorder", "inner_product": "inner product",
+                 "pooling": "pooling"}.get(kind, "other oneDNN")
+        ms[k] += t
+    if not img_s:
+        return None
+    step_ms = BATCH / img_s * 1000.0
+    per = {k: v / steps for k, v in ms.items()}
+    return {"step_ms": step_ms, "ms": per, "rest_ms": step_ms - sum(per.values())}
 
 
 def dptrain_cmd(build, name, steps, outdir):
