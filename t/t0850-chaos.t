@@ -43,7 +43,10 @@ test_expect_success 'the checker fails a doctored run: weights, metrics, checkpo
 	# a step counted twice within one run, and a changed loss, are both seen
 	lines = open(job + "/metrics.jsonl").read().splitlines()
 	train = [l for l in lines if "\"event\":\"train\"" in l]
-	open("dup.jsonl", "w").write("\n".join(lines + [train[-1]]) + "\n")
+	# (right after itself, inside its run: the last run may have trained nothing, when it
+	# resumed from the last step's checkpoint)
+	i = lines.index(train[-1])
+	open("dup.jsonl", "w").write("\n".join(lines[:i + 1] + [train[-1]] + lines[i + 1:]) + "\n")
 	assert c.read_metrics("dup.jsonl")[2] == 1
 	d = json.loads(train[5]); d["loss"] = d["loss"] * (1 + 2 ** -20)
 	open("bad.jsonl", "w").write("\n".join(lines[:1] + [json.dumps(d)]) + "\n")
