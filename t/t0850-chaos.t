@@ -44,7 +44,7 @@ test_expect_success 'the checker fails a doctored run: weights, metrics, checkpo
 	lines = open(job + "/metrics.jsonl").read().splitlines()
 	train = [l for l in lines if "\"event\":\"train\"" in l]
 	# (right after itself, inside its run: the last run may have trained nothing, when it
-	# resumed from the last step's checkpoint)
+	# resumed from the checkpoint of the last step)
 	i = lines.index(train[-1])
 	open("dup.jsonl", "w").write("\n".join(lines[:i + 1] + [train[-1]] + lines[i + 1:]) + "\n")
 	assert c.read_metrics("dup.jsonl")[2] == 1
