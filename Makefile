@@ -171,7 +171,7 @@ CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
 BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_cpu_act.c trainer/backend/backend_ref.c \
 	trainer/backend/backend_cpu_act_isa.c trainer/backend/backend_cuda_none.c
 # The CPU backend's own kernels once more per x86 level (backend_cpu_act.c; the flags below)
-ifneq ($(findstring x86_64,$(shell $(CC) -dumpmachine)),)
+ifneq ($(findstring x86_64,$(shell $(CC) -dumpmachine 2>/dev/null)),)
 CPU_ACT_LEVEL_SRC := trainer/backend/backend_cpu_act_avx2.c trainer/backend/backend_cpu_act_avx512.c
 BACKEND_SRC += $(CPU_ACT_LEVEL_SRC)
 endif
