@@ -903,6 +903,13 @@ class Harness:
         shutil.rmtree(out)
         return keep
 
+    def ctld_log(self):
+        try:
+            with open(os.path.join(self.cl.dir, "log", "slurmctld.log"), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
     # -- the checker
     def check(self, job, ref):
         a = self.args
@@ -964,10 +971,13 @@ class Harness:
             seg = text[r["log_at"]:]
             nxt = re.search(r"chaos: run \d+ of job", seg)
             if nxt:
-                # up to the next run, and what that run says of this one's end
-                pre = re.match(r"chaos: run \d+ of job[^\n]*\n((?:chaos: the run before "
-                               r"this one[^\n]*\n)?)", seg[nxt.start():])
-                seg = seg[:nxt.start()] + (pre.group(1) if pre else "")
+                # up to the next run, and what that run says of this one's end (its job
+                # script's first words; other lines may come before them)
+                after = seg[nxt.end():]
+                nxt2 = re.search(r"chaos: run \d+ of job", after)
+                said = re.search(r"^chaos: the run before this one.*$",
+                                 after[:nxt2.start()] if nxt2 else after, re.M)
+                seg = seg[:nxt.start()] + (said.group(0) + "\n" if said else "")
             if ended_by_finishing(r, seg, a.steps):
                 r["ended_run"] = False
             named = []
@@ -975,6 +985,13 @@ class Harness:
                 if cause and re.search(cause, seg, re.M):
                     named.append(cause)
             r["named"] = bool(named) or not any(r["causes"])
+            if (not named and "node-fail" in r["kinds"] and
+                    re.search(r"Requeuing JobId=%d" % job.jid, self.ctld_log())):
+                # the batch host itself failed and the next run's job script did not say so
+                # (seen with Slurm 24.11: its batch script may outlive the node's slurmstepd
+                # and end as after any run); Slurm says so, and requeues the job
+                r["named"] = "slurmctld"
+                named = ["slurmctld"]
             if r.get("ended_run") and any(r["causes"]) and not named:
                 ended_by = re.findall(r"^(?:dptrain|srun|slurmstepd).*(?:error|died|killed|"
                                       r"stopp|timed out).*$", seg, re.M)
