@@ -763,6 +763,8 @@ static void run_suite(struct pair *p, int convs_only)
 	    {BE_POOL_MAX, 1, 4, 16, 16, 3, 3, 1, 1, 0, 0},
 	    {BE_POOL_MAX, 2, 17, 12, 10, 3, 3, 2, 1, 0, 0},
 	    {BE_POOL_MAX, 2, 64, 32, 32, 3, 3, 2, 1, 0, 0}, /* the ImageNet stem's, at 64x64 */
+	    {BE_POOL_MAX, 3, 6, 24, 24, 2, 2, 2, 0, 0, 0},  /* LeNet's first, NCHW */
+	    {BE_POOL_MAX, 2, 5, 11, 13, 3, 3, 2, 0, 0, 0},  /* overlapping, unpadded, NCHW */
 	    {BE_POOL_AVG, 2, 3, 8, 8, 2, 2, 2, 0, 0, 0},
 	    {BE_POOL_AVG, 2, 5, 9, 7, 3, 3, 1, 1, 0, 0},
 	    {BE_POOL_AVG, 1, 16, 7, 7, 7, 7, 1, 0, 0, 0},
@@ -785,6 +787,8 @@ static void run_suite(struct pair *p, int convs_only)
 	/* Ties (ReLU outputs are full of zeros): both must pick the first maximum. */
 	test_pool(p, pools[0], 3);
 	test_pool(p, pools[3], 2);
+	test_pool(p, pools[5], 2);
+	test_pool(p, pools[6], 3);
 	for (size_t i = 0; i < sizeof(lins) / sizeof(lins[0]); i++)
 		test_linear(p, lins[i]);
 	test_eltwise(p, 1);

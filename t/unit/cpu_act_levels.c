@@ -1,9 +1,9 @@
 /* cpu_act_levels.c — the CPU backend's own kernels (backend_cpu_act.c) built for each x86
  * level give the same bits as the baseline build: batch norm forward (training, with the
  * residual and the ReLU fused, and inference) and backward (every dz and beta case), max
- * pooling's backward (overlapping and not), global average pooling, the layout conversions
- * and the bfloat16 element-wise ops, in NCHW, 8- and 16-channel blocks, NHWC and bfloat16.
- * Levels this CPU lacks are skipped, saying so; t/t0020-cpu-isa.t checks that the trainer
+ * pooling's backward (overlapping and not) and its NCHW forward, global average pooling, the layout
+ * conversions and the bfloat16 element-wise ops, in NCHW, 8- and 16-channel blocks, NHWC and
+ * bfloat16. Levels this CPU lacks are skipped, saying so; t/t0020-cpu-isa.t checks that the trainer
  * picks the level oneDNN runs. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -116,6 +116,14 @@ static void run_all(const struct cpu_act *a, struct outs *o)
 		cpu_act_maxpool_bwd(&p, a->bs, bf, x, pdy, dx, k == 3 ? 0.5f : 0.0f, scratch);
 		keep(o, dx, nb);
 		free(pdy), free(scratch);
+		if (a->bs == 1 && !bf) { /* the NCHW forward, unpadded */
+			struct be_pool_desc q = p;
+			q.pad = 0, q.oh = (h - k) / 2 + 1, q.ow = (w - k) / 2 + 1;
+			size_t qn = (size_t)a->n * a->c * q.oh * q.ow;
+			float *qy = malloc(qn * 4);
+			cpu_act_maxpool_fwd_nchw(&q, x, qy);
+			keep(o, qy, qn * 4);
+		}
 	}
 	void *g = malloc((size_t)a->n * a->c * es);
 	cpu_act_gap_fwd(a, x, g);

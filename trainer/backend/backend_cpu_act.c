@@ -522,6 +522,37 @@ static void LEVEL(cpu_act_maxpool_bwd)(const struct be_pool_desc *d, int bs, int
 	}
 }
 
+/* Max pooling's forward on NCHW float32 without padding (oneDNN 2.6 runs such a layer, LeNet's
+ * 6-channel one, with its "simple_nchw" reference implementation: 18% of a LeNet step). Each
+ * window's first maximum in scan order, a NaN winning (PyTorch's rule, the reference's), taken
+ * across a row of outputs at once: one pass per window position. */
+static void LEVEL(cpu_act_maxpool_fwd_nchw)(const struct be_pool_desc *d, const float *x, float *y)
+{
+	long planes = (long)d->n * d->c;
+	size_t st = (size_t)d->stride;
+
+#pragma omp parallel for schedule(static)
+	for (long p = 0; p < planes; p++) {
+		const float *xp = x + (size_t)p * d->h * d->w;
+		float *yp = y + (size_t)p * d->oh * d->ow;
+		for (int oy = 0; oy < d->oh; oy++) {
+			float *yr = yp + (size_t)oy * d->ow;
+			const float *x0 = xp + (size_t)oy * st * d->w;
+			for (int ox = 0; ox < d->ow; ox++)
+				yr[ox] = x0[ox * st];
+			for (int ky = 0; ky < d->kh; ky++)
+				for (int kx = ky == 0; kx < d->kw; kx++) {
+					const float *xr = x0 + (size_t)ky * d->w + kx;
+#pragma omp simd
+					for (int ox = 0; ox < d->ow; ox++) {
+						float v = xr[ox * st], m = yr[ox];
+						yr[ox] = v > m || v != v ? v : m;
+					}
+				}
+		}
+	}
+}
+
 /* ---------------------------------------------------------------------------------------
  * Global average pooling. */
 
@@ -653,6 +684,7 @@ const struct cpu_act_kernels LEVEL(cpu_act_kernels) = {
     .bn_fwd = LEVEL(cpu_act_bn_fwd),
     .bn_bwd = LEVEL(cpu_act_bn_bwd),
     .maxpool_bwd = LEVEL(cpu_act_maxpool_bwd),
+    .maxpool_fwd_nchw = LEVEL(cpu_act_maxpool_fwd_nchw),
     .gap_fwd = LEVEL(cpu_act_gap_fwd),
     .gap_bwd = LEVEL(cpu_act_gap_bwd),
     .bf16_relu_fwd = LEVEL(cpu_bf16_relu_fwd),

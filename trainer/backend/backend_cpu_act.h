@@ -64,6 +64,7 @@ struct cpu_act_kernels {
 		       float *dbeta, float beta);
 	void (*maxpool_bwd)(const struct be_pool_desc *d, int bs, int bf16, const void *x,
 			    const void *dy, void *dx, float beta, float *scratch);
+	void (*maxpool_fwd_nchw)(const struct be_pool_desc *d, const float *x, float *y);
 	void (*gap_fwd)(const struct cpu_act *a, const void *x, void *y);
 	void (*gap_bwd)(const struct cpu_act *a, const void *dy, void *dx, float beta);
 	void (*bf16_relu_fwd)(const uint16_t *x, uint16_t *y, size_t n);
@@ -110,6 +111,9 @@ void cpu_act_maxpool_bwd(const struct be_pool_desc *d, int bs, int bf16, const v
 			 const void *dy, void *dx, float beta, float *scratch);
 
 /* Global average pooling: an act as a says to rows [n][c] of the same type, and back. */
+/* Max pooling's forward for float32 NCHW acts and pad 0 (windows inside the input). */
+void cpu_act_maxpool_fwd_nchw(const struct be_pool_desc *d, const float *x, float *y);
+
 void cpu_act_gap_fwd(const struct cpu_act *a, const void *x, void *y);
 void cpu_act_gap_bwd(const struct cpu_act *a, const void *dy, void *dx, float beta);
 

@@ -90,6 +90,11 @@ void cpu_act_maxpool_bwd(const struct be_pool_desc *d, int bs, int bf16, const v
 	K->maxpool_bwd(d, bs, bf16, x, dy, dx, beta, scratch);
 }
 
+void cpu_act_maxpool_fwd_nchw(const struct be_pool_desc *d, const float *x, float *y)
+{
+	K->maxpool_fwd_nchw(d, x, y);
+}
+
 void cpu_act_gap_fwd(const struct cpu_act *a, const void *x, void *y)
 {
 	K->gap_fwd(a, x, y);
