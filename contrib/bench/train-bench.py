@@ -286,8 +286,8 @@ def profile_of(text, steps):
                  "backward_data": "conv backward data",
                  "backward_weights": "conv backward weights"}.get(f[5], "other oneDNN")
         else:
-            k = {"reorder": "reorder", "inner_product": "inner product",
-                 "pooling": "pooling"}.get(kind, "other oneDNN")
+            k = {"reorder": "reorder", "inner_product": "inner product", "pooling": "pooling",
+                 "pooling_v2": "pooling"}.get(kind, "other oneDNN")
         ms[k] += t
     if not img_s:
         return None
