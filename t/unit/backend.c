@@ -938,6 +938,25 @@ int main(void)
 			struct pair h = {{ref, view16}, {NULL, NULL}, &rng, "cpu bf16", 1};
 			tol = BF16_TOL, tol_rms = 1.0;
 			run_suite(&h, 0);
+			/* The weight gradient of small outputs by inner product (AMX's NHWC): every
+			 * convolution one way, then the other (DPTRAIN_CPU_BWDW_IP). */
+			static const char *ipmax[] = {"0", "1000000"};
+			static const char *ipname[] = {"cpu bf16 (bwdw conv)",
+						       "cpu bf16 (bwdw ip)"};
+			for (int i = 0; i < 2; i++) {
+				setenv("DPTRAIN_CPU_BWDW_IP", ipmax[i], 1);
+				struct backend *b16 = be_cpu_create_opts(0, &o16, &err);
+				unsetenv("DPTRAIN_CPU_BWDW_IP");
+				if (!ok(b16 != NULL,
+					"be_cpu_create_opts(bf16), DPTRAIN_CPU_BWDW_IP=%s: %s",
+					ipmax[i], b16 ? b16->ops->name : err.text))
+					continue;
+				struct backend *v16 = plain_view(b16, ipname[i]);
+				struct pair f = {{ref, v16}, {NULL, NULL}, &rng, ipname[i], 1};
+				run_suite(&f, 1);
+				v16->ops->destroy(v16);
+				b16->ops->destroy(b16);
+			}
 			tol = CHK_TOL, tol_rms = 0.1;
 		}
 	} else {
@@ -956,6 +975,16 @@ int main(void)
 	struct pair q = {{ref, par}, {NULL, NULL}, &rng, par->ops->name, 0};
 	run_suite(&q, 0);
 
+	static const char *badip[] = {"-3", "64x", "lots"};
+	for (int i = 0; i < 3; i++) {
+		setenv("DPTRAIN_CPU_BWDW_IP", badip[i], 1);
+		struct backend *b = be_cpu_create(0, &err);
+		unsetenv("DPTRAIN_CPU_BWDW_IP");
+		ok(b == NULL, "DPTRAIN_CPU_BWDW_IP=%s is refused", badip[i]);
+		like(err.text, "want a number of output pixels", "and says why: %s", err.text);
+		if (b)
+			b->ops->destroy(b);
+	}
 	struct backend *bad = be_cpu_create(-1, &err);
 	ok(bad == NULL, "be_cpu_create(-1) fails");
 	like(err.text, "threads must be 0 (the default) or more", "and says why");

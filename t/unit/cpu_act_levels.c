@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "t/lib/tap.h"
 #include "trainer/backend/backend_cpu_act.h"
 
@@ -191,13 +195,17 @@ int main(void)
 	static const struct {
 		int bs, c, bf16;
 		const char *what;
-	} lay[] = {{1, 24, 0, "NCHW float32"},	     {8, 24, 0, "8-channel blocks"},
-		   {16, 32, 0, "16-channel blocks"}, {16, 32, 1, "16-channel blocks, bfloat16"},
-		   {24, 24, 1, "NHWC bfloat16"},     {24, 24, 0, "NHWC float32"}};
+	} lay[] = {{1, 24, 0, "NCHW float32"},
+		   {8, 24, 0, "8-channel blocks"},
+		   {16, 32, 0, "16-channel blocks"},
+		   {16, 32, 1, "16-channel blocks, bfloat16"},
+		   {24, 24, 1, "NHWC bfloat16"},
+		   {24, 24, 0, "NHWC float32"},
+		   {64, 64, 1, "NHWC bfloat16, 64 channels"}};
 	const char *levels[] = {"avx2", "avx512"};
 	const int nlay = sizeof(lay) / sizeof(lay[0]);
 
-	plan(2 * (nlay + 1) + 2);
+	plan(2 * (nlay + 1) + 3);
 	ok(cpu_act_use("base") && strcmp(cpu_act_level(), "base") == 0, "the base level is there");
 	ok(!cpu_act_use("sse9"), "an unknown level is refused");
 	for (int l = 0; l < 2; l++) {
@@ -241,5 +249,29 @@ int main(void)
 			diag("output %d differs", first);
 		free_outs(&base), free_outs(&lv);
 	}
+	/* Batch norm reads a bfloat16 NHWC row 32 channels at a time where every thread gets a
+	 * chunk, else 16: the same bits either way (1 thread: 32; 8 threads: 16 for 64 channels).
+	 */
+#ifdef _OPENMP
+	{
+		struct cpu_act a = {5, 64, 64, 7 * 45, 1};
+		struct outs w32 = {0}, w16 = {0};
+		int first = -1;
+		if (!cpu_act_use("avx512") && !cpu_act_use("avx2"))
+			cpu_act_use("base");
+		omp_set_num_threads(1);
+		run_all(&a, &w32);
+		omp_set_num_threads(8);
+		run_all(&a, &w16);
+		ok(same(&w32, &w16, &first),
+		   "%s: NHWC bfloat16 batch norm: 32- and 16-channel chunks give the same bits",
+		   cpu_act_level());
+		if (first >= 0)
+			diag("output %d differs", first);
+		free_outs(&w32), free_outs(&w16);
+	}
+#else
+	skip(1, "built without OpenMP: one chunk width");
+#endif
 	return done_testing();
 }

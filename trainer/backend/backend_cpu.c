@@ -87,7 +87,13 @@ struct cpu_ctx {
 	/* acts' channel block: 16 or 8 (nChw16c, nChw8c where the channels are a multiple,
 	 * else NCHW), 1 (NCHW) or 0 (NHWC) */
 	int block;
+	/* bfloat16 NHWC convolutions with at most this many output pixels an image take their
+	 * weight gradient as an inner product (conv_bwdw_ip_create; DPTRAIN_CPU_BWDW_IP) */
+	long bwdw_ip_max;
 };
+
+/* The default of DPTRAIN_CPU_BWDW_IP: ResNet's 7x7 and 4x4 stages (doc/performance.md). */
+#define CPU_BWDW_IP_MAX 64
 
 enum arg_role {
 	ARG_IN,	 /* read; reordered into the primitive's layout when it differs */
@@ -141,6 +147,10 @@ struct be_op {
 	} d;
 	/* conv, linear: fwd, bwd data, bwd weights. pool: fwd, bwd (avg). bn: none. */
 	struct cpu_pass pass[3];
+	/* conv: its weight gradient as an inner product of dy's rows with the input's patches
+	 * (cpu_conv_patches into the arena at col_off), not the convolution's own pass */
+	int bwdw_ip;
+	size_t col_off;
 };
 
 enum { PASS_FWD = 0, PASS_BWD_DATA = 1, PASS_BWD_WEIGHTS = 2 };
@@ -420,6 +430,83 @@ static int op_is(struct backend *be, const struct be_op *op, enum cpu_kind kind,
 /* ---------------------------------------------------------------------------------------
  * Convolution. */
 
+/* The input's patches of a convolution on NHWC acts, one row per output pixel: row
+ * (n * oh + i) * ow + j holds x[n][i * stride - pad + a][j * stride - pad + b][0..c) for a in
+ * [0, kh), b in [0, kw), in that order, zeros where the window leaves the input. With dy's NHWC
+ * rows ([n * oh * ow][k]) the weight gradient is then one matrix product: what an inner
+ * product's backward by weights computes, dw[k][c][a][b] = sum over rows of dy[row][k] *
+ * patch[row][a][b][c]. */
+static void cpu_conv_patches(const struct be_conv_desc *d, const uint16_t *x, uint16_t *col)
+{
+	long rows = (long)d->n * d->oh * d->ow;
+	size_t c = (size_t)d->c, per = (size_t)d->kh * d->kw * c;
+
+#pragma omp parallel for schedule(static)
+	for (long r = 0; r < rows; r++) {
+		int n = (int)(r / ((long)d->oh * d->ow)), rem = (int)(r % ((long)d->oh * d->ow));
+		int i = rem / d->ow, j = rem % d->ow;
+		uint16_t *o = col + (size_t)r * per;
+		for (int a = 0; a < d->kh; a++) {
+			int ih = i * d->stride - d->pad + a;
+			for (int b = 0; b < d->kw; b++, o += c) {
+				int iw = j * d->stride - d->pad + b;
+				if (ih < 0 || ih >= d->h || iw < 0 || iw >= d->w)
+					memset(o, 0, c * sizeof(*o));
+				else
+					memcpy(o, x + (((size_t)n * d->h + ih) * d->w + iw) * c,
+					       c * sizeof(*o));
+			}
+		}
+	}
+}
+
+/* The weight gradient's pass as an inner product over the patches (cpu_conv_patches): for
+ * bfloat16 NHWC acts where the output is small, which oneDNN 2's AMX convolution backward by
+ * weights runs far below its forward's rate (ResNet's 4x4 and 7x7 stages: 3x its time), while
+ * its inner product's runs as a matrix product. Returns 1 if planned, 0 if not taken (the
+ * convolution's own pass is planned instead), -1 on error. */
+static int conv_bwdw_ip_create(struct backend *be, struct be_op *op, cpu_cmd w, cpu_cmd b)
+{
+	struct cpu_ctx *ctx = ctx_of(be);
+	const struct be_conv_desc *d = &op->d.conv;
+	const char *fn = "conv_create", *what = op->what;
+	int64_t rows = (int64_t)d->n * d->oh * d->ow;
+	const int64_t cd[] = {rows, d->c, d->kh, d->kw}, wd[] = {d->k, d->c, d->kh, d->kw},
+		      yd[] = {rows, d->k};
+	dnnl_primitive_desc_t pd = NULL, fwd_pd = NULL;
+	cpu_md col = NULL, dy = NULL, wa = NULL, dwa = NULL;
+	int rv = -1;
+
+	if (ctx->block != 0 || !ctx->bf16 || ctx->conv != CONV_AUTO ||
+	    (long)d->oh * d->ow > ctx->bwdw_ip_max)
+		return 0;
+	col = md_new(4, cd, dnnl_bf16, dnnl_acdb);
+	dy = md_new(2, yd, dnnl_bf16, dnnl_ab);
+	wa = md_new(4, wd, dnnl_bf16, dnnl_format_tag_any);
+	dwa = md_new(4, wd, dnnl_f32, dnnl_format_tag_any);
+	DNNL_TRY(cpu_ip_fwd_pd,
+		 (&fwd_pd, ctx->eng, dnnl_forward_training, col, wa, d->has_bias ? b : NULL, dy));
+	DNNL_TRY(cpu_ip_bwd_weights_pd,
+		 (&pd, ctx->eng, col, dwa, d->has_bias ? b : NULL, dy, fwd_pd));
+	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, col},
+				   {DNNL_ARG_DIFF_DST, ARG_IN, dy},
+				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, w},
+				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, b}};
+	struct cpu_pass *p = &op->pass[PASS_BWD_WEIGHTS];
+	if (pass_create(be, op, p, &pd, NULL, bwd_w, 3 + !!d->has_bias, fn) < 0)
+		goto out;
+	op->col_off = p->arena;
+	if (arena_reserve(be, op->col_off + (size_t)rows * d->kh * d->kw * d->c * 2, fn, what) < 0)
+		goto out;
+	op->bwdw_ip = 1;
+	rv = 1;
+out:
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_primitive_desc_destroy(fwd_pd);
+	cpu_md_destroy(col), cpu_md_destroy(dy), cpu_md_destroy(wa), cpu_md_destroy(dwa);
+	return rv;
+}
+
 static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 {
 	struct cpu_ctx *ctx = ctx_of(be);
@@ -473,6 +560,13 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, NULL, bwd_data, 3, fn) < 0)
 		goto out;
 
+	int ip = conv_bwdw_ip_create(be, op, w, b);
+	if (ip < 0)
+		goto out;
+	if (ip > 0) {
+		rv = 0;
+		goto out;
+	}
 	DNNL_TRY(cpu_conv_bwd_weights_pd,
 		 (&pd, ctx->eng, px, pdw, bias, py, strides, pl, pr, fwd_pd));
 	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, x},
@@ -525,6 +619,10 @@ static int cpu_conv_bwd_weights(struct backend *be, struct be_op *op, const floa
 		return be_errf(be, "conv_bwd_weights%s: the op has a bias but dbias is NULL",
 			       op->what);
 	void *ptr[] = {(void *)x, (void *)dy, dwgt, dbias};
+	if (op->bwdw_ip) {
+		ptr[0] = ctx_of(be)->arena + op->col_off;
+		cpu_conv_patches(&op->d.conv, (const uint16_t *)x, ptr[0]);
+	}
 	return pass_run(be, op, &op->pass[PASS_BWD_WEIGHTS], ptr, beta, "conv_bwd_weights");
 }
 
@@ -1078,7 +1176,7 @@ struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, str
 	struct cpu_ctx *ctx = calloc(1, sizeof(*ctx));
 	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	dnnl_status_t st;
-	const char *conv = getenv(ENV_DPTRAIN_CPU_CONV);
+	const char *conv = getenv(ENV_DPTRAIN_CPU_CONV), *ipmax = getenv(ENV_DPTRAIN_CPU_BWDW_IP);
 
 	if (!be || !ctx) {
 		errprintf(err, "cpu backend: out of memory");
@@ -1109,6 +1207,19 @@ struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, str
 		errprintf(err, "cpu backend: DPTRAIN_CPU_CONV=%s: want plain, blocked or auto",
 			  conv);
 		goto fail;
+	}
+	ctx->bwdw_ip_max = CPU_BWDW_IP_MAX;
+	if (ipmax && *ipmax) {
+		char *end;
+		errno = 0;
+		ctx->bwdw_ip_max = strtol(ipmax, &end, 10);
+		if (errno || *end || ctx->bwdw_ip_max < 0) {
+			errprintf(err,
+				  "cpu backend: DPTRAIN_CPU_BWDW_IP=%s: want a number of output "
+				  "pixels, 0 or more",
+				  ipmax);
+			goto fail;
+		}
 	}
 	if (threads < 0) {
 		errprintf(err, "cpu backend: threads must be 0 (the default) or more, not %d",
