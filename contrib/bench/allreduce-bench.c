@@ -5,25 +5,30 @@
  * runs both. Touches nothing but stdout.
  *
  *   allreduce-bench [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [-t] [-n NODES] [SIZE_MB...]
- *   allreduce-bench -m [-i ITERS] [SIZE_MB...]
+ *   allreduce-bench -m [-w WORLD] [-i ITERS] [SIZE_MB...]
  *   allreduce-bench -e [-i ITERS] [SIZE_MB...]
  *   (default: 2 ranks, 20 iterations, 1 11.2 44.8 102 MB; MB = 10^6 bytes)
  * -t: the TCP ring only (as DPTRAIN_COMM_SHM=0); -n: rank r on node "n<r % NODES>" (shared
  * memory in each, the TCP ring between them, all on this host); -m: memcpy of each size in
- * this one process instead (the machine's copy bandwidth, the limit of a shared-memory
- * allreduce); -e: one rank of a job started by srun --dptrain or dptrain-run (the store from
- * MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, DPTRAIN_STORE_SECRET).
- * Output, one line per size: "size_mb median_ms GB/s" (and the engine's name on stderr). */
+ * this one process instead (the machine's copy bandwidth), or with -w in WORLD processes at
+ * once, each iteration as slow as the slowest (the floor of a WORLD-rank allreduce: each rank
+ * reads its input and writes its output once, all at once); -e: one rank of a job started by srun
+ * --dptrain or dptrain-run (the store from MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE,
+ * DPTRAIN_STORE_SECRET). Output, one line per size: "size_mb median_ms GB/s" (and the engine's name
+ * on stderr). */
 #define _GNU_SOURCE
 #include "trainer/dist/comm.h"
 #include "common/env.h"
 #include "store/store.h"
 
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -90,6 +95,100 @@ static int memcpy_main(int iters, int nsizes, const double *mb)
 		free(b);
 	}
 	free(t);
+	return 0;
+}
+
+/* -m -w W: W processes copying at once, each its own buffers of each size, every iteration
+ * started together (a barrier in shared memory, outside the timing); the time of an
+ * iteration is its slowest copy's. Each rank of an allreduce must read its input and write its
+ * output at least once, all ranks at once: this is the floor the memory system sets. */
+struct par_shared {
+	_Atomic int arrived, gen;
+	double t[]; /* [iteration][rank] */
+};
+
+static void par_barrier(struct par_shared *sh, int world)
+{
+	int g = atomic_load(&sh->gen);
+	if (atomic_fetch_add(&sh->arrived, 1) == world - 1) {
+		atomic_store(&sh->arrived, 0);
+		atomic_fetch_add(&sh->gen, 1);
+		return;
+	}
+	while (atomic_load(&sh->gen) == g)
+		sched_yield();
+}
+
+static int memcpy_par_main(int world, int iters, int nsizes, const double *mb)
+{
+	size_t shbytes = sizeof(struct par_shared) + (size_t)iters * world * sizeof(double);
+	struct par_shared *sh =
+	    mmap(NULL, shbytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	double *t = calloc((size_t)iters, sizeof(*t));
+	pid_t pid[64];
+
+	if (sh == MAP_FAILED || !t) {
+		fprintf(stderr, "allreduce-bench: out of memory\n");
+		return 1;
+	}
+	for (int k = 0; k < nsizes; k++) {
+		size_t bytes = (size_t)(mb[k] * 1e6);
+		atomic_store(&sh->arrived, 0);
+		for (int r = 1; r < world; r++)
+			if ((pid[r] = fork()) == 0)
+				break;
+			else if (pid[r] < 0) {
+				perror("allreduce-bench: fork");
+				return 1;
+			}
+		int rank = 0;
+		for (int r = 1; r < world; r++)
+			if (pid[r] == 0) {
+				rank = r;
+				break;
+			}
+		unsigned char *a = malloc(bytes), *b = malloc(bytes);
+		if (!a || !b) {
+			fprintf(stderr, "allreduce-bench: out of memory\n");
+			_exit(1);
+		}
+		memset(a, 1, bytes);
+		memset(b, 2, bytes);
+		for (int it = -2; it < iters; it++) {
+			par_barrier(sh, world);
+			double t0 = now_s();
+			memcpy(b, a, bytes);
+			if (it >= 0)
+				sh->t[(size_t)it * world + rank] = now_s() - t0;
+			a[(size_t)it % bytes] ^= b[bytes / 2];
+		}
+		free(a);
+		free(b);
+		if (rank != 0)
+			_exit(0);
+		int bad = 0;
+		for (int r = 1; r < world; r++) {
+			int st;
+			if (waitpid(pid[r], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+				bad = 1;
+		}
+		if (bad) {
+			fprintf(stderr, "allreduce-bench: a copying process failed\n");
+			return 1;
+		}
+		for (int it = 0; it < iters; it++) {
+			t[it] = 0.0;
+			for (int r = 0; r < world; r++)
+				if (sh->t[(size_t)it * world + r] > t[it])
+					t[it] = sh->t[(size_t)it * world + r];
+		}
+		qsort(t, (size_t)iters, sizeof(*t), cmp_double);
+		double med = t[iters / 2];
+		printf("%g %.3f %.3f\n", mb[k], med * 1e3, mb[k] * 1e6 / med / 1e9);
+		fflush(stdout);
+	}
+	free(t);
+	munmap(sh, shbytes);
 	return 0;
 }
 
@@ -162,7 +261,7 @@ static int rank_main(int rank, int world, int port, int iters, const struct benc
 
 int main(int argc, char **argv)
 {
-	int world = 2, iters = 20, opt, memcpy_only = 0;
+	int world = 2, iters = 20, opt, memcpy_only = 0, world_set = 0;
 	struct bench_opts bo = {0};
 	double sizes[32] = {1, 11.2, 44.8, 102};
 	int nsizes = 4;
@@ -170,6 +269,7 @@ int main(int argc, char **argv)
 		switch (opt) {
 		case 'w':
 			world = atoi(optarg);
+			world_set = 1;
 			break;
 		case 'i':
 			iters = atoi(optarg);
@@ -207,6 +307,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "allreduce-bench: -w 1..64, -i 1 or more\n");
 		return 2;
 	}
+	if (memcpy_only && world_set)
+		return memcpy_par_main(world, iters, nsizes, sizes);
 	if (memcpy_only)
 		return memcpy_main(iters, nsizes, sizes);
 	if (bo.from_env) {

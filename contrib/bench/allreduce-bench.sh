@@ -3,7 +3,9 @@
 # gloo (allreduce-gloo.py) on one host: for each world size, WORLD processes allreduce float32
 # buffers with dptrain over shared memory (its default on one node), with dptrain over the TCP
 # ring only (DPTRAIN_COMM_SHM=0), with gloo under each Python given, and a plain memcpy of the
-# same sizes in one process (the machine's copy bandwidth); RUNS rounds, the tools interleaved
+# same sizes in one process (the machine's copy bandwidth) and in WORLD processes at once
+# (memcpy-par: the floor of an allreduce, each rank reading its input and writing its output
+# once, all at once; "floor / time" is how close a tool comes to it); RUNS rounds, the tools interleaved
 # in each. Prints the median time, the algorithm bandwidth (size / time, as PyTorch reports it)
 # and the bus bandwidth (2 (n-1) / n * size / time, as NCCL's tests report it) as a markdown
 # table, and with JSONL=FILE appends one JSON line per tool, size and world to FILE.
@@ -49,6 +51,7 @@ shm_flags=${nodes:+-n $nodes}
 for _ in $(seq "$runs"); do
 	timeout 600 "$bench" -m -i "$iters" $sizes >>"$dir/memcpy"
 	for w in $worlds; do
+		timeout 600 "$bench" -m -w "$w" -i "$iters" $sizes >>"$dir/memcpy-par.$w"
 		timeout 600 "$bench" -w "$w" -i "$iters" $shm_flags $sizes >>"$dir/dptrain-shm.$w" 2>/dev/null
 		timeout 600 "$bench" -w "$w" -i "$iters" -t $sizes >>"$dir/dptrain-tcp.$w" 2>/dev/null
 		[ -z "$python" ] || timeout 600 "$python" "$top/contrib/bench/allreduce-gloo.py" -w "$w" -i "$iters" $sizes >>"$dir/$gloo_host.$w"
@@ -69,28 +72,30 @@ for w in $worlds; do
 	echo
 	echo "$w ranks:"
 	echo
-	echo "| size | tool | ms | algbw GB/s | busbw GB/s | busbw / memcpy | time vs gloo (${gloo_chroot:-${gloo_host:-none}}) |"
-	echo "|---:|---|---:|---:|---:|---:|---:|"
+	echo "| size | tool | ms | algbw GB/s | busbw GB/s | busbw / memcpy | time vs gloo (${gloo_chroot:-${gloo_host:-none}}) | floor / time |"
+	echo "|---:|---|---:|---:|---:|---:|---:|---:|"
 	for s in $sizes; do
 		mc=$(med memcpy "$s")
+		fl=$(med "memcpy-par.$w" "$s")
 		ref=""
 		[ -n "${gloo_chroot:-}" ] && ref=$(med "$gloo_chroot.$w" "$s")
 		[ -z "$ref" ] && [ -n "${gloo_host:-}" ] && ref=$(med "$gloo_host.$w" "$s")
-		for t in $tools memcpy; do
+		for t in $tools memcpy memcpy-par; do
 			f=$t.$w
 			[ "$t" = memcpy ] && f=memcpy
 			m=$(med "$f" "$s")
 			[ -n "$m" ] || continue
-			awk -v s="$s" -v t="$t" -v m="$m" -v w="$w" -v mc="$mc" -v ref="$ref" \
+			awk -v s="$s" -v t="$t" -v m="$m" -v w="$w" -v mc="$mc" -v fl="$fl" -v ref="$ref" \
 				-v jsonl="${JSONL:-}" -v cpu="$cpu" -v isa="$isa" -v commit="$commit" \
 				-v date="$date" -v runs="$runs" -v iters="$iters" -v nodes="${nodes:-1}" -v ncpu="$(nproc)" 'BEGIN {
-				alg = s / m; bus = (t == "memcpy") ? alg : 2 * (w - 1) / w * alg; mcbw = s / mc
+				cp = (t ~ /^memcpy/); alg = s / m; bus = cp ? alg : 2 * (w - 1) / w * alg; mcbw = s / mc
 				vs = (ref != "" && t != "memcpy") ? sprintf("%.2fx", ref / m) : ""
-				printf "| %s MB | %s | %.2f | %.2f | %.2f | %.0f%% | %s |\n", s, t, m, alg, bus, 100 * bus / mcbw, vs
+				vf = (fl != "" && !cp) ? sprintf("%.0f%%", 100 * fl / m) : ""
+				printf "| %s MB | %s | %.2f | %.2f | %.2f | %.0f%% | %s | %s |\n", s, t, m, alg, bus, 100 * bus / mcbw, vs, vf
 				if (jsonl != "") {
-					printf "{\"date\": \"%s\", \"commit\": \"%s\", \"tool\": \"contrib/bench/allreduce-bench.sh\", \"impl\": \"%s\", \"op\": \"%s\", \"size_mb\": %s, \"ranks\": %d, \"nodes\": %d, \"threads\": 1, \"ms\": %.3f, \"algbw_gbs\": %.3f, \"busbw_gbs\": %.3f, \"memcpy_gbs\": %.3f, \"busbw_vs_memcpy\": %.3f, \"speedup_vs_gloo\": %s, \"runs\": %d, \"iters\": %d, \"cpu\": \"%s\", \"isa\": \"%s\", \"cpus\": %d}\n", \
-						date, commit, t, (t == "memcpy") ? "memcpy" : "allreduce", s, (t == "memcpy") ? 1 : w, nodes, m, alg, bus, mcbw, bus / mcbw, \
-						(vs == "") ? "null" : sprintf("%.3f", ref / m), runs, iters, cpu, isa, ncpu >> jsonl
+					printf "{\"date\": \"%s\", \"commit\": \"%s\", \"tool\": \"contrib/bench/allreduce-bench.sh\", \"impl\": \"%s\", \"op\": \"%s\", \"size_mb\": %s, \"ranks\": %d, \"nodes\": %d, \"threads\": 1, \"ms\": %.3f, \"algbw_gbs\": %.3f, \"busbw_gbs\": %.3f, \"memcpy_gbs\": %.3f, \"busbw_vs_memcpy\": %.3f, \"speedup_vs_gloo\": %s, \"floor_ms\": %s, \"runs\": %d, \"iters\": %d, \"cpu\": \"%s\", \"isa\": \"%s\", \"cpus\": %d}\n", \
+						date, commit, t, cp ? "memcpy" : "allreduce", s, (t == "memcpy") ? 1 : w, nodes, m, alg, bus, mcbw, bus / mcbw, \
+						(vs == "") ? "null" : sprintf("%.3f", ref / m), (fl == "") ? "null" : sprintf("%.3f", fl), runs, iters, cpu, isa, ncpu >> jsonl
 				}
 			}'
 		done
