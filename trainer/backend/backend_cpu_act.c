@@ -79,31 +79,37 @@ static struct chunk chunk_at(const struct cpu_act *a, int q)
 	return chunk_w(a, q, VMAX);
 }
 
-/* Batch norm's channels per chunk: a bfloat16 NHWC row is read 32 channels (one 64-byte
- * cache line) at a time where that leaves a chunk for every thread; 16 would leave each line
- * half read, to be read again from memory by the next chunk (measured: the bfloat16 batch
- * norm's passes were a quarter of a ResNet-18 step). Every channel's sums run in the same
- * order whatever the width, so the bits do not depend on it. */
+/* Batch norm's channels per chunk. A bfloat16 NHWC act is read 32 channels (one 64-byte
+ * cache line) at a time, and each thread takes as wide a run of a row as gives every thread a
+ * chunk (up to BN_WMAX channels), so that it streams through contiguous memory: chunks of 16
+ * channels read each line half, to be read again from memory by the next chunk, and read a
+ * 2048-channel row at a 4 KiB stride, a new page every access (measured: the bfloat16 batch
+ * norm's passes were a quarter of a ResNet-18 step and over a third of a ResNet-50 one). Every
+ * channel's sums run in the same order whatever the width, so the bits do not depend on it. */
 #define BN_LANES 32
-static int bn_lanes(const struct cpu_act *a)
+#define BN_WMAX	 512
+static int bn_width(const struct cpu_act *a)
 {
 #ifdef _OPENMP
 	int threads = omp_get_max_threads();
 #else
 	int threads = 1;
 #endif
-	if (a->bf16 && a->bs % BN_LANES == 0 && a->c / BN_LANES >= threads)
-		return BN_LANES;
-	return VMAX;
+	int lines = a->bs / BN_LANES, per;
+
+	if (!a->bf16 || a->bs % BN_LANES != 0 || lines < threads)
+		return VMAX;
+	per = lines / threads;
+	if (per > BN_WMAX / BN_LANES)
+		per = BN_WMAX / BN_LANES;
+	return per * BN_LANES;
 }
 
 /* Calls kernel(V, BF, args...) with the lane count and the type as constants where they are the
  * common ones, so that the lanes vectorize. */
 #define DISPATCH(kernel, nv, bf, ...)                                                              \
 	do {                                                                                       \
-		if (bf && (nv) == 32)                                                              \
-			kernel(32, 1, __VA_ARGS__);                                                \
-		else if (bf && (nv) == 16)                                                         \
+		if (bf && (nv) == 16)                                                              \
 			kernel(16, 1, __VA_ARGS__);                                                \
 		else if (bf && (nv) == 8)                                                          \
 			kernel(8, 1, __VA_ARGS__);                                                 \
@@ -115,6 +121,16 @@ static int bn_lanes(const struct cpu_act *a)
 			kernel(8, 0, __VA_ARGS__);                                                 \
 		else                                                                               \
 			kernel(nv, 0, __VA_ARGS__);                                                \
+	} while (0)
+
+/* Calls kernel(V, BF, args...) for a batch norm chunk of nv channels: 32 lanes at a time where
+ * nv is a multiple of 32 (bfloat16 NHWC), else as DISPATCH does (one group). */
+#define BN_DISPATCH(kernel, nv, bf, ...)                                                           \
+	do {                                                                                       \
+		if (bf && (nv) % BN_LANES == 0)                                                    \
+			kernel(BN_LANES, 1, __VA_ARGS__);                                          \
+		else                                                                               \
+			DISPATCH(kernel, nv, bf, __VA_ARGS__);                                     \
 	} while (0)
 
 /* ---------------------------------------------------------------------------------------
@@ -248,7 +264,8 @@ static void bn_coef(const struct be_bn_desc *d, int c, double m, double mean, do
 	    (float)((1.0 - momentum) * running_var[c] + momentum * var * m / (m - 1.0));
 }
 
-/* One chunk of channels of a blocked, NHWC or bfloat16 act. V lanes, BF the type. */
+/* One chunk of channels of a blocked, NHWC or bfloat16 act: k.v channels, V lanes at a time
+ * (k.v / V groups side by side in each row), BF the type. */
 #define BN_FWD_CHUNK(V, BF, ...) bn_fwd_chunk(__VA_ARGS__, V, BF)
 INLINE void bn_fwd_chunk(const struct be_bn_desc *d, const struct cpu_act *a, struct chunk k,
 			 const void *x, const void *z, const float *gamma, const float *beta_,
@@ -257,54 +274,61 @@ INLINE void bn_fwd_chunk(const struct be_bn_desc *d, const struct cpu_act *a, st
 {
 	size_t hw = a->hw, ns = (size_t)a->c * hw, bs = (size_t)a->bs;
 	double m = (double)a->n * hw;
-	float fa[BN_LANES], fb[BN_LANES];
-	int relu = d->fuse_relu;
+	float fa[BN_WMAX], fb[BN_WMAX];
+	int relu = d->fuse_relu, W = k.v, G = W / V;
 
 	if (save_mean) {
-		double sh[BN_LANES], s1[BN_LANES], s2[BN_LANES];
-		for (int v = 0; v < V; v++)
+		double sh[BN_WMAX], s1[BN_WMAX], s2[BN_WMAX];
+		for (int v = 0; v < W; v++)
 			sh[v] = ld(x, k.base + v, BF), s1[v] = 0.0, s2[v] = 0.0;
 		for (int i = 0; i < a->n; i++)
 			for (size_t s = 0; s < hw; s++) {
 				size_t o = k.base + i * ns + s * bs;
+				for (int g = 0; g < G; g++) {
+					double *p1 = s1 + g * V, *p2 = s2 + g * V;
+					const double *ph = sh + g * V;
+					size_t og = o + (size_t)g * V;
 #pragma omp simd
-				for (int v = 0; v < V; v++) {
-					double t = (double)ld(x, o + v, BF) - sh[v];
-					s1[v] += t;
-					s2[v] += t * t;
+					for (int v = 0; v < V; v++) {
+						double t = (double)ld(x, og + v, BF) - ph[v];
+						p1[v] += t;
+						p2[v] += t * t;
+					}
 				}
 			}
-		for (int v = 0; v < V; v++) {
+		for (int v = 0; v < W; v++) {
 			double e = s1[v] / m, var = s2[v] / m - e * e;
 			bn_coef(d, k.c0 + v, m, sh[v] + e, var > 0.0 ? var : 0.0, gamma, beta_,
 				save_mean, save_invstd, running_mean, running_var, momentum, &fa[v],
 				&fb[v]);
 		}
 	} else {
-		for (int v = 0; v < V; v++)
+		for (int v = 0; v < W; v++)
 			bn_coef(d, k.c0 + v, m, 0.0, 0.0, gamma, beta_, NULL, NULL, running_mean,
 				running_var, momentum, &fa[v], &fb[v]);
 	}
 	for (int i = 0; i < a->n; i++)
-		for (size_t s = 0; s < hw; s++) {
-			size_t o = k.base + i * ns + s * bs;
-			if (z) {
+		for (size_t s = 0; s < hw; s++)
+			for (int g = 0; g < G; g++) {
+				size_t o = k.base + i * ns + s * bs + (size_t)g * V;
+				const float *ga = fa + g * V, *gb = fb + g * V;
+				if (z) {
 #pragma omp simd
-				for (int v = 0; v < V; v++) {
-					/* in float32 and rounded once: the ReLU's decision is
-					 * float32's, as the reference's */
-					float t =
-					    ld(x, o + v, BF) * fa[v] + fb[v] + ld(z, o + v, BF);
-					st(y, o + v, !relu || t > 0.0f ? t : 0.0f, BF);
-				}
-			} else {
+					for (int v = 0; v < V; v++) {
+						/* in float32 and rounded once: the ReLU's decision
+						 * is float32's, as the reference's */
+						float t = ld(x, o + v, BF) * ga[v] + gb[v] +
+							  ld(z, o + v, BF);
+						st(y, o + v, !relu || t > 0.0f ? t : 0.0f, BF);
+					}
+				} else {
 #pragma omp simd
-				for (int v = 0; v < V; v++) {
-					float t = ld(x, o + v, BF) * fa[v] + fb[v];
-					st(y, o + v, !relu || t > 0.0f ? t : 0.0f, BF);
+					for (int v = 0; v < V; v++) {
+						float t = ld(x, o + v, BF) * ga[v] + gb[v];
+						st(y, o + v, !relu || t > 0.0f ? t : 0.0f, BF);
+					}
 				}
 			}
-		}
 }
 
 static void LEVEL(cpu_act_bn_fwd)(const struct be_bn_desc *d, const struct cpu_act *a,
@@ -328,12 +352,12 @@ static void LEVEL(cpu_act_bn_fwd)(const struct be_bn_desc *d, const struct cpu_a
 		}
 		return;
 	}
-	int w = bn_lanes(a), nq = chunks_w(a, w);
+	int w = bn_width(a), nq = chunks_w(a, w);
 #pragma omp parallel for schedule(static)
 	for (int q = 0; q < nq; q++) {
 		struct chunk k = chunk_w(a, q, w);
-		DISPATCH(BN_FWD_CHUNK, k.v, a->bf16, d, a, k, x, z, gamma, beta_, y, save_mean,
-			 save_invstd, running_mean, running_var, momentum);
+		BN_DISPATCH(BN_FWD_CHUNK, k.v, a->bf16, d, a, k, x, z, gamma, beta_, y, save_mean,
+			    save_invstd, running_mean, running_var, momentum);
 	}
 }
 
@@ -407,21 +431,25 @@ INLINE void bn_bwd_sums(const struct cpu_act *a, struct chunk k, const void *x, 
 			double *sgx, const int V, const int BF, const int DZ)
 {
 	size_t hw = a->hw, ns = (size_t)a->c * hw, bs = (size_t)a->bs;
+	int G = k.v / V;
 
 	for (int i = 0; i < a->n; i++)
-		for (size_t s = 0; s < hw; s++) {
-			size_t o = k.base + i * ns + s * bs;
+		for (size_t s = 0; s < hw; s++)
+			for (int g = 0; g < G; g++) {
+				size_t o = k.base + i * ns + s * bs + (size_t)g * V;
+				double *pg = sg + g * V, *pgx = sgx + g * V;
+				const float *pm = mean + g * V;
 #pragma omp simd
-			for (int v = 0; v < V; v++) {
-				float g = bn_g(relu, ld(y, o + v, BF), ld(dy, o + v, BF));
-				sg[v] += (double)g;
-				sgx[v] += (double)g * (double)(ld(x, o + v, BF) - mean[v]);
-				if (DZ == 1)
-					st(dz, o + v, g, BF);
-				else if (DZ == 2)
-					st(dz, o + v, g + bz * ld(dz, o + v, BF), BF);
+				for (int v = 0; v < V; v++) {
+					float gv = bn_g(relu, ld(y, o + v, BF), ld(dy, o + v, BF));
+					pg[v] += (double)gv;
+					pgx[v] += (double)gv * (double)(ld(x, o + v, BF) - pm[v]);
+					if (DZ == 1)
+						st(dz, o + v, gv, BF);
+					else if (DZ == 2)
+						st(dz, o + v, gv + bz * ld(dz, o + v, BF), BF);
+				}
 			}
-		}
 }
 
 #define BN_BWD_CHUNK(V, BF, ...) bn_bwd_chunk(__VA_ARGS__, V, BF)
@@ -432,11 +460,11 @@ INLINE void bn_bwd_chunk(const struct be_bn_desc *d, const struct cpu_act *a, st
 			 const int BF)
 {
 	size_t hw = a->hw, ns = (size_t)a->c * hw, bs = (size_t)a->bs;
-	double m = (double)a->n * hw, sg[BN_LANES], sgx[BN_LANES];
-	float mean[BN_LANES], invstd[BN_LANES], fk[BN_LANES], mg[BN_LANES], kx[BN_LANES];
-	int relu = d->fuse_relu;
+	double m = (double)a->n * hw, sg[BN_WMAX], sgx[BN_WMAX];
+	float mean[BN_WMAX], invstd[BN_WMAX], fk[BN_WMAX], mg[BN_WMAX], kx[BN_WMAX];
+	int relu = d->fuse_relu, W = k.v, G = W / V;
 
-	for (int v = 0; v < V; v++) {
+	for (int v = 0; v < W; v++) {
 		mean[v] = save_mean[k.c0 + v], invstd[v] = save_invstd[k.c0 + v];
 		sg[v] = 0.0, sgx[v] = 0.0;
 	}
@@ -448,7 +476,7 @@ INLINE void bn_bwd_chunk(const struct be_bn_desc *d, const struct cpu_act *a, st
 		bn_bwd_sums(a, k, x, y, dy, mean, relu, dz, 0.0f, sg, sgx, V, BF, 1);
 	else
 		bn_bwd_sums(a, k, x, y, dy, mean, relu, dz, bz, sg, sgx, V, BF, 2);
-	for (int v = 0; v < V; v++) {
+	for (int v = 0; v < W; v++) {
 		int c = k.c0 + v;
 		fk[v] = gamma[c] * invstd[v];
 		mg[v] = (float)(sg[v] / m);
@@ -459,16 +487,20 @@ INLINE void bn_bwd_chunk(const struct be_bn_desc *d, const struct cpu_act *a, st
 	if (!dx)
 		return;
 	for (int i = 0; i < a->n; i++)
-		for (size_t s = 0; s < hw; s++) {
-			size_t o = k.base + i * ns + s * bs;
+		for (size_t s = 0; s < hw; s++)
+			for (int g = 0; g < G; g++) {
+				size_t o = k.base + i * ns + s * bs + (size_t)g * V;
+				const float *gk = fk + g * V, *gm = mg + g * V, *gx = kx + g * V;
+				const float *pm = mean + g * V;
 #pragma omp simd
-			for (int v = 0; v < V; v++) {
-				float g = bn_g(relu, ld(y, o + v, BF), ld(dy, o + v, BF));
-				float r =
-				    fk[v] * (g - mg[v] - (ld(x, o + v, BF) - mean[v]) * kx[v]);
-				st(dx, o + v, beta == 0.0f ? r : r + beta * ld(dx, o + v, BF), BF);
+				for (int v = 0; v < V; v++) {
+					float gv = bn_g(relu, ld(y, o + v, BF), ld(dy, o + v, BF));
+					float r = gk[v] *
+						  (gv - gm[v] - (ld(x, o + v, BF) - pm[v]) * gx[v]);
+					st(dx, o + v,
+					   beta == 0.0f ? r : r + beta * ld(dx, o + v, BF), BF);
+				}
 			}
-		}
 }
 
 static void LEVEL(cpu_act_bn_bwd)(const struct be_bn_desc *d, const struct cpu_act *a,
@@ -483,12 +515,12 @@ static void LEVEL(cpu_act_bn_bwd)(const struct be_bn_desc *d, const struct cpu_a
 				     dgamma, dbeta, beta);
 		return;
 	}
-	int w = bn_lanes(a), nq = chunks_w(a, w);
+	int w = bn_width(a), nq = chunks_w(a, w);
 #pragma omp parallel for schedule(static)
 	for (int q = 0; q < nq; q++) {
 		struct chunk k = chunk_w(a, q, w);
-		DISPATCH(BN_BWD_CHUNK, k.v, a->bf16, d, a, k, x, y, dy, gamma, save_mean,
-			 save_invstd, dx, dz, bz, dgamma, dbeta, beta);
+		BN_DISPATCH(BN_BWD_CHUNK, k.v, a->bf16, d, a, k, x, y, dy, gamma, save_mean,
+			    save_invstd, dx, dz, bz, dgamma, dbeta, beta);
 	}
 }
 
