@@ -264,7 +264,8 @@ int main(void)
 		omp_set_num_threads(8);
 		run_all(&a, &w16);
 		ok(same(&w32, &w16, &first),
-		   "%s: NHWC bfloat16 batch norm: 32- and 16-channel chunks give the same bits",
+		   "%s: NHWC bfloat16 batch norm: a run of 32-channel groups and 16-channel chunks "
+		   "give the same bits",
 		   cpu_act_level());
 		if (first >= 0)
 			diag("output %d differs", first);
