@@ -150,7 +150,7 @@ struct be_op {
 	/* conv: its weight gradient as an inner product of dy's rows with the input's patches
 	 * (cpu_conv_patches into the arena at col_off), not the convolution's own pass */
 	int bwdw_ip;
-	size_t col_off;
+	size_t col_off, dw_off, db_off;
 };
 
 enum { PASS_FWD = 0, PASS_BWD_DATA = 1, PASS_BWD_WEIGHTS = 2 };
@@ -460,12 +460,33 @@ static void cpu_conv_patches(const struct be_conv_desc *d, const uint16_t *x, ui
 	}
 }
 
+/* dw = g + beta * dw (g alone if beta is 0, dw not read), g in OHWI ([k][a][b][c]: the inner
+ * product's) and dw in OIHW, p = kh * kw: each output channel's p x c block transposed in
+ * cache. The sum in pass_run's order and float arithmetic, so the bits are those of its add. */
+static void cpu_conv_ohwi(const float *g, float *dw, int k, int c, int p, float beta)
+{
+#pragma omp parallel for schedule(static)
+	for (int o = 0; o < k; o++) {
+		const float *src = g + (size_t)o * p * c;
+		float *dst = dw + (size_t)o * c * p;
+		if (beta == 0.0f)
+			for (int q = 0; q < p; q++)
+				for (int i = 0; i < c; i++)
+					dst[(size_t)i * p + q] = src[(size_t)q * c + i];
+		else
+			for (int q = 0; q < p; q++)
+				for (int i = 0; i < c; i++)
+					dst[(size_t)i * p + q] =
+					    beta * dst[(size_t)i * p + q] + src[(size_t)q * c + i];
+	}
+}
+
 /* The weight gradient's pass as an inner product over the patches (cpu_conv_patches): for
  * bfloat16 NHWC acts where the output is small, which oneDNN 2's AMX convolution backward by
  * weights runs far below its forward's rate (ResNet's 4x4 and 7x7 stages: 3x its time), while
  * its inner product's runs as a matrix product. Returns 1 if planned, 0 if not taken (the
  * convolution's own pass is planned instead), -1 on error. */
-static int conv_bwdw_ip_create(struct backend *be, struct be_op *op, cpu_cmd w, cpu_cmd b)
+static int conv_bwdw_ip_create(struct backend *be, struct be_op *op, cpu_cmd b)
 {
 	struct cpu_ctx *ctx = ctx_of(be);
 	const struct be_conv_desc *d = &op->d.conv;
@@ -483,20 +504,26 @@ static int conv_bwdw_ip_create(struct backend *be, struct be_op *op, cpu_cmd w, 
 	col = md_new(4, cd, dnnl_bf16, dnnl_acdb);
 	dy = md_new(2, yd, dnnl_bf16, dnnl_ab);
 	wa = md_new(4, wd, dnnl_bf16, dnnl_format_tag_any);
-	dwa = md_new(4, wd, dnnl_f32, dnnl_format_tag_any);
+	/* the gradient as the matrix product leaves it, [k][a][b][c] (OHWI); cpu_conv_ohwi
+	 * rearranges it (oneDNN's reorder of the layout it picked took twice the product's time) */
+	dwa = md_new(4, wd, dnnl_f32, dnnl_acdb);
 	DNNL_TRY(cpu_ip_fwd_pd,
 		 (&fwd_pd, ctx->eng, dnnl_forward_training, col, wa, d->has_bias ? b : NULL, dy));
 	DNNL_TRY(cpu_ip_bwd_weights_pd,
 		 (&pd, ctx->eng, col, dwa, d->has_bias ? b : NULL, dy, fwd_pd));
 	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, col},
 				   {DNNL_ARG_DIFF_DST, ARG_IN, dy},
-				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, w},
+				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, dwa},
 				   {DNNL_ARG_DIFF_BIAS, ARG_OUT, b}};
 	struct cpu_pass *p = &op->pass[PASS_BWD_WEIGHTS];
+	size_t nw = (size_t)d->k * d->c * d->kh * d->kw;
 	if (pass_create(be, op, p, &pd, NULL, bwd_w, 3 + !!d->has_bias, fn) < 0)
 		goto out;
+	/* the arena: the pass's own slots, the patches, the OHWI gradient, the bias's */
 	op->col_off = p->arena;
-	if (arena_reserve(be, op->col_off + (size_t)rows * d->kh * d->kw * d->c * 2, fn, what) < 0)
+	op->dw_off = op->col_off + align64((size_t)rows * d->kh * d->kw * d->c * 2);
+	op->db_off = op->dw_off + align64(nw * sizeof(float));
+	if (arena_reserve(be, op->db_off + (size_t)d->k * sizeof(float), fn, what) < 0)
 		goto out;
 	op->bwdw_ip = 1;
 	rv = 1;
@@ -560,7 +587,7 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	if (pass_create(be, op, &op->pass[PASS_BWD_DATA], &pd, NULL, bwd_data, 3, fn) < 0)
 		goto out;
 
-	int ip = conv_bwdw_ip_create(be, op, w, b);
+	int ip = conv_bwdw_ip_create(be, op, b);
 	if (ip < 0)
 		goto out;
 	if (ip > 0) {
@@ -620,8 +647,23 @@ static int cpu_conv_bwd_weights(struct backend *be, struct be_op *op, const floa
 			       op->what);
 	void *ptr[] = {(void *)x, (void *)dy, dwgt, dbias};
 	if (op->bwdw_ip) {
-		ptr[0] = ctx_of(be)->arena + op->col_off;
-		cpu_conv_patches(&op->d.conv, (const uint16_t *)x, ptr[0]);
+		const struct be_conv_desc *d = &op->d.conv;
+		char *arena = ctx_of(be)->arena;
+		int p = d->kh * d->kw, direct = beta == 0.0f && p == 1; /* 1x1: OHWI is OIHW */
+		ptr[0] = arena + op->col_off;
+		cpu_conv_patches(d, (const uint16_t *)x, ptr[0]);
+		if (!direct)
+			ptr[2] = arena + op->dw_off;
+		if (dbias && beta != 0.0f)
+			ptr[3] = arena + op->db_off;
+		if (pass_run(be, op, &op->pass[PASS_BWD_WEIGHTS], ptr, 0.0f, "conv_bwd_weights") <
+		    0)
+			return -1;
+		if (!direct)
+			cpu_conv_ohwi(ptr[2], dwgt, d->k, d->c, p, beta);
+		for (int o = 0; dbias && beta != 0.0f && o < d->k; o++)
+			dbias[o] = beta * dbias[o] + ((const float *)ptr[3])[o];
+		return 0;
 	}
 	return pass_run(be, op, &op->pass[PASS_BWD_WEIGHTS], ptr, beta, "conv_bwd_weights");
 }
