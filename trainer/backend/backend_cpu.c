@@ -354,6 +354,22 @@ out:
 	return rv;
 }
 
+/* out = out + r, element by element in the caller's layout: what the add reorder computes
+ * (float32, or bfloat16 widened, added in float32 and rounded once), without its overhead
+ * (measured: an act's accumulation took 2-3 ms a call in oneDNN 2.6's reorder). */
+static void cpu_accum_same(void *out, const void *r, size_t n, int bf16)
+{
+	if (bf16) {
+		cpu_bf16_accum(r, out, n, 1.0f);
+		return;
+	}
+	float *o = out;
+	const float *x = r;
+#pragma omp parallel for simd schedule(static)
+	for (size_t i = 0; i < n; i++)
+		o[i] = x[i] + o[i];
+}
+
 /* Runs a pass on the caller's pointers (in spec order). Inputs are only read: oneDNN takes
  * non-const handles. beta applies to ARG_OUT arguments: out = result + beta * out. */
 static int pass_run(struct backend *be, struct be_op *op, struct cpu_pass *p, void *const *ptr,
@@ -381,6 +397,10 @@ static int pass_run(struct backend *be, struct be_op *op, struct cpu_pass *p, vo
 		struct cpu_arg *a = &p->arg[i];
 		if (a->role != ARG_OUT || (a->same && beta == 0.0f))
 			continue;
+		if (a->same && beta == 1.0f) { /* out += result, as the add reorder, in one pass */
+			cpu_accum_same(ptr[i], ctx->arena + a->off, a->count, a->bf16);
+			continue;
+		}
 		if (beta != 0.0f && beta != 1.0f && a->bf16) /* the add reorder's sum: scale 1 */
 			cpu_bf16_scale(ptr[i], beta, a->count);
 		else if (beta != 0.0f && beta != 1.0f)
