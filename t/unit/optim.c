@@ -10,6 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #define MAX_STEPS 8
 #define MAX_SEGS  16
 
@@ -213,6 +217,71 @@ out:
 	json_decref(c);
 }
 
+/* Segments large enough to be updated in pieces on the OpenMP threads give the bits of one
+ * thread: every kind, 3 steps, params and state compared bit for bit. */
+static void test_threads(void)
+{
+#ifdef _OPENMP
+	static const struct optim_segment segs[] = {
+	    {"big", 0, 300001, 1}, {"mid", 300001, 70000, 0}, {"small", 370001, 100, 1}};
+	const size_t total = 370101;
+	static const char *const kinds[] = {"sgd-nesterov", "sgd-momentum", "adamw", "lamb-clip"};
+	float *g = malloc(total * sizeof(float)), *p0 = malloc(total * sizeof(float));
+	uint64_t r = 88172645463325252ull;
+
+	for (size_t i = 0; i < total; i++) {
+		r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+		p0[i] = (float)(r % 20001) / 10000.0f - 1.0f;
+		g[i] = (float)((r >> 20) % 20001) / 20000.0f - 0.5f;
+	}
+	for (int k = 0; k < 4; k++) {
+		float *res[2];
+		struct optim o[2];
+		int ok_all = 1;
+		for (int t = 0; t < 2; t++) {
+			struct optim_params p;
+			struct dp_error err;
+			optim_params_default(&p, k < 2	  ? OPTIM_SGD
+						 : k == 2 ? OPTIM_ADAMW
+							  : OPTIM_LAMB);
+			p.weight_decay = 0.01;
+			p.momentum = k < 2 ? 0.9 : 0.0;
+			p.nesterov = k == 0;
+			p.max_grad_norm = k == 3 ? 1.0 : 0.0;
+			omp_set_num_threads(t == 0 ? 1 : 3);
+			res[t] = malloc(total * sizeof(float));
+			memcpy(res[t], p0, total * sizeof(float));
+			if (optim_init(&o[t], &p, segs, 3, total, &err) != 0) {
+				fail("%s: init: %s", kinds[k], err.text);
+				ok_all = 0;
+				continue;
+			}
+			for (int s = 0; s < 3; s++)
+				optim_step(&o[t], res[t], g, 0.01 * (s + 1));
+		}
+		if (ok_all) {
+			int n0, n1, same = memcmp(res[0], res[1], total * sizeof(float)) == 0;
+			struct optim_state_buf *a = optim_state(&o[0], &n0),
+					       *b = optim_state(&o[1], &n1);
+			for (int i = 0; same && i < n0 && i < n1; i++)
+				same =
+				    a[i].count == b[i].count &&
+				    memcmp(a[i].data, b[i].data, a[i].count * sizeof(float)) == 0;
+			ok(same && n0 == n1,
+			   "%s: 3 threads give 1 thread's params and state, bit for bit", kinds[k]);
+			optim_free(&o[0]);
+			optim_free(&o[1]);
+		}
+		free(res[0]);
+		free(res[1]);
+	}
+	free(g);
+	free(p0);
+#else
+	skip(4, "built without OpenMP: one thread");
+#endif
+}
+
 int main(void)
 {
 	struct inputs in = {0};
@@ -226,5 +295,6 @@ int main(void)
 	free(in.params);
 	for (int s = 0; s < MAX_STEPS; s++)
 		free(in.grads[s]);
+	test_threads();
 	return done_testing();
 }

@@ -9,6 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 /* The update loops are written once with flag arguments and instantiated with constant flags
  * (always_inline), so every instance is a branch-free loop over restrict float arrays that the
  * compiler can vectorize (gcc: -ftree-vectorize or -O3, and -fno-math-errno for sqrtf).
@@ -16,6 +20,29 @@
  * FMA would not: with -march flags that enable FMA, build with -ffp-contract=off, or parity
  * with PyTorch drops from bitwise to ~1e-5 (t/unit/optim.c fails). */
 #define OPTIM_KERNEL static inline __attribute__((always_inline))
+
+/* The element-wise updates of a large segment run on the OpenMP threads (train.threads), in
+ * pieces of 16 floats' multiples: an update is memory-bound, and one thread leaves the step's
+ * other threads waiting (ResNet-50's 94 MB of weights, momentum and gradients). Each element is
+ * computed as alone, so the bits do not depend on the split. Reductions (LAMB's norms, the
+ * gradient norm) stay in one thread, in their order. */
+#define OPTIM_PAR_MIN 65536
+
+static int optim_threads(size_t n)
+{
+#ifdef _OPENMP
+	if (n >= OPTIM_PAR_MIN && !omp_in_parallel())
+		return omp_get_max_threads();
+#endif
+	(void)n;
+	return 1;
+}
+
+/* The start of piece k of t over n elements. */
+static size_t optim_cut(size_t n, int k, int t)
+{
+	return k >= t ? n : n * (size_t)k / (size_t)t / 16 * 16;
+}
 
 void optim_params_default(struct optim_params *p, enum optim_kind kind)
 {
@@ -337,9 +364,15 @@ static void sgd_apply(struct optim *o, float *params, const float *grads, double
 		size_t a, b;
 		if (!seg_piece(o, &o->segs[i], &a, &b))
 			continue;
-		int use_wd = o->segs[i].decay && o->p.weight_decay != 0;
-		sgd_piece(params + a, grads + a, buf ? buf + (a - o->lo) : NULL, b - a, c, use_wd,
-			  o->step == 0, o->p.nesterov);
+		int use_wd = o->segs[i].decay && o->p.weight_decay != 0, nt = optim_threads(b - a);
+		size_t n = b - a;
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (int k = 0; k < nt; k++) {
+			size_t lo = optim_cut(n, k, nt), hi = optim_cut(n, k + 1, nt);
+			sgd_piece(params + a + lo, grads + a + lo,
+				  buf ? buf + (a - o->lo) + lo : NULL, hi - lo, c, use_wd,
+				  o->step == 0, o->p.nesterov);
+		}
 	}
 }
 
@@ -390,13 +423,19 @@ static void adamw_apply(struct optim *o, float *params, const float *grads, doub
 		size_t a, b;
 		if (!seg_piece(o, &o->segs[i], &a, &b))
 			continue;
-		size_t s = a - o->lo;
-		if (o->segs[i].decay && o->p.weight_decay != 0)
-			adamw_kernel(params + a, grads + a, m + s, v + s, b - a, c, decay, bc2_sqrt,
-				     neg_step_size, 1);
-		else
-			adamw_kernel(params + a, grads + a, m + s, v + s, b - a, c, decay, bc2_sqrt,
-				     neg_step_size, 0);
+		size_t n = b - a;
+		int wd = o->segs[i].decay && o->p.weight_decay != 0, nt = optim_threads(n);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (int k = 0; k < nt; k++) {
+			size_t lo = optim_cut(n, k, nt), hi = optim_cut(n, k + 1, nt);
+			size_t e = a + lo, s = e - o->lo;
+			if (wd)
+				adamw_kernel(params + e, grads + e, m + s, v + s, hi - lo, c, decay,
+					     bc2_sqrt, neg_step_size, 1);
+			else
+				adamw_kernel(params + e, grads + e, m + s, v + s, hi - lo, c, decay,
+					     bc2_sqrt, neg_step_size, 0);
+		}
 	}
 }
 
@@ -512,10 +551,18 @@ static void lamb_apply(struct optim *o, float *params, double lr, const double *
 			if (pn != 0 && un != 0)
 				ratio = (float)lr * (pn / un);
 		}
-		if (use_wd)
-			lamb_update_kernel(params + a, m + s, v + s, b - a, c, ratio, 1);
-		else
-			lamb_update_kernel(params + a, m + s, v + s, b - a, c, ratio, 0);
+		size_t n = b - a;
+		int nt = optim_threads(n);
+#pragma omp parallel for num_threads(nt) schedule(static) if (nt > 1)
+		for (int k = 0; k < nt; k++) {
+			size_t lo = optim_cut(n, k, nt), hi = optim_cut(n, k + 1, nt);
+			if (use_wd)
+				lamb_update_kernel(params + a + lo, m + s + lo, v + s + lo, hi - lo,
+						   c, ratio, 1);
+			else
+				lamb_update_kernel(params + a + lo, m + s + lo, v + s + lo, hi - lo,
+						   c, ratio, 0);
+		}
 	}
 }
 
