@@ -12,8 +12,10 @@ test_description='contrib/examples/requeue.sbatch: finished only with new final 
 script="$DPTRAIN_SRC_DIR/contrib/examples/requeue.sbatch"
 
 # fake_slurm MODE: srun that, as the trainer would (MODE finish: writes the final weights, exit
-# 0; stop: a checkpoint, exit 4; crash: exit 3; nolaunch: nothing, exit 0), and scontrol that
-# logs its arguments.
+# 0; stop: a checkpoint, exit 4; crash: exit 3; nolaunch: nothing, exit 0; finish-hang and
+# stop-hang: the same with the trainer's last metrics event, then srun never returns, as when
+# Slurm lost the tasks' exit; slow: 3 s without an event, then exit 3), and scontrol that logs
+# its arguments.
 fake_slurm() {
 	mkdir -p bin &&
 	cat >bin/srun <<-EOF &&
@@ -25,6 +27,11 @@ fake_slurm() {
 	stop) mkdir -p "\$out/checkpoints/step-40" && echo step-40 >"\$out/checkpoints/latest"; exit 4 ;;
 	crash) exit 3 ;;
 	nolaunch) echo "srun: error: task 0 launch failed: Unspecified error" >&2; exit 0 ;;
+	finish-hang) mkdir -p "\$out" && : >"\$out/.w.tmp" && mv "\$out/.w.tmp" "\$out/model.safetensors" &&
+		echo "{\"event\":\"end\",\"steps\":500}" >>"\$out/metrics.jsonl" && exec sleep 600 ;;
+	stop-hang) mkdir -p "\$out/checkpoints/step-60" && echo step-60 >"\$out/checkpoints/latest" &&
+		echo "{\"event\":\"stop\",\"global_step\":60}" >>"\$out/metrics.jsonl" && exec sleep 600 ;;
+	slow) sleep 3; exit 3 ;;
 	esac
 	EOF
 	cat >bin/scontrol <<-EOF &&
@@ -116,6 +123,33 @@ test_expect_success 'a run whose batch host died is named by the next run' '
 	cat job.err &&
 	grep "the run before this one (restart 2 of job 77 on batch host n7) ended with its job script unfinished: that node failed or was rebooted and Slurm requeued the job" job.err &&
 	! test -e lenet-77.running
+'
+
+test_expect_success 'srun that never returns after the trainer ended: ended, training done' '
+	rm -rf lenet.77 && fake_slurm finish-hang &&
+	SRUN_STUCK_S=2 && export SRUN_STUCK_S &&
+	job 0 &&
+	cat job.err &&
+	grep "srun still runs 2 s after the trainer.s last event (end): its tasks ended but Slurm did not hear" job.err &&
+	! grep scontrol calls
+'
+
+test_expect_success 'srun that never returns after a stop: ended, the job requeued' '
+	fake_slurm stop-hang &&
+	test_expect_code 4 job 1 &&
+	grep "(stop): its tasks ended but Slurm did not hear" job.err &&
+	grep "stopped with a checkpoint (.*/lenet.77/checkpoints/step-60)" job.out &&
+	grep "^scontrol requeue 77$" calls
+'
+
+test_expect_success 'a run without its last event is waited for, however long; earlier runs events do not count' '
+	fake_slurm slow &&
+	SRUN_STUCK_S=1 &&
+	test_expect_code 3 job 2 &&
+	unset SRUN_STUCK_S &&
+	grep -c "\"event\":\"\(end\|stop\)\"" lenet.77/metrics.jsonl >count &&
+	echo 2 >expect && test_cmp expect count &&
+	! grep "Slurm did not hear" job.err
 '
 
 test_done

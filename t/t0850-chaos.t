@@ -122,12 +122,32 @@ test_expect_success 'the checker fails a doctored run: weights, metrics, checkpo
 	c.Harness.unstick(h, j)
 	assert j.done_seen is None
 	print("finding 7: a srun that outlives a finished trainer is ended, once")
+	# and by the job script itself, JOB_STUCK_S after the trainer s last metrics event
+	import tempfile
+	d = tempfile.mkdtemp(dir=".")
+	out, bindir = os.path.join(d, "out"), os.path.join(d, "bin")
+	os.makedirs(out), os.makedirs(bindir)
+	with open(os.path.join(bindir, "srun"), "w") as f:
+	    f.write("#!/bin/sh\n: >%s/model.safetensors\n" % out +
+	            "echo {\\\"event\\\":\\\"end\\\"} >>%s/metrics.jsonl\nexec sleep 600\n" % out)
+	with open(os.path.join(bindir, "scontrol"), "w") as f:
+	    f.write("#!/bin/sh\necho scontrol $* >>%s/calls\n" % d)
+	for x in ("srun", "scontrol"):
+	    os.chmod(os.path.join(bindir, x), 0o755)
+	script = c.JOB_SH.replace("@OUT@", out).replace("@MARK@", os.path.join(d, "mark")).replace(
+	    "@STUCK@", "2").replace("@MAXRESTARTS@", "3")
+	r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
+	                   env=dict(os.environ, PATH=bindir + ":" + os.environ["PATH"], SLURM_JOB_ID="6"))
+	assert r.returncode == 0 and "Slurm did not hear" in r.stderr, (r.returncode, r.stdout, r.stderr)
+	assert not os.path.exists(os.path.join(d, "calls")), "finished: not requeued"
+	print("finding 7: the job script ends a srun that outlives the last metrics event")
 	EOF
 	/usr/bin/python3 doctor.py "$chaos" run/kept/job1 2>&1 | tee doctor.out &&
 	grep "caught: .*size or CRC32 differs" doctor.out &&
 	grep "finding 5: a fault at the end is not a run ended" doctor.out &&
 	grep "a run seen to step 59 that checkpointed step 60 loses no steps" doctor.out &&
-	grep "finding 7: a srun that outlives a finished trainer is ended, once" doctor.out
+	grep "finding 7: a srun that outlives a finished trainer is ended, once" doctor.out &&
+	grep "finding 7: the job script ends a srun that outlives the last metrics event" doctor.out
 '
 
 test_done

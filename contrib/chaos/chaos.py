@@ -33,8 +33,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(os.path.dirname(HERE))
 CLUSTER = os.path.join(SRC, "contrib", "localcluster", "cluster")
 FMNIST = "/usr/share/datasets/fashion-mnist"
-# how long srun may outlive a trainer that printed its done line (Harness.unstick)
+# how long srun may outlive a trainer that printed its done line (Harness.unstick), and the
+# job script's own limit after the trainer's last metrics event (JOB_SH), which comes first
 STUCK_S = 60
+JOB_STUCK_S = 30
 
 # Every kind of fault, what it does, and whether it is expected to end the run it hits.
 # The "cause" is a regular expression the job's log must match after a fault that ended a run
@@ -325,8 +327,31 @@ fi
 echo "restart ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID on batch host $SLURMD_NODENAME" >"$mark"
 trap 'rm -f "$mark"' EXIT
 rm -f "$out/model.safetensors"
-srun dptrain
-rc=$?
+# as contrib/examples/requeue.sbatch: srun still running @STUCK@ s after the trainer's last
+# metrics event (end or stop) lost a task's exit (finding 7) and is ended; the run counts as
+# what the event says (the harness's own unstick is the fallback, STUCK_S)
+seen=0
+[ -f "$out/metrics.jsonl" ] && seen=$(wc -l <"$out/metrics.jsonl")
+srun dptrain &
+srun_pid=$!
+last='' since='' rc=''
+while kill -0 "$srun_pid" 2>/dev/null; do
+	if [ -z "$last" ]; then
+		last=$(tail -n "+$((seen + 1))" "$out/metrics.jsonl" 2>/dev/null | grep -o '"event": *"\(end\|stop\)"' | tail -1 | grep -o 'end\|stop')
+		[ -n "$last" ] && since=$SECONDS
+	elif [ $((SECONDS - since)) -ge @STUCK@ ]; then
+		echo "chaos: srun still runs @STUCK@ s after the trainer's last event ($last): its tasks ended but Slurm did not hear; ending srun" >&2
+		kill -KILL "$srun_pid" 2>/dev/null
+		wait "$srun_pid"
+		[ "$last" = stop ] && rc=4 || rc=0
+		break
+	fi
+	sleep 1
+done
+if [ -z "$rc" ]; then
+	wait "$srun_pid"
+	rc=$?
+fi
 echo "chaos: run ${SLURM_RESTART_COUNT:-0}: srun exit $rc"
 # srun exits 0 when no task could be launched at all: only the trainer's final weights say
 # that training ended
@@ -520,7 +545,8 @@ class Job:
         with open(script, "w") as f:
             f.write(JOB_SH.replace("@OUT@", shlex.quote(self.out)).replace(
                 "@MAXRESTARTS@", str(3 * len(self.plan) + 10)).replace(
-                "@MARK@", shlex.quote(os.path.join(h.dir, "job%d.running" % self.idx))))
+                "@MARK@", shlex.quote(os.path.join(h.dir, "job%d.running" % self.idx))).replace(
+                "@STUCK@", str(JOB_STUCK_S)))
         os.chmod(script, 0o755)
         self.jid = int(h.cl.slurm("sbatch", "--parsable", "-J", "chaos%d" % self.idx, "-N2",
                                   "-n4", "--ntasks-per-node=2", "--requeue",
@@ -1092,6 +1118,8 @@ def summary(h, jobs, started):
         "seconds": round(time.monotonic() - started, 1),
         "checker_failures": h.failures,
         "srun_hangs_after_done": len(h.srun_hangs),
+        "srun_hangs_ended_by_job_script": sum(
+            j.logtext().count("Slurm did not hear") for j in jobs),
     }
 
 
