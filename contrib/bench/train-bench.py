@@ -13,7 +13,8 @@
 # DIR is a layer of ours above ROOT, holding what torch.compile needs: g++, python3-dev,
 # python3-setuptools, libtorch-dev):
 #     /usr/bin/python3 contrib/bench/train-bench.py --root ROOT [--overlay DIR] [--rounds N]
-#         [--isa avx2] [--no-bf16] [--no-compile] [--steps L] [--json FILE] [MODEL...]
+#         [--isa avx2] [--no-bf16] [--no-fp32] [--no-compile] [--steps L] [--json FILE]
+#         [--build DIR] [MODEL...]
 # For every model and type short of 1.3x eager there, one more dptrain run with
 # ONEDNN_VERBOSE=1 says where its step goes: each kind of oneDNN primitive (convolution passes,
 # reorders, inner products, pooling) in ms per step, and the rest (dptrain's own kernels,
@@ -119,11 +120,11 @@ def vs_root(args):
     """dptrain on this host against PyTorch in another root (Debian 13's PyTorch 2.6), eager
     and torch.compile, float32 and bfloat16, interleaved rounds; medians; JSON lines.
         train-bench.py --root ROOT [--overlay DIR] [--rounds N] [--isa avx2] [--no-bf16]
-                       [--no-compile] [--steps L] [--json FILE] [--build DIR] [MODEL...]"""
+                       [--no-fp32] [--no-compile] [--steps L] [--json FILE] [--build DIR] [MODEL...]"""
     import datetime
     import json
     root, upper, rounds, isa, jpath = args[0], None, 3, None, None
-    build, bf16, compiled, models = os.path.join(TOP, "build"), True, True, []
+    build, bf16, fp32, compiled, models = os.path.join(TOP, "build"), True, True, True, []
     i = 1
     while i < len(args):
         a = args[i]
@@ -144,6 +145,8 @@ def vs_root(args):
                 build = v
         elif a == "--no-bf16":
             bf16 = False
+        elif a == "--no-fp32":
+            fp32 = False
         elif a == "--no-compile":
             compiled = False
         else:
@@ -152,7 +155,9 @@ def vs_root(args):
     env = dict(os.environ, OMP_NUM_THREADS=str(THREADS))
     if isa:  # oneDNN (dptrain's and PyTorch's) and ATen's own kernels capped alike
         env.update(ONEDNN_MAX_CPU_ISA=isa.upper(), ATEN_CPU_CAPABILITY=isa.lower())
-    dtypes = ["fp32"] + (["bf16"] if bf16 else [])
+    dtypes = (["fp32"] if fp32 else []) + (["bf16"] if bf16 else [])
+    if not dtypes:
+        sys.exit("train-bench.py: --no-fp32 and --no-bf16 leave nothing to measure")
     sides = [("dptrain", d) for d in dtypes] + [("torch-eager", d) for d in dtypes]
     if compiled:
         sides += [("torch-compile", d) for d in dtypes]
