@@ -733,6 +733,10 @@ static void run_suite(struct pair *p, int convs_only)
 	    {2, 64, 7, 7, 128, 3, 3, 2, 1, 0, 0, 0},   /* 3x3/2 widening */
 	    {2, 4, 5, 5, 3, 5, 5, 1, 0, 1, 0, 0},      /* kernel covers the input */
 	    {2, 16, 4, 4, 16, 1, 1, 1, 0, 1, 0, 0},    /* 1x1 with bias */
+	    {2, 64, 6, 6, 64, 3, 3, 1, 1, 1, 0, 0},    /* bias, wide and small: bfloat16 NHWC's
+							* weight gradient by inner product */
+	    {2, 64, 10, 10, 64, 3, 3, 1, 1, 0, 0, 0},  /* 100 pixels: by inner product only when
+							* DPTRAIN_CPU_BWDW_IP allows */
 	    {2, 64, 12, 12, 256, 1, 1, 1, 0, 0, 0, 0}, /* bottleneck expansion */
 	    /* resnet18 with the ImageNet stem at 64x64 (model_parity.c's): the stem, and the
 	     * deepest layers, where a 3x3 pad 1 window is larger than the 2x2 input and a 1x1/2
