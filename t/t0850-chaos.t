@@ -141,13 +141,30 @@ test_expect_success 'the checker fails a doctored run: weights, metrics, checkpo
 	assert r.returncode == 0 and "Slurm did not hear" in r.stderr, (r.returncode, r.stdout, r.stderr)
 	assert not os.path.exists(os.path.join(d, "calls")), "finished: not requeued"
 	print("finding 7: the job script ends a srun that outlives the last metrics event")
+	# finding 9: a run that ends during its fault s injection is read from before it
+	class J9:
+	    idx, jid = 3, 9
+	    text = "chaos: run 1 of job 9\nepoch: 1 step: 96, loss is 1.0\n"
+	    def logtext(self):
+	        return self.text
+	def inject(job, kind, f):
+	    job.text += "slurmstepd-n1: error: *** STEP 9.0 ON n1 CANCELLED ***\nchaos: run 1: srun exit 3\n"
+	    return "n1 eth0 down for 10.4 s", "rank \\d"
+	h9 = type("H", (), {"inject": staticmethod(inject)})()
+	j9 = J9()
+	rec = c.Harness.inject_all(h9, j9, {"kinds": ["link-long"], "at": "step"}, 8, 1, 96)
+	seg = j9.text[rec["log_at"]:]
+	assert "STEP 9.0 ON n1 CANCELLED" in seg and "srun exit 3" in seg, rec
+	assert rec["step"] == 96 and rec["run"] == 1 and rec["kinds"] == ["link-long"], rec
+	print("finding 9: a run that ends during the injection is read from before it")
 	EOF
 	/usr/bin/python3 doctor.py "$chaos" run/kept/job1 2>&1 | tee doctor.out &&
 	grep "caught: .*size or CRC32 differs" doctor.out &&
 	grep "finding 5: a fault at the end is not a run ended" doctor.out &&
 	grep "a run seen to step 59 that checkpointed step 60 loses no steps" doctor.out &&
 	grep "finding 7: a srun that outlives a finished trainer is ended, once" doctor.out &&
-	grep "finding 7: the job script ends a srun that outlives the last metrics event" doctor.out
+	grep "finding 7: the job script ends a srun that outlives the last metrics event" doctor.out &&
+	grep "finding 9: a run that ends during the injection is read from before it" doctor.out
 '
 
 test_done

@@ -640,6 +640,27 @@ class Harness:
                 raise Fail("timed out after %d s waiting for %s" % (secs, what))
             time.sleep(0.05)
 
+    def inject_all(self, job, f, fault, n_before, at_before):
+        """The faults of one event, injected; their record, or None if none landed. The
+        record's log position is taken before the first injection: a run can end during it
+        (a link taken down fails a collective at once), and what it printed as it ended is
+        what says why (finding 9)."""
+        t_fault = now()
+        log_at = len(job.logtext())
+        done = []
+        for kind in f["kinds"]:
+            what, cause = self.inject(job, kind, f)
+            if what:
+                done.append({"kind": kind, "what": what, "cause": cause})
+                log("job %d fault %d: %s (at step %d, run %d)" %
+                    (job.jid, fault, what, at_before, n_before))
+        if not done:
+            return None
+        return {"job": job.idx, "jid": job.jid, "fault": fault, "at": f["at"],
+                "kinds": [d["kind"] for d in done], "what": [d["what"] for d in done],
+                "causes": [d["cause"] for d in done], "t": t_fault, "step": at_before,
+                "run": n_before, "log_at": log_at}
+
     def unstick(self, job):
         """doc/reliability.md, finding 7: a link lost as the tasks exit can lose a task's exit
         message (slurmstepd: "Failed to send MESSAGE_TASK_EXIT: Network is unreachable"; it
@@ -851,20 +872,9 @@ class Harness:
             time.sleep(f["jitter"])
             n_before, at_before = job.progress()
             job.last_requeue = None
-            t_fault = now()
-            done = []
-            for kind in f["kinds"]:
-                what, cause = self.inject(job, kind, f)
-                if what:
-                    done.append({"kind": kind, "what": what, "cause": cause})
-                    log("job %d fault %d: %s (at step %d, run %d)" %
-                        (job.jid, i + 1, what, at_before, n_before))
-            if not done:
+            rec = self.inject_all(job, f, i + 1, n_before, at_before)
+            if not rec:
                 continue
-            rec = {"job": job.idx, "jid": job.jid, "fault": i + 1, "at": f["at"],
-                   "kinds": [d["kind"] for d in done], "what": [d["what"] for d in done],
-                   "causes": [d["cause"] for d in done], "t": t_fault, "step": at_before,
-                   "run": n_before, "log_at": len(job.logtext())}
             self.records.append(rec)
             # the run ends (or the fault passes): wait until everything is restored and the
             # job is running again or done
