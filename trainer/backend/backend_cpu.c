@@ -362,15 +362,10 @@ out:
  * (measured: an act's accumulation took 2-3 ms a call in oneDNN 2.6's reorder). */
 static void cpu_accum_same(void *out, const void *r, size_t n, int bf16)
 {
-	if (bf16) {
+	if (bf16)
 		cpu_bf16_accum(r, out, n, 1.0f);
-		return;
-	}
-	float *o = out;
-	const float *x = r;
-#pragma omp parallel for simd schedule(static)
-	for (size_t i = 0; i < n; i++)
-		o[i] = x[i] + o[i];
+	else
+		be_ref_add(r, out, out, n, 1);
 }
 
 /* Runs a pass on the caller's pointers (in spec order). Inputs are only read: oneDNN takes
