@@ -152,4 +152,13 @@ test_expect_success 'a run without its last event is waited for, however long; e
 	! grep "Slurm did not hear" job.err
 '
 
+test_expect_success 'SRUN_STUCK_S that is not a number: refused before srun, saying why' '
+	fake_slurm finish &&
+	SRUN_STUCK_S=2m && export SRUN_STUCK_S &&
+	test_expect_code 2 job 0 &&
+	unset SRUN_STUCK_S &&
+	grep "SRUN_STUCK_S=2m: want a number of seconds" job.err &&
+	test_must_fail grep srun calls
+'
+
 test_done
