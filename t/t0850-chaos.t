@@ -123,18 +123,19 @@ test_expect_success 'the checker fails a doctored run: weights, metrics, checkpo
 	assert j.done_seen is None
 	print("finding 7: a srun that outlives a finished trainer is ended, once")
 	# and by the job script itself, JOB_STUCK_S after the trainer s last metrics event
-	import tempfile
-	d = tempfile.mkdtemp(dir=".")
+	import shlex, tempfile
+	d = os.path.abspath(tempfile.mkdtemp(dir="."))
 	out, bindir = os.path.join(d, "out"), os.path.join(d, "bin")
 	os.makedirs(out), os.makedirs(bindir)
 	with open(os.path.join(bindir, "srun"), "w") as f:
-	    f.write("#!/bin/sh\n: >%s/model.safetensors\n" % out +
-	            "echo {\\\"event\\\":\\\"end\\\"} >>%s/metrics.jsonl\nexec sleep 600\n" % out)
+	    f.write("#!/bin/sh\n: >%s\n" % shlex.quote(out + "/model.safetensors") +
+	            "echo {\\\"event\\\":\\\"end\\\"} >>%s\nexec sleep 600\n" %
+	            shlex.quote(out + "/metrics.jsonl"))
 	with open(os.path.join(bindir, "scontrol"), "w") as f:
-	    f.write("#!/bin/sh\necho scontrol $* >>%s/calls\n" % d)
+	    f.write("#!/bin/sh\necho scontrol $* >>%s\n" % shlex.quote(d + "/calls"))
 	for x in ("srun", "scontrol"):
 	    os.chmod(os.path.join(bindir, x), 0o755)
-	script = c.JOB_SH.replace("@OUT@", out).replace("@MARK@", os.path.join(d, "mark")).replace(
+	script = c.JOB_SH.replace("@OUT@", shlex.quote(out)).replace("@MARK@", shlex.quote(os.path.join(d, "mark"))).replace(
 	    "@STUCK@", "2").replace("@MAXRESTARTS@", "3")
 	r = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=120,
 	                   env=dict(os.environ, PATH=bindir + ":" + os.environ["PATH"], SLURM_JOB_ID="6"))
