@@ -33,6 +33,11 @@ struct pair {
  * itself, and products sum in float32, so a result is off by a few such roundings of the
  * tensor's scale, which is what it is judged against there (a floor of the whole RMS). */
 #define BF16_TOL 2.5e-2
+/* Winograd's F(4x4, 3x3) (DPTRAIN_CPU_CONV_ALG=winograd: oneDNN's on AVX-512) computes each
+ * output tile through transforms whose entries reach 8 (and 1/6 after the sums), so its
+ * roundings are those of a direct sum scaled up some tenfold: 2.1e-4 measured on a 512-channel
+ * 3x3 (4,608 products an output) against 2.3e-5 for the direct convolution. */
+#define WINO_TOL 1e-3
 static double tol = CHK_TOL, tol_rms = 0.1;
 
 static void ops_destroy(struct pair *p)
@@ -886,6 +891,51 @@ static void test_layout(struct backend *be)
 	}
 }
 
+/* Which algorithm each DPTRAIN_CPU_CONV_ALG gives a float32 3x3 stride-1 convolution of
+ * ResNet's (64 channels, 14x14, batch 64) and a stride-2 one, by the oneDNN implementation
+ * that runs each pass: Winograd where oneDNN has it (AVX-512) unless direct is asked for, and
+ * never for a stride of 2. */
+static void test_conv_alg(void)
+{
+	static const char *algs[] = {"auto", "direct", "winograd"};
+	int avx512 = strcmp(be_cpu_kernels(), "avx512") == 0;
+	struct dp_error err;
+
+	for (int i = 0; i < 3; i++) {
+		setenv("DPTRAIN_CPU_CONV_ALG", algs[i], 1);
+		struct backend *be = be_cpu_create(0, &err);
+		unsetenv("DPTRAIN_CPU_CONV_ALG");
+		if (!ok(be != NULL, "be_cpu_create, DPTRAIN_CPU_CONV_ALG=%s: %s", algs[i],
+			be ? be->ops->name : err.text))
+			continue;
+		struct be_conv_desc d3 = {64, 64, 14, 14, 64, 3, 3, 1, 1, 0, 0, 0};
+		struct be_conv_desc d2 = {64, 64, 14, 14, 128, 3, 3, 2, 1, 0, 0, 0};
+		struct be_op *op3 = be->ops->conv_create(be, &d3);
+		struct be_op *op2 = be->ops->conv_create(be, &d2);
+		if (ok(op3 && op2, "DPTRAIN_CPU_CONV_ALG=%s: convolutions created", algs[i])) {
+			int want = avx512 && i != 1;
+			for (int pass = 0; pass < 3; pass++) {
+				const char *impl = be_cpu_conv_impl(be, op3, pass);
+				ok(*impl && !!strstr(impl, "wino") == want,
+				   "DPTRAIN_CPU_CONV_ALG=%s, %s kernels: 3x3/1 pass %d runs %s "
+				   "(%s)",
+				   algs[i], be_cpu_kernels(), pass, impl,
+				   want ? "Winograd" : "not Winograd");
+				impl = be_cpu_conv_impl(be, op2, pass);
+				ok(*impl && !strstr(impl, "wino"),
+				   "DPTRAIN_CPU_CONV_ALG=%s: 3x3/2 pass %d runs %s (not Winograd)",
+				   algs[i], pass, impl);
+			}
+		}
+		is(be_cpu_conv_impl(be, NULL, 0), "", "no op: no implementation");
+		if (op3)
+			be->ops->op_destroy(be, op3);
+		if (op2)
+			be->ops->op_destroy(be, op2);
+		be->ops->destroy(be);
+	}
+}
+
 int main(void)
 {
 	struct dp_error err;
@@ -927,6 +977,30 @@ int main(void)
 		struct pair f = {{ref, forced}, {NULL, NULL}, &rng, names[i], 0};
 		run_suite(&f, 1);
 		forced->ops->destroy(forced);
+	}
+
+	/* The convolutions' algorithm (DPTRAIN_CPU_CONV_ALG): direct everywhere, and Winograd
+	 * wherever oneDNN has it (float32 3x3 stride 1 on AVX-512; none on AVX2, where every
+	 * convolution stays direct). By default (auto) oneDNN takes Winograd where it judges it
+	 * faster: a ResNet layer at batch 64 on AVX-512. */
+	test_conv_alg();
+	static const char *algs[] = {"direct", "winograd"};
+	static const char *algnames[] = {"cpu (alg=direct)", "cpu (alg=winograd)"};
+	for (int i = 0; i < 2; i++) {
+		setenv("DPTRAIN_CPU_CONV_ALG", algs[i], 1);
+		struct backend *a = be_cpu_create(0, &err);
+		unsetenv("DPTRAIN_CPU_CONV_ALG");
+		if (!ok(a != NULL, "be_cpu_create with DPTRAIN_CPU_CONV_ALG=%s: %s", algs[i],
+			a ? a->ops->name : err.text))
+			continue;
+		struct backend *v = a->ops->act_import ? plain_view(a, algnames[i]) : a;
+		struct pair f = {{ref, v}, {NULL, NULL}, &rng, algnames[i], 0};
+		tol = i ? WINO_TOL : CHK_TOL;
+		run_suite(&f, 1);
+		tol = CHK_TOL;
+		if (v != a)
+			v->ops->destroy(v);
+		a->ops->destroy(a);
 	}
 
 	/* bfloat16 acts where the CPU computes in it: every op within bfloat16's rounding. */
@@ -979,6 +1053,16 @@ int main(void)
 	struct pair q = {{ref, par}, {NULL, NULL}, &rng, par->ops->name, 0};
 	run_suite(&q, 0);
 
+	static const char *badalg[] = {"wino", "Direct", "auto "};
+	for (int i = 0; i < 3; i++) {
+		setenv("DPTRAIN_CPU_CONV_ALG", badalg[i], 1);
+		struct backend *b = be_cpu_create(0, &err);
+		unsetenv("DPTRAIN_CPU_CONV_ALG");
+		ok(b == NULL, "DPTRAIN_CPU_CONV_ALG=%s is refused", badalg[i]);
+		like(err.text, "want auto, direct or winograd", "and says why: %s", err.text);
+		if (b)
+			b->ops->destroy(b);
+	}
 	static const char *badip[] = {"-3", "64x", "lots"};
 	for (int i = 0; i < 3; i++) {
 		setenv("DPTRAIN_CPU_BWDW_IP", badip[i], 1);

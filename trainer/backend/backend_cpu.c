@@ -51,6 +51,12 @@ const char *be_cpu_kernels(void)
 	return "reference";
 }
 
+const char *be_cpu_conv_impl(struct backend *be, struct be_op *op, int pass)
+{
+	(void)be, (void)op, (void)pass;
+	return "";
+}
+
 #else
 
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -71,7 +77,13 @@ const char *be_cpu_kernels(void)
  * reading a 6-channel NCHW act), that pass reorders at its boundary through the arena.
  * DPTRAIN_CPU_CONV=plain|blocked keeps acts NCHW and forces plain or oneDNN's layouts inside
  * every convolution (reordered at each op boundary), for contrib/bench/ops-bench.c and to compare
- * with the layout kept end to end. */
+ * with the layout kept end to end.
+ *
+ * Float32 convolutions ask oneDNN for its choice of algorithm (DPTRAIN_CPU_CONV_ALG, default
+ * auto): on AVX-512 it takes Winograd's F(4x4, 3x3) for 3x3 stride-1 layers of whole channel
+ * blocks at batches above 8, every pass (1.3-2.3x the direct convolution's rate on ResNet's
+ * layers; results within about ten float32 roundings of the direct sum's); elsewhere, and in
+ * bfloat16, the direct convolution. */
 
 /* Scratch shared by every op of the backend: ops run one at a time on the one stream, so a
  * single arena, sized for the largest op, holds the reordered copies and the accumulation
@@ -90,6 +102,9 @@ struct cpu_ctx {
 	/* bfloat16 NHWC convolutions with at most this many output pixels an image take their
 	 * weight gradient as an inner product (conv_bwdw_ip_create; DPTRAIN_CPU_BWDW_IP) */
 	long bwdw_ip_max;
+	/* the convolutions' algorithm (DPTRAIN_CPU_CONV_ALG): dnnl_convolution_auto (oneDNN
+	 * takes Winograd where it implements it and judges it faster), _direct or _winograd */
+	dnnl_alg_kind_t alg;
 };
 
 /* The default of DPTRAIN_CPU_BWDW_IP: ResNet's 7x7 and 4x4 stages (doc/performance.md); and
@@ -593,8 +608,17 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	cpu_cmd px = plain ? x : xa, pw = plain ? wp : wa, py = plain ? y : ya;
 	cpu_cmd pdw = plain ? w : dwa, bias = d->has_bias ? b : NULL;
 
-	DNNL_TRY(cpu_conv_fwd_pd,
-		 (&pd, ctx->eng, dnnl_forward_training, px, pw, bias, py, strides, pl, pr));
+	/* Winograd where oneDNN implements it (float32 3x3 stride 1 on AVX-512: F(4x4, 3x3),
+	 * 1.3-2.3x the direct convolution's rate on ResNet's layers, doc/performance.md), else
+	 * direct; the backward passes follow the forward's choice where they can. */
+	dnnl_alg_kind_t alg = ctx->alg;
+	if (alg != dnnl_convolution_direct &&
+	    cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training, alg, px, pw, bias, py, strides,
+			    pl, pr) != dnnl_success)
+		alg = dnnl_convolution_direct;
+	if (alg == dnnl_convolution_direct)
+		DNNL_TRY(cpu_conv_fwd_pd, (&pd, ctx->eng, dnnl_forward_training, alg, px, pw, bias,
+					   py, strides, pl, pr));
 	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				 {DNNL_ARG_DST, ARG_OUT, y},
@@ -602,7 +626,11 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	if (pass_create(be, op, &op->pass[PASS_FWD], &pd, &fwd_pd, fwd, 3 + !!d->has_bias, fn) < 0)
 		goto out;
 
-	DNNL_TRY(cpu_conv_bwd_data_pd, (&pd, ctx->eng, px, pw, py, strides, pl, pr, fwd_pd));
+	if (alg == dnnl_convolution_direct ||
+	    cpu_conv_bwd_data_pd(&pd, ctx->eng, alg, px, pw, py, strides, pl, pr, fwd_pd) !=
+		dnnl_success)
+		DNNL_TRY(cpu_conv_bwd_data_pd, (&pd, ctx->eng, dnnl_convolution_direct, px, pw, py,
+						strides, pl, pr, fwd_pd));
 	struct arg_spec bwd_data[] = {{DNNL_ARG_DIFF_DST, ARG_IN, y},
 				      {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				      {DNNL_ARG_DIFF_SRC, ARG_OUT, x}};
@@ -616,8 +644,11 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 		rv = 0;
 		goto out;
 	}
-	DNNL_TRY(cpu_conv_bwd_weights_pd,
-		 (&pd, ctx->eng, px, pdw, bias, py, strides, pl, pr, fwd_pd));
+	if (alg == dnnl_convolution_direct ||
+	    cpu_conv_bwd_weights_pd(&pd, ctx->eng, alg, px, pdw, bias, py, strides, pl, pr,
+				    fwd_pd) != dnnl_success)
+		DNNL_TRY(cpu_conv_bwd_weights_pd, (&pd, ctx->eng, dnnl_convolution_direct, px, pdw,
+						   bias, py, strides, pl, pr, fwd_pd));
 	struct arg_spec bwd_w[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				   {DNNL_ARG_DIFF_DST, ARG_IN, y},
 				   {DNNL_ARG_DIFF_WEIGHTS, ARG_OUT, w},
@@ -1192,6 +1223,20 @@ static const struct backend_ops cpu_ops = {.name = "cpu",
 					   .act_accum = cpu_act_accum};
 static const struct backend_ops cpu_nchw_ops = {.name = "cpu", CPU_OPS_INIT};
 
+const char *be_cpu_conv_impl(struct backend *be, struct be_op *op, int pass)
+{
+	const char *impl = NULL;
+	const_dnnl_primitive_desc_t pd = NULL;
+
+	if ((be->ops != &cpu_ops && be->ops != &cpu_nchw_ops) || !op || op->kind != CPU_CONV ||
+	    pass < 0 || pass > 2 || !op->pass[pass].prim ||
+	    dnnl_primitive_get_primitive_desc(op->pass[pass].prim, &pd) != dnnl_success ||
+	    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success ||
+	    !impl)
+		return "";
+	return impl;
+}
+
 /* The layout oneDNN's convolutions take for activations of this type here: asked of a
  * ResNet-like 3x3 convolution's forward with every layout left to it. */
 static int cpu_probe_layout(struct cpu_ctx *ctx, struct dp_error *err)
@@ -1205,8 +1250,8 @@ static int cpu_probe_layout(struct cpu_ctx *ctx, struct dp_error *err)
 	dnnl_primitive_desc_t pd = NULL;
 	cpu_md x = md_new(4, xd, ctx->dt, dnnl_format_tag_any);
 	cpu_md w = md_new(4, wd, ctx->dt, dnnl_format_tag_any);
-	dnnl_status_t st =
-	    cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training, x, w, NULL, x, one, one, one);
+	dnnl_status_t st = cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training,
+					   dnnl_convolution_direct, x, w, NULL, x, one, one, one);
 
 	ctx->block = 1;
 	if (st == dnnl_success) {
@@ -1241,6 +1286,7 @@ struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, str
 	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	dnnl_status_t st;
 	const char *conv = getenv(ENV_DPTRAIN_CPU_CONV), *ipmax = getenv(ENV_DPTRAIN_CPU_BWDW_IP);
+	const char *alg = getenv(ENV_DPTRAIN_CPU_CONV_ALG);
 
 	if (!be || !ctx) {
 		errprintf(err, "cpu backend: out of memory");
@@ -1270,6 +1316,17 @@ struct backend *be_cpu_create_opts(int threads, const struct be_cpu_opts *o, str
 	else if (conv && *conv && strcmp(conv, "auto") != 0) {
 		errprintf(err, "cpu backend: DPTRAIN_CPU_CONV=%s: want plain, blocked or auto",
 			  conv);
+		goto fail;
+	}
+	ctx->alg = dnnl_convolution_auto;
+	if (alg && strcmp(alg, "direct") == 0)
+		ctx->alg = dnnl_convolution_direct;
+	else if (alg && strcmp(alg, "winograd") == 0)
+		ctx->alg = dnnl_convolution_winograd;
+	else if (alg && *alg && strcmp(alg, "auto") != 0) {
+		errprintf(err,
+			  "cpu backend: DPTRAIN_CPU_CONV_ALG=%s: want auto, direct or winograd",
+			  alg);
 		goto fail;
 	}
 	ctx->bwdw_ip_max = CPU_BWDW_IP_MAX;

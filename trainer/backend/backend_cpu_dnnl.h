@@ -48,36 +48,35 @@ static inline dnnl_status_t cpu_sum_post_op(dnnl_post_ops_t po)
 static const dnnl_dims_t cpu_no_dilation = {0, 0};
 
 static inline dnnl_status_t cpu_conv_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-					    dnnl_prop_kind_t prop, cpu_cmd src, cpu_cmd wei,
-					    cpu_cmd bias, cpu_cmd dst, const dnnl_dims_t strides,
-					    const dnnl_dims_t pl, const dnnl_dims_t pr)
+					    dnnl_prop_kind_t prop, dnnl_alg_kind_t alg, cpu_cmd src,
+					    cpu_cmd wei, cpu_cmd bias, cpu_cmd dst,
+					    const dnnl_dims_t strides, const dnnl_dims_t pl,
+					    const dnnl_dims_t pr)
 {
 	return dnnl_convolution_forward_primitive_desc_create(
-	    pd, eng, prop, dnnl_convolution_direct, src, wei, bias, dst, strides, cpu_no_dilation,
-	    pl, pr, NULL);
+	    pd, eng, prop, alg, src, wei, bias, dst, strides, cpu_no_dilation, pl, pr, NULL);
 }
 
 static inline dnnl_status_t cpu_conv_bwd_data_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-						 cpu_cmd diff_src, cpu_cmd wei, cpu_cmd diff_dst,
-						 const dnnl_dims_t strides, const dnnl_dims_t pl,
-						 const dnnl_dims_t pr,
+						 dnnl_alg_kind_t alg, cpu_cmd diff_src, cpu_cmd wei,
+						 cpu_cmd diff_dst, const dnnl_dims_t strides,
+						 const dnnl_dims_t pl, const dnnl_dims_t pr,
 						 const_dnnl_primitive_desc_t hint)
 {
 	return dnnl_convolution_backward_data_primitive_desc_create(
-	    pd, eng, dnnl_convolution_direct, diff_src, wei, diff_dst, strides, cpu_no_dilation, pl,
-	    pr, hint, NULL);
+	    pd, eng, alg, diff_src, wei, diff_dst, strides, cpu_no_dilation, pl, pr, hint, NULL);
 }
 
 static inline dnnl_status_t cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-						    cpu_cmd src, cpu_cmd diff_wei,
-						    cpu_cmd diff_bias, cpu_cmd diff_dst,
-						    const dnnl_dims_t strides, const dnnl_dims_t pl,
-						    const dnnl_dims_t pr,
+						    dnnl_alg_kind_t alg, cpu_cmd src,
+						    cpu_cmd diff_wei, cpu_cmd diff_bias,
+						    cpu_cmd diff_dst, const dnnl_dims_t strides,
+						    const dnnl_dims_t pl, const dnnl_dims_t pr,
 						    const_dnnl_primitive_desc_t hint)
 {
 	return dnnl_convolution_backward_weights_primitive_desc_create(
-	    pd, eng, dnnl_convolution_direct, src, diff_wei, diff_bias, diff_dst, strides,
-	    cpu_no_dilation, pl, pr, hint, NULL);
+	    pd, eng, alg, src, diff_wei, diff_bias, diff_dst, strides, cpu_no_dilation, pl, pr,
+	    hint, NULL);
 }
 
 static inline dnnl_status_t cpu_pool_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
@@ -171,39 +170,39 @@ static inline dnnl_status_t cpu_pd(dnnl_status_t st, dnnl_primitive_desc_t *pd, 
 }
 
 static inline dnnl_status_t cpu_conv_fwd_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-					    dnnl_prop_kind_t prop, cpu_cmd src, cpu_cmd wei,
-					    cpu_cmd bias, cpu_cmd dst, const dnnl_dims_t strides,
-					    const dnnl_dims_t pl, const dnnl_dims_t pr)
+					    dnnl_prop_kind_t prop, dnnl_alg_kind_t alg, cpu_cmd src,
+					    cpu_cmd wei, cpu_cmd bias, cpu_cmd dst,
+					    const dnnl_dims_t strides, const dnnl_dims_t pl,
+					    const dnnl_dims_t pr)
 {
 	dnnl_convolution_desc_t d;
-	return cpu_pd(dnnl_convolution_forward_desc_init(&d, prop, dnnl_convolution_direct, src,
-							 wei, bias, dst, strides, pl, pr),
-		      pd, &d, eng, NULL);
+	return cpu_pd(
+	    dnnl_convolution_forward_desc_init(&d, prop, alg, src, wei, bias, dst, strides, pl, pr),
+	    pd, &d, eng, NULL);
 }
 
 static inline dnnl_status_t cpu_conv_bwd_data_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-						 cpu_cmd diff_src, cpu_cmd wei, cpu_cmd diff_dst,
-						 const dnnl_dims_t strides, const dnnl_dims_t pl,
-						 const dnnl_dims_t pr,
+						 dnnl_alg_kind_t alg, cpu_cmd diff_src, cpu_cmd wei,
+						 cpu_cmd diff_dst, const dnnl_dims_t strides,
+						 const dnnl_dims_t pl, const dnnl_dims_t pr,
 						 const_dnnl_primitive_desc_t hint)
 {
 	dnnl_convolution_desc_t d;
-	return cpu_pd(dnnl_convolution_backward_data_desc_init(
-			  &d, dnnl_convolution_direct, diff_src, wei, diff_dst, strides, pl, pr),
+	return cpu_pd(dnnl_convolution_backward_data_desc_init(&d, alg, diff_src, wei, diff_dst,
+							       strides, pl, pr),
 		      pd, &d, eng, hint);
 }
 
 static inline dnnl_status_t cpu_conv_bwd_weights_pd(dnnl_primitive_desc_t *pd, dnnl_engine_t eng,
-						    cpu_cmd src, cpu_cmd diff_wei,
-						    cpu_cmd diff_bias, cpu_cmd diff_dst,
-						    const dnnl_dims_t strides, const dnnl_dims_t pl,
-						    const dnnl_dims_t pr,
+						    dnnl_alg_kind_t alg, cpu_cmd src,
+						    cpu_cmd diff_wei, cpu_cmd diff_bias,
+						    cpu_cmd diff_dst, const dnnl_dims_t strides,
+						    const dnnl_dims_t pl, const dnnl_dims_t pr,
 						    const_dnnl_primitive_desc_t hint)
 {
 	dnnl_convolution_desc_t d;
-	return cpu_pd(dnnl_convolution_backward_weights_desc_init(&d, dnnl_convolution_direct, src,
-								  diff_wei, diff_bias, diff_dst,
-								  strides, pl, pr),
+	return cpu_pd(dnnl_convolution_backward_weights_desc_init(&d, alg, src, diff_wei, diff_bias,
+								  diff_dst, strides, pl, pr),
 		      pd, &d, eng, hint);
 }
 
