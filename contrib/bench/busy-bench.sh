@@ -9,6 +9,9 @@
 #        while they wait steal the core their peer's rank needs)
 #   1x2  1 rank x 2 threads (the cores to itself, but for the busy process)
 #
+# CONFIGS="4x1" (say) runs only those (default "4x1 2x2 1x2"); MODELS="mlp" likewise
+# (default "mlp lenet"). The spinning 2x2 and 1x2 runs take minutes each.
+#
 # With threads, each tool runs with its own default wait policy ("default": dptrain's
 # launcher sets OMP_WAIT_POLICY=passive, PyTorch leaves libgomp's spin-then-sleep) and with the
 # other one: dptrain with GOMP_SPINCOUNT=300000 ("spin", libgomp's default spin made explicit,
@@ -52,10 +55,20 @@ torch_ips() { # MODEL RANKS THREADS
 		echo 0
 }
 
+for cfg in ${CONFIGS:-4x1 2x2 1x2}; do
+	case $cfg in
+	[1-9]*x[1-9]*) ;;
+	*) echo "busy-bench.sh: CONFIGS: $cfg is not RANKSxTHREADS (4x1, say)" >&2; exit 2 ;;
+	esac
+done
+for model in ${MODELS:-mlp lenet}; do
+	[ -f "$top/contrib/examples/$model-fmnist.json" ] ||
+		{ echo "busy-bench.sh: MODELS: no contrib/examples/$model-fmnist.json" >&2; exit 2; }
+done
 echo "# $(nproc) CPUs, $cpu; torch $torch; $steps steps per run, $rounds rounds" >&2
 for round in $(seq "$rounds"); do
-	for model in mlp lenet; do
-		for cfg in 4x1 2x2 1x2; do
+	for model in ${MODELS:-mlp lenet}; do
+		for cfg in ${CONFIGS:-4x1 2x2 1x2}; do
 			ranks=${cfg%x*} threads=${cfg#*x}
 			policies="default"
 			[ "$threads" -gt 1 ] && policies="default other"
