@@ -81,6 +81,11 @@ for isa in SSE41 AVX2 AVX512_CORE; do
 	test_expect_success $isa "$isa: dptrain's own kernels run the same level ($kernels)" '
 		dptrain --devices | grep "^CPU kernels: $kernels$"
 	'
+	# oneDNN has float32 Winograd convolutions for AVX-512 only (and oneDNN 2 only)
+	case $isa in SSE41 | AVX2) wino=no ;; *) wino="(yes|no)" ;; esac
+	test_expect_success $isa "$isa: dptrain --devices says whether Winograd runs ($wino)" '
+		dptrain --devices | grep -E "^CPU Winograd: $wino "
+	'
 	test_expect_success $isa "$isa: every op against the reference backend" '
 		run_tap backend
 	'

@@ -335,6 +335,10 @@ static int list_devices(void)
 	be_cpu_describe(desc, sizeof(desc));
 	printf("CPU: %s\n", desc);
 	printf("CPU kernels: %s\n", be_cpu_kernels());
+	printf("CPU Winograd: %s\n",
+	       be_cpu_winograd() ? "yes (float32 3x3 stride-1 convolutions where oneDNN judges it "
+				   "faster; DPTRAIN_CPU_CONV_ALG)"
+				 : "no (oneDNN has none here: every convolution is direct)");
 	if (n <= 0) {
 		printf("no GPU: %s (CUDA_VISIBLE_DEVICES=%s); dptrain trains on the CPU\n",
 		       why.text, cvd ? cvd : "(unset)");
