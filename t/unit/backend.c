@@ -891,6 +891,18 @@ static void test_layout(struct backend *be)
 	}
 }
 
+/* The CPU backend created with var=val in the environment (o NULL: the defaults), checked. */
+static struct backend *cpu_with_env(const char *var, const char *val, const struct be_cpu_opts *o)
+{
+	struct dp_error err;
+
+	setenv(var, val, 1);
+	struct backend *be = be_cpu_create_opts(0, o, &err);
+	unsetenv(var);
+	ok(be != NULL, "be_cpu_create with %s=%s: %s", var, val, be ? be->ops->name : err.text);
+	return be;
+}
+
 /* Which algorithm each DPTRAIN_CPU_CONV_ALG gives a float32 3x3 stride-1 convolution of
  * ResNet's (64 channels, 14x14, batch 64) and a stride-2 one, by the oneDNN implementation
  * that runs each pass: Winograd where oneDNN has it (oneDNN 2 on AVX-512; be_cpu_winograd
@@ -900,7 +912,6 @@ static void test_conv_alg(void)
 	static const char *algs[] = {"auto", "direct", "winograd"};
 	int avx512 = strcmp(be_cpu_kernels(), "avx512") == 0, wino = be_cpu_winograd();
 	char desc[160];
-	struct dp_error err;
 
 	be_cpu_describe(desc, sizeof(desc));
 	if (avx512 && strncmp(desc, "oneDNN 2.", 9) == 0)
@@ -911,11 +922,8 @@ static void test_conv_alg(void)
 	   be_cpu_kernels());
 
 	for (int i = 0; i < 3; i++) {
-		setenv("DPTRAIN_CPU_CONV_ALG", algs[i], 1);
-		struct backend *be = be_cpu_create(0, &err);
-		unsetenv("DPTRAIN_CPU_CONV_ALG");
-		if (!ok(be != NULL, "be_cpu_create, DPTRAIN_CPU_CONV_ALG=%s: %s", algs[i],
-			be ? be->ops->name : err.text))
+		struct backend *be = cpu_with_env("DPTRAIN_CPU_CONV_ALG", algs[i], NULL);
+		if (!be)
 			continue;
 		struct be_conv_desc d3 = {64, 64, 14, 14, 64, 3, 3, 1, 1, 0, 0, 0};
 		struct be_conv_desc d2 = {64, 64, 14, 14, 128, 3, 3, 2, 1, 0, 0, 0};
@@ -975,11 +983,8 @@ int main(void)
 	static const char *layouts[] = {"plain", "blocked"};
 	static const char *names[] = {"cpu (conv=plain)", "cpu (conv=blocked)"};
 	for (int i = 0; i < 2; i++) {
-		setenv("DPTRAIN_CPU_CONV", layouts[i], 1);
-		struct backend *forced = be_cpu_create(0, &err);
-		unsetenv("DPTRAIN_CPU_CONV");
-		if (!ok(forced != NULL, "be_cpu_create with DPTRAIN_CPU_CONV=%s: %s", layouts[i],
-			forced ? forced->ops->name : err.text))
+		struct backend *forced = cpu_with_env("DPTRAIN_CPU_CONV", layouts[i], NULL);
+		if (!forced)
 			continue;
 		ok(!forced->ops->act_import, "DPTRAIN_CPU_CONV=%s: acts are float32 NCHW",
 		   layouts[i]);
@@ -996,11 +1001,8 @@ int main(void)
 	static const char *algs[] = {"direct", "winograd"};
 	static const char *algnames[] = {"cpu (alg=direct)", "cpu (alg=winograd)"};
 	for (int i = 0; i < 2; i++) {
-		setenv("DPTRAIN_CPU_CONV_ALG", algs[i], 1);
-		struct backend *a = be_cpu_create(0, &err);
-		unsetenv("DPTRAIN_CPU_CONV_ALG");
-		if (!ok(a != NULL, "be_cpu_create with DPTRAIN_CPU_CONV_ALG=%s: %s", algs[i],
-			a ? a->ops->name : err.text))
+		struct backend *a = cpu_with_env("DPTRAIN_CPU_CONV_ALG", algs[i], NULL);
+		if (!a)
 			continue;
 		struct backend *v = a->ops->act_import ? plain_view(a, algnames[i]) : a;
 		struct pair f = {{ref, v}, {NULL, NULL}, &rng, algnames[i], 0};
@@ -1031,12 +1033,9 @@ int main(void)
 			static const char *ipname[] = {"cpu bf16 (bwdw conv)",
 						       "cpu bf16 (bwdw ip)"};
 			for (int i = 0; i < 2; i++) {
-				setenv("DPTRAIN_CPU_BWDW_IP", ipmax[i], 1);
-				struct backend *b16 = be_cpu_create_opts(0, &o16, &err);
-				unsetenv("DPTRAIN_CPU_BWDW_IP");
-				if (!ok(b16 != NULL,
-					"be_cpu_create_opts(bf16), DPTRAIN_CPU_BWDW_IP=%s: %s",
-					ipmax[i], b16 ? b16->ops->name : err.text))
+				struct backend *b16 =
+				    cpu_with_env("DPTRAIN_CPU_BWDW_IP", ipmax[i], &o16);
+				if (!b16)
 					continue;
 				struct backend *v16 = plain_view(b16, ipname[i]);
 				struct pair f = {{ref, v16}, {NULL, NULL}, &rng, ipname[i], 1};
