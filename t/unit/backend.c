@@ -1061,23 +1061,24 @@ int main(void)
 	struct pair q = {{ref, par}, {NULL, NULL}, &rng, par->ops->name, 0};
 	run_suite(&q, 0);
 
-	static const char *badalg[] = {"wino", "Direct", "auto "};
-	for (int i = 0; i < 3; i++) {
-		setenv("DPTRAIN_CPU_CONV_ALG", badalg[i], 1);
+	/* Values the variables refuse, each named in the error with what is wanted. */
+	static const struct {
+		const char *var, *val, *why;
+	} bad_env[] = {
+	    {"DPTRAIN_CPU_CONV_ALG", "wino", "want auto, direct or winograd"},
+	    {"DPTRAIN_CPU_CONV_ALG", "Direct", "want auto, direct or winograd"},
+	    {"DPTRAIN_CPU_CONV_ALG", "auto ", "want auto, direct or winograd"},
+	    {"DPTRAIN_CPU_BWDW_IP", "-3", "want a number of output pixels"},
+	    {"DPTRAIN_CPU_BWDW_IP", "64x", "want a number of output pixels"},
+	    {"DPTRAIN_CPU_BWDW_IP", "lots", "want a number of output pixels"},
+	};
+	for (size_t i = 0; i < sizeof(bad_env) / sizeof(bad_env[0]); i++) {
+		setenv(bad_env[i].var, bad_env[i].val, 1);
 		struct backend *b = be_cpu_create(0, &err);
-		unsetenv("DPTRAIN_CPU_CONV_ALG");
-		ok(b == NULL, "DPTRAIN_CPU_CONV_ALG=%s is refused", badalg[i]);
-		like(err.text, "want auto, direct or winograd", "and says why: %s", err.text);
-		if (b)
-			b->ops->destroy(b);
-	}
-	static const char *badip[] = {"-3", "64x", "lots"};
-	for (int i = 0; i < 3; i++) {
-		setenv("DPTRAIN_CPU_BWDW_IP", badip[i], 1);
-		struct backend *b = be_cpu_create(0, &err);
-		unsetenv("DPTRAIN_CPU_BWDW_IP");
-		ok(b == NULL, "DPTRAIN_CPU_BWDW_IP=%s is refused", badip[i]);
-		like(err.text, "want a number of output pixels", "and says why: %s", err.text);
+		unsetenv(bad_env[i].var);
+		ok(b == NULL, "%s=%s is refused", bad_env[i].var, bad_env[i].val);
+		like(err.text, bad_env[i].why, "and says why: %s", err.text);
+		like(err.text, bad_env[i].var, "naming the variable");
 		if (b)
 			b->ops->destroy(b);
 	}
