@@ -617,13 +617,13 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 	 * 1.5-2.1x the direct convolution's rate on ResNet's layers, doc/performance.md), else
 	 * direct; the backward passes follow the forward's choice where they can. */
 	dnnl_alg_kind_t alg = ctx->alg;
-	if (alg != dnnl_convolution_direct &&
+	if (alg == dnnl_convolution_direct ||
 	    cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training, alg, px, pw, bias, py, strides,
-			    pl, pr) != dnnl_success)
+			    pl, pr) != dnnl_success) {
 		alg = dnnl_convolution_direct;
-	if (alg == dnnl_convolution_direct)
 		DNNL_TRY(cpu_conv_fwd_pd, (&pd, ctx->eng, dnnl_forward_training, alg, px, pw, bias,
 					   py, strides, pl, pr));
+	}
 	struct arg_spec fwd[] = {{DNNL_ARG_SRC, ARG_IN, x},
 				 {DNNL_ARG_WEIGHTS, ARG_IN, w},
 				 {DNNL_ARG_DST, ARG_OUT, y},
