@@ -1228,23 +1228,35 @@ static const struct backend_ops cpu_ops = {.name = "cpu",
 					   .act_accum = cpu_act_accum};
 static const struct backend_ops cpu_nchw_ops = {.name = "cpu", CPU_OPS_INIT};
 
+/* What the probes ask oneDNN about: the forward of a ResNet-like convolution (batch 32, 64 ->
+ * 64 channels, 14x14, 3x3 stride 1 pad 1), its acts of type dt in layout tag (any: oneDNN's
+ * choice), its weights oneDNN's choice, by algorithm alg. */
+static const int64_t probe_xd[] = {32, 64, 14, 14};
+
+static dnnl_status_t probe_conv(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, dnnl_data_type_t dt,
+				dnnl_format_tag_t tag, dnnl_alg_kind_t alg)
+{
+	const int64_t wd[] = {64, 64, 3, 3};
+	const dnnl_dims_t one = {1, 1};
+	cpu_md x = md_new(4, probe_xd, dt, tag), w = md_new(4, wd, dt, dnnl_format_tag_any);
+	dnnl_status_t st =
+	    cpu_conv_fwd_pd(pd, eng, dnnl_forward_training, alg, x, w, NULL, x, one, one, one);
+
+	cpu_md_destroy(x), cpu_md_destroy(w);
+	return st;
+}
+
 int be_cpu_winograd(void)
 {
 	dnnl_engine_t eng = NULL;
 	dnnl_primitive_desc_t pd = NULL;
-	const int64_t xd[] = {64, 64, 14, 14}, wd[] = {64, 64, 3, 3};
-	const dnnl_dims_t one = {1, 1};
-	cpu_md x = md_new(4, xd, dnnl_f32, dnnl_nChw16c);
-	cpu_md w = md_new(4, wd, dnnl_f32, dnnl_format_tag_any);
-	int yes = 0;
+	int yes =
+	    dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success &&
+	    probe_conv(&pd, eng, dnnl_f32, dnnl_nChw16c, dnnl_convolution_winograd) == dnnl_success;
 
-	if (x && w && dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success)
-		yes = cpu_conv_fwd_pd(&pd, eng, dnnl_forward_training, dnnl_convolution_winograd, x,
-				      w, NULL, x, one, one, one) == dnnl_success;
 	dnnl_primitive_desc_destroy(pd);
 	if (eng)
 		dnnl_engine_destroy(eng);
-	cpu_md_destroy(x), cpu_md_destroy(w);
 	return yes;
 }
 
@@ -1270,19 +1282,15 @@ static int cpu_probe_layout(struct cpu_ctx *ctx, struct dp_error *err)
 		dnnl_format_tag_t tag;
 		int block;
 	} known[] = {{dnnl_nChw16c, 16}, {dnnl_nChw8c, 8}, {dnnl_nhwc, 0}, {dnnl_nchw, 1}};
-	const int64_t xd[] = {32, 64, 14, 14}, wd[] = {64, 64, 3, 3};
-	dnnl_dims_t one = {1, 1};
 	dnnl_primitive_desc_t pd = NULL;
-	cpu_md x = md_new(4, xd, ctx->dt, dnnl_format_tag_any);
-	cpu_md w = md_new(4, wd, ctx->dt, dnnl_format_tag_any);
-	dnnl_status_t st = cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training,
-					   dnnl_convolution_direct, x, w, NULL, x, one, one, one);
+	dnnl_status_t st =
+	    probe_conv(&pd, ctx->eng, ctx->dt, dnnl_format_tag_any, dnnl_convolution_direct);
 
 	ctx->block = 1;
 	if (st == dnnl_success) {
 		cpu_cmd src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
 		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
-			cpu_md k = md_new(4, xd, ctx->dt, known[i].tag);
+			cpu_md k = md_new(4, probe_xd, ctx->dt, known[i].tag);
 			int same = k && dnnl_memory_desc_equal(k, src);
 			cpu_md_destroy(k);
 			if (same) {
@@ -1295,7 +1303,6 @@ static int cpu_probe_layout(struct cpu_ctx *ctx, struct dp_error *err)
 			  ctx->bf16 ? "bfloat16" : "float32", dnnl_status2str(st));
 	}
 	dnnl_primitive_desc_destroy(pd);
-	cpu_md_destroy(x), cpu_md_destroy(w);
 	return st == dnnl_success ? 0 : -1;
 }
 
