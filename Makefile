@@ -169,7 +169,8 @@ DATA_SRC    := trainer/data/data.c trainer/data/data_cifar.c trainer/data/data_i
 	trainer/data/sampler.c trainer/data/shard_write.c trainer/data/transform.c
 CKPT_SRC    := trainer/ckpt/ckpt.c trainer/ckpt/safetensors.c
 BACKEND_SRC := trainer/backend/backend_cpu.c trainer/backend/backend_cpu_act.c trainer/backend/backend_ref.c \
-	trainer/backend/backend_cpu_act_isa.c trainer/backend/backend_cuda_none.c
+	trainer/backend/backend_cpu_act_isa.c trainer/backend/backend_cpu_wino.c \
+	trainer/backend/backend_cuda_none.c
 # The CPU backend's own kernels once more per x86 level (backend_cpu_act.c; the flags below)
 ifneq ($(findstring x86_64,$(shell $(CC) -dumpmachine 2>/dev/null)),)
 CPU_ACT_LEVEL_SRC := trainer/backend/backend_cpu_act_avx2.c trainer/backend/backend_cpu_act_avx512.c

@@ -335,10 +335,14 @@ static int list_devices(void)
 	be_cpu_describe(desc, sizeof(desc));
 	printf("CPU: %s\n", desc);
 	printf("CPU kernels: %s\n", be_cpu_kernels());
-	printf("CPU Winograd: %s\n",
-	       be_cpu_winograd() ? "yes (float32 3x3 stride-1 convolutions where oneDNN judges it "
-				   "faster; DPTRAIN_CPU_CONV_ALG)"
-				 : "no (oneDNN has none here: every convolution is direct)");
+	static const char *wino[] = {
+	    "no (float32 acts are not in oneDNN's blocked layouts here: every convolution is "
+	    "direct)",
+	    "yes (dptrain's F(4x4, 3x3) for float32 3x3 stride-1 convolutions, oneDNN having none "
+	    "here; DPTRAIN_CPU_CONV_ALG)",
+	    "yes (oneDNN's, for float32 3x3 stride-1 convolutions where it judges it faster; "
+	    "DPTRAIN_CPU_CONV_ALG)"};
+	printf("CPU Winograd: %s\n", wino[be_cpu_winograd()]);
 	if (n <= 0) {
 		printf("no GPU: %s (CUDA_VISIBLE_DEVICES=%s); dptrain trains on the CPU\n",
 		       why.text, cvd ? cvd : "(unset)");

@@ -33,7 +33,8 @@ struct pair {
  * itself, and products sum in float32, so a result is off by a few such roundings of the
  * tensor's scale, which is what it is judged against there (a floor of the whole RMS). */
 #define BF16_TOL 2.5e-2
-/* Winograd's F(4x4, 3x3) (DPTRAIN_CPU_CONV_ALG=winograd: oneDNN's on AVX-512) computes each
+/* Winograd's F(4x4, 3x3) (DPTRAIN_CPU_CONV_ALG=winograd: oneDNN's on AVX-512, else dptrain's
+ * own, which has the same transforms) computes each
  * output tile through transforms whose entries reach 8 (and 1/6 after the sums), so its
  * roundings are those of a direct sum scaled up some tenfold: 2.1e-4 measured on a 512-channel
  * 3x3 (4,608 products an output) against 2.3e-5 for the direct convolution. */
@@ -904,9 +905,11 @@ static struct backend *cpu_with_env(const char *var, const char *val, const stru
 }
 
 /* Which algorithm each DPTRAIN_CPU_CONV_ALG gives a float32 3x3 stride-1 convolution of
- * ResNet's (64 channels, 14x14, batch 64) and a stride-2 one, by the oneDNN implementation
- * that runs each pass: Winograd where oneDNN has it (oneDNN 2 on AVX-512; be_cpu_winograd
- * says where else) unless direct is asked for, and never for a stride of 2. */
+ * ResNet's (64 channels, 14x14, batch 64) and a stride-2 one, by the implementation that runs
+ * each pass: Winograd unless direct is asked for, oneDNN's where it has one (oneDNN 2 on
+ * AVX-512), else dptrain's own (be_cpu_winograd says which), and never for a stride of 2.
+ * dptrain's own leaves a batch of 2 direct under auto, as oneDNN does its own, not when
+ * Winograd is asked for. */
 static void test_conv_alg(void)
 {
 	static const char *algs[] = {"auto", "direct", "winograd"};
@@ -915,10 +918,12 @@ static void test_conv_alg(void)
 
 	be_cpu_describe(desc, sizeof(desc));
 	if (avx512 && strncmp(desc, "oneDNN 2.", 9) == 0)
-		ok(wino, "%s: float32 Winograd is there (be_cpu_winograd)", desc);
+		ok(wino == 2, "%s: oneDNN's float32 Winograd is there (be_cpu_winograd %d)", desc,
+		   wino);
 	else
-		diag("%s: float32 Winograd %s", desc, wino ? "is there" : "is not there");
-	ok(!wino || avx512, "Winograd only where oneDNN runs AVX-512 (%s kernels)",
+		ok(wino == 1, "%s: dptrain's own float32 Winograd runs (be_cpu_winograd %d)", desc,
+		   wino);
+	ok(wino != 2 || avx512, "oneDNN's Winograd only where oneDNN runs AVX-512 (%s kernels)",
 	   be_cpu_kernels());
 
 	for (int i = 0; i < 3; i++) {
@@ -927,17 +932,32 @@ static void test_conv_alg(void)
 			continue;
 		struct be_conv_desc d3 = {64, 64, 14, 14, 64, 3, 3, 1, 1, 0, 0, 0};
 		struct be_conv_desc d2 = {64, 64, 14, 14, 128, 3, 3, 2, 1, 0, 0, 0};
+		struct be_conv_desc ds = {2, 64, 28, 28, 64, 3, 3, 1, 1, 0, 0, 0};
 		struct be_op *op3 = be->ops->conv_create(be, &d3);
 		struct be_op *op2 = be->ops->conv_create(be, &d2);
-		if (ok(op3 && op2, "DPTRAIN_CPU_CONV_ALG=%s: convolutions created", algs[i])) {
+		struct be_op *ops = be->ops->conv_create(be, &ds);
+		if (ok(op3 && op2 && ops, "DPTRAIN_CPU_CONV_ALG=%s: convolutions created",
+		       algs[i])) {
 			int want = wino && i != 1;
+			const char *mine = "dptrain_wino_4x3";
 			for (int pass = 0; pass < 3; pass++) {
 				const char *impl = be_cpu_conv_impl(be, op3, pass);
-				ok(*impl && !!strstr(impl, "wino") == want,
+				ok(*impl && !!strstr(impl, "wino") == want &&
+				       (strcmp(impl, mine) == 0) == (want && wino == 1),
 				   "DPTRAIN_CPU_CONV_ALG=%s, %s kernels: 3x3/1 pass %d runs %s "
 				   "(%s)",
 				   algs[i], be_cpu_kernels(), pass, impl,
-				   want ? "Winograd" : "not Winograd");
+				   !want       ? "not Winograd"
+				   : wino == 1 ? "dptrain's Winograd"
+					       : "oneDNN's Winograd");
+				if (wino == 1) {
+					impl = be_cpu_conv_impl(be, ops, pass);
+					ok((strcmp(impl, mine) == 0) == (i == 2),
+					   "DPTRAIN_CPU_CONV_ALG=%s: a batch of 2, pass %d "
+					   "runs %s (%s)",
+					   algs[i], pass, impl,
+					   i == 2 ? "dptrain's Winograd" : "direct");
+				}
 				impl = be_cpu_conv_impl(be, op2, pass);
 				ok(*impl && !strstr(impl, "wino"),
 				   "DPTRAIN_CPU_CONV_ALG=%s: 3x3/2 pass %d runs %s (not Winograd)",
@@ -949,6 +969,8 @@ static void test_conv_alg(void)
 			be->ops->op_destroy(be, op3);
 		if (op2)
 			be->ops->op_destroy(be, op2);
+		if (ops)
+			be->ops->op_destroy(be, ops);
 		be->ops->destroy(be);
 	}
 }
@@ -994,9 +1016,9 @@ int main(void)
 	}
 
 	/* The convolutions' algorithm (DPTRAIN_CPU_CONV_ALG): direct everywhere, and Winograd
-	 * wherever oneDNN has it (float32 3x3 stride 1 on AVX-512; none on AVX2, where every
-	 * convolution stays direct). By default (auto) oneDNN takes Winograd where it judges it
-	 * faster: a ResNet layer at batch 64 on AVX-512. */
+	 * for float32 3x3 stride-1 layers: oneDNN's on AVX-512 with oneDNN 2, dptrain's own
+	 * elsewhere (every such convolution of the suite, however few its tiles). By default
+	 * (auto) Winograd takes the layers where it pays: a ResNet layer at batch 64. */
 	test_conv_alg();
 	static const char *algs[] = {"direct", "winograd"};
 	static const char *algnames[] = {"cpu (alg=direct)", "cpu (alg=winograd)"};

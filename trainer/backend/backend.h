@@ -232,9 +232,11 @@ const char *be_cpu_kernels(void);
  * by weights) of a CPU backend's convolution op ("jit_wino_4x3:avx512_core", "jit:avx2"), for
  * tests and benchmarks; "" for another backend's op, a pass without one, or no oneDNN. */
 const char *be_cpu_conv_impl(struct backend *be, struct be_op *op, int pass);
-/* Whether oneDNN here implements float32 Winograd convolutions (asked of a ResNet layer, 3x3
- * stride 1, at the instruction set it runs): oneDNN 2 on AVX-512 does; oneDNN 3.7 (Debian
- * 13), AVX2 and builds without oneDNN do not, and every convolution is direct there. */
+/* Whose float32 Winograd convolutions (3x3 stride 1) run here: 2 oneDNN's (oneDNN 2 on
+ * AVX-512, asked of a ResNet layer at the instruction set it runs), 1 dptrain's own
+ * (backend_cpu_wino.c: where oneDNN has none and keeps float32 acts in blocks of 8 or 16
+ * channels, as at AVX2 and with oneDNN 3.7 of Debian 13), 0 none (no oneDNN, or acts NCHW or
+ * NHWC): every convolution is direct there. */
 int be_cpu_winograd(void);
 /* The reference backend: plain C loops, no library, single-threaded. Slow but obviously
  * right; the test suite checks the other backends against it and against PyTorch. */

@@ -68,6 +68,7 @@ int be_cpu_winograd(void)
 
 #include "trainer/backend/backend_cpu_act.h"
 #include "trainer/backend/backend_cpu_dnnl.h" /* oneDNN 2 and 3 behind oneDNN 3's calls */
+#include "trainer/backend/backend_cpu_wino.h"
 
 /* Activations live in the layout oneDNN's convolutions choose on this CPU, from the first layer
  * to the loss, with no reorder between ops (measured once, at creation: cpu_probe_layout):
@@ -87,8 +88,9 @@ int be_cpu_winograd(void)
  * Float32 convolutions ask oneDNN for its choice of algorithm (DPTRAIN_CPU_CONV_ALG, default
  * auto): on AVX-512 it takes Winograd's F(4x4, 3x3) for 3x3 stride-1 layers of whole channel
  * blocks at batches above 8, every pass (1.5-2.1x the direct convolution's rate on ResNet's
- * layers; results within about ten float32 roundings of the direct sum's); elsewhere, and in
- * bfloat16, the direct convolution. */
+ * layers; results within about ten float32 roundings of the direct sum's). Where oneDNN has no
+ * Winograd (AVX2, oneDNN 3), dptrain's own F(4x4, 3x3) takes the same layers
+ * (backend_cpu_wino.c); elsewhere, and in bfloat16, the direct convolution. */
 
 /* Scratch shared by every op of the backend: ops run one at a time on the one stream, so a
  * single arena, sized for the largest op, holds the reordered copies and the accumulation
@@ -174,6 +176,9 @@ struct be_op {
 	 * (cpu_conv_patches into the arena at col_off), not the convolution's own pass */
 	int bwdw_ip;
 	size_t col_off, dw_off, db_off;
+	/* conv: every pass by dptrain's own Winograd (backend_cpu_wino.c), no primitive */
+	int wino;
+	struct cpu_wino wplan;
 };
 
 enum { PASS_FWD = 0, PASS_BWD_DATA = 1, PASS_BWD_WEIGHTS = 2 };
@@ -576,6 +581,40 @@ out:
 	return rv;
 }
 
+/* Where oneDNN has no Winograd for a float32 layer (AVX2, oneDNN 3's builds) and its acts are
+ * in blocks of 8 or 16 channels, dptrain's own F(4x4, 3x3) takes every pass of a 3x3 stride-1
+ * convolution (backend_cpu_wino.c; doc/performance.md) unless direct is asked for; under auto
+ * only at batches above 8 (oneDNN's rule for its own) with enough tiles to pay. 1 when it does (its
+ * scratch reserved), 0 when not, -1 on error. */
+static int cpu_conv_own_wino(struct backend *be, struct be_op *op)
+{
+	struct cpu_ctx *ctx = ctx_of(be);
+	const struct be_conv_desc *d = &op->d.conv;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_dims_t one = {1, 1};
+	struct cpu_wino plan;
+
+	if (ctx->alg == dnnl_convolution_direct || ctx->bf16 || ctx->conv != CONV_AUTO ||
+	    cpu_wino_plan(&plan, d, ctx->block, be->threads,
+			  ctx->alg == dnnl_convolution_winograd) < 0)
+		return 0;
+	/* oneDNN's own where it has one */
+	const int64_t xd[] = {d->n, d->c, d->h, d->w}, wd[] = {d->k, d->c, 3, 3};
+	cpu_md x = md_new(4, xd, dnnl_f32, act_tag(ctx, d->c));
+	cpu_md w = md_new(4, wd, dnnl_f32, dnnl_format_tag_any);
+	dnnl_status_t st = cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training,
+					   dnnl_convolution_winograd, x, w, NULL, x, one, one, one);
+	dnnl_primitive_desc_destroy(pd);
+	cpu_md_destroy(x), cpu_md_destroy(w);
+	if (st == dnnl_success)
+		return 0;
+	if (arena_reserve(be, cpu_wino_scratch(&plan) * sizeof(float), "conv_create", op->what) < 0)
+		return -1;
+	op->wino = 1;
+	op->wplan = plan;
+	return 1;
+}
+
 static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 {
 	struct cpu_ctx *ctx = ctx_of(be);
@@ -615,8 +654,14 @@ static struct be_op *cpu_conv_create(struct backend *be, struct be_conv_desc *d)
 
 	/* Winograd where oneDNN implements it (float32 3x3 stride 1 on AVX-512: F(4x4, 3x3),
 	 * 1.5-2.1x the direct convolution's rate on ResNet's layers, doc/performance.md), else
-	 * direct; the backward passes follow the forward's choice where they can. */
+	 * dptrain's own where it applies, else direct; the backward passes follow the forward's
+	 * choice where they can. */
 	dnnl_alg_kind_t alg = ctx->alg;
+	int own = cpu_conv_own_wino(be, op);
+	if (own != 0) {
+		rv = own > 0 ? 0 : -1;
+		goto out;
+	}
 	if (alg == dnnl_convolution_direct ||
 	    cpu_conv_fwd_pd(&pd, ctx->eng, dnnl_forward_training, alg, px, pw, bias, py, strides,
 			    pl, pr) != dnnl_success) {
@@ -675,6 +720,19 @@ out:
 	return op;
 }
 
+static float *wino_scratch(struct backend *be)
+{
+	return (float *)ctx_of(be)->arena;
+}
+
+static int wino_run(struct backend *be, struct be_op *op, int rc, const char *fn)
+{
+	if (rc < 0)
+		return be_errf(be, "%s%s: oneDNN's sgemm failed in dptrain's Winograd", fn,
+			       op->what);
+	return 0;
+}
+
 static int cpu_conv_fwd(struct backend *be, struct be_op *op, const float *x, const float *wgt,
 			const float *bias, float *y)
 {
@@ -682,6 +740,9 @@ static int cpu_conv_fwd(struct backend *be, struct be_op *op, const float *x, co
 		return -1;
 	if (op->d.conv.has_bias && !bias)
 		return be_errf(be, "conv_fwd%s: the op has a bias but bias is NULL", op->what);
+	if (op->wino)
+		return wino_run(be, op, cpu_wino_fwd(&op->wplan, x, wgt, y, wino_scratch(be)),
+				"conv_fwd");
 	void *ptr[] = {(void *)x, (void *)wgt, y, (void *)bias};
 	return pass_run(be, op, &op->pass[PASS_FWD], ptr, 0.0f, "conv_fwd");
 }
@@ -691,6 +752,10 @@ static int cpu_conv_bwd_data(struct backend *be, struct be_op *op, const float *
 {
 	if (!op_is(be, op, CPU_CONV, "conv_bwd_data"))
 		return -1;
+	if (op->wino)
+		return wino_run(be, op,
+				cpu_wino_bwd_data(&op->wplan, dy, wgt, dx, beta, wino_scratch(be)),
+				"conv_bwd_data");
 	void *ptr[] = {(void *)dy, (void *)wgt, dx};
 	return pass_run(be, op, &op->pass[PASS_BWD_DATA], ptr, beta, "conv_bwd_data");
 }
@@ -703,6 +768,10 @@ static int cpu_conv_bwd_weights(struct backend *be, struct be_op *op, const floa
 	if (op->d.conv.has_bias && !dbias)
 		return be_errf(be, "conv_bwd_weights%s: the op has a bias but dbias is NULL",
 			       op->what);
+	if (op->wino)
+		return wino_run(
+		    be, op, cpu_wino_bwd_weights(&op->wplan, x, dy, dwgt, beta, wino_scratch(be)),
+		    "conv_bwd_weights");
 	void *ptr[] = {(void *)x, (void *)dy, dwgt, dbias};
 	if (op->bwdw_ip) {
 		const struct be_conv_desc *d = &op->d.conv;
@@ -1246,25 +1315,14 @@ static dnnl_status_t probe_conv(dnnl_primitive_desc_t *pd, dnnl_engine_t eng, dn
 	return st;
 }
 
-int be_cpu_winograd(void)
-{
-	dnnl_engine_t eng = NULL;
-	dnnl_primitive_desc_t pd = NULL;
-	int yes =
-	    dnnl_engine_create(&eng, dnnl_cpu, 0) == dnnl_success &&
-	    probe_conv(&pd, eng, dnnl_f32, dnnl_nChw16c, dnnl_convolution_winograd) == dnnl_success;
-
-	dnnl_primitive_desc_destroy(pd);
-	if (eng)
-		dnnl_engine_destroy(eng);
-	return yes;
-}
-
 const char *be_cpu_conv_impl(struct backend *be, struct be_op *op, int pass)
 {
 	const char *impl = NULL;
 	const_dnnl_primitive_desc_t pd = NULL;
 
+	if ((be->ops == &cpu_ops || be->ops == &cpu_nchw_ops) && op && op->kind == CPU_CONV &&
+	    op->wino && pass >= 0 && pass <= 2)
+		return "dptrain_wino_4x3";
 	if ((be->ops != &cpu_ops && be->ops != &cpu_nchw_ops) || !op || op->kind != CPU_CONV ||
 	    pass < 0 || pass > 2 || !op->pass[pass].prim ||
 	    dnnl_primitive_get_primitive_desc(op->pass[pass].prim, &pd) != dnnl_success ||
@@ -1274,36 +1332,64 @@ const char *be_cpu_conv_impl(struct backend *be, struct be_op *op, int pass)
 	return impl;
 }
 
-/* The layout oneDNN's convolutions take for activations of this type here: asked of a
- * ResNet-like 3x3 convolution's forward with every layout left to it. */
-static int cpu_probe_layout(struct cpu_ctx *ctx, struct dp_error *err)
+/* The channel block of the acts in the layout oneDNN's convolutions take for type dt here (16
+ * or 8: nChw16c, nChw8c; 0: NHWC; 1: NCHW), asked of a ResNet-like 3x3 convolution's forward
+ * with every layout left to it; -1 when oneDNN refuses it (*st says why). */
+static int probe_block(dnnl_engine_t eng, dnnl_data_type_t dt, dnnl_status_t *st)
 {
 	static const struct {
 		dnnl_format_tag_t tag;
 		int block;
 	} known[] = {{dnnl_nChw16c, 16}, {dnnl_nChw8c, 8}, {dnnl_nhwc, 0}, {dnnl_nchw, 1}};
 	dnnl_primitive_desc_t pd = NULL;
-	dnnl_status_t st =
-	    probe_conv(&pd, ctx->eng, ctx->dt, dnnl_format_tag_any, dnnl_convolution_direct);
+	int block = 1;
 
-	ctx->block = 1;
-	if (st == dnnl_success) {
-		cpu_cmd src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
-		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
-			cpu_md k = md_new(4, probe_xd, ctx->dt, known[i].tag);
-			int same = k && dnnl_memory_desc_equal(k, src);
-			cpu_md_destroy(k);
-			if (same) {
-				ctx->block = known[i].block;
-				break;
-			}
+	*st = probe_conv(&pd, eng, dt, dnnl_format_tag_any, dnnl_convolution_direct);
+	if (*st != dnnl_success)
+		return -1;
+	cpu_cmd src = dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0);
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++) {
+		cpu_md k = md_new(4, probe_xd, dt, known[i].tag);
+		int same = k && dnnl_memory_desc_equal(k, src);
+		cpu_md_destroy(k);
+		if (same) {
+			block = known[i].block;
+			break;
 		}
-	} else {
-		errprintf(err, "cpu backend: a %s convolution: %s",
-			  ctx->bf16 ? "bfloat16" : "float32", dnnl_status2str(st));
 	}
 	dnnl_primitive_desc_destroy(pd);
-	return st == dnnl_success ? 0 : -1;
+	return block;
+}
+
+int be_cpu_winograd(void)
+{
+	dnnl_engine_t eng = NULL;
+	dnnl_primitive_desc_t pd = NULL;
+	dnnl_status_t st;
+	int rv = 0;
+
+	if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success)
+		return 0;
+	if (probe_conv(&pd, eng, dnnl_f32, dnnl_nChw16c, dnnl_convolution_winograd) == dnnl_success)
+		rv = 2;
+	else if (probe_block(eng, dnnl_f32, &st) >= 8) /* cpu_conv_own_wino's acts */
+		rv = 1;
+	dnnl_primitive_desc_destroy(pd);
+	dnnl_engine_destroy(eng);
+	return rv;
+}
+
+/* The layout of the acts (ctx->block): probe_block's for their type. */
+static int cpu_probe_layout(struct cpu_ctx *ctx, struct dp_error *err)
+{
+	dnnl_status_t st;
+	int block = probe_block(ctx->eng, ctx->dt, &st);
+
+	ctx->block = block < 0 ? 1 : block;
+	if (block < 0)
+		errprintf(err, "cpu backend: a %s convolution: %s",
+			  ctx->bf16 ? "bfloat16" : "float32", dnnl_status2str(st));
+	return block < 0 ? -1 : 0;
 }
 
 struct backend *be_cpu_create(int threads, struct dp_error *err)
