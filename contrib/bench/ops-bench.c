@@ -1,10 +1,13 @@
 /* ops-bench.c — per-op timings of a CPU backend on the layers of one ResNet-50 stage (28x28,
- * batch 64 by default), to compare layouts, thread counts and PyTorch (ops-bench.py runs the
- * same set in torch). Not part of the build or the tests; touches nothing but stdout.
+ * batch 64 by default) and on ResNet-18's 3x3 convolutions after the small stem (28x28 to
+ * 4x4), to compare layouts, algorithms, thread counts and PyTorch (ops-bench.py runs the
+ * ResNet-50 set in torch). Not part of the build or the tests; touches nothing but stdout.
  *
- *   gcc -O2 -fopenmp -DHAVE_DNNL=1 -I. -o ops-bench contrib/bench/ops-bench.c \
- *       trainer/backend/backend_ref.c trainer/backend/backend_cpu.c -ldnnl -lm
- *   ./ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME] (DPTRAIN_CPU_CONV=plain|blocked|auto)
+ *   make && gcc -O2 -fopenmp -DHAVE_DNNL=1 -I. -o ops-bench contrib/bench/ops-bench.c \
+ *       build/lib/libdptrain-backend.a build/lib/libdptrain-common.a -ldnnl -lm
+ *   ./ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME]
+ *   (DPTRAIN_CPU_CONV=plain|blocked|auto, DPTRAIN_CPU_CONV_ALG=auto|direct|winograd,
+ *   ONEDNN_MAX_CPU_ISA)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,14 +217,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	const char *layouts = getenv("DPTRAIN_CPU_CONV");
-	printf("backend %s, %d threads, batch %d, best of %d, conv layouts %s\n", be->ops->name,
-	       be->threads, n, iters, layouts ? layouts : "auto");
+	const char *alg = getenv("DPTRAIN_CPU_CONV_ALG");
+	printf("backend %s, %d threads, batch %d, best of %d, conv layouts %s, algorithm %s\n",
+	       be->ops->name, be->threads, n, iters, layouts ? layouts : "auto",
+	       alg ? alg : "auto");
 	conv(be, iters, "conv 3x3 64->64 28x28", n, 64, 28, 64, 3, 1);
 	conv(be, iters, "conv 1x1 512->128 28x28", n, 512, 28, 128, 1, 1);
 	conv(be, iters, "conv 3x3 128->128 28x28", n, 128, 28, 128, 3, 1);
 	conv(be, iters, "conv 1x1 128->512 28x28", n, 128, 28, 512, 1, 1);
 	conv(be, iters, "conv 3x3/2 128->128 56->28", n, 128, 56, 128, 3, 2);
 	conv(be, iters, "conv 1x1/2 256->512 56->28", n, 256, 56, 512, 1, 2);
+	conv(be, iters, "conv 3x3 128->128 14x14 (r18)", n, 128, 14, 128, 3, 1);
+	conv(be, iters, "conv 3x3 256->256 7x7 (r18)", n, 256, 7, 256, 3, 1);
+	conv(be, iters, "conv 3x3 512->512 4x4 (r18)", n, 512, 4, 512, 3, 1);
 	bn(be, iters, "bn+relu 128 28x28", n, 128, 28, 1);
 	bn(be, iters, "bn 512 28x28", n, 512, 28, 0);
 	eltwise(be, iters, "eltwise 512x28x28", (size_t)n * 512 * 28 * 28);

@@ -17,8 +17,9 @@
 #         [--build DIR] [MODEL...]
 # For every model and type short of 1.3x eager there, one more dptrain run with
 # ONEDNN_VERBOSE=1 says where its step goes: each kind of oneDNN primitive (convolution passes,
-# reorders, inner products, pooling) in ms per step, and the rest (dptrain's own kernels,
-# OpenMP's waits, the data, the optimizer); a "dptrain-profile" JSON line each.
+# reorders, inner products, pooling) in ms per step, and the rest (dptrain's own kernels and
+# Winograd convolutions, OpenMP's waits, the data, the optimizer); a "dptrain-profile" JSON line
+# each.
 import gzip
 import os
 import re
@@ -230,7 +231,7 @@ def vs_root(args):
         print("\nShort of 1.3x eager: dptrain's step by primitive (ONEDNN_VERBOSE=1, the timed "
               "steps of one more run; ms per step and share of the step)\n")
         print("| model | dtype | step ms | " + " | ".join(PROFILE_KINDS) +
-              " | dptrain's own kernels and the rest |")
+              " | dptrain's own kernels (Winograd included) and the rest |")
         print("|---|---|---|" + "---|" * (len(PROFILE_KINDS) + 1))
     with tempfile.TemporaryDirectory() as tmp:
         for name, dt in short:
