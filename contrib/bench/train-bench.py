@@ -14,7 +14,9 @@
 # python3-setuptools, libtorch-dev):
 #     /usr/bin/python3 contrib/bench/train-bench.py --root ROOT [--overlay DIR] [--rounds N]
 #         [--isa avx2] [--no-bf16] [--no-fp32] [--no-compile] [--steps L] [--json FILE]
-#         [--build DIR] [MODEL...]
+#         [--build DIR] [--in-root] [MODEL...]
+# --in-root runs dptrain in the root too: DIR a build of this tree made there (against that
+# release's oneDNN: `make O=build-deb13` in the overlay, its -dev packages installed in it).
 # For every model and type short of 1.3x eager there, one more dptrain run with
 # ONEDNN_VERBOSE=1 says where its step goes: each kind of oneDNN primitive (convolution passes,
 # reorders, inner products, pooling) in ms per step, and the rest (dptrain's own kernels and
@@ -121,11 +123,13 @@ def vs_root(args):
     """dptrain on this host against PyTorch in another root (Debian 13's PyTorch 2.6), eager
     and torch.compile, float32 and bfloat16, interleaved rounds; medians; JSON lines.
         train-bench.py --root ROOT [--overlay DIR] [--rounds N] [--isa avx2] [--no-bf16]
-                       [--no-fp32] [--no-compile] [--steps L] [--json FILE] [--build DIR] [MODEL...]"""
+                       [--no-fp32] [--no-compile] [--steps L] [--json FILE] [--build DIR]
+                       [--in-root] [MODEL...]"""
     import datetime
     import json
     root, upper, rounds, isa, jpath = args[0], None, 3, None, None
     build, bf16, fp32, compiled, models = os.path.join(TOP, "build"), True, True, True, []
+    in_root = False
     i = 1
     while i < len(args):
         a = args[i]
@@ -150,6 +154,8 @@ def vs_root(args):
             fp32 = False
         elif a == "--no-compile":
             compiled = False
+        elif a == "--in-root":
+            in_root = True
         else:
             models.append(a)
         i += 1
@@ -168,6 +174,16 @@ def vs_root(args):
                                                 "import torch; print(torch.__version__)"]),
                          env=env, capture_output=True, text=True).stdout.strip()
     got = {}
+
+    def dp_cmd(name, steps, tag, tmp):
+        """dptrain's command for a run named tag: here, or in the root (--in-root)."""
+        if not in_root:
+            return dptrain_cmd(build, name, steps, os.path.join(tmp, tag))
+        mnt = "/mnt/dptrain"
+        return root_cmd(root, upper, dptrain_cmd(
+            os.path.join(mnt, os.path.relpath(os.path.abspath(build), TOP)), name, steps,
+            "/tmp/train-bench-%d-%d-%s" % (os.getpid(), time.time(), tag), top=mnt))
+
     with tempfile.TemporaryDirectory() as tmp:
         for name, steps in PLAN.items():
             if models and name not in models:
@@ -176,8 +192,8 @@ def vs_root(args):
                 order = sides if r % 2 == 0 else sides[::-1]
                 for tool, dt in order:
                     if tool == "dptrain":
-                        cmd = dptrain_cmd(build, name, steps, os.path.join(
-                            tmp, "%s-%d-%s" % (name, r, dt))) + ["precision.mode=" + dt]
+                        cmd = dp_cmd(name, steps, "%s-%d-%s" % (name, r, dt), tmp) + [
+                            "precision.mode=" + dt]
                         out = subprocess.run(cmd, env=env, capture_output=True, text=True)
                         v = re.findall(r"([0-9.]+) img/s", out.stdout)
                     else:
@@ -222,7 +238,8 @@ def vs_root(args):
                     "img_s": round(med[(name, tool, dt)], 2),
                     "img_s_rounds": got[(name, tool, dt)],
                     "dptrain_ratio": round(d / med[(name, tool, dt)], 3),
-                    "cpu": cpu, "isa": isa_s, "date": date, "commit": commit}))
+                    "cpu": cpu, "isa": isa_s, "date": date, "commit": commit,
+                    "dptrain_built_in": "the root" if in_root else "this host"}))
     # where a model misses 1.3x eager: which primitives take dptrain's time
     short = [(name, dt) for name in PLAN for dt in dtypes
              if med.get((name, "dptrain", dt)) and med.get((name, "torch-eager", dt)) and
@@ -235,7 +252,7 @@ def vs_root(args):
         print("|---|---|---|" + "---|" * (len(PROFILE_KINDS) + 1))
     with tempfile.TemporaryDirectory() as tmp:
         for name, dt in short:
-            cmd = dptrain_cmd(build, name, PLAN[name], os.path.join(tmp, name + dt)) + [
+            cmd = dp_cmd(name, PLAN[name], "profile-" + name + dt, tmp) + [
                 "precision.mode=" + dt]
             out = subprocess.run(cmd, env=dict(env, ONEDNN_VERBOSE="1"), capture_output=True,
                                  text=True)
@@ -279,6 +296,8 @@ def profile_of(text, steps):
                 break
             timed = True
             continue
+        # oneDNN 3 writes onednn_verbose,v1,primitive,exec,...; 2: onednn_verbose,exec,...
+        line = re.sub(r"^onednn_verbose,(v\d+,)?(primitive,)?", "onednn_verbose,", line)
         if not timed or not line.startswith("onednn_verbose,exec,"):
             continue
         f = line.split(",")
@@ -302,9 +321,9 @@ def profile_of(text, steps):
     return {"step_ms": step_ms, "ms": per, "rest_ms": step_ms - sum(per.values())}
 
 
-def dptrain_cmd(build, name, steps, outdir):
+def dptrain_cmd(build, name, steps, outdir, top=TOP):
     cmd = [os.path.join(build, "bin", "dptrain"),
-           os.path.join(TOP, "contrib", "examples", "mlp-fmnist.json"),
+           os.path.join(top, "contrib", "examples", "mlp-fmnist.json"),
            "model.name=" + name, "model.hidden=null", "train.epochs=0",
            "train.max_steps=%d" % (2 * steps), "train.log_every=%d" % steps,
            "data.eval=null", "data.batch_size=%d" % BATCH,
