@@ -341,8 +341,10 @@ static int wino_conv(const struct cpu_wino *p, const float *in, int ci, const fl
 			for (int pos = 0; pos < NPOS; pos++)
 				if (dnnl_sgemm('N', 'N', (dnnl_dim_t)nt, co, ci, 1.0f,
 					       v + pos * nt * ci, ci, u + (size_t)pos * ci * co, co,
-					       0.0f, m + pos * nt * co, co) != dnnl_success)
+					       0.0f, m + pos * nt * co, co) != dnnl_success) {
+#pragma omp atomic write
 					failed = 1;
+				}
 			for (size_t j = 0; j < nt; j++)
 				for (int g = 0; g < co / LANES; g++)
 					tile_out(ao, m + j * co + g * LANES, nt * co, t0 + j, g,
@@ -398,8 +400,10 @@ int cpu_wino_bwd_weights(const struct cpu_wino *p, const float *x, const float *
 				if (dnnl_sgemm('T', 'N', (dnnl_dim_t)c, (dnnl_dim_t)k,
 					       (dnnl_dim_t)nt, 1.0f, v + pos * nt * c,
 					       (dnnl_dim_t)c, g + pos * nt * k, (dnnl_dim_t)k, b,
-					       du + pos * c * k, (dnnl_dim_t)k) != dnnl_success)
+					       du + pos * c * k, (dnnl_dim_t)k) != dnnl_success) {
+#pragma omp atomic write
 					failed = 1;
+				}
 		}
 	}
 	if (failed)
