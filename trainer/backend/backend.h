@@ -228,9 +228,10 @@ void be_cpu_describe(char *buf, size_t len);
  * "base", following oneDNN's (so ONEDNN_MAX_CPU_ISA caps both); "reference" without oneDNN.
  * Every level computes the same values. */
 const char *be_cpu_kernels(void);
-/* The oneDNN implementation that runs pass 0 (forward), 1 (backward by data) or 2 (backward
- * by weights) of a CPU backend's convolution op ("jit_wino_4x3:avx512_core", "jit:avx2"), for
- * tests and benchmarks; "" for another backend's op, a pass without one, or no oneDNN. */
+/* The implementation that runs pass 0 (forward), 1 (backward by data) or 2 (backward by
+ * weights) of a CPU backend's convolution op: oneDNN's ("jit_wino_4x3:avx512_core",
+ * "jit:avx2") or dptrain's own Winograd ("dptrain_wino_4x3"), for tests and benchmarks; "" for
+ * another backend's op, a pass without one, or no oneDNN. */
 const char *be_cpu_conv_impl(struct backend *be, struct be_op *op, int pass);
 /* Whose float32 Winograd convolutions (3x3 stride 1) run here: 2 oneDNN's (oneDNN 2 on
  * AVX-512, asked of a ResNet layer at the instruction set it runs), 1 dptrain's own
