@@ -565,14 +565,22 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 	}
 	sigpending(&pending); /* a stop request meanwhile: the child does not inherit it */
 	fflush(NULL);
+	/* The watcher is a fork of slurmstepd that never execs: under its own name, so that
+	 * proctrack/linuxproc, which spares every process named slurmstepd, signals it like the
+	 * rest of the step (a stopped or stuck watcher otherwise outlives scancel, and Slurm
+	 * drains the node: "Kill task failed"). Named before the fork: the command, which Slurm
+	 * may exec before the watcher is scheduled again, never sees it under another name. */
+	prctl(PR_SET_NAME, DP_WATCH_NAME);
 	pid = fork();
 	if (pid < 0) {
 		slurm_error("dptrain: %s: fork: %s", ident, strerror(errno));
+		prctl(PR_SET_NAME, DP_TASK_NAME);
 		return -1;
 	}
 	if (pid == 0) {
 		int o = out_p[1] >= 0 ? out_p[1] : fd, e = err_p[1] >= 0 ? err_p[1] : fd;
 
+		prctl(PR_SET_NAME, DP_TASK_NAME); /* until Slurm execs the command */
 		tee_raise_pending(stop, &pending);
 		/* if the watcher dies, the command is told to stop */
 		if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != watcher)
@@ -583,11 +591,6 @@ static int dp_output(const char *ident, const struct dp_wire *w, const sigset_t 
 		 * with the watcher, until the command has ended) */
 		return 0;
 	}
-	/* The watcher is a fork of slurmstepd that never execs: under its own name, so that
-	 * proctrack/linuxproc, which spares every process named slurmstepd, signals it like the
-	 * rest of the step (a stopped or stuck watcher otherwise outlives scancel, and Slurm
-	 * drains the node: "Kill task failed"). */
-	prctl(PR_SET_NAME, DP_WATCH_NAME);
 	if (out_p[1] >= 0) {
 		close(out_p[1]);
 		close(err_p[1]);
