@@ -74,6 +74,8 @@ struct comm_cpu_opts {
 			       DPTRAIN_COMM_SHM=0); the same on every rank */
 	const char *node;   /* tests: this rank's node, instead of its host's identity (ranks of
 			       one name must run on one host); NULL or "": the host's */
+	size_t stream_min;  /* tests: the shared memory's outputs of this many bytes or more are
+			       written with streaming stores; 0: the machine's rule (comm_shm.c) */
 };
 
 /* The CPU engine over the store's job. Ranks on one host (the same boot and network

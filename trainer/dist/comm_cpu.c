@@ -1293,7 +1293,8 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 					      .ranks = c->packed + c->first[c->node],
 					      .node = c->node,
 					      .gen = gen,
-					      .slice_bytes = o ? o->chunk_bytes : 0};
+					      .slice_bytes = o ? o->chunk_bytes : 0,
+					      .stream_min = o ? o->stream_min : 0};
 			if (shm_create(&c->g, &c->ctl, &nd, err) < 0)
 				goto out;
 		}

@@ -48,6 +48,8 @@ struct shm_node {
 	int node;	    /* the node's index (nodes numbered by their lowest rank) */
 	long gen;	    /* the comm's generation (comm_cpu.c: the same on every rank) */
 	size_t slice_bytes; /* pipelining unit; 0: SHM_SLICE_DEFAULT (within the budget) */
+	size_t stream_min;  /* outputs this large are written with streaming stores; 0: 3/4 of
+			       the last-level cache (comm_shm.c) */
 };
 
 /* A wait ended by this comm's abort (comm_cpu.c words the message). */
