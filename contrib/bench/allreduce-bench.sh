@@ -89,7 +89,7 @@ for w in $worlds; do
 				-v jsonl="${JSONL:-}" -v cpu="$cpu" -v isa="$isa" -v commit="$commit" \
 				-v date="$date" -v runs="$runs" -v iters="$iters" -v nodes="${nodes:-1}" -v ncpu="$(nproc)" 'BEGIN {
 				cp = (t ~ /^memcpy/); alg = s / m; bus = cp ? alg : 2 * (w - 1) / w * alg; mcbw = s / mc
-				vs = (ref != "" && t != "memcpy") ? sprintf("%.2fx", ref / m) : ""
+				vs = (ref != "" && !cp) ? sprintf("%.2fx", ref / m) : ""
 				vf = (fl != "" && !cp) ? sprintf("%.0f%%", 100 * fl / m) : ""
 				printf "| %s MB | %s | %.2f | %.2f | %.2f | %.0f%% | %s | %s |\n", s, t, m, alg, bus, 100 * bus / mcbw, vs, vf
 				if (jsonl != "") {

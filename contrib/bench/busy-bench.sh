@@ -18,8 +18,9 @@
 # which the launcher leaves alone), PyTorch with OMP_WAIT_POLICY=passive ("passive").
 #
 # Rounds are interleaved; prints one JSON line per run (img_s; dptrain's the median over the
-# logged intervals after the first) and, at the end, the median of each configuration and its
-# busy / idle ratio as a markdown table.
+# logged intervals after the first; cpu_busy: the share of the machine's CPU time that was busy
+# over the measured steps, neighbour_cpu: the share the busy process took) and, at the end, the
+# median of each configuration and its busy / idle ratio as a markdown table.
 #
 #   contrib/bench/busy-bench.sh [ROUNDS] [STEPS]    (default 3, 120; needs a build in build/)
 set -eu
@@ -30,11 +31,13 @@ steps=${2:-120}
 py=${PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 busy=
-trap '[ -n "$busy" ] && kill "$busy" 2>/dev/null; rm -rf "$work"' EXIT
+sampler=
+trap '[ -n "$busy" ] && kill "$busy" 2>/dev/null; [ -n "$sampler" ] && kill "$sampler" 2>/dev/null; rm -rf "$work"' EXIT
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
 torch=$($py -c 'import torch; print(torch.__version__)')
 
+# Each tool prints its img/s and the wall-clock window it was measured over (epoch seconds).
 dptrain_ips() { # MODEL RANKS THREADS
 	local cfg="$top/contrib/examples/$1-fmnist.json" out="$work/run.$$"
 	rm -rf "$out"
@@ -42,17 +45,55 @@ dptrain_ips() { # MODEL RANKS THREADS
 		data.format=synthetic data.train.size=400000 data.eval=null train.epochs=0 \
 		train.max_steps="$steps" train.log_every=$((steps / 6 > 0 ? steps / 6 : 1)) train.threads="$3" \
 		checkpoint.resume=never checkpoint.every_epochs=0 >"$work/log" 2>&1 ||
-		{ tail -5 "$work/log" >&2; echo 0; return; }
+		{ tail -5 "$work/log" >&2; echo 0 0 0; return; }
 	$py - "$out/metrics.jsonl" <<'PY'
 import json, statistics, sys
 ev = [json.loads(l) for l in open(sys.argv[1])]
-print("%.1f" % statistics.median([e["img_per_s"] for e in ev if e.get("event") == "train"][1:]))
+ev = [e for e in ev if e.get("event") == "train"]
+# the intervals after the first: from the first logged step to the last
+print("%.1f %.3f %.3f" % (statistics.median([e["img_per_s"] for e in ev][1:]), ev[0]["time"], ev[-1]["time"]))
 PY
 }
 torch_ips() { # MODEL RANKS THREADS
-	timeout 600 $py "$top/contrib/bench/busy-ddp.py" --model "$1" --nproc "$2" --threads "$3" \
-		--steps "$steps" | $py -c 'import json,sys; print("%.1f" % json.load(sys.stdin)["img_s"])' ||
-		echo 0
+	timeout 600 "$py" "$top/contrib/bench/busy-ddp.py" --model "$1" --nproc "$2" --threads "$3" \
+		--steps "$steps" | "$py" -c 'import json,sys; r = json.load(sys.stdin); print("%.1f %.3f %.3f" % (r["img_s"], *r["window"]))' ||
+		echo 0 0 0
+}
+
+# Where the CPU time went while a tool ran: /proc/stat's CPU time and the busy process's, sampled
+# every 50 ms into FILE until killed; `share FILE START END` prints, over that window, the share of
+# the machine's CPU time that was busy and the share the busy process took (steal left out).
+sampler() { # FILE [PID]
+	"$py" - "$1" "${2:-0}" <<'PY' &
+import sys, time
+out, pid = open(sys.argv[1], "w"), sys.argv[2]
+while True:
+    with open("/proc/stat") as f:
+        c = [int(x) for x in f.readline().split()[1:8]]
+    nb = 0
+    if pid != "0":
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            nb = int(st[11]) + int(st[12])
+        except OSError:
+            pass
+    out.write("%.3f %d %d %d\n" % (time.time(), sum(c) - c[3] - c[4], sum(c), nb))
+    out.flush()
+    time.sleep(0.05)
+PY
+	sampler=$!
+}
+share() { # FILE START END
+	"$py" - "$@" <<'PY'
+import sys
+s = [[float(x) for x in l.split()] for l in open(sys.argv[1]) if len(l.split()) == 4]
+a, b = float(sys.argv[2]), float(sys.argv[3])
+lo = max([x for x in s if x[0] <= a] or s[:1], key=lambda x: x[0])
+hi = min([x for x in s if x[0] >= b] or s[-1:], key=lambda x: x[0])
+tot = hi[2] - lo[2]
+print("%.3f %.3f" % ((hi[1] - lo[1]) / tot, (hi[3] - lo[3]) / tot) if tot > 0 else "null null")
+PY
 }
 
 for cfg in ${CONFIGS:-4x1 2x2 1x2}; do
@@ -86,9 +127,14 @@ for round in $(seq "$rounds"); do
 						elif [ "$p" = other ]; then
 							export OMP_WAIT_POLICY=passive policy=passive
 						fi
-						ips=$("${tool}_ips" "$model" "$ranks" "$threads")
+						sampler "$work/samples" "$busy"
+						read -r ips w0 w1 < <("${tool}_ips" "$model" "$ranks" "$threads")
+						read -r used nb < <(share "$work/samples" "$w0" "$w1")
+						kill "$sampler"
+						wait "$sampler" 2>/dev/null || true
+						[ -n "$busy" ] || nb=null
 						unset OMP_WAIT_POLICY GOMP_SPINCOUNT
-						echo "{\"tool\": \"$tool\", \"model\": \"$model\", \"ranks\": $ranks, \"threads\": $threads, \"load\": \"$load\", \"omp_wait_policy\": \"$policy\", \"img_s\": $ips, \"round\": $round, \"steps\": $steps, \"cpu\": \"$cpu\", \"cpus\": $(nproc), \"torch\": \"$torch\", \"date\": \"$(date -u +%F)\", \"commit\": \"$commit\"}" | tee -a "$work/all.jsonl"
+						echo "{\"tool\": \"$tool\", \"model\": \"$model\", \"ranks\": $ranks, \"threads\": $threads, \"load\": \"$load\", \"omp_wait_policy\": \"$policy\", \"img_s\": $ips, \"cpu_busy\": $used, \"neighbour_cpu\": $nb, \"round\": $round, \"steps\": $steps, \"cpu\": \"$cpu\", \"cpus\": $(nproc), \"torch\": \"$torch\", \"date\": \"$(date -u +%F)\", \"commit\": \"$commit\"}" | tee -a "$work/all.jsonl"
 					done
 				done
 				if [ -n "$busy" ]; then
@@ -105,11 +151,17 @@ import collections, json, statistics, sys
 runs = collections.defaultdict(list)
 for l in open(sys.argv[1]):
     r = json.loads(l)
-    runs[(r["model"], r["ranks"], r["threads"], r["omp_wait_policy"], r["tool"], r["load"])].append(r["img_s"])
-med = {k: statistics.median(v) for k, v in runs.items()}
-print("| model | ranks x threads | OMP_WAIT_POLICY | tool | idle img/s | busy img/s | busy / idle |")
-print("|---|---|---|---|--:|--:|--:|")
-for k in sorted({k[:5] for k in med}):
-    i, b = med.get(k + ("idle",), 0), med.get(k + ("busy",), 0)
-    print("| %s | %dx%d | %s | %s | %.0f | %.0f | %.2f |" % (k[0], k[1], k[2], k[3], k[4], i, b, b / i if i else 0))
+    runs[(r["model"], r["ranks"], r["threads"], r["omp_wait_policy"], r["tool"], r["load"])].append(r)
+def med(k, f):
+    v = [r[f] for r in runs.get(k, []) if r[f] is not None]
+    return statistics.median(v) if v else None
+print("| model | ranks x threads | OMP_WAIT_POLICY | tool | idle img/s | busy img/s | busy / idle "
+      "| CPU busy, idle | CPU busy, busy | busy process's CPU |")
+print("|---|---|---|---|--:|--:|--:|--:|--:|--:|")
+pct = lambda v: "" if v is None else "%.0f%%" % (100 * v)
+for k in sorted({k[:5] for k in runs}):
+    i, b = med(k + ("idle",), "img_s") or 0, med(k + ("busy",), "img_s") or 0
+    print("| %s | %dx%d | %s | %s | %.0f | %.0f | %.2f | %s | %s | %s |" % (
+        k[0], k[1], k[2], k[3], k[4], i, b, b / i if i else 0, pct(med(k + ("idle",), "cpu_busy")),
+        pct(med(k + ("busy",), "cpu_busy")), pct(med(k + ("busy",), "neighbour_cpu"))))
 PY

@@ -4,7 +4,7 @@ throughput (gloo over TCP on 127.0.0.1) of mlp or lenet (t/reference/gen_model.p
 batch and SGD settings of contrib/examples/<model>-fmnist.json, synthetic 1x28x28 input) with
 NPROC ranks of THREADS compute threads each, as dptrain's ranks run: no barrier between steps.
 Prints one JSON object: img_s = ranks x batch x STEPS / the time rank 0 took for STEPS steps
-after WARMUP (between two barriers).
+after WARMUP (between two barriers); window: that time's start and end (epoch seconds).
 
     /usr/bin/python3 contrib/bench/busy-ddp.py --model lenet --nproc 4 --threads 1 --steps 200
 """
@@ -48,16 +48,17 @@ def worker(a):
     for _ in range(a.warmup):
         step()
     dist.barrier()
-    t0 = time.perf_counter()
+    t0, w0 = time.perf_counter(), time.time()
     for _ in range(a.steps):
         step()
     dist.barrier()
-    t = time.perf_counter() - t0
+    t, w1 = time.perf_counter() - t0, time.time()
     if dist.get_rank() == 0:
         with open(a.result, "w") as f:
             json.dump({"torch": torch.__version__, "model": a.model, "ranks": a.nproc,
                        "threads": a.threads, "batch": ex["batch"], "steps": a.steps,
-                       "img_s": a.nproc * ex["batch"] * a.steps / t}, f)
+                       "img_s": a.nproc * ex["batch"] * a.steps / t,
+                       "window": [w0, w1]}, f)
     dist.destroy_process_group()
 
 
