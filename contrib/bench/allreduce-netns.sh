@@ -11,7 +11,9 @@
 #   environment: NODES (2), PPN (2), RUNS (3), ITERS (10), PYTHON (/usr/bin/python3), JSONL
 set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
-build=${DPTRAIN_BUILD_DIR:-$top/build}
+# the script works in a directory of its own: paths given relative to the caller's, made whole
+build=$(realpath -m "${DPTRAIN_BUILD_DIR:-$top/build}")
+JSONL=${JSONL:+$(realpath -m "$JSONL")}
 bench=$build/bench/allreduce-bench
 python=${PYTHON:-/usr/bin/python3}
 nodes=${NODES:-2} ppn=${PPN:-2} runs=${RUNS:-3} iters=${ITERS:-10}

@@ -20,11 +20,13 @@
 # Rounds are interleaved; prints one JSON line per run (img_s; dptrain's the median over the
 # logged intervals after the first; cpu_busy: the share of the machine's CPU time that was busy
 # over the measured steps, neighbour_cpu: the share the busy process took) and, at the end, the
-# median of each configuration and its busy / idle ratio as a markdown table.
+# median of each configuration and its busy / idle ratio as a markdown table. JSONL=FILE also
+# appends the JSON lines to FILE (doc/perf/DATE-busy.jsonl, say).
 #
 #   contrib/bench/busy-bench.sh [ROUNDS] [STEPS]    (default 3, 120; needs a build in build/)
 set -eu
 top=$(cd "$(dirname "$0")/../.." && pwd)
+JSONL=${JSONL:+$(realpath -m "$JSONL")}
 bin="${DPTRAIN_BUILD_DIR:-$top/build}/bin"
 rounds=${1:-3}
 steps=${2:-120}
@@ -134,7 +136,7 @@ for round in $(seq "$rounds"); do
 						wait "$sampler" 2>/dev/null || true
 						[ -n "$busy" ] || nb=null
 						unset OMP_WAIT_POLICY GOMP_SPINCOUNT
-						echo "{\"tool\": \"$tool\", \"model\": \"$model\", \"ranks\": $ranks, \"threads\": $threads, \"load\": \"$load\", \"omp_wait_policy\": \"$policy\", \"img_s\": $ips, \"cpu_busy\": $used, \"neighbour_cpu\": $nb, \"round\": $round, \"steps\": $steps, \"cpu\": \"$cpu\", \"cpus\": $(nproc), \"torch\": \"$torch\", \"date\": \"$(date -u +%F)\", \"commit\": \"$commit\"}" | tee -a "$work/all.jsonl"
+						echo "{\"tool\": \"$tool\", \"model\": \"$model\", \"ranks\": $ranks, \"threads\": $threads, \"load\": \"$load\", \"omp_wait_policy\": \"$policy\", \"img_s\": $ips, \"cpu_busy\": $used, \"neighbour_cpu\": $nb, \"round\": $round, \"steps\": $steps, \"cpu\": \"$cpu\", \"cpus\": $(nproc), \"torch\": \"$torch\", \"date\": \"$(date -u +%F)\", \"commit\": \"$commit\"}" | tee -a "$work/all.jsonl" ${JSONL:+"$JSONL"}
 					done
 				done
 				if [ -n "$busy" ]; then
