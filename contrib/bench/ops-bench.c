@@ -5,7 +5,9 @@
  *
  *   make && gcc -O2 -fopenmp -DHAVE_DNNL=1 -I. -o ops-bench contrib/bench/ops-bench.c \
  *       build/lib/libdptrain-backend.a build/lib/libdptrain-common.a -ldnnl -lm
- *   ./ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME]
+ *   ./ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME] [-l LEVEL]
+ *   (-l: the backend's own kernels and Winograd transforms as built for base, avx2 or avx512,
+ *   instead of the level oneDNN runs: a per-level build's gain, measured)
  *   (DPTRAIN_CPU_CONV=plain|blocked|auto, DPTRAIN_CPU_CONV_ALG=auto|direct|winograd,
  *   ONEDNN_MAX_CPU_ISA)
  */
@@ -16,6 +18,7 @@
 #include <unistd.h>
 
 #include "trainer/backend/backend.h"
+#include "trainer/backend/backend_cpu_act.h"
 
 static double now(void)
 {
@@ -189,9 +192,10 @@ static void linear(struct backend *be, int iters, const char *name, int n, int i
 int main(int argc, char **argv)
 {
 	int threads = 0, n = 64, iters = 5, opt;
+	const char *level = NULL;
 	struct dp_error err;
 
-	while ((opt = getopt(argc, argv, "t:n:i:o:")) != -1) {
+	while ((opt = getopt(argc, argv, "t:n:i:o:l:")) != -1) {
 		switch (opt) {
 		case 't':
 			threads = atoi(optarg);
@@ -205,9 +209,13 @@ int main(int argc, char **argv)
 		case 'o':
 			only = optarg;
 			break;
+		case 'l':
+			level = optarg;
+			break;
 		default:
 			fprintf(stderr,
-				"usage: ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME]\n");
+				"usage: ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME] "
+				"[-l LEVEL]\n");
 			return 2;
 		}
 	}
@@ -216,11 +224,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ops-bench: %s\n", err.text);
 		return 1;
 	}
+	if (level && !cpu_act_use(level)) {
+		fprintf(stderr, "ops-bench: -l %s: no such level in this build\n", level);
+		return 2;
+	}
 	const char *layouts = getenv("DPTRAIN_CPU_CONV");
 	const char *alg = getenv("DPTRAIN_CPU_CONV_ALG");
-	printf("backend %s, %d threads, batch %d, best of %d, conv layouts %s, algorithm %s\n",
-	       be->ops->name, be->threads, n, iters, layouts ? layouts : "auto",
-	       alg ? alg : "auto");
+	printf("backend %s, %d threads, batch %d, best of %d, conv layouts %s, algorithm %s, own "
+	       "kernels %s\n",
+	       be->ops->name, be->threads, n, iters, layouts ? layouts : "auto", alg ? alg : "auto",
+	       cpu_act_level());
 	conv(be, iters, "conv 3x3 64->64 28x28", n, 64, 28, 64, 3, 1);
 	conv(be, iters, "conv 1x1 512->128 28x28", n, 512, 28, 128, 1, 1);
 	conv(be, iters, "conv 3x3 128->128 28x28", n, 128, 28, 128, 3, 1);
