@@ -74,6 +74,14 @@ test_expect_success 'every man page renders without warnings' '
 	done
 '
 
+test_expect_success 'every test file and script with a #! line is executable (prove and CI run them)' '
+	for f in "$DPTRAIN_SRC_DIR"/t/t[0-9]*.t "$DPTRAIN_SRC_DIR"/contrib/bench/*.sh \
+		"$DPTRAIN_SRC_DIR"/contrib/bench/*.py "$DPTRAIN_SRC_DIR"/.ci/run; do
+		case $f in */__init__.py) continue ;; esac
+		test -x "$f" || { echo "not executable: $f"; return 1; }
+	done
+'
+
 test_expect_success 'the binaries are hardened (full RELRO, stack protector)' '
 	readelf -d "$DPTRAIN_BUILD_DIR/bin/dptrain-ranktable" | grep -q "BIND_NOW\|FLAGS.*NOW" &&
 	readelf -l "$DPTRAIN_BUILD_DIR/bin/dptrain-ranktable" | grep -q GNU_RELRO
