@@ -56,12 +56,12 @@
 #define SHM_SLICE_MIN	   4096u
 #define SHM_SEGMENT_BUDGET (64u << 20)
 #define SHM_DEPTH	   3u
-/* A buffer larger than 3/4 of the last-level cache is written with streaming stores, the
- * threshold from which glibc's memcpy stores past the cache: it would not stay in the cache
- * anyway, and they spare the read of each line before it is written. Below it a streamed
- * output costs a trip to memory that the next reader pays again (measured on a Xeon with a
- * 480 MiB L3, 2 ranks: 11.2 MB 1.6 ms cached against 2.7 ms streamed, 102 MB 20 against 26).
- * Where the cache's size is unknown: SHM_STREAM_MIN. */
+/* A buffer larger than 3/4 of the last-level cache is written with streaming stores (glibc's
+ * memcpy streams from a threshold of the same order, a fraction of the L3): it would not stay
+ * in the cache anyway, and they spare the read of each line before it is written. Below it a
+ * streamed output costs a trip to memory that the next reader pays again (measured on a Xeon
+ * with a 480 MiB L3, 2 ranks: 11.2 MB 1.6 ms cached against 2.7 ms streamed, 102 MB 20
+ * against 26). Where the cache's size is unknown: SHM_STREAM_MIN. */
 #define SHM_STREAM_MIN (8u << 20)
 /* Spinning before sleeping: between these, halved when a spin ends in a sleep, doubled when it
  * succeeds; and how long one sleep lasts at most before the store and the clock are checked. */
