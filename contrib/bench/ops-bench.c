@@ -6,7 +6,7 @@
  *   make && gcc -O2 -fopenmp -DHAVE_DNNL=1 -I. -o ops-bench contrib/bench/ops-bench.c \
  *       build/lib/libdptrain-backend.a build/lib/libdptrain-common.a -ldnnl -lm
  *   ./ops-bench [-t THREADS] [-n BATCH] [-i ITERS] [-o NAME] [-l LEVEL]
- *   (-l: the backend's own kernels and Winograd transforms as built for base, avx2 or avx512,
+ *   (-l: the backend's own kernels (backend_cpu_act.c) as built for base, avx2 or avx512,
  *   instead of the level oneDNN runs: a per-level build's gain, measured)
  *   (DPTRAIN_CPU_CONV=plain|blocked|auto, DPTRAIN_CPU_CONV_ALG=auto|direct|winograd,
  *   ONEDNN_MAX_CPU_ISA)

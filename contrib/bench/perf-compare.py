@@ -48,7 +48,8 @@ def read(path):
     try:
         f = sys.stdin if path == "-" else open(path, encoding="utf-8")
     except OSError as e:
-        sys.exit(print("perf-compare: %s: %s" % (path, e.strerror), file=sys.stderr) or 2)
+        print("perf-compare: %s: %s" % (path, e.strerror), file=sys.stderr)
+        sys.exit(2)
     with f:
         for n, line in enumerate(f, 1):
             if not line.strip():
