@@ -98,6 +98,19 @@ def cpu_model():
     return "?"
 
 
+def cpu_isa():
+    """The CPU's widest vectors as allreduce-bench.sh names them: avx512f or avx2 (or sse),
+    +amx where it has AMX tiles. Two CPUs of one model name may differ (an EPYC with AVX-512
+    or with AVX2 only, as a hypervisor shows it)."""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                fl = set(line.split(":", 1)[1].split())
+                isa = "avx512f" if "avx512f" in fl else "avx2" if "avx2" in fl else "sse"
+                return isa + ("+amx" if "amx_tile" in fl else "")
+    return "?"
+
+
 def root_cmd(root, upper, argv):
     """argv (a command of the root) run in the root at root, this tree at /mnt/dptrain and the
     data sets at their place, in a mount namespace of its own (nothing stays mounted); with
@@ -211,7 +224,7 @@ def vs_root(args):
                           file=sys.stderr)
     med = {k: sorted(v)[len(v) // 2] for k, v in got.items()}
     cpu, date = cpu_model(), datetime.datetime.utcnow().strftime("%Y-%m-%d")
-    isa_s = isa or "best (oneDNN's and ATen's)"
+    isa_s = isa or "best (oneDNN's and ATen's): " + cpu_isa()
     print("| model | dtype | dptrain img/s | PyTorch %s eager | torch.compile | vs eager |"
           " vs compile |" % ver)
     print("|---|---|---|---|---|---|---|")
