@@ -34,7 +34,8 @@ py=${PYTHON:-/usr/bin/python3}
 work=$(mktemp -d)
 busy=
 sampler=
-trap '[ -n "$busy" ] && kill "$busy" 2>/dev/null; [ -n "$sampler" ] && kill "$sampler" 2>/dev/null; rm -rf "$work"' EXIT
+# (under set -e: a sampler that has ended already is no failure of the run)
+trap '[ -z "$busy" ] || kill "$busy" 2>/dev/null || true; [ -z "$sampler" ] || kill "$sampler" 2>/dev/null || true; rm -rf "$work"' EXIT
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
 torch=$($py -c 'import torch; print(torch.__version__)')
