@@ -57,35 +57,6 @@ static void layout2(struct shm_layout *l)
 	shm_layout_of(&nd, l);
 }
 
-/* The slice a node's layout gets: 256 KiB while each rank can have a CPU, 1 MiB where the
- * node's ranks outnumber its CPUs, within the segment's budget (64 MiB over 3 rounds of n x n
- * slices), a size asked for taken as it is. */
-static void test_slice(void)
-{
-	static const int ranks[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-	static const struct {
-		int nlocal, cpus;
-		size_t asked, want;
-	} c[] = {
-	    {2, 2, 0, 256u << 10}, {4, 4, 0, 256u << 10},  {4, 0, 0, 256u << 10},
-	    {4, 2, 0, 1u << 20},   {3, 2, 0, 1u << 20},	   {4, 64, 0, 256u << 10},
-	    {8, 2, 0, 349504},	   {8, 16, 0, 256u << 10}, {4, 2, 65536, 65536},
-	};
-	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
-		struct shm_node nd = {.world = c[i].nlocal,
-				      .nlocal = c[i].nlocal,
-				      .ranks = ranks,
-				      .gen = 1,
-				      .slice_bytes = c[i].asked,
-				      .cpus = c[i].cpus};
-		struct shm_layout l;
-		shm_layout_of(&nd, &l);
-		ok(l.slice == c[i].want,
-		   "slice: %d ranks, %d CPUs, %zu asked: %llu bytes (want %zu)", c[i].nlocal,
-		   c[i].cpus, c[i].asked, (unsigned long long)l.slice, c[i].want);
-	}
-}
-
 static struct store_opts opts(const struct ranks_job *j, int rank, const char *secret)
 {
 	struct store_opts so = {.master_addr = "127.0.0.1",
@@ -796,7 +767,6 @@ int main(void)
 {
 	double t0 = ranks_now();
 	test_header();
-	test_slice();
 	test_foreign();
 	test_strangers();
 	test_kill(3, 2);

@@ -1294,7 +1294,6 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 					      .node = c->node,
 					      .gen = gen,
 					      .slice_bytes = o ? o->chunk_bytes : 0,
-					      .cpus = (int)sysconf(_SC_NPROCESSORS_ONLN),
 					      .stream_min = o ? o->stream_min : 0};
 			if (shm_create(&c->g, &c->ctl, &nd, err) < 0)
 				goto out;

@@ -51,14 +51,8 @@
 #endif
 
 /* The slice: large enough that a round's waits cost little beside its copies, small enough
- * that a round's slots stay in the caches; within SHM_SEGMENT_BUDGET for many local ranks.
- * On a node with more ranks than CPUs (4 ranks on 2, say) a wait that two ranks of one CPU
- * share ends only when the other one is scheduled: every round costs context switches, so
- * rounds there are 4 times larger (measured on a 2-core AMD EPYC, 4 ranks, 3 runs each:
- * 11.2 MB 7.7-10.4 ms with 256 KiB against 5.3-8.0 with 1 MiB, 44.8 MB 31-38 against 21-26,
- * 102 MB 59-99 against 53-62; 2 ranks on 2 CPUs were as fast or faster with 256 KiB). */
+ * that a round's slots stay in the caches; within SHM_SEGMENT_BUDGET for many local ranks. */
 #define SHM_SLICE_DEFAULT  (256u << 10)
-#define SHM_SLICE_CROWDED  (1u << 20)
 #define SHM_SLICE_MIN	   4096u
 #define SHM_SEGMENT_BUDGET (64u << 20)
 #define SHM_DEPTH	   3u
@@ -224,10 +218,8 @@ static size_t round_up(size_t v, size_t to)
 static void layout(const struct shm_node *nd, struct shm_layout *l, size_t *lines_at,
 		   size_t *data_at)
 {
-	size_t n = (size_t)nd->nlocal, slice = nd->slice_bytes;
-	if (!slice)
-		slice =
-		    nd->cpus > 0 && nd->nlocal > nd->cpus ? SHM_SLICE_CROWDED : SHM_SLICE_DEFAULT;
+	size_t n = (size_t)nd->nlocal,
+	       slice = nd->slice_bytes ? nd->slice_bytes : SHM_SLICE_DEFAULT;
 	size_t most = SHM_SEGMENT_BUDGET / (SHM_DEPTH * n * n);
 	if (!nd->slice_bytes && slice > most)
 		slice = most;

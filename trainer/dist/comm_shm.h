@@ -47,10 +47,7 @@ struct shm_node {
 	const int *ranks;   /* their nlocal global ranks, ascending: ranks[0] leads */
 	int node;	    /* the node's index (nodes numbered by their lowest rank) */
 	long gen;	    /* the comm's generation (comm_cpu.c: the same on every rank) */
-	size_t slice_bytes; /* pipelining unit; 0: SHM_SLICE_DEFAULT, or SHM_SLICE_CROWDED when
-			       the node's ranks outnumber cpus (within the budget, comm_shm.c) */
-	int cpus;	    /* the host's online CPUs (the same for every rank of the node); 0:
-			       unknown */
+	size_t slice_bytes; /* pipelining unit; 0: SHM_SLICE_DEFAULT (within the budget) */
 	size_t stream_min;  /* outputs this large are written with streaming stores; 0: 3/4 of
 			       the last-level cache (comm_shm.c) */
 };
