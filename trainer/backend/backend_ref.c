@@ -196,16 +196,23 @@ void be_ref_relu_fwd(const float *x, float *y, size_t n, int par)
 		y[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
+/* dy is read whatever the mask: a load under the condition kept gcc from vectorizing the loop
+ * (no masked loads below AVX), and the branch it made instead mispredicted on about half the
+ * elements (a 784-512-512-10 MLP's step spent 5% of its time here on an AMD EPYC). */
 void be_ref_relu_bwd(const float *y, const float *dy, float *dx, size_t n, float beta, int par)
 {
 	if (beta == 0.0f) {
 #pragma omp parallel for simd schedule(static) if (par)
-		for (size_t i = 0; i < n; i++)
-			dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+		for (size_t i = 0; i < n; i++) {
+			float d = dy[i];
+			dx[i] = y[i] > 0.0f ? d : 0.0f;
+		}
 	} else {
 #pragma omp parallel for simd schedule(static) if (par)
-		for (size_t i = 0; i < n; i++)
-			dx[i] = (y[i] > 0.0f ? dy[i] : 0.0f) + beta * dx[i];
+		for (size_t i = 0; i < n; i++) {
+			float d = dy[i];
+			dx[i] = (y[i] > 0.0f ? d : 0.0f) + beta * dx[i];
+		}
 	}
 }
 
