@@ -225,7 +225,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	if (level && !cpu_act_use(level)) {
-		fprintf(stderr, "ops-bench: -l %s: no such level in this build\n", level);
+		fprintf(
+		    stderr,
+		    "ops-bench: -l %s: no such level in this build, or this CPU cannot run it\n",
+		    level);
 		return 2;
 	}
 	const char *layouts = getenv("DPTRAIN_CPU_CONV");

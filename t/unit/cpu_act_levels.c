@@ -205,9 +205,19 @@ int main(void)
 	const char *levels[] = {"avx2", "avx512"};
 	const int nlay = sizeof(lay) / sizeof(lay[0]);
 
-	plan(2 * (nlay + 1) + 3);
+	plan(2 * (nlay + 1) + 4);
 	ok(cpu_act_use("base") && strcmp(cpu_act_level(), "base") == 0, "the base level is there");
 	ok(!cpu_act_use("sse9"), "an unknown level is refused");
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (!__builtin_cpu_supports("avx512f"))
+		ok(!cpu_act_use("avx512") && strcmp(cpu_act_level(), "base") == 0,
+		   "avx512 is refused on a CPU without AVX-512, the level unchanged (was SIGILL)");
+	else
+		skip(1, "this CPU has AVX-512: no level to refuse");
+#else
+	skip(1, "not x86-64: no level to refuse");
+#endif
 	for (int l = 0; l < 2; l++) {
 		int have = 0;
 #if defined(__x86_64__)

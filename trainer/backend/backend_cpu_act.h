@@ -85,7 +85,7 @@ extern const struct cpu_act_kernels cpu_act_kernels_avx2, cpu_act_kernels_avx512
  * AVX-512 (avx512_core or above, after ONEDNN_MAX_CPU_ISA), "avx2" where it runs AVX2, else
  * "base"; chosen when a CPU backend is created. cpu_act_use(NULL) chooses again from oneDNN;
  * cpu_act_use("base") etc. forces a level (the unit tests compare them). Returns the level's
- * name, or NULL for a level this build lacks. */
+ * name, or NULL (the level unchanged) for a level this build or this CPU lacks. */
 const char *cpu_act_use(const char *level);
 const char *cpu_act_level(void);
 

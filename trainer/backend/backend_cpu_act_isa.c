@@ -36,6 +36,22 @@ static int level_of_dnnl(void)
 	return 0;
 }
 
+/* Whether this CPU runs level i's instructions: a forced level it lacks would end the process
+ * with SIGILL (as the unit test's did on an AMD EPYC with AVX2 only). */
+static int cpu_runs(size_t i)
+{
+#if CPU_ACT_X86
+	__builtin_cpu_init();
+	if (i == 1)
+		return __builtin_cpu_supports("avx2");
+	if (i == 2)
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+#endif
+	(void)i;
+	return 1;
+}
+
 const char *cpu_act_use(const char *level)
 {
 	if (!level) {
@@ -44,6 +60,8 @@ const char *cpu_act_use(const char *level)
 	}
 	for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++)
 		if (strcmp(levels[i].name, level) == 0) {
+			if (!cpu_runs(i))
+				return NULL;
 			cur = (int)i;
 			return levels[i].name;
 		}
