@@ -1,9 +1,9 @@
 #!/bin/sh
 # t0322-comm-shm.t — the CPU engine's shared memory and hierarchical allreduce in real steps:
-# srun --dptrain trains 2 ranks on one node through shared memory to the very bits of the TCP
-# ring (DPTRAIN_COMM_SHM=0), and 2 nodes x 2 ranks in network namespaces go through shared
-# memory in each node and the TCP ring between the nodes, the same bits from run to run; no
-# step leaves anything in /dev/shm. Owns its trash directory and its two clusters.
+# srun --dptrain trains 2 ranks on one node through shared memory (the gradients in it, reduced
+# in place) to the very bits of the TCP ring (DPTRAIN_COMM_SHM=0), and 2 nodes x 2 ranks in
+# network namespaces go through shared memory in each node and the TCP ring between the nodes,
+# the same bits from run to run; no step leaves anything in /dev/shm. Owns its trash directory and its two clusters.
 
 test_description='shared-memory collectives and the hierarchical allreduce in srun --dptrain steps'
 
@@ -39,10 +39,10 @@ test_expect_success 'setup: a one-node Slurm' '
 
 test_expect_success '2 ranks on one node: shared memory, the TCP ring'"'"'s bits' '
 	timeout 300 srun -n2 --dptrain=one.json dptrain $args >out 2>err &&
-	grep "^dptrain: 2 ranks, average of gradients on cpu (shared memory: 2 ranks on 1 node)" out &&
+	grep "^dptrain: 2 ranks, average of gradients on cpu (shared memory: 2 ranks on 1 node), gradients in shared memory reduced in place," out &&
 	shm=$(newest one) &&
 	DPTRAIN_COMM_SHM=0 timeout 300 srun -n2 --dptrain=one.json dptrain $args >out 2>err &&
-	grep "^dptrain: 2 ranks, average of gradients on cpu (TCP ring)" out &&
+	grep "^dptrain: 2 ranks, average of gradients on cpu (TCP ring), [0-9]* gradient bucket" out &&
 	tcp=$(newest one) &&
 	test "$shm" != "$tcp" &&
 	test -s "$shm/model.safetensors" &&
@@ -60,7 +60,7 @@ test_expect_success NETNS 'setup: two nodes in network namespaces' '
 
 test_expect_success NETNS '2 nodes x 2 ranks: shared memory in each node, the TCP ring between them, the same bits twice' '
 	timeout 300 srun -N2 --ntasks-per-node=2 --dptrain=two.json dptrain $args >out 2>err &&
-	grep "^dptrain: 4 ranks, average of gradients on cpu (shared memory in each node, TCP ring between 2 nodes)" out &&
+	grep "^dptrain: 4 ranks, average of gradients on cpu (shared memory in each node, TCP ring between 2 nodes), [0-9]* gradient bucket" out &&
 	first=$(newest two) &&
 	test "$(dp_json "$first/rank_table.json" "d[\"server_count\"]")" = 2 &&
 	timeout 300 srun -N2 --ntasks-per-node=2 --dptrain=two.json dptrain $args >out 2>err &&

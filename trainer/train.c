@@ -711,13 +711,15 @@ static int run_announce(struct run *r, struct dp_error *err)
 			bdesc);
 	}
 	if (r->ddp && r->rank0)
-		fprintf(out,
-			"dptrain: %d ranks, %s of %s on %s, %d gradient bucket%s, %d x %d samples "
-			"per step\n",
-			env->world_size, c->parallel.gradients_mean ? "average" : "sum",
-			"gradients", env->comm->ops->name, ddp_bucket_count(r->ddp),
-			ddp_bucket_count(r->ddp) == 1 ? "" : "s", env->world_size,
-			c->data.batch_size * r->accum);
+		fprintf(
+		    out,
+		    "dptrain: %d ranks, %s of %s on %s%s, %d gradient bucket%s, %d x %d samples "
+		    "per step\n",
+		    env->world_size, c->parallel.gradients_mean ? "average" : "sum", "gradients",
+		    env->comm->ops->name,
+		    ddp_grads_shared(r->ddp) ? ", gradients in shared memory reduced in place" : "",
+		    ddp_bucket_count(r->ddp), ddp_bucket_count(r->ddp) == 1 ? "" : "s",
+		    env->world_size, c->data.batch_size * r->accum);
 	if (r->zero && r->rank0)
 		fprintf(out,
 			"dptrain: optimizer state sharded over %d ranks (ZeRO-1): rank 0 updates "

@@ -4,12 +4,14 @@
  * size. allreduce-gloo.py measures torch.distributed's gloo the same way; allreduce-bench.sh
  * runs both. Touches nothing but stdout.
  *
- *   allreduce-bench [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [-t] [-n NODES] [SIZE_MB...]
+ *   allreduce-bench [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [-t] [-n NODES] [-s] [SIZE_MB...]
  *   allreduce-bench -m [-w WORLD] [-i ITERS] [SIZE_MB...]
  *   allreduce-bench -e [-i ITERS] [SIZE_MB...]
  *   (default: 2 ranks, 20 iterations, 1 11.2 44.8 102 MB; MB = 10^6 bytes)
  * -t: the TCP ring only (as DPTRAIN_COMM_SHM=0); -n: rank r on node "n<r % NODES>" (shared
- * memory in each, the TCP ring between them, all on this host); -m: memcpy of each size in
+ * memory in each, the TCP ring between them, all on this host); -s: the buffers in the comm's
+ * shared buffer (shared_alloc, where DDP keeps its gradients; reduced in place), where it has
+ * one (one node of several ranks), else as without -s; -m: memcpy of each size in
  * this one process instead (the machine's copy bandwidth), or with -w in WORLD processes at
  * once, each iteration as slow as the slowest (the floor of a WORLD-rank allreduce: each rank
  * reads its input and writes its output once, all at once); -e: one rank of a job started by srun
@@ -63,7 +65,7 @@ static int free_port(void)
 
 struct bench_opts {
 	size_t chunk;
-	int tcp_only, nodes, from_env;
+	int tcp_only, nodes, from_env, shared;
 };
 
 /* memcpy of each size, from a buffer to another (both touched first): median GB/s = size /
@@ -227,9 +229,26 @@ static int rank_main(int rank, int world, int port, int iters, const struct benc
 	if (rank == 0)
 		fprintf(stderr, "allreduce-bench: %d ranks, %s\n", world, c->ops->name);
 	double *t = calloc((size_t)iters, sizeof(*t));
+	float *shared = NULL;
+	if (bo->shared) {
+		size_t most = 0;
+		for (int k = 0; k < nsizes; k++)
+			if ((size_t)(mb[k] * 1e6 / 4) > most)
+				most = (size_t)(mb[k] * 1e6 / 4);
+		void *sh = NULL;
+		if (c->ops->shared_alloc(c, most * sizeof(float), &sh, &err) < 0) {
+			fprintf(stderr, "allreduce-bench: rank %d: %s\n", rank, err.text);
+			return 1;
+		}
+		shared = sh;
+		if (rank == 0)
+			fprintf(stderr, "allreduce-bench: %s\n",
+				shared ? "buffers in the comm's shared buffer"
+				       : "no shared buffer here: buffers of the ranks' own");
+	}
 	for (int k = 0; k < nsizes; k++) {
 		size_t count = (size_t)(mb[k] * 1e6 / 4);
-		float *buf = malloc(count * sizeof(float));
+		float *buf = shared ? shared : malloc(count * sizeof(float));
 		for (size_t i = 0; i < count; i++)
 			buf[i] = (float)((i * 2654435761u + (unsigned)rank) % 1000) * 1e-3f;
 		for (int it = -2; it < iters; it++) { /* two warm-up rounds */
@@ -241,7 +260,8 @@ static int rank_main(int rank, int world, int port, int iters, const struct benc
 			if (it >= 0)
 				t[it] = now_s() - t0;
 		}
-		free(buf);
+		if (buf != shared)
+			free(buf);
 		qsort(t, (size_t)iters, sizeof(*t), cmp_double);
 		double med = t[iters / 2];
 		if (rank == 0) {
@@ -265,7 +285,7 @@ int main(int argc, char **argv)
 	struct bench_opts bo = {0};
 	double sizes[32] = {1, 11.2, 44.8, 102};
 	int nsizes = 4;
-	while ((opt = getopt(argc, argv, "w:i:c:tn:me")) != -1) {
+	while ((opt = getopt(argc, argv, "w:i:c:tn:mes")) != -1) {
 		switch (opt) {
 		case 'w':
 			world = atoi(optarg);
@@ -289,11 +309,14 @@ int main(int argc, char **argv)
 		case 'e':
 			bo.from_env = 1;
 			break;
+		case 's':
+			bo.shared = 1;
+			break;
 		default:
 			fprintf(
 			    stderr,
-			    "usage: %s [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [-t] [-n NODES] [-m] "
-			    "[-e] [SIZE_MB...]\n",
+			    "usage: %s [-w WORLD] [-i ITERS] [-c CHUNK_BYTES] [-t] [-n NODES] [-s] "
+			    "[-m] [-e] [SIZE_MB...]\n",
 			    argv[0]);
 			return 2;
 		}

@@ -49,7 +49,8 @@ struct job {
 	enum fault fault;
 	int slow; /* a rank whose own timeout is LONG_S: its timer fires late (0: none) */
 	enum shape shape;
-	int nodes; /* SHAPE_NODES: how many */
+	int nodes;  /* SHAPE_NODES: how many */
+	int shared; /* the allreduces run in the comm's shared buffer (shared_alloc) */
 };
 
 static const char *shape_name(const struct job *s)
@@ -242,17 +243,30 @@ static int comm_fail(struct check *k, const char *what, const struct dp_error *e
 	return -1;
 }
 
-/* allreduce: elements in the ring's order bit for bit, near the exact sum, twice the same. */
-static int check_allreduce(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
-			   enum comm_redop op)
+/* The comm's shared buffer (shared_alloc; one node of several ranks), NULL where it has none. */
+static unsigned char *shared_buf;
+static size_t shared_cap;
+
+/* allreduce: elements in the ring's order bit for bit, near the exact sum, twice the same.
+ * in_shared: buf is in the shared buffer (at an offset that moves with count), reduced in
+ * place there; its bits must be those of the private buffer and of the engine's order. */
+static int check_allreduce_in(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
+			      enum comm_redop op, int in_shared)
 {
 	int r = c->rank, w = c->world_size, avg = op == COMM_AVG, salt = 10 + 2 * t + avg;
-	size_t es = comm_dtype_size(t);
+	size_t es = comm_dtype_size(t), off = (count % 5) * es;
 	char what[64];
 	struct dp_error err;
-	snprintf(what, sizeof(what), "allreduce %s %s", avg ? "avg" : "sum",
-		 t == COMM_F64 ? "f64" : "f32");
-	unsigned char *buf = malloc(count * es + 1), *again = malloc(count * es + 1);
+	snprintf(what, sizeof(what), "allreduce%s %s %s", in_shared ? " (shared buffer)" : "",
+		 avg ? "avg" : "sum", t == COMM_F64 ? "f64" : "f32");
+	if (in_shared && (!shared_buf || off + count * es > shared_cap)) {
+		struct dp_error e;
+		errprintf(&e, "no shared buffer (%p), or %zu bytes at %zu past its %zu",
+			  (void *)shared_buf, count * es, off, shared_cap);
+		return comm_fail(k, what, &e);
+	}
+	unsigned char *buf = in_shared ? shared_buf + off : malloc(count * es + 1),
+		      *again = malloc(count * es + 1);
 	int rv = -1;
 	fill(buf, count, t, r, salt);
 	memcpy(again, buf, count * es);
@@ -279,14 +293,25 @@ static int check_allreduce(struct comm *c, struct check *k, size_t count, enum c
 		}
 	}
 	if (memcmp(buf, again, count * es) != 0)
-		check_fail(k, "allreduce run twice", count, 0, 0, 0);
-	digest(k, buf, count * es);
+		check_fail(k,
+			   in_shared ? "allreduce in the shared buffer and in a private one"
+				     : "allreduce run twice",
+			   count, 0, 0, 0);
+	if (!in_shared)
+		digest(k, buf, count * es); /* the shapes' digests compare the same checks */
 	k->n++;
 	rv = 0;
 out:
-	free(buf);
+	if (!in_shared)
+		free(buf);
 	free(again);
 	return rv;
+}
+
+static int check_allreduce(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
+			   enum comm_redop op)
+{
+	return check_allreduce_in(c, k, count, t, op, 0);
 }
 
 static int check_reduce_scatter(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
@@ -406,11 +431,25 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 	shape = j->arg;
 	if (open_all(j, rank, &st, &c, 4096, msg, len) < 0)
 		return -1;
+	/* a shared buffer on one node of several ranks, none anywhere else */
+	void *sh = NULL;
+	shared_cap = ((3 * per + 1 > 12345 ? 3 * per + 1 : 12345) + 4) * sizeof(double);
+	if (c->ops->shared_alloc(c, shared_cap, &sh, &err) < 0)
+		comm_fail(&k, "shared_alloc", &err);
+	else if ((sh != NULL) != (shape->shape == SHAPE_HOST && j->world > 1))
+		comm_fail(&k, "shared_alloc",
+			  &(struct dp_error){"a shared buffer where none should be, or none "
+					     "on one node of several ranks"});
+	shared_buf = sh;
 	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]) && !k.failed; ci++) {
 		size_t n = counts[ci];
 		for (int t = COMM_F32; t <= COMM_F64; t++) {
 			check_allreduce(c, &k, n, t, COMM_SUM);
 			check_allreduce(c, &k, n, t, COMM_AVG);
+			if (shared_buf) {
+				check_allreduce_in(c, &k, n, t, COMM_SUM, 1);
+				check_allreduce_in(c, &k, n, t, COMM_AVG, 1);
+			}
 			check_reduce_scatter(c, &k, n, t, COMM_SUM, 0);
 			check_reduce_scatter(c, &k, n, t, COMM_AVG, 1);
 			check_allgather(c, &k, n, t, 0);
@@ -696,9 +735,12 @@ out:
  * Failures. Survivors loop allreduce until it fails; msg gets "<seconds the failing call
  * took>|<its message>|<the message of the call after it>". */
 
+/* The fault tests' buffers: in the comm's shared buffer (job.shared), else their own. */
+static float *fault_shared;
+
 static int survive(struct comm *c, size_t count, int iters, char *msg, size_t len)
 {
-	float *buf = calloc(count, sizeof(float));
+	float *buf = fault_shared ? fault_shared : calloc(count, sizeof(float));
 	struct dp_error err;
 	int rv = -1;
 	for (int it = 0; it < iters; it++) {
@@ -714,7 +756,8 @@ static int survive(struct comm *c, size_t count, int iters, char *msg, size_t le
 	}
 	if (rv < 0)
 		snprintf(msg, len, "no failure in %d allreduces", iters);
-	free(buf);
+	if (buf != fault_shared)
+		free(buf);
 	return rv;
 }
 
@@ -725,12 +768,13 @@ struct loop_arg {
 static void *loop_thread(void *p)
 {
 	struct loop_arg *a = p;
-	float *buf = calloc(1 << 18, sizeof(float));
+	float *buf = fault_shared ? fault_shared : calloc(1 << 18, sizeof(float));
 	struct dp_error err;
 	for (;;)
 		if (a->c->ops->allreduce(a->c, buf, 1 << 18, COMM_F32, COMM_SUM, &err) < 0)
 			break;
-	free(buf);
+	if (buf != fault_shared)
+		free(buf);
 	return NULL;
 }
 
@@ -740,7 +784,7 @@ static void allreduces(struct comm *c, int n)
 	float x[16] = {0};
 	struct dp_error err;
 	for (int i = 0; i < n; i++)
-		c->ops->allreduce(c, x, 16, COMM_F32, COMM_SUM, &err);
+		c->ops->allreduce(c, fault_shared ? fault_shared : x, 16, COMM_F32, COMM_SUM, &err);
 }
 
 /* The special rank does the job's fault; everyone else survive()s it. One that dies _exit()s
@@ -754,6 +798,15 @@ static int rank_fault(const struct ranks_job *j, int rank, char *msg, size_t len
 	struct comm *c;
 	if (open_all(j, rank, &st, &c, 0, msg, len) < 0)
 		return -1;
+	if (s->shared) {
+		void *sh = NULL;
+		struct dp_error err;
+		if (c->ops->shared_alloc(c, (1 << 18) * sizeof(float), &sh, &err) < 0 || !sh) {
+			snprintf(msg, len, "no shared buffer: %s", sh ? "" : err.text);
+			return -1;
+		}
+		fault_shared = sh;
+	}
 	if (rank == s->special) {
 		switch (s->fault) {
 		case FAULT_DIES: {
@@ -798,12 +851,12 @@ struct fault_case {
 #define WAITED4 "3 of 4 ranks were waiting"
 
 static const struct fault_case faults[] = {
-    {"rank 2 dies", 4, -1, {LONG_S, 2, FAULT_DIES, 0, SHAPE_HOST, 0}, "rank 2", "died", "", 0},
-    {"rank 0 dies", 3, -1, {LONG_S, 0, FAULT_DIES, 0, SHAPE_HOST, 0}, "rank 0", "died", "", 0},
+    {"rank 2 dies", 4, -1, {LONG_S, 2, FAULT_DIES, 0, SHAPE_HOST, 0, 0}, "rank 2", "died", "", 0},
+    {"rank 0 dies", 3, -1, {LONG_S, 0, FAULT_DIES, 0, SHAPE_HOST, 0, 0}, "rank 0", "died", "", 0},
     {"rank 1 stops",
      3,
      1,
-     {1.5, 1, FAULT_STOPS, 0, SHAPE_HOST, 0},
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_HOST, 0, 0},
      "rank 1",
      "stopped taking part",
      WAITED,
@@ -811,7 +864,7 @@ static const struct fault_case faults[] = {
     {"rank 1 stops, 2 is late",
      3,
      1,
-     {1.5, 1, FAULT_STOPS, 2, SHAPE_HOST, 0},
+     {1.5, 1, FAULT_STOPS, 2, SHAPE_HOST, 0, 0},
      "rank 1",
      "stopped",
      WAITED,
@@ -819,7 +872,7 @@ static const struct fault_case faults[] = {
     {"rank 0 sleeps",
      3,
      0,
-     {1.5, 0, FAULT_SLEEPS, 0, SHAPE_HOST, 0},
+     {1.5, 0, FAULT_SLEEPS, 0, SHAPE_HOST, 0, 0},
      "rank 0",
      "stopped",
      WAITED,
@@ -827,7 +880,7 @@ static const struct fault_case faults[] = {
     {"rank 0 stops",
      3,
      0,
-     {1.5, 0, FAULT_STOPS, 0, SHAPE_HOST, 0},
+     {1.5, 0, FAULT_STOPS, 0, SHAPE_HOST, 0, 0},
      "rank 0",
      "not responding",
      "",
@@ -835,16 +888,41 @@ static const struct fault_case faults[] = {
     {"rank 1 aborts",
      3,
      -1,
-     {LONG_S, 1, FAULT_ABORTS, 0, SHAPE_HOST, 0},
+     {LONG_S, 1, FAULT_ABORTS, 0, SHAPE_HOST, 0, 0},
      "loss is nan",
      "rank 1",
      "",
      0},
+    /* the allreduces in the shared buffer, each rank's read and written by the others */
+    {"shared buffer: rank 2 dies",
+     4,
+     -1,
+     {LONG_S, 2, FAULT_DIES, 0, SHAPE_HOST, 0, 1},
+     "rank 2",
+     "died",
+     "",
+     0},
+    {"shared buffer: rank 0 dies",
+     3,
+     -1,
+     {LONG_S, 0, FAULT_DIES, 0, SHAPE_HOST, 0, 1},
+     "rank 0",
+     "died",
+     "",
+     0},
+    {"shared buffer: rank 1 stops",
+     3,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_HOST, 0, 1},
+     "rank 1",
+     "stopped taking part",
+     WAITED,
+     1},
     /* the TCP ring alone (DPTRAIN_COMM_SHM=0), as before the shared memory */
     {"TCP ring: rank 2 dies",
      4,
      -1,
-     {LONG_S, 2, FAULT_DIES, 0, SHAPE_TCP, 0},
+     {LONG_S, 2, FAULT_DIES, 0, SHAPE_TCP, 0, 0},
      "rank 2",
      "died",
      "",
@@ -852,7 +930,7 @@ static const struct fault_case faults[] = {
     {"TCP ring: rank 1 stops",
      3,
      1,
-     {1.5, 1, FAULT_STOPS, 0, SHAPE_TCP, 0},
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_TCP, 0, 0},
      "rank 1",
      "stopped taking part",
      WAITED,
@@ -861,7 +939,7 @@ static const struct fault_case faults[] = {
     {"2 nodes: rank 3 dies",
      4,
      -1,
-     {LONG_S, 3, FAULT_DIES, 0, SHAPE_NODES, 2},
+     {LONG_S, 3, FAULT_DIES, 0, SHAPE_NODES, 2, 0},
      "rank 3",
      "died",
      "",
@@ -869,7 +947,7 @@ static const struct fault_case faults[] = {
     {"2 nodes: rank 1 stops",
      4,
      1,
-     {1.5, 1, FAULT_STOPS, 0, SHAPE_NODES, 2},
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_NODES, 2, 0},
      "rank 1",
      "stopped taking part",
      WAITED4,
@@ -877,7 +955,7 @@ static const struct fault_case faults[] = {
     {"2 nodes: rank 2 stops",
      4,
      2,
-     {1.5, 2, FAULT_STOPS, 0, SHAPE_NODES, 2},
+     {1.5, 2, FAULT_STOPS, 0, SHAPE_NODES, 2, 0},
      "rank 2",
      "stopped taking part",
      WAITED4,

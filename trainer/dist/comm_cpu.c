@@ -73,6 +73,10 @@ struct comm_cpu {
 	int *node_of, *local_of;	 /* per rank */
 	int *packed, *first;		 /* world, nnodes + 1 */
 	struct shm_group *g;		 /* this node's shared memory; NULL: alone on it */
+	struct shm_group *gb; /* the buffer of shared_alloc (one node only); NULL: none */
+	unsigned char *shared;
+	size_t shared_bytes;
+	long gen;
 	struct shm_ctl ctl;
 	size_t *boff, *blen; /* the ring's blocks of one operation (rw each) */
 	struct comm_ops ops; /* cpu_ops, named for this comm ("cpu (...)") */
@@ -447,6 +451,17 @@ static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_d
 		return -1;
 	if (w == 1 || count == 0)
 		return 0;
+	if (c->gb && (unsigned char *)buf >= c->shared &&
+	    (unsigned char *)buf < c->shared + c->shared_bytes) {
+		size_t off = (size_t)((unsigned char *)buf - c->shared);
+		if (count > (c->shared_bytes - off) / comm_dtype_size(t))
+			return cpu_fail(c, err,
+					"%zu elements at byte %zu of the %zu-byte shared buffer "
+					"run past its end",
+					count, off, c->shared_bytes);
+		return shm_step(
+		    c, shm_reduce_shared(c->gb, off, count, t, div, SHM_ORDER_RING, err), err);
+	}
 	if (c->nnodes == 1)
 		return shm_step(
 		    c, shm_reduce(c->g, buf, buf, count, t, div, SHM_ORDER_RING, 0, err), err);
@@ -617,6 +632,34 @@ static int cpu_barrier(struct comm *base, struct dp_error *err)
 	return 0;
 }
 
+/* One node of several ranks: a buffer group of its own (comm_shm.h), made like the node's
+ * segment (the leader makes it, the others attach after the handshake). Anywhere else, and a
+ * second time: none. */
+static int cpu_shared_alloc(struct comm *base, size_t bytes, void **buf, struct dp_error *err)
+{
+	struct comm_cpu *c = (struct comm_cpu *)base;
+	*buf = NULL;
+	if (cpu_begin(c, "shared_alloc", err) < 0)
+		return -1;
+	if (c->nnodes != 1 || !c->g || c->gb || bytes == 0)
+		return 0;
+	struct shm_node nd = {.world = base->world_size,
+			      .nlocal = c->nlocal,
+			      .local = c->local,
+			      .ranks = c->packed + c->first[c->node],
+			      .node = c->node,
+			      .gen = c->gen,
+			      .user_bytes = bytes};
+	struct shm_group *gb;
+	if (shm_create(&gb, &c->ctl, &nd, err) < 0)
+		return cpu_fail(c, err, "%s", err->text);
+	c->shared = shm_buffer(gb);
+	c->shared_bytes = bytes;
+	c->gb = gb;
+	*buf = c->shared;
+	return 0;
+}
+
 static void cpu_abort(struct comm *base, const char *reason)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
@@ -634,6 +677,7 @@ static void cpu_abort(struct comm *base, const char *reason)
 		/* the counter is saturated: it is readable anyway */
 	}
 	shm_wake(c->g);
+	shm_wake(c->gb);
 	store_abort(c->st, reason);
 }
 
@@ -648,6 +692,7 @@ static void cpu_destroy(struct comm *base)
 		close(c->prev_fd);
 	if (c->wake_fd >= 0)
 		close(c->wake_fd);
+	shm_destroy(c->gb);
 	shm_destroy(c->g);
 	pthread_mutex_destroy(&c->abort_lock);
 	free(c->node_of);
@@ -668,6 +713,7 @@ static const struct comm_ops cpu_ops = {
     .allgather = cpu_allgather,
     .broadcast = cpu_broadcast,
     .barrier = cpu_barrier,
+    .shared_alloc = cpu_shared_alloc,
     .abort = cpu_abort,
     .destroy = cpu_destroy,
 };
@@ -1286,6 +1332,7 @@ int comm_cpu_create(struct comm **out, struct store *st, const struct comm_cpu_o
 			goto out;
 		if (topology(c, o, gen, err) < 0)
 			goto out;
+		c->gen = gen;
 		if (c->nlocal > 1) {
 			struct shm_node nd = {.world = w,
 					      .nlocal = c->nlocal,

@@ -106,6 +106,7 @@ struct shm_group {
 	int fd;		   /* the segment (kept open: the tests look at it) */
 	int streamed;	   /* this operation used streaming stores: fence before it returns */
 	size_t stream_min; /* outputs of this many bytes or more are streamed */
+	size_t user;	   /* a buffer group's bytes per rank; 0: slices */
 };
 
 /* ---------------------------------------------------------------------------------------
@@ -130,7 +131,7 @@ static void put64(unsigned char *p, uint64_t v)
 static void header_tag(const char *secret, uint32_t magic, uint32_t version,
 		       const struct shm_layout *l, unsigned char out[DP_SHA256_LEN])
 {
-	unsigned char b[8 + 4 * 4 + 4 * 8];
+	unsigned char b[8 + 4 * 4 + 5 * 8];
 	put32(b, magic);
 	put32(b + 4, version);
 	put32(b + 8, l->world);
@@ -141,6 +142,7 @@ static void header_tag(const char *secret, uint32_t magic, uint32_t version,
 	put64(b + 32, l->slice);
 	put64(b + 40, l->depth);
 	put64(b + 48, l->size);
+	put64(b + 56, l->user);
 	struct dp_hmac h;
 	dp_hmac_init(&h, secret, strlen(secret));
 	dp_hmac_update(&h, SHM_SEGMENT_LABEL, sizeof(SHM_SEGMENT_LABEL));
@@ -195,6 +197,12 @@ int shm_header_check(const struct shm_header *h, size_t bytes, const char *secre
 		    made_by, (unsigned long long)c.l.gen, c.l.world, c.l.node, c.l.nlocal,
 		    c.l.leader, (unsigned long long)want->gen, want->world, want->node,
 		    want->nlocal, want->leader);
+	if (c.l.user != want->user)
+		return errprintf(err,
+				 "the segment %s handed over holds %llu-byte buffers; this rank "
+				 "expects %llu: refused (the ranks' models differ)",
+				 made_by, (unsigned long long)c.l.user,
+				 (unsigned long long)want->user);
 	if (c.l.slice != want->slice || c.l.depth != want->depth || c.l.size != want->size ||
 	    c.l.size != bytes)
 		return errprintf(
@@ -232,9 +240,10 @@ static void layout(const struct shm_node *nd, struct shm_layout *l, size_t *line
 	l->gen = (uint64_t)nd->gen;
 	l->slice = slice;
 	l->depth = SHM_DEPTH;
+	l->user = nd->user_bytes ? round_up(nd->user_bytes, 4096) : 0;
 	*lines_at = round_up(sizeof(struct shm_header), 256);
 	*data_at = round_up(*lines_at + n * sizeof(struct shm_line), 4096);
-	l->size = *data_at + n * SHM_DEPTH * n * slice;
+	l->size = *data_at + (l->user ? n * l->user : n * SHM_DEPTH * n * slice);
 }
 
 void shm_layout_of(const struct shm_node *nd, struct shm_layout *l)
@@ -606,6 +615,57 @@ out:
 	return rv;
 }
 
+void *shm_buffer(struct shm_group *g)
+{
+	return g && g->user ? g->data + (size_t)g->me * g->user : NULL;
+}
+
+int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_dtype t, int div,
+		      enum shm_order order, struct dp_error *err)
+{
+	size_t es = comm_dtype_size(t);
+	int me = g->me, n = g->n, rv;
+	uint64_t round = g->round + 1;
+	unsigned char *buf[n];
+	const void *inputs[n];
+	/* this rank's block of the ring: its elements start their sum at the next rank's */
+	size_t base_n = count / (size_t)n, rem = count % (size_t)n;
+	size_t lo = (size_t)me * base_n + ((size_t)me < rem ? (size_t)me : rem);
+	size_t hi = lo + base_n + ((size_t)me < rem ? 1 : 0);
+	int first = order == SHM_ORDER_RING ? (me + 1) % n : 0;
+
+	if (!g->user || off % es || off + count * es > g->user)
+		return errprintf(err,
+				 "shared allreduce of %zu bytes at %zu: not in the %zu-byte buffer",
+				 count * es, off, g->user);
+	for (int r = 0; r < n; r++)
+		buf[r] = g->data + (size_t)r * g->user + off;
+	for (int i = 0; i < n; i++)
+		inputs[i] = buf[(first + i) % n];
+	publish(g, 1u << C_IN, round);
+	if ((rv = shm_wait(g, C_IN, -1, round, err)) != 0)
+		goto out;
+	for (size_t at = lo; at < hi; at += RED_BLOCK) {
+		size_t m = hi - at < RED_BLOCK ? hi - at : RED_BLOCK;
+		union {
+			float f[RED_BLOCK];
+			double d[RED_BLOCK];
+		} tmp;
+		if (t == COMM_F32)
+			SUM_BLOCK(float, tmp.f, inputs, n, at, m, div);
+		else
+			SUM_BLOCK(double, tmp.d, inputs, n, at, m, div);
+		for (int r = 0; r < n; r++)
+			memcpy(buf[r] + at * es, &tmp, m * es);
+	}
+	/* the sums are in every buffer once every rank has published its block */
+	publish(g, 1u << C_RED | 1u << C_DONE, round);
+	rv = shm_wait(g, C_RED, -1, round, err);
+out:
+	g->round = round;
+	return rv;
+}
+
 int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t count,
 		       enum comm_dtype t, int div, struct dp_error *err)
 {
@@ -794,7 +854,8 @@ static int peer_uid_ok(int fd)
 
 static void nonce_key(char *key, size_t len, const struct shm_layout *l)
 {
-	snprintf(key, len, "dptrain.comm.cpu.%llu.shm.%u", (unsigned long long)l->gen, l->leader);
+	snprintf(key, len, "dptrain.comm.cpu.%llu.shm.%u%s", (unsigned long long)l->gen, l->leader,
+		 l->user ? ".buffers" : "");
 }
 
 /* A connection to the leader's socket, heard until it proves itself. */
@@ -1268,6 +1329,7 @@ int shm_create(struct shm_group **out, struct shm_ctl *ctl, const struct shm_nod
 	g->slice = (size_t)l.slice;
 	g->depth = (unsigned)l.depth;
 	g->area = (size_t)l.depth * (size_t)g->n * g->slice;
+	g->user = (size_t)l.user;
 	if (g->me == 0) {
 		if (leader_make(g, &l, err) < 0) {
 			char key[128];

@@ -15,7 +15,12 @@
  *
  * The header (struct shm_header) carries a magic, a version, the layout and an HMAC of all of
  * them under the step's secret, which every rank checks before using a segment: a corrupted
- * one, another step's, another dptrain version's is refused, naming which. */
+ * one, another step's, another dptrain version's is refused, naming which.
+ *
+ * A buffer group (shm_node.user_bytes) is a second segment made and handed over the same way,
+ * holding one buffer per local rank instead of the slices: the comm's shared buffer
+ * (comm.h shared_alloc), which DDP keeps its gradients in on one node and which
+ * shm_reduce_shared reduces in place. */
 #ifndef DPTRAIN_COMM_SHM_H
 #define DPTRAIN_COMM_SHM_H
 
@@ -50,6 +55,8 @@ struct shm_node {
 	size_t slice_bytes; /* pipelining unit; 0: SHM_SLICE_DEFAULT (within the budget) */
 	size_t stream_min;  /* outputs this large are written with streaming stores; 0: 3/4 of
 			       the last-level cache (comm_shm.c) */
+	size_t user_bytes;  /* > 0: a buffer group (shm_buffer): the segment holds one buffer of
+			       this many bytes per local rank instead of the slices */
 };
 
 /* A wait ended by this comm's abort (comm_cpu.c words the message). */
@@ -90,13 +97,27 @@ int shm_bcast(struct shm_group *g, const void *src, void *dst, size_t bytes, int
 	      struct dp_error *err);
 int shm_barrier(struct shm_group *g, struct dp_error *err);
 
+/* A buffer group (made with nd->user_bytes): this rank's buffer, user_bytes long, which every
+ * rank of the node maps; NULL for a group of slices. */
+void *shm_buffer(struct shm_group *g);
+/* On a buffer group, in place: elements [off, off + count) of every local rank's buffer
+ * (off in bytes, the same on every rank) summed in the order given, divided by div when
+ * div > 1, into every rank's buffer. Each rank sums one block (the ring's block of its index)
+ * reading the others' buffers where they are and writes the sum into every buffer: the bytes
+ * are read once and written once, where shm_reduce copies them in and out of its slices. A
+ * rank's buffer is the others' to read and write from its call until every rank has returned
+ * (the call returns only then). */
+int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_dtype t, int div,
+		      enum shm_order order, struct dp_error *err);
+
 /* The segment's header and its check (also for the tests). */
 #define SHM_MAGIC   0x64707368u /* "dpsh" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u		/* 2: buffer groups (shm_layout.user) */
 
 struct shm_layout {
 	uint32_t world, nlocal, node, leader;
 	uint64_t gen, slice, depth, size;
+	uint64_t user; /* a buffer group's bytes per rank (page-rounded); 0: slices */
 };
 
 struct shm_header {

@@ -5,7 +5,12 @@
  * On a GPU the hook runs when backward's kernels are issued, not done: a bucket handed over
  * carries a marker (be->ops->mark) recorded after them. NCCL's stream waits for it on the GPU
  * (comm after()), so the reduction is queued at once and starts when the gradients are
- * written; an engine without after() has the communication thread wait for it. */
+ * written; an engine without after() has the communication thread wait for it.
+ *
+ * Where the comm has memory it reduces in place (comm shared_alloc: the CPU engine's ranks on
+ * one node), the model's gradients move there for as long as this DDP lives, so each bucket
+ * is summed where the ranks wrote it, without a copy in or out; they move back at
+ * ddp_destroy, before the comm goes. */
 #define _GNU_SOURCE
 #include "trainer/dist/ddp.h"
 #include "common/error.h"
@@ -13,14 +18,18 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 struct ddp {
 	struct nn_model *m;
 	struct comm *c;
+	float *own_grads; /* the model's own gradient buffer while its gradients are the comm's */
 	struct ddp_opts o;
 	int nparams;
 	int *order;	/* parameter indices sorted by offset (the order backward finishes them) */
@@ -228,6 +237,27 @@ int ddp_create(struct ddp **out, struct nn_model *m, struct comm *c, const struc
 	qsort_r(d->order, (size_t)m->nparams, sizeof(int), by_offset, m);
 	if (plan_buckets(d, err) < 0)
 		goto out;
+	/* host memory only (a backend with host_alloc has memory of its own, a GPU's) */
+	if (c->ops->shared_alloc && !m->be->ops->host_alloc) {
+		size_t bytes = (m->param_total + NN_GRAD_SPARE) * sizeof(float);
+		void *sh = NULL;
+		if (c->ops->shared_alloc(c, bytes, &sh, err) < 0) {
+			errprefix(err, "the gradients' shared memory");
+			goto out;
+		}
+		if (sh) {
+			memcpy(sh, m->grads, bytes);
+			d->own_grads = m->grads;
+			m->grads = sh;
+			/* the own buffer's whole pages back to the kernel until ddp_destroy copies
+			 * the gradients back (they come back zeroed on the first touch) */
+			uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE),
+				  a = ((uintptr_t)d->own_grads + pg - 1) / pg * pg,
+				  e = ((uintptr_t)d->own_grads + bytes) / pg * pg;
+			if (e > a)
+				madvise((void *)a, e - a, MADV_DONTNEED);
+		}
+	}
 	if (pthread_create(&d->thread, NULL, comm_thread, d) != 0) {
 		errprintf(err, "cannot start the communication thread");
 		goto out;
@@ -255,6 +285,11 @@ void ddp_destroy(struct ddp *d)
 	}
 	if (d->m && d->m->hook_ctx == d)
 		nn_set_grad_hook(d->m, NULL, NULL);
+	if (d->own_grads) {
+		memcpy(d->own_grads, d->m->grads,
+		       (d->m->param_total + NN_GRAD_SPARE) * sizeof(float));
+		d->m->grads = d->own_grads;
+	}
 	pthread_mutex_destroy(&d->mu);
 	pthread_cond_destroy(&d->cv);
 	free(d->order);
@@ -367,6 +402,11 @@ int ddp_finish(struct ddp *d, struct dp_error *err)
 	pthread_mutex_unlock(&d->mu);
 	d->wait_s = now_s() - t0;
 	return rv;
+}
+
+int ddp_grads_shared(const struct ddp *d)
+{
+	return d && d->own_grads;
 }
 
 int ddp_bucket_count(const struct ddp *d)

@@ -68,6 +68,8 @@ int ddp_finish(struct ddp *d, struct dp_error *err);
 void ddp_set_vote(struct ddp *d, float vote);
 int ddp_votes(const struct ddp *d, float *votes, struct dp_error *err);
 
+/* 1 while the model's gradients are in the comm's shared memory (ddp.c), reduced in place. */
+int ddp_grads_shared(const struct ddp *d);
 int ddp_bucket_count(const struct ddp *d);
 const struct ddp_bucket *ddp_bucket(const struct ddp *d, int i);
 /* Seconds this step's ddp_finish spent waiting for communication (exposed communication). */
