@@ -260,6 +260,20 @@ static int rank_main(int rank, int world, int port, int iters, const struct benc
 			if (it >= 0)
 				t[it] = now_s() - t0;
 		}
+		/* and the sums right: small integers, exact in any order */
+		for (size_t i = 0; i < count; i++)
+			buf[i] = (float)(i % 7 + (size_t)rank);
+		if (c->ops->allreduce(c, buf, count, COMM_F32, COMM_SUM, &err) < 0)
+			goto fail;
+		for (size_t i = 0; i < count; i++)
+			if (buf[i] != (float)((i % 7) * (size_t)world +
+					      (size_t)world * (size_t)(world - 1) / 2)) {
+				fprintf(stderr,
+					"allreduce-bench: rank %d: %g MB: element %zu is %g, "
+					"not the sum\n",
+					rank, mb[k], i, (double)buf[i]);
+				return 1;
+			}
 		if (buf != shared)
 			free(buf);
 		qsort(t, (size_t)iters, sizeof(*t), cmp_double);
