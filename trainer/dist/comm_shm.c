@@ -463,6 +463,22 @@ static void fence(struct shm_group *g)
 				(tmp)[i_] /= (T)(div);                                             \
 	} while (0)
 
+/* A block of at most RED_BLOCK elements, summed in the L1. */
+union red_block {
+	float f[RED_BLOCK];
+	double d[RED_BLOCK];
+};
+
+/* m <= RED_BLOCK elements at `at` of src[0..n) summed (SUM_BLOCK's order) into tmp. */
+static void sum_block(union red_block *tmp, const void *const *src, int n, size_t at, size_t m,
+		      enum comm_dtype t, int div)
+{
+	if (t == COMM_F32)
+		SUM_BLOCK(float, tmp->f, src, n, at, m, div);
+	else
+		SUM_BLOCK(double, tmp->d, src, n, at, m, div);
+}
+
 /* The sum of src[0..n) (SUM_BLOCK's order), divided by div if div > 1, into out (streamed if
  * stream) and into copy; either may be NULL. */
 static void reduce_piece(struct shm_group *g, void *out, void *copy, const void *const *src, int n,
@@ -471,14 +487,8 @@ static void reduce_piece(struct shm_group *g, void *out, void *copy, const void 
 	size_t es = comm_dtype_size(t);
 	for (size_t at = 0; at < count; at += RED_BLOCK) {
 		size_t m = count - at < RED_BLOCK ? count - at : RED_BLOCK;
-		union {
-			float f[RED_BLOCK];
-			double d[RED_BLOCK];
-		} tmp;
-		if (t == COMM_F32)
-			SUM_BLOCK(float, tmp.f, src, n, at, m, div);
-		else
-			SUM_BLOCK(double, tmp.d, src, n, at, m, div);
+		union red_block tmp;
+		sum_block(&tmp, src, n, at, m, t, div);
 		if (out)
 			copy_out(g, (unsigned char *)out + at * es, &tmp, m * es, stream);
 		if (copy)
@@ -647,14 +657,8 @@ int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_d
 		goto out;
 	for (size_t at = lo; at < hi; at += RED_BLOCK) {
 		size_t m = hi - at < RED_BLOCK ? hi - at : RED_BLOCK;
-		union {
-			float f[RED_BLOCK];
-			double d[RED_BLOCK];
-		} tmp;
-		if (t == COMM_F32)
-			SUM_BLOCK(float, tmp.f, inputs, n, at, m, div);
-		else
-			SUM_BLOCK(double, tmp.d, inputs, n, at, m, div);
+		union red_block tmp;
+		sum_block(&tmp, inputs, n, at, m, t, div);
 		for (int r = 0; r < n; r++)
 			memcpy(buf[r] + at * es, &tmp, m * es);
 	}
