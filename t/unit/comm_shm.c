@@ -152,6 +152,27 @@ static void test_header(void)
 	     "mapped); this rank expects", "a segment of another size: refused");
 	like(shm_header_check(&h, 8, SECRET, &l, "rank 0", &err) < 0 ? err.text : "",
 	     "8 bytes: not a dptrain segment", "a segment shorter than a header: refused");
+	/* a buffer group (shared_alloc): its buffers' size is part of what is checked */
+	static const int ranks[2] = {0, 1};
+	struct shm_node nd = {
+	    .world = 2, .nlocal = 2, .local = 0, .ranks = ranks, .gen = 1, .user_bytes = 10000};
+	struct shm_layout lb, lb2;
+	shm_layout_of(&nd, &lb);
+	nd.user_bytes = 20000;
+	shm_layout_of(&nd, &lb2);
+	ok(lb.user == 12288 && lb.size % 4096 == 0 && lb.size >= 2 * lb.user &&
+	       lb.size < 2 * lb.user + 65536,
+	   "a buffer group holds a page-rounded buffer per rank (%llu bytes each, %llu in all)",
+	   (unsigned long long)lb.user, (unsigned long long)lb.size);
+	shm_header_make(&h, SECRET, &lb);
+	ok(shm_header_check(&h, lb.size, SECRET, &lb, "rank 0", &err) == 0,
+	   "a buffer group's header checks with its secret and layout");
+	like(shm_header_check(&h, lb.size, SECRET, &lb2, "rank 0", &err) < 0 ? err.text : "",
+	     "holds 12288-byte buffers; this rank expects 20480",
+	     "a buffer group of another size (the ranks' models differ): refused");
+	like(shm_header_check(&h, lb.size, SECRET, &l, "rank 0", &err) < 0 ? err.text : "",
+	     "holds 12288-byte buffers; this rank expects 0",
+	     "a buffer group where the node's segment is expected: refused");
 }
 
 /* ---------------------------------------------------------------------------------------
