@@ -38,7 +38,10 @@ if [ -z "$BUILD" ]; then
 	BUILD=root
 	if [ "$HOST_VERSION" = "$DEBIAN" ] && command -v dpkg-checkbuilddeps >/dev/null 2>&1; then
 		# what debian/control needs beyond the packaging tools, which are installed below
-		missing=$(cd "$TOP" && dpkg-checkbuilddeps 2>&1 | sed -n 's/.*Unmet build dependencies: //p' |
+		# (dpkg-checkbuilddeps exits 1 when anything is unmet: under pipefail and set -e
+		# that ended this script, silently, on a machine with dpkg-dev but not debhelper)
+		missing=$(cd "$TOP" && { dpkg-checkbuilddeps 2>&1 || true; } |
+			sed -n 's/.*Unmet build dependencies: //p' |
 			sed -E 's/debhelper-compat \([^)]*\)//')
 		[ -n "${missing// /}" ] || BUILD=host
 	fi
