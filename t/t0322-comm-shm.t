@@ -2,8 +2,9 @@
 # t0322-comm-shm.t — the CPU engine's shared memory and hierarchical allreduce in real steps:
 # srun --dptrain trains 2 ranks on one node through shared memory (the gradients in it, reduced
 # in place) to the very bits of the TCP ring (DPTRAIN_COMM_SHM=0), and 2 nodes x 2 ranks in
-# network namespaces go through shared memory in each node and the TCP ring between the nodes,
-# the same bits from run to run; no step leaves anything in /dev/shm. Owns its trash directory and its two clusters.
+# network namespaces go through shared memory in each node (the gradients in it, summed in
+# place into each node's leader's) and the TCP ring between the nodes, the same bits from run
+# to run; no step leaves anything in /dev/shm. Owns its trash directory and its two clusters.
 
 test_description='shared-memory collectives and the hierarchical allreduce in srun --dptrain steps'
 
@@ -60,7 +61,7 @@ test_expect_success NETNS 'setup: two nodes in network namespaces' '
 
 test_expect_success NETNS '2 nodes x 2 ranks: shared memory in each node, the TCP ring between them, the same bits twice' '
 	timeout 300 srun -N2 --ntasks-per-node=2 --dptrain=two.json dptrain $args >out 2>err &&
-	grep "^dptrain: 4 ranks, average of gradients on cpu (shared memory in each node, TCP ring between 2 nodes), [0-9]* gradient bucket" out &&
+	grep "^dptrain: 4 ranks, average of gradients on cpu (shared memory in each node, TCP ring between 2 nodes), gradients in shared memory reduced in place, [0-9]* gradient bucket" out &&
 	first=$(newest two) &&
 	test "$(dp_json "$first/rank_table.json" "d[\"server_count\"]")" = 2 &&
 	timeout 300 srun -N2 --ntasks-per-node=2 --dptrain=two.json dptrain $args >out 2>err &&

@@ -11,7 +11,7 @@
  * -t: the TCP ring only (as DPTRAIN_COMM_SHM=0); -n: rank r on node "n<r % NODES>" (shared
  * memory in each, the TCP ring between them, all on this host); -s: the buffers in the comm's
  * shared buffer (shared_alloc, where DDP keeps its gradients; reduced in place), where it has
- * one (one node of several ranks), else as without -s; -m: memcpy of each size in
+ * one (a node of several ranks), else as without -s; -m: memcpy of each size in
  * this one process instead (the machine's copy bandwidth), or with -w in WORLD processes at
  * once, each iteration as slow as the slowest (the floor of a WORLD-rank allreduce: each rank
  * reads its input and writes its output once, all at once); -e: one rank of a job started by srun

@@ -3,14 +3,16 @@
 # gloo (allreduce-gloo.py) on one host: for each world size, WORLD processes allreduce float32
 # buffers with dptrain over shared memory (its default on one node: dptrain-shm, buffers of
 # the ranks' own, copied in and out of the segment's slices; dptrain-shared, the buffers in
-# the comm's shared buffer, reduced in place, as DDP keeps its gradients there; not with
-# NODES), with dptrain over the TCP ring only (DPTRAIN_COMM_SHM=0), with gloo under each
-# Python given, and a plain memcpy of the same sizes in one process (the machine's copy
-# bandwidth) and in WORLD processes at once (memcpy-par: the floor of an allreduce, each rank
-# reading its input and writing its output once, all at once; "floor / time" is how close a
-# tool comes to it); RUNS rounds, the tools interleaved in each. Prints the median time, the algorithm bandwidth (size / time, as PyTorch reports it)
-# and the bus bandwidth (2 (n-1) / n * size / time, as NCCL's tests report it) as a markdown
-# table, and with JSONL=FILE appends one JSON line per tool, size and world to FILE.
+# the comm's shared buffer, reduced in place, as DDP keeps its gradients there; with NODES
+# each node's summed into its leader's, the ring between the leaders on it), with dptrain
+# over the TCP ring only (DPTRAIN_COMM_SHM=0), with gloo under each Python given, and a plain
+# memcpy of the same sizes in one process (the machine's copy bandwidth) and in WORLD
+# processes at once (memcpy-par: the floor of an allreduce, each rank reading its input and
+# writing its output once, all at once; "floor / time" is how close a tool comes to it); RUNS
+# rounds, the tools interleaved in each. Prints the median time, the algorithm bandwidth
+# (size / time, as PyTorch reports it) and the bus bandwidth (2 (n-1) / n * size / time, as
+# NCCL's tests report it) as a markdown table, and with JSONL=FILE appends one JSON line per
+# tool, size and world to FILE.
 #   contrib/bench/allreduce-bench.sh [SIZE_MB...]     (after `make bench`)
 #   environment: WORLDS ("2 4"), RUNS (3), ITERS (20), DPTRAIN_BUILD_DIR (build),
 #     PYTHON (/usr/bin/python3; "" for none), CHROOT (a root with another PyTorch, e.g. Debian
@@ -45,8 +47,7 @@ dir=$(mktemp -d /tmp/dptrain-allreduce-bench.XXXXXX)
 commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown) # the tree measured, as it was at the start
 trap 'rm -rf "$dir"' EXIT
 torch_version() { "$@" -c 'import torch; print(torch.__version__.split("+")[0])'; }
-tools="dptrain-shm dptrain-tcp"
-[ -n "$nodes" ] || tools="dptrain-shm dptrain-shared dptrain-tcp"
+tools="dptrain-shm dptrain-shared dptrain-tcp"
 [ -n "$python" ] && gloo_host="gloo-torch$(torch_version "$python")" && tools="$tools $gloo_host"
 [ -n "$chroot_dir" ] && gloo_chroot="gloo-torch$(torch_version in_chroot /usr/bin/python3)" && tools="$tools $gloo_chroot"
 shm_flags=${nodes:+-n $nodes}
@@ -56,7 +57,7 @@ for _ in $(seq "$runs"); do
 	for w in $worlds; do
 		timeout 600 "$bench" -m -w "$w" -i "$iters" $sizes >>"$dir/memcpy-par.$w"
 		timeout 600 "$bench" -w "$w" -i "$iters" $shm_flags $sizes >>"$dir/dptrain-shm.$w" 2>/dev/null
-		[ -n "$nodes" ] || timeout 600 "$bench" -s -w "$w" -i "$iters" $sizes >>"$dir/dptrain-shared.$w" 2>/dev/null
+		timeout 600 "$bench" -s -w "$w" -i "$iters" $shm_flags $sizes >>"$dir/dptrain-shared.$w" 2>/dev/null
 		timeout 600 "$bench" -w "$w" -i "$iters" -t $sizes >>"$dir/dptrain-tcp.$w" 2>/dev/null
 		[ -z "$python" ] || timeout 600 "$python" "$top/contrib/bench/allreduce-gloo.py" -w "$w" -i "$iters" $sizes >>"$dir/$gloo_host.$w"
 		[ -z "$chroot_dir" ] || in_chroot timeout 600 /usr/bin/python3 "$chroot_top/contrib/bench/allreduce-gloo.py" -w "$w" -i "$iters" $sizes >>"$dir/$gloo_chroot.$w"

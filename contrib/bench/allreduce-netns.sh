@@ -2,11 +2,13 @@
 # allreduce-netns.sh — the hierarchical allreduce across nodes: a local Slurm
 # (contrib/localcluster) of NODES nodes, each in its own network namespace (veth, 10.251.0.x),
 # PPN ranks per node, and as srun --dptrain steps: dptrain's allreduce-bench -e (shared memory
-# in each node, the TCP ring between the nodes' leaders), the same with DPTRAIN_COMM_SHM=0
-# (every rank in one TCP ring) and torch.distributed's gloo (allreduce-gloo.py -e), RUNS
-# rounds, interleaved. Prints the median time, algbw and busbw per tool and size; with
-# JSONL=FILE appends one JSON line per tool and size. Root only (the cluster); after `make
-# bench`; leaves nothing running.
+# in each node, the TCP ring between the nodes' leaders; dptrain-hier-shared: the buffers in
+# the comm's shared buffer, as DDP keeps its gradients, each node's summed in place into its
+# leader's, the ring on it, the others copying the result back), the same with
+# DPTRAIN_COMM_SHM=0 (every rank in one TCP ring) and torch.distributed's gloo
+# (allreduce-gloo.py -e), RUNS rounds, interleaved. Prints the median time, algbw and busbw per
+# tool and size; with JSONL=FILE appends one JSON line per tool and size. Root only (the
+# cluster); after `make bench`; leaves nothing running.
 #   contrib/bench/allreduce-netns.sh [SIZE_MB...]
 #   environment: NODES (2), PPN (2), RUNS (3), ITERS (10), PYTHON (/usr/bin/python3), JSONL
 set -euo pipefail
@@ -40,6 +42,7 @@ step() { timeout 600 srun -N"$nodes" --ntasks-per-node="$ppn" --dptrain "$@" 2>>
 # shellcheck disable=SC2086 # sizes are words
 for _ in $(seq "$runs"); do
 	step "$bench" -e -i "$iters" $sizes >>"$dir/dptrain-hier"
+	step "$bench" -e -s -i "$iters" $sizes >>"$dir/dptrain-hier-shared"
 	DPTRAIN_COMM_SHM=0 step "$bench" -e -i "$iters" $sizes >>"$dir/dptrain-tcp"
 	step "$python" "$top/contrib/bench/allreduce-gloo.py" -e -i "$iters" $sizes >>"$dir/$gloo"
 done
@@ -55,7 +58,7 @@ echo "| size | tool | ms | algbw GB/s | busbw GB/s | time vs $gloo |"
 echo "|---:|---|---:|---:|---:|---:|"
 for s in $sizes; do
 	ref=$(med "$gloo" "$s")
-	for t in dptrain-hier dptrain-tcp "$gloo"; do
+	for t in dptrain-hier dptrain-hier-shared dptrain-tcp "$gloo"; do
 		m=$(med "$t" "$s")
 		[ -n "$m" ] || continue
 		awk -v s="$s" -v t="$t" -v m="$m" -v w="$world" -v n="$nodes" -v ref="$ref" \

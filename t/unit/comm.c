@@ -243,13 +243,27 @@ static int comm_fail(struct check *k, const char *what, const struct dp_error *e
 	return -1;
 }
 
-/* The comm's shared buffer (shared_alloc; one node of several ranks), NULL where it has none. */
+/* The comm's shared buffer (shared_alloc; a node of several ranks), NULL where it has none. */
 static unsigned char *shared_buf;
 static size_t shared_cap;
 
+/* Whether rank r of w has a shared buffer in the job's shape (a node of several ranks), and
+ * whether any rank has. */
+static int shared_here(const struct job *s, int w, int r)
+{
+	return s->shape == SHAPE_HOST ? w > 1
+				      : s->shape == SHAPE_NODES && r % s->nodes + s->nodes < w;
+}
+
+static int shared_anywhere(const struct job *s, int w)
+{
+	return s->shape == SHAPE_HOST ? w > 1 : s->shape == SHAPE_NODES && w > s->nodes;
+}
+
 /* allreduce: elements in the ring's order bit for bit, near the exact sum, twice the same.
  * in_shared: buf is in the shared buffer (at an offset that moves with count), reduced in
- * place there; its bits must be those of the private buffer and of the engine's order. */
+ * place there; its bits must be those of the private buffer and of the engine's order. A rank
+ * without a shared buffer (alone on its node) takes part with a private one. */
 static int check_allreduce_in(struct comm *c, struct check *k, size_t count, enum comm_dtype t,
 			      enum comm_redop op, int in_shared)
 {
@@ -259,13 +273,14 @@ static int check_allreduce_in(struct comm *c, struct check *k, size_t count, enu
 	struct dp_error err;
 	snprintf(what, sizeof(what), "allreduce%s %s %s", in_shared ? " (shared buffer)" : "",
 		 avg ? "avg" : "sum", t == COMM_F64 ? "f64" : "f32");
-	if (in_shared && (!shared_buf || off + count * es > shared_cap)) {
+	if (in_shared && shared_buf && off + count * es > shared_cap) {
 		struct dp_error e;
-		errprintf(&e, "no shared buffer (%p), or %zu bytes at %zu past its %zu",
-			  (void *)shared_buf, count * es, off, shared_cap);
+		errprintf(&e, "%zu bytes at %zu past the shared buffer's %zu", count * es, off,
+			  shared_cap);
 		return comm_fail(k, what, &e);
 	}
-	unsigned char *buf = in_shared ? shared_buf + off : malloc(count * es + 1),
+	int here = in_shared && shared_buf; /* else this rank's own, as the others' run */
+	unsigned char *buf = here ? shared_buf + off : malloc(count * es + 1),
 		      *again = malloc(count * es + 1);
 	int rv = -1;
 	fill(buf, count, t, r, salt);
@@ -302,7 +317,7 @@ static int check_allreduce_in(struct comm *c, struct check *k, size_t count, enu
 	k->n++;
 	rv = 0;
 out:
-	if (!in_shared)
+	if (!here)
 		free(buf);
 	free(again);
 	return rv;
@@ -431,22 +446,22 @@ static int rank_ops(const struct ranks_job *j, int rank, char *msg, size_t len)
 	shape = j->arg;
 	if (open_all(j, rank, &st, &c, 4096, msg, len) < 0)
 		return -1;
-	/* a shared buffer on one node of several ranks, none anywhere else */
+	/* a shared buffer on a node of several ranks, none anywhere else */
 	void *sh = NULL;
 	shared_cap = ((3 * per + 1 > 12345 ? 3 * per + 1 : 12345) + 4) * sizeof(double);
 	if (c->ops->shared_alloc(c, shared_cap, &sh, &err) < 0)
 		comm_fail(&k, "shared_alloc", &err);
-	else if ((sh != NULL) != (shape->shape == SHAPE_HOST && j->world > 1))
+	else if ((sh != NULL) != shared_here(shape, j->world, rank))
 		comm_fail(&k, "shared_alloc",
 			  &(struct dp_error){"a shared buffer where none should be, or none "
-					     "on one node of several ranks"});
+					     "on a node of several ranks"});
 	shared_buf = sh;
 	for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]) && !k.failed; ci++) {
 		size_t n = counts[ci];
 		for (int t = COMM_F32; t <= COMM_F64; t++) {
 			check_allreduce(c, &k, n, t, COMM_SUM);
 			check_allreduce(c, &k, n, t, COMM_AVG);
-			if (shared_buf) {
+			if (shared_anywhere(shape, j->world)) {
 				check_allreduce_in(c, &k, n, t, COMM_SUM, 1);
 				check_allreduce_in(c, &k, n, t, COMM_AVG, 1);
 			}
@@ -956,6 +971,39 @@ static const struct fault_case faults[] = {
      4,
      2,
      {1.5, 2, FAULT_STOPS, 0, SHAPE_NODES, 2, 0},
+     "rank 2",
+     "stopped taking part",
+     WAITED4,
+     1},
+    /* the same in the shared buffers: each node's summed into its leader's, copied back */
+    {"2 nodes, shared buffer: rank 3 dies",
+     4,
+     -1,
+     {LONG_S, 3, FAULT_DIES, 0, SHAPE_NODES, 2, 1},
+     "rank 3",
+     "died",
+     "",
+     0},
+    {"2 nodes, shared buffer: rank 0 dies",
+     4,
+     -1,
+     {LONG_S, 0, FAULT_DIES, 0, SHAPE_NODES, 2, 1},
+     "rank 0",
+     "died",
+     "",
+     0},
+    {"2 nodes, shared buffer: rank 1 stops",
+     4,
+     1,
+     {1.5, 1, FAULT_STOPS, 0, SHAPE_NODES, 2, 1},
+     "rank 1",
+     "stopped taking part",
+     WAITED4,
+     1},
+    {"2 nodes, shared buffer: rank 2 stops",
+     4,
+     2,
+     {1.5, 2, FAULT_STOPS, 0, SHAPE_NODES, 2, 1},
      "rank 2",
      "stopped taking part",
      WAITED4,

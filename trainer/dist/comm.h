@@ -45,9 +45,10 @@ struct comm_ops {
 	 * calling thread does not wait. Not collective. NULL: the caller waits for the marker. */
 	int (*after)(struct comm *c, void *mark, struct dp_error *err);
 	/* Optional, collective (every rank asks for the same bytes): *buf = memory of bytes that
-	 * this comm's allreduce reduces in place, without copies (the CPU engine on one node: a
-	 * buffer in the ranks' shared memory, which the others read and write while an allreduce
-	 * of it runs), or NULL where the comm has none (then the caller uses its own memory).
+	 * this comm's allreduce reduces in place, without copies (the CPU engine on a node of
+	 * several ranks: a buffer in the node's shared memory, which the others read and write
+	 * while an allreduce of it runs), or NULL where the comm has none (then the caller uses
+	 * its own memory).
 	 * Once per comm; the memory goes with the comm. An allreduce of part of it must name the
 	 * same part (offset and count) on every rank. NULL: never any. */
 	int (*shared_alloc)(struct comm *c, size_t bytes, void **buf, struct dp_error *err);

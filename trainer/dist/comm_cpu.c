@@ -73,7 +73,7 @@ struct comm_cpu {
 	int *node_of, *local_of;	 /* per rank */
 	int *packed, *first;		 /* world, nnodes + 1 */
 	struct shm_group *g;		 /* this node's shared memory; NULL: alone on it */
-	struct shm_group *gb; /* the buffer of shared_alloc (one node only); NULL: none */
+	struct shm_group *gb;		 /* the buffers of shared_alloc; NULL: none */
 	unsigned char *shared;
 	size_t shared_bytes;
 	long gen;
@@ -459,8 +459,20 @@ static int cpu_allreduce(struct comm *base, void *buf, size_t count, enum comm_d
 					"%zu elements at byte %zu of the %zu-byte shared buffer "
 					"run past its end",
 					count, off, c->shared_bytes);
-		return shm_step(
-		    c, shm_reduce_shared(c->gb, off, count, t, div, SHM_ORDER_RING, err), err);
+		if (c->nnodes == 1)
+			return shm_step(
+			    c, shm_reduce_shared(c->gb, off, count, t, div, SHM_ORDER_RING, 0, err),
+			    err);
+		/* the node's sum in its leader's buffer, the ring between the leaders on it, the
+		 * others' copied from it: the slices' order (below), so the same bits */
+		if (shm_step(
+			c, shm_reduce_shared(c->gb, off, count, t, 1, SHM_ORDER_ASCENDING, 1, err),
+			err) < 0)
+			return -1;
+		if (c->local == 0 && ring_allreduce(c, buf, count, t, div, err) < 0)
+			return -1;
+		return shm_step(c, shm_bcast_shared(c->gb, off, count * comm_dtype_size(t), err),
+				err);
 	}
 	if (c->nnodes == 1)
 		return shm_step(
@@ -632,16 +644,16 @@ static int cpu_barrier(struct comm *base, struct dp_error *err)
 	return 0;
 }
 
-/* One node of several ranks: a buffer group of its own (comm_shm.h), made like the node's
- * segment (the leader makes it, the others attach after the handshake). Anywhere else, and a
- * second time: none. */
+/* A node of several ranks: a buffer group of its own (comm_shm.h), made like the node's
+ * segment (the leader makes it, the others attach after the handshake). A rank alone on its
+ * node, the TCP ring only, and a second time: none. */
 static int cpu_shared_alloc(struct comm *base, size_t bytes, void **buf, struct dp_error *err)
 {
 	struct comm_cpu *c = (struct comm_cpu *)base;
 	*buf = NULL;
 	if (cpu_begin(c, "shared_alloc", err) < 0)
 		return -1;
-	if (c->nnodes != 1 || !c->g || c->gb || bytes == 0)
+	if (!c->g || c->gb || bytes == 0)
 		return 0;
 	struct shm_node nd = {.world = base->world_size,
 			      .nlocal = c->nlocal,

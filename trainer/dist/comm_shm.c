@@ -631,7 +631,7 @@ void *shm_buffer(struct shm_group *g)
 }
 
 int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_dtype t, int div,
-		      enum shm_order order, struct dp_error *err)
+		      enum shm_order order, int to_leader, struct dp_error *err)
 {
 	size_t es = comm_dtype_size(t);
 	int me = g->me, n = g->n, rv;
@@ -643,6 +643,7 @@ int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_d
 	size_t lo = (size_t)me * base_n + ((size_t)me < rem ? (size_t)me : rem);
 	size_t hi = lo + base_n + ((size_t)me < rem ? 1 : 0);
 	int first = order == SHM_ORDER_RING ? (me + 1) % n : 0;
+	int outs = to_leader ? 1 : n; /* the buffers the sums go to: the leader's first */
 
 	if (!g->user || off % es || off + count * es > g->user)
 		return errprintf(err,
@@ -659,15 +660,36 @@ int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_d
 		size_t m = hi - at < RED_BLOCK ? hi - at : RED_BLOCK;
 		union red_block tmp;
 		sum_block(&tmp, inputs, n, at, m, t, div);
-		for (int r = 0; r < n; r++)
+		for (int r = 0; r < outs; r++)
 			memcpy(buf[r] + at * es, &tmp, m * es);
 	}
-	/* the sums are in every buffer once every rank has published its block */
+	/* the sums are in place once every rank has published its block */
 	publish(g, 1u << C_RED | 1u << C_DONE, round);
 	rv = shm_wait(g, C_RED, -1, round, err);
 out:
 	g->round = round;
 	return rv;
+}
+
+int shm_bcast_shared(struct shm_group *g, size_t off, size_t bytes, struct dp_error *err)
+{
+	uint64_t round = g->round + 1;
+	const unsigned all = 1u << C_IN | 1u << C_RED | 1u << C_DONE;
+	int rv;
+	if (!g->user || off > g->user || bytes > g->user - off)
+		return errprintf(err,
+				 "shared broadcast of %zu bytes at %zu: not in the %zu-byte buffer",
+				 bytes, off, g->user);
+	g->round = round;
+	if (g->me == 0) { /* the leader's buffer is the others' to read until they all say so */
+		publish(g, all, round);
+		return shm_wait(g, C_DONE, -1, round, err);
+	}
+	if ((rv = shm_wait(g, C_IN, 0, round, err)) != 0)
+		return rv;
+	memcpy(g->data + (size_t)g->me * g->user + off, g->data + off, bytes);
+	publish(g, all, round);
+	return 0;
 }
 
 int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t count,

@@ -19,8 +19,9 @@
  *
  * A buffer group (shm_node.user_bytes) is a second segment made and handed over the same way,
  * holding one buffer per local rank instead of the slices: the comm's shared buffer
- * (comm.h shared_alloc), which DDP keeps its gradients in on one node and which
- * shm_reduce_shared reduces in place. */
+ * (comm.h shared_alloc), which DDP keeps its gradients in and which shm_reduce_shared
+ * reduces in place (on several nodes: into the leader's buffer, which the ring between the
+ * nodes' leaders reduces and shm_bcast_shared hands back). */
 #ifndef DPTRAIN_COMM_SHM_H
 #define DPTRAIN_COMM_SHM_H
 
@@ -102,13 +103,17 @@ int shm_barrier(struct shm_group *g, struct dp_error *err);
 void *shm_buffer(struct shm_group *g);
 /* On a buffer group, in place: elements [off, off + count) of every local rank's buffer
  * (off in bytes, the same on every rank) summed in the order given, divided by div when
- * div > 1, into every rank's buffer. Each rank sums one block (the ring's block of its index)
- * reading the others' buffers where they are and writes the sum into every buffer: the bytes
- * are read once and written once, where shm_reduce copies them in and out of its slices. A
- * rank's buffer is the others' to read and write from its call until every rank has returned
- * (the call returns only then). */
+ * div > 1, into every rank's buffer, or only into the leader's (local rank 0) when to_leader.
+ * Each rank sums one block (the ring's block of its index) reading the others' buffers where
+ * they are and writes the sum into every buffer (the leader's): the bytes are read once and
+ * written once, where shm_reduce copies them in and out of its slices. A rank's buffer is the
+ * others' to read and write from its call until every rank has returned (the call returns
+ * only then). */
 int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_dtype t, int div,
-		      enum shm_order order, struct dp_error *err);
+		      enum shm_order order, int to_leader, struct dp_error *err);
+/* On a buffer group: bytes [off, off + bytes) of the leader's buffer into every other local
+ * rank's, each copying its own from the leader's; the leader returns once every rank has. */
+int shm_bcast_shared(struct shm_group *g, size_t off, size_t bytes, struct dp_error *err);
 
 /* The segment's header and its check (also for the tests). */
 #define SHM_MAGIC   0x64707368u /* "dpsh" */

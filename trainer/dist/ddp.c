@@ -8,8 +8,8 @@
  * written; an engine without after() has the communication thread wait for it.
  *
  * Where the comm has memory it reduces in place (comm shared_alloc: the CPU engine's ranks on
- * one node), the model's gradients move there for as long as this DDP lives, so each bucket
- * is summed where the ranks wrote it, without a copy in or out; they move back at
+ * a node of several), the model's gradients move there for as long as this DDP lives, so each
+ * bucket is summed where the ranks wrote it, without a copy in or out; they move back at
  * ddp_destroy, before the comm goes. */
 #define _GNU_SOURCE
 #include "trainer/dist/ddp.h"
