@@ -680,16 +680,20 @@ int shm_bcast_shared(struct shm_group *g, size_t off, size_t bytes, struct dp_er
 		return errprintf(err,
 				 "shared broadcast of %zu bytes at %zu: not in the %zu-byte buffer",
 				 bytes, off, g->user);
+	/* this rank's share of the copies, in whole cache lines: every core of the node copies */
+	size_t lo = bytes / 64 * (size_t)g->me / (size_t)g->n * 64;
+	size_t hi =
+	    g->me + 1 == g->n ? bytes : bytes / 64 * (size_t)(g->me + 1) / (size_t)g->n * 64;
 	g->round = round;
-	if (g->me == 0) { /* the leader's buffer is the others' to read until they all say so */
-		publish(g, all, round);
-		return shm_wait(g, C_DONE, -1, round, err);
-	}
-	if ((rv = shm_wait(g, C_IN, 0, round, err)) != 0)
+	if (g->me == 0)
+		publish(g, 1u << C_IN, round); /* the sum is in the leader's buffer */
+	else if ((rv = shm_wait(g, C_IN, 0, round, err)) != 0)
 		return rv;
-	memcpy(g->data + (size_t)g->me * g->user + off, g->data + off, bytes);
+	for (int r = 1; r < g->n; r++)
+		memcpy(g->data + (size_t)r * g->user + off + lo, g->data + off + lo, hi - lo);
+	/* every buffer is the others' to write until they all say so */
 	publish(g, all, round);
-	return 0;
+	return shm_wait(g, C_DONE, -1, round, err);
 }
 
 int shm_reduce_scatter(struct shm_group *g, const void *in, void *out, size_t count,

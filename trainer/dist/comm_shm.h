@@ -112,7 +112,8 @@ void *shm_buffer(struct shm_group *g);
 int shm_reduce_shared(struct shm_group *g, size_t off, size_t count, enum comm_dtype t, int div,
 		      enum shm_order order, int to_leader, struct dp_error *err);
 /* On a buffer group: bytes [off, off + bytes) of the leader's buffer into every other local
- * rank's, each copying its own from the leader's; the leader returns once every rank has. */
+ * rank's, each rank (the leader too) copying its share of them into all of them; every rank
+ * returns once every copy is done. */
 int shm_bcast_shared(struct shm_group *g, size_t off, size_t bytes, struct dp_error *err);
 
 /* The segment's header and its check (also for the tests). */
