@@ -271,6 +271,30 @@ test_expect_success FMNIST,NCCL,RUN,MULTIGPU 'lenet on 2 GPUs over NCCL = 2 CPU 
 	close g2.loss c2.loss 1e-3 10
 '
 
+# Two ranks on one GPU through the CPU engine (DPTRAIN_GPU_COMM=cpu: the device gradients staged
+# through host memory), which needs no second GPU and no NCCL: DDP with its buckets, ZeRO-1
+# (parallel.enable_parallel_optimizer) and gradient accumulation on the real CUDA backend, each
+# against 2 CPU ranks of the same job (within 1e-3 for 10 steps). (A rank's death and a failed
+# copy in the staged engine: t/unit/comm.c and t/unit/comm_staged.c.)
+test_expect_success FMNIST,RUN 'two ranks on one GPU staged through the CPU = 2 CPU ranks: DDP, ZeRO-1, accumulation' '
+	sed "s/\"train\": {/\"device\": {\"allow_shared_gpu\": true},\n  \"train\": {/" \
+		lenet.json >shared.json &&
+	for v in ddp:parallel.bucket_cap_mb=0.05 zero:parallel.enable_parallel_optimizer=true \
+		accum:parallel.grad_accumulation_step=2; do
+		name=${v%%:*} kv=${v#*:} &&
+		set -- train.max_steps=20 data.batch_size=32 "$kv" &&
+		DPTRAIN_GPU_COMM=cpu CUDA_VISIBLE_DEVICES=0 timeout 300 dptrain-run -n 2 -o s$name \
+			shared.json dptrain shared.json device.kind=cuda "$@" >s$name.out 2>&1 ||
+			{ cat s$name.out; return 1; }
+		grep "backend cuda$" s$name.out &&
+		grep "^dptrain: 2 ranks, average of gradients on cpu.*, staged through host memory" s$name.out &&
+		timeout 300 dptrain-run -n 2 -o p$name shared.json dptrain shared.json device.kind=cpu "$@" \
+			>p$name.out 2>&1 &&
+		losses s$name | head -n 10 >s$name.loss && losses p$name | head -n 10 >p$name.loss &&
+		close s$name.loss p$name.loss 1e-3 10 || return 1
+	done
+'
+
 # resnet18-fmnist.json, shortened: 6 steps at a constant small lr (its warm-up is an epoch),
 # without label smoothing (PyTorch evaluates plain cross-entropy), evaluated on the first 500
 # test images. The CPU run is the slow part; 6 steps of batch 32 keep it to seconds.

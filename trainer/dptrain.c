@@ -454,10 +454,27 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 	    .timeout_s = rendezvous_timeout(c),
 	    .stop = &stop.requested,
 	};
+	/* GPU ranks: NCCL, or the CPU engine with the device buffers staged through host memory */
+	const char *gc = getenv(ENV_DPTRAIN_GPU_COMM);
+	int staged = gc && strcmp(gc, "cpu") == 0;
+	if (gpu >= 0 && gc && *gc && !staged && strcmp(gc, "nccl") != 0) {
+		errprintf(err, "DPTRAIN_GPU_COMM=%s: give nccl (the default) or cpu", gc);
+		goto out;
+	}
 	if ((rv = store_open(&d->st, &so, err)) < 0)
 		goto out;
 	rv = -1;
-	if (gpu >= 0) {
+	if (gpu >= 0 && staged) {
+		struct comm_cpu_opts co = {.timeout_s = c->timeouts.collective_s};
+		struct comm *in;
+		if (comm_cpu_create(&in, d->st, &co, err) < 0 ||
+		    comm_staged_cuda(&d->comm, in, gpu, err) < 0) {
+			errprefix(err,
+				  "collectives on GPU %d through the CPU (DPTRAIN_GPU_COMM=cpu)",
+				  gpu);
+			goto out;
+		}
+	} else if (gpu >= 0) {
 		struct comm_nccl_opts no = {.device = gpu, .timeout_s = c->timeouts.collective_s};
 		if (comm_nccl_create(&d->comm, d->st, &no, err) < 0) {
 			errprefix(err, "collectives on GPU %d", gpu);

@@ -126,6 +126,31 @@ struct comm_nccl_opts {
 	double timeout_s; /* one operation, and the creation; 0: 300 */
 };
 
+/* How a staged comm (comm_staged_create) tells device memory and copies it: is_device(ctx, p)
+ * whether p is device memory; copy(ctx, dst, src, bytes, to_dev, err) from device to host
+ * memory (to_dev 0) or back, 0 or -1 with err; host_alloc/host_free (NULL: malloc and free)
+ * the host buffer (CUDA's pinned memory); owns_ctx: free(ctx) at destroy. */
+struct comm_stage {
+	void *ctx;
+	int (*is_device)(void *ctx, const void *p);
+	int (*copy)(void *ctx, void *dst, const void *src, size_t bytes, int to_dev,
+		    struct dp_error *err);
+	void *(*host_alloc)(void *ctx, size_t bytes);
+	void (*host_free)(void *ctx, void *p);
+	int owns_ctx;
+};
+
+/* A comm over inner (taken: destroyed with it, or at once if this fails) for ranks whose
+ * buffers may be device memory: an operation on device memory runs on inner through a host
+ * buffer (copied out, reduced, copied back; inner's order, bits and failures); on host memory
+ * inner runs it as it is (comm_staged.c). Its name is inner's with ", staged through host
+ * memory". For GPU ranks without NCCL between them. */
+int comm_staged_create(struct comm **c, struct comm *inner, const struct comm_stage *st,
+		       struct dp_error *err);
+/* The same with CUDA's copies on GPU device (made current in the calling thread first) and a
+ * pinned host buffer; a build without CUDA fails with a message. */
+int comm_staged_cuda(struct comm **c, struct comm *inner, int device, struct dp_error *err);
+
 /* NCCL between the ranks of the store's job, one GPU per rank (device); on builds or machines
  * without NCCL or a GPU it fails (*c = NULL) with a message. Buffers in that GPU's memory go to
  * NCCL as they are; any other buffer (host memory, malloc'ed or pinned, on either side of
