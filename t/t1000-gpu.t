@@ -227,13 +227,13 @@ test_expect_success FMNIST,NCCL,RUN 'two ranks on one GPU: refused, both ranks n
 	test $rc != 0 && test $rc != 124 &&
 	grep "ranks 0 and 1 on .* would share GPU .0." e1.out &&
 	t0=$(date +%s) &&
-	{ CUDA_VISIBLE_DEVICES=0 timeout 120 dptrain-run -n 2 -o e2 shared.json \
-		dptrain shared.json "$@" >e2.out 2>&1; rc=$?; } &&
+	{ CUDA_VISIBLE_DEVICES=0 timeout 120 env -u NCCL_MULTI_RANK_GPU_ENABLE dptrain-run -n 2 \
+		-o e2 shared.json dptrain shared.json "$@" >e2.out 2>&1; rc=$?; } &&
 	echo "allow_shared_gpu: exit $rc after $(($(date +%s) - t0)) s" &&
 	{ cat e2.out e2/device*/train.log 2>/dev/null || :; } >e2.all &&
 	cat e2.all &&
 	test $rc != 0 && test $rc != 124 &&
-	grep "ranks 0 and 1 on .* both use GPU 0 .*give each rank its own GPU" e2.all
+	grep "ranks 0 and 1 on .* both use GPU 0 .*device.allow_shared_gpu is set, but NCCL [0-9.]* here .*give each rank its own GPU .*, or reduce through the CPU (DPTRAIN_GPU_COMM=cpu)" e2.all
 '
 
 test_expect_success FMNIST 'deterministic cuDNN: 40 steps = 20 + resume + 20, bit for bit' '
@@ -293,6 +293,26 @@ test_expect_success FMNIST,RUN 'two ranks on one GPU staged through the CPU = 2 
 		losses s$name | head -n 10 >s$name.loss && losses p$name | head -n 10 >p$name.loss &&
 		close s$name.loss p$name.loss 1e-3 10 || return 1
 	done
+'
+
+# The same two ranks on one GPU over NCCL itself, where it can (2.30 and later, asked with
+# NCCL_MULTI_RANK_GPU_ENABLE=1; NCCL_MAX_CTAS=2 as its documentation suggests without MPS):
+# DDP against the 2 CPU ranks above; an older NCCL refuses, saying so.
+test_expect_success FMNIST,NCCL,RUN 'two ranks on one GPU over NCCL 2.30+ = 2 CPU ranks; refused by an older NCCL' '
+	set -- train.max_steps=20 data.batch_size=32 parallel.bucket_cap_mb=0.05 &&
+	{ NCCL_MULTI_RANK_GPU_ENABLE=1 NCCL_MAX_CTAS=2 CUDA_VISIBLE_DEVICES=0 timeout 300 \
+		dptrain-run -n 2 -o nddp shared.json dptrain shared.json device.kind=cuda "$@" \
+		>nddp.out 2>&1; rc=$?; } &&
+	cat nddp.out &&
+	if grep "here puts several ranks on one GPU only from 2.30" nddp.out; then
+		test $rc != 0 && test $rc != 124 &&
+		grep "DPTRAIN_GPU_COMM=cpu" nddp.out
+	else
+		test $rc = 0 &&
+		grep "^dptrain: 2 ranks, average of gradients on nccl" nddp.out &&
+		losses nddp | head -n 10 >nddp.loss &&
+		close nddp.loss pddp.loss 1e-3 10
+	fi
 '
 
 # resnet18-fmnist.json, shortened: 6 steps at a constant small lr (its warm-up is an epoch),

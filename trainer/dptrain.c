@@ -475,7 +475,9 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 			goto out;
 		}
 	} else if (gpu >= 0) {
-		struct comm_nccl_opts no = {.device = gpu, .timeout_s = c->timeouts.collective_s};
+		struct comm_nccl_opts no = {.device = gpu,
+					    .share_gpu = c->device.allow_shared_gpu,
+					    .timeout_s = c->timeouts.collective_s};
 		if (comm_nccl_create(&d->comm, d->st, &no, err) < 0) {
 			errprefix(err, "collectives on GPU %d", gpu);
 			goto out;

@@ -2,10 +2,14 @@
  * device buffers, and again on host buffers (malloc'ed, pinned, on the stack, host on one side and
  * device on the other) which the engine stages, on 1 rank and, with 2 or more GPUs, between
  * forked ranks against a direct sum; an abort from another thread; two ranks on one GPU refused;
- * with 2 GPUs a rank that dies, stalls or aborts, named on the other. Skips with the reason
- * without NCCL or without a GPU.
+ * with 2 GPUs a rank that dies, stalls or aborts, named on the other. Two ranks on one GPU
+ * allowed (comm_nccl_opts.share_gpu, as device.allow_shared_gpu): where NCCL can (2.30 and
+ * later, NCCL_MULTI_RANK_GPU_ENABLE=1) the operations and the faults between them run there,
+ * where it cannot they are refused saying why and what to do. Skips with the reason without
+ * NCCL or without a GPU.
  * CUDA runs only in forked ranks: a process that initialized CUDA cannot fork ranks that use it. */
 #define _GNU_SOURCE
+#include "common/env.h"
 #include "common/error.h"
 #include "trainer/dist/comm.h"
 #include "t/lib/ranks.h"
@@ -23,6 +27,7 @@
 
 #if defined(HAVE_NCCL) && defined(HAVE_CUDA)
 #include <cuda_runtime.h>
+#include <nccl.h>
 #endif
 
 enum scenario {
@@ -40,7 +45,7 @@ struct job {
 	enum scenario sc;
 	double timeout;
 	int special; /* the rank the fault happens to; -1: none */
-	int shared;  /* every rank uses GPU 0 */
+	int shared;  /* every rank uses GPU 0; 2: allowed to (comm_nccl_opts.share_gpu) */
 };
 
 static int open_all(const struct ranks_job *j, int rank, struct store **st, struct comm **c,
@@ -53,7 +58,8 @@ static int open_all(const struct ranks_job *j, int rank, struct store **st, stru
 				.world_size = j->world,
 				.job = "comm-nccl-test",
 				.timeout_s = 20};
-	struct comm_nccl_opts co = {.device = s->shared ? 0 : rank, .timeout_s = s->timeout};
+	struct comm_nccl_opts co = {
+	    .device = s->shared ? 0 : rank, .share_gpu = s->shared == 2, .timeout_s = s->timeout};
 	struct dp_error err;
 	*c = NULL;
 	if (store_open(st, &so, &err) < 0)
@@ -906,10 +912,10 @@ static void check_failure(const struct fault_case *f, const struct ranks_out *ou
 }
 
 /* sc: SC_OPS (device buffers) or SC_HOST (host buffers). */
-static void test_ops(int world, enum scenario sc)
+static void test_ops(int world, enum scenario sc, int shared)
 {
 	struct ranks_out out[RANKS_MAX];
-	struct job s = {.sc = sc, .timeout = 60, .special = -1};
+	struct job s = {.sc = sc, .timeout = 60, .special = -1, .shared = shared};
 	struct ranks_job j = {.world = world, .arg = &s};
 	const char *what = sc == SC_HOST ? "host buffers" : "device buffers";
 	ranks_run(&j, sc == SC_HOST ? rank_host : rank_ops, -1, 120, out);
@@ -945,16 +951,38 @@ static void test_ops(int world, enum scenario sc)
 	ok(same, "world %d %s: every rank holds the same bits", world, what);
 }
 
+/* The faults between 2 ranks, each on a GPU of its own or (shared 2) both on GPU 0. */
+static void test_faults(int shared)
+{
+	struct ranks_out out[RANKS_MAX];
+	static const struct fault_case faults[] = {
+	    {"rank 1 dies", 2, -1, {SC_DIES, 30, 1, 0}, "rank 1", "died", 5},
+	    {"rank 0 dies", 2, -1, {SC_DIES, 30, 0, 0}, "rank 0", "died", 5},
+	    {"rank 1 stalls", 2, 1, {SC_STALLS, 2, 1, 0}, "rank 1", "stopped taking part", 8},
+	    {"rank 1 aborts", 2, -1, {SC_ABORTS, 30, 1, 0}, "loss is nan", "rank 1", 5},
+	};
+	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
+		struct fault_case f = faults[i];
+		char name[96];
+		snprintf(name, sizeof(name), "%s%s", shared ? "one GPU: " : "", f.name);
+		f.name = name;
+		f.job.shared = shared;
+		struct ranks_job j = {.world = f.world, .arg = &f.job};
+		ranks_run(&j, rank_fault, f.nowait, 60, out);
+		check_failure(&f, out);
+	}
+}
+
 static void test_gpus(int ngpu)
 {
 	struct ranks_out out[RANKS_MAX];
 	int w = ngpu < 4 ? ngpu : 4;
 
-	test_ops(1, SC_OPS);
-	test_ops(1, SC_HOST);
+	test_ops(1, SC_OPS, 0);
+	test_ops(1, SC_HOST, 0);
 	if (w >= 2) {
-		test_ops(w, SC_OPS);
-		test_ops(w, SC_HOST);
+		test_ops(w, SC_OPS, 0);
+		test_ops(w, SC_HOST, 0);
 	} else {
 		skip(2, "1 GPU: the operations between ranks need 2");
 	}
@@ -980,21 +1008,39 @@ static void test_gpus(int ngpu)
 	}
 	note("shared GPU: %s", out[0].msg);
 
+	/* two ranks on one GPU, allowed: NCCL 2.30 and later put them there when asked to */
+	int v = 0;
+	if (ncclGetVersion(&v) != ncclSuccess)
+		v = 0;
+	if (v < 23000) {
+		struct job allowed = {.sc = SC_SHARED, .timeout = 30, .special = -1, .shared = 2};
+		j = (struct ranks_job){.world = 2, .arg = &allowed};
+		ranks_run(&j, rank_shared, -1, 60, out);
+		for (int r = 0; r < 2; r++) {
+			ok(out[r].status == 0,
+			   "shared GPU allowed, NCCL %d.%d.%d: rank %d's creation failed (exit %d)",
+			   v / 10000, v / 100 % 100, v % 100, r, out[r].status);
+			like(out[r].msg, "device.allow_shared_gpu is set, but NCCL ",
+			     "... saying the sharing was allowed (rank %d)", r);
+			like(out[r].msg, "only from 2.30", "... why NCCL cannot");
+			like(out[r].msg, "DPTRAIN_GPU_COMM=cpu", "... and the other way");
+		}
+		note("shared GPU allowed: %s", out[0].msg);
+		skip(1, "NCCL %d.%d.%d: several ranks on one GPU need NCCL 2.30", v / 10000,
+		     v / 100 % 100, v % 100);
+	} else {
+		setenv(ENV_NCCL_MULTI_RANK_GPU_ENABLE, "1", 1);
+		test_ops(2, SC_OPS, 2);
+		test_ops(2, SC_HOST, 2);
+		test_faults(2);
+		unsetenv(ENV_NCCL_MULTI_RANK_GPU_ENABLE);
+	}
+
 	if (ngpu < 2) {
-		skip(16, "1 GPU: the faults between ranks need 2");
+		skip(16, "1 GPU: the faults between ranks on GPUs of their own need 2");
 		return;
 	}
-	static const struct fault_case faults[] = {
-	    {"rank 1 dies", 2, -1, {SC_DIES, 30, 1, 0}, "rank 1", "died", 5},
-	    {"rank 0 dies", 2, -1, {SC_DIES, 30, 0, 0}, "rank 0", "died", 5},
-	    {"rank 1 stalls", 2, 1, {SC_STALLS, 2, 1, 0}, "rank 1", "stopped taking part", 8},
-	    {"rank 1 aborts", 2, -1, {SC_ABORTS, 30, 1, 0}, "loss is nan", "rank 1", 5},
-	};
-	for (size_t i = 0; i < sizeof(faults) / sizeof(faults[0]); i++) {
-		j = (struct ranks_job){.world = faults[i].world, .arg = &faults[i].job};
-		ranks_run(&j, rank_fault, faults[i].nowait, 60, out);
-		check_failure(&faults[i], out);
-	}
+	test_faults(0);
 }
 
 #endif /* HAVE_NCCL && HAVE_CUDA */

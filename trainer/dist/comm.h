@@ -122,7 +122,9 @@ static inline int comm_gather_shares(struct comm *c, float *buf, size_t total, s
 }
 
 struct comm_nccl_opts {
-	int device;	  /* this rank's GPU: one per rank, never shared */
+	int device;	  /* this rank's GPU: one per rank, never shared, unless share_gpu */
+	int share_gpu;	  /* ranks of a host may share a GPU where NCCL can (2.30 or later, with
+			     NCCL_MULTI_RANK_GPU_ENABLE=1; device.allow_shared_gpu); else refused */
 	double timeout_s; /* one operation, and the creation; 0: 300 */
 };
 

@@ -18,6 +18,7 @@
 #include "trainer/dist/comm.h"
 #include "common/error.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "store/store.h"
 
 #include <stddef.h>
@@ -47,7 +48,7 @@
 struct comm_nccl {
 	struct comm base; /* first: the struct comm * the caller holds */
 	struct store *st;
-	int device;
+	int device, share_gpu;
 	double timeout_s, grace_s;
 	unsigned long seq;
 	const char *op; /* the operation in progress, for messages */
@@ -658,6 +659,27 @@ struct gpu_rec {
 	int device;
 };
 
+/* Whether this NCCL puts several ranks on one GPU (2.30 and later, asked to with
+ * NCCL_MULTI_RANK_GPU_ENABLE=1); else why not, in why_not. */
+static int nccl_multi_rank(char *why_not, size_t len)
+{
+	int v = 0;
+	const char *on = getenv(ENV_NCCL_MULTI_RANK_GPU_ENABLE);
+	if (ncclGetVersion(&v) != ncclSuccess)
+		v = 0;
+	if (v < 23000)
+		snprintf(why_not, len,
+			 "NCCL %d.%d.%d here puts several ranks on one GPU only from 2.30",
+			 v / 10000, v / 100 % 100, v % 100);
+	else if (!on || strcmp(on, "1") != 0)
+		snprintf(why_not, len,
+			 "NCCL %d.%d.%d here does so only with NCCL_MULTI_RANK_GPU_ENABLE=1",
+			 v / 10000, v / 100 % 100, v % 100);
+	else
+		return 1;
+	return 0;
+}
+
 /* Rank 0: every rank's GPU record; what is wrong in why if a rank has no GPU or two ranks
  * of a host share one. */
 static int gpus_check(struct comm_nccl *c, long gen, struct dp_error *why)
@@ -698,19 +720,30 @@ static int gpus_check(struct comm_nccl *c, long gen, struct dp_error *why)
 			if (strcmp(g[q].host, g[r].host) != 0 ||
 			    strcasecmp(g[q].pci, g[r].pci) != 0)
 				continue;
+			/* allowed (device.allow_shared_gpu) and possible: NCCL shares it */
+			char why_not[160] = "";
+			if (c->share_gpu && nccl_multi_rank(why_not, sizeof(why_not)))
+				continue;
+			char also[300] = "";
+			if (c->share_gpu)
+				snprintf(also, sizeof(also),
+					 "; device.allow_shared_gpu is set, but %s", why_not);
+			const char *alt = c->share_gpu
+					      ? ", or reduce through the CPU (DPTRAIN_GPU_COMM=cpu)"
+					      : "";
 			if (g[q].device == g[r].device)
 				errprintf(
 				    why,
-				    "ranks %d and %d on %s both use GPU %d (PCI %s); give each "
-				    "rank its own GPU (srun --gpus-per-task=1)",
-				    q, r, g[r].host, g[r].device, g[r].pci);
+				    "ranks %d and %d on %s both use GPU %d (PCI %s)%s; give each "
+				    "rank its own GPU (srun --gpus-per-task=1)%s",
+				    q, r, g[r].host, g[r].device, g[r].pci, also, alt);
 			else
 				errprintf(
 				    why,
 				    "ranks %d and %d on %s both use the GPU at PCI %s (their GPU "
-				    "%d and %d); give each rank its own GPU (srun "
-				    "--gpus-per-task=1)",
-				    q, r, g[r].host, g[r].pci, g[q].device, g[r].device);
+				    "%d and %d)%s; give each rank its own GPU (srun "
+				    "--gpus-per-task=1)%s",
+				    q, r, g[r].host, g[r].pci, g[q].device, g[r].device, also, alt);
 			goto out;
 		}
 	}
@@ -818,6 +851,7 @@ int comm_nccl_create(struct comm **out, struct store *st, const struct comm_nccl
 	c->base.world_size = store_world_size(st);
 	c->st = st;
 	c->device = o ? o->device : 0;
+	c->share_gpu = o ? o->share_gpu : 0;
 	c->timeout_s = o && o->timeout_s > 0 ? o->timeout_s : 300;
 	/* the others time out within moments of each other: a short grace suffices */
 	c->grace_s = c->timeout_s / 10 < 1 ? 1 : c->timeout_s / 10 > 10 ? 10 : c->timeout_s / 10;
