@@ -158,7 +158,7 @@ TRAIN_SRC   := trainer/train.c trainer/train_ckpt.c trainer/loss_scale.c trainer
 	trainer/tbevents.c trainer/report.c trainer/report_page.c trainer/progress.c \
 	trainer/rankwatch.c trainer/straggler.c
 DIST_SRC    := trainer/dist/comm_cpu.c trainer/dist/comm_fail.c trainer/dist/comm_nccl.c \
-	trainer/dist/comm_staged.c \
+	trainer/dist/comm_staged.c trainer/dist/comm_staged_cuda.c \
 	trainer/dist/comm_shm.c trainer/dist/ddp.c
 NN_SRC      := trainer/nn/nn.c trainer/nn/nn_build.c trainer/nn/nn_io.c trainer/nn/models.c \
 	trainer/nn/init.c
