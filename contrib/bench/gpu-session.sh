@@ -18,7 +18,8 @@
 # bench, profile (ncu over one dptrain step, PROFILE_MODE bf16, PROFILE_BATCH, PROFILE_CAP
 # 150 s) and sanitize (compute-sanitizer memcheck and racecheck over backend_cuda.t and comm_nccl.t, SANITIZE_CAP
 # 90 s each)), PLAN (the benchmark runs in order, SIDE:MODE:CAP with SIDE torch, dptrain,
-# torch-jpeg or dptrain-jpeg; default PyTorch bf16 eager and compiled, dptrain bf16 and fp16, then
+# dptrain@NAME=VALUE (dptrain with that variable set: "dptrain@DPTRAIN_CUDA_BN_VEC=0:bf16:70"
+# beside "dptrain:bf16:90" is an A/B in one call), torch-jpeg or dptrain-jpeg; default PyTorch bf16 eager and compiled, dptrain bf16 and fp16, then
 # both in bf16 on real JPEGs: about 530 s, a call of its own), TEST_CAP (backend_cuda.t's seconds, 150; the other unit tests
 # 3/5 of it), E2E_CAP (t1000-gpu.t's, 300), NVCC_ARCH (-gencode arch=compute_90,code=sm_90), CUDA_HOME (found from
 # nvcc), PYTHON (the first python3 that imports torch and torchvision), DEBS_DIR (.gpudeps): .deb
@@ -521,24 +522,32 @@ for p in $plan; do
 		continue
 	fi
 	# dptrain at the batch PyTorch found (or smaller, if it does not fit), each run boxed
-	# inside the stage's cap.
-	echo "==== dptrain $mode" >>"$OUT/bench.log"
+	# inside the stage's cap; side dptrain@NAME=VALUE runs it with that variable set (an A/B
+	# of a switch such as DPTRAIN_CUDA_BN_VEC=0 in the same call)
+	denv=()
+	case $side in dptrain@*=*) denv=("${side#dptrain@}") ;; dptrain) ;; *)
+		record "bench $side $mode" "failed: PLAN side $side: torch, dptrain, dptrain@NAME=VALUE, torch-jpeg or dptrain-jpeg" - 0 bench.log
+		continue
+		;;
+	esac
+	echo "==== dptrain $mode ${denv[*]}" >>"$OUT/bench.log"
 	mb=()
 	[ $have_gpu = yes ] && [ -n "$tbatch" ] && mb=(--max-batch "$tbatch")
-	run_stage "$cap" "$OUT/bench.log" \
+	dj=$work/dbench-$mode${denv:+-${#djsons[@]}}.json
+	run_stage "$cap" "$OUT/bench.log" env "${denv[@]}" \
 		bash -c 'script=$1 mode=$2 out=$3; shift 3
 			bash "$script" --modes "$mode" --json "$@" >"$out.tmp"; rc=$?
 			[ -s "$out.tmp" ] && mv "$out.tmp" "$out"; exit $rc' \
-		bash "$dbench" "$mode" "$work/dbench-$mode.json" --seconds $((cap - 20)) "${mb[@]}" \
+		bash "$dbench" "$mode" "$dj" --seconds $((cap - 20)) "${mb[@]}" \
 		"${dargs[@]}"
-	if [ -s "$work/dbench-$mode.json" ]; then
-		djsons+=("$work/dbench-$mode.json")
-		row=$(json_row "$work/dbench-$mode.json")
+	if [ -s "$dj" ]; then
+		djsons+=("$dj")
+		row=$(json_row "$dj")
 		case $row in skipped:*) res=$row ;; *) res="$res: $row" ;; esac
 	elif [ $rc -eq 2 ]; then
 		res="failed: $(tail -n 1 "$OUT/bench.log" | cut -c1-160 | sed 's/|/\//g')"
 	fi
-	record "bench dptrain $mode" "$res" $rc $dt bench.log
+	record "bench dptrain $mode${denv:+ (${denv[*]})}" "$res" $rc $dt bench.log
 done
 
 # ---- 6. where dptrain's step goes: ncu over one whole step (PROFILE_MODE, default bf16) ------
