@@ -76,23 +76,19 @@ static int open_staged(const struct ranks_job *j, int rank, struct fake_dev *d, 
 	return 0;
 }
 
-static double gen(int rank, size_t i, int salt)
-{
-	uint64_t x = (uint64_t)(rank + 1) * 0x9e3779b97f4a7c15ull ^
-		     (uint64_t)i * 0xbf58476d1ce4e5b9ull ^ (uint64_t)salt * 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	x *= 0xd6e9b3a5c2f1e4b7ull;
-	x ^= x >> 29;
-	return ((double)(x >> 11) / 9007199254740992.0 * 2 - 1) * (1 + (double)(x & 7));
-}
-
+/* p[0..n): a rank's and salt's own sequence of values in [-8, 8) as type t (an LCG). */
 static void fill(void *p, size_t n, enum comm_dtype t, int rank, int salt)
 {
-	for (size_t i = 0; i < n; i++)
+	uint64_t x = (uint64_t)(rank + 1) << 32 | (uint32_t)salt;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 6364136223846793005ull + 1442695040888963407ull;
+		double v =
+		    ((double)(x >> 11) / 9007199254740992.0 * 2 - 1) * (double)(1 + (x >> 61));
 		if (t == COMM_F64)
-			((double *)p)[i] = gen(rank, i, salt);
+			((double *)p)[i] = v;
 		else
-			((float *)p)[i] = (float)gen(rank, i, salt);
+			((float *)p)[i] = (float)v;
+	}
 }
 
 /* What went wrong first, and a count of the checks. */
