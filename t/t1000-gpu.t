@@ -2,7 +2,9 @@
 # t1000-gpu.t — training on the GPU end to end: the CUDA backend step for step against the CPU
 # backend (lenet; resnet18 with BatchNorm), convergence in each GPU precision, NCCL DDP on one
 # rank (the same bits as no DDP) and on two GPUs (the CPU ranks' losses), two ranks refused one
-# GPU, bit-exact resume with deterministic cuDNN, and the GPU's weights read by PyTorch.
+# GPU, two ranks on one GPU through the CPU engine (DDP, ZeRO-1, accumulation, a rank killed or
+# stopped) and over NCCL 2.30+, bit-exact resume with deterministic cuDNN, and the GPU's weights
+# read by PyTorch.
 # Skips everything, saying why, where `dptrain --devices` finds no usable GPU.
 # Owns only its trash directory.
 #
@@ -274,8 +276,8 @@ test_expect_success FMNIST,NCCL,RUN,MULTIGPU 'lenet on 2 GPUs over NCCL = 2 CPU 
 # Two ranks on one GPU through the CPU engine (DPTRAIN_GPU_COMM=cpu: the device gradients staged
 # through host memory), which needs no second GPU and no NCCL: DDP with its buckets, ZeRO-1
 # (parallel.enable_parallel_optimizer) and gradient accumulation on the real CUDA backend, each
-# against 2 CPU ranks of the same job (within 1e-3 for 10 steps). (A rank's death and a failed
-# copy in the staged engine: t/unit/comm.c and t/unit/comm_staged.c.)
+# against 2 CPU ranks of the same job (within 1e-3 for 10 steps); then rank 1 killed and rank 1
+# stopped mid-training, named by rank 0 (a failed copy: t/unit/comm_staged.c).
 test_expect_success FMNIST,RUN 'two ranks on one GPU staged through the CPU = 2 CPU ranks: DDP, ZeRO-1, accumulation' '
 	sed "s/\"train\": {/\"device\": {\"allow_shared_gpu\": true},\n  \"train\": {/" \
 		lenet.json >shared.json &&
@@ -293,6 +295,31 @@ test_expect_success FMNIST,RUN 'two ranks on one GPU staged through the CPU = 2 
 		losses s$name | head -n 10 >s$name.loss && losses p$name | head -n 10 >p$name.loss &&
 		close s$name.loss p$name.loss 1e-3 10 || return 1
 	done
+'
+
+# fault_run DIR SIGNAL [KEY=VALUE...]: two ranks on GPU 0 through the CPU engine; once rank 1
+# has logged step 10 it gets SIGNAL (KILL: dies, STOP: stops taking part). Sets rc and secs.
+fault_run() {
+	_d=$1 _s=$2
+	shift 2
+	_t0=$(date +%s)
+	DPTRAIN_GPU_COMM=cpu CUDA_VISIBLE_DEVICES=0 timeout 300 dptrain-run -n 2 -o $_d shared.json \
+		sh -c "if [ \"\$RANK\" = 1 ]; then ( i=0; while [ \$i -lt 3000 ] &&
+			! grep -q \"^epoch: 1 step: 10,\" $_d/device1/train.log 2>/dev/null; do
+			sleep 0.1; i=\$((i + 1)); done; kill -$_s \$\$ ) & fi; exec dptrain \"\$@\"" \
+		sh shared.json device.kind=cuda train.max_steps=100000 train.log_every=1 "$@" \
+		>$_d.out 2>&1
+	rc=$? secs=$(($(date +%s) - _t0))
+	echo "$_d: exit $rc after $secs s" && cat $_d.out
+}
+
+test_expect_success FMNIST,RUN 'two ranks on one GPU staged through the CPU: rank 1 killed, then stopped, mid-training; rank 0 names it' '
+	fault_run skill KILL timeouts.collective_s=60 &&
+	test $rc != 0 && test $rc != 124 && test $secs -lt 60 &&
+	grep "^dptrain: rank 0: gradient bucket .*allreduce: rank 1 .*died" skill.out &&
+	fault_run sstop STOP timeouts.collective_s=5 &&
+	test $rc != 0 && test $rc != 124 && test $secs -lt 120 &&
+	grep "^dptrain: rank 0: .*allreduce: rank 1 .*stopped taking part" sstop.out
 '
 
 # The same two ranks on one GPU over NCCL itself, where it can (2.30 and later, asked with
