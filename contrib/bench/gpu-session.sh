@@ -394,13 +394,15 @@ if stage_on tests; then
 	# the NCCL the build loads and the one PyTorch's wheel carries, each asked its version at
 	# run time; where only the wheel's is new enough, comm_nccl and t1000-gpu run again with
 	# it first on the loader's path (the same soname, libnccl.so.2).
-	printf '#include <nccl.h>\n#include <stdio.h>\nint main(void){int v = 0; ncclGetVersion(&v); printf("%%d\\n", v); return 0;}\n' |
-		${CC:-gcc} -x c - -o "$work/nccl-version" -I"$CUDA_HOME/include" ${make_cuda[0]:+${make_cuda[0]#CUDA_CFLAGS=}} \
-			-L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" ${make_cuda[1]:+${make_cuda[1]#CUDA_LIBS=}} -lnccl >>"$work/probe.log" 2>&1
-	built_nccl=$("$work/nccl-version" 2>/dev/null)
+	built_nccl=
+	# shellcheck disable=SC2086 # flags are words
+	probe "nccl run-time version" '#include <nccl.h>\n#include <stdio.h>\nint main(void){int v = 0; ncclGetVersion(&v); printf("%d\\n", v); return 0;}\n' \
+		$cu -Wl,-rpath,"$CUDA_HOME/lib64" ${make_cuda[0]:+${make_cuda[0]#CUDA_CFLAGS=}} \
+		${make_cuda[1]:+${make_cuda[1]#CUDA_LIBS=}} -lnccl &&
+		cp "$work/probe" "$work/nccl-version" && built_nccl=$("$work/nccl-version" 2>/dev/null)
 	wheel_nccl=$(timeout 60 "$PYTHON" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
 	torch_nccl=
-	[ -n "$wheel_nccl" ] && [ -e "$wheel_nccl/libnccl.so.2" ] &&
+	[ -x "$work/nccl-version" ] && [ -n "$wheel_nccl" ] && [ -e "$wheel_nccl/libnccl.so.2" ] &&
 		torch_nccl=$(LD_LIBRARY_PATH=$wheel_nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} "$work/nccl-version" 2>/dev/null)
 	echo "NCCL at run time: the build's ${built_nccl:-unknown}, PyTorch's wheel's ${torch_nccl:-none} ($wheel_nccl)" >>"$OUT/env.log"
 	note "- NCCL at run time (ncclGetVersion): the build's ${built_nccl:-unknown}, PyTorch's wheel's ${torch_nccl:-none}; several ranks on one GPU need 23000 (2.30)"
