@@ -464,17 +464,7 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 	if ((rv = store_open(&d->st, &so, err)) < 0)
 		goto out;
 	rv = -1;
-	if (gpu >= 0 && staged) {
-		struct comm_cpu_opts co = {.timeout_s = c->timeouts.collective_s};
-		struct comm *in;
-		if (comm_cpu_create(&in, d->st, &co, err) < 0 ||
-		    comm_staged_cuda(&d->comm, in, gpu, err) < 0) {
-			errprefix(err,
-				  "collectives on GPU %d through the CPU (DPTRAIN_GPU_COMM=cpu)",
-				  gpu);
-			goto out;
-		}
-	} else if (gpu >= 0) {
+	if (gpu >= 0 && !staged) {
 		struct comm_nccl_opts no = {.device = gpu,
 					    .share_gpu = c->device.allow_shared_gpu,
 					    .timeout_s = c->timeouts.collective_s};
@@ -486,6 +476,12 @@ static int dist_open(struct dist *d, const struct cfg *c, int rank, int world_si
 		struct comm_cpu_opts co = {.timeout_s = c->timeouts.collective_s};
 		if (comm_cpu_create(&d->comm, d->st, &co, err) < 0) {
 			errprefix(err, "collectives");
+			goto out;
+		}
+		if (gpu >= 0 && comm_staged_cuda(&d->comm, d->comm, gpu, err) < 0) {
+			errprefix(err,
+				  "collectives on GPU %d through the CPU (DPTRAIN_GPU_COMM=cpu)",
+				  gpu);
 			goto out;
 		}
 	}

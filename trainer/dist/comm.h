@@ -130,8 +130,8 @@ struct comm_nccl_opts {
 
 /* How a staged comm (comm_staged_create) tells device memory and copies it: is_device(ctx, p)
  * whether p is device memory; copy(ctx, dst, src, bytes, to_dev, err) from device to host
- * memory (to_dev 0) or back, 0 or -1 with err; host_alloc/host_free (NULL: malloc and free)
- * the host buffer (CUDA's pinned memory); owns_ctx: free(ctx) at destroy. */
+ * memory (to_dev 0) or back, 0 or -1 with err; host_alloc/host_free the host buffer (CUDA's
+ * pinned memory; either NULL: malloc and free); owns_ctx: free(ctx) at destroy. */
 struct comm_stage {
 	void *ctx;
 	int (*is_device)(void *ctx, const void *p);

@@ -680,10 +680,12 @@ int shm_bcast_shared(struct shm_group *g, size_t off, size_t bytes, struct dp_er
 		return errprintf(err,
 				 "shared broadcast of %zu bytes at %zu: not in the %zu-byte buffer",
 				 bytes, off, g->user);
-	/* this rank's share of the copies, in whole cache lines: every core of the node copies */
-	size_t lo = bytes / 64 * (size_t)g->me / (size_t)g->n * 64;
-	size_t hi =
-	    g->me + 1 == g->n ? bytes : bytes / 64 * (size_t)(g->me + 1) / (size_t)g->n * 64;
+	/* this rank's share of the copies, in whole cache lines (the last rank's takes the rest):
+	 * every core of the node copies */
+	size_t lo, hi;
+	comm_share(bytes / 64, g->me, g->n, &lo, &hi);
+	lo *= 64;
+	hi = g->me + 1 == g->n ? bytes : hi * 64;
 	g->round = round;
 	if (g->me == 0)
 		publish(g, 1u << C_IN, round); /* the sum is in the leader's buffer */

@@ -8,9 +8,9 @@
  *
  * The copies are the caller's (struct comm_stage): comm_staged_cuda (comm_staged_cuda.c) gives
  * CUDA's, on the rank's GPU, made current in the calling thread first (DDP reduces from a
- * thread of its own). The
- * reduction order, the bits and the failures are the inner comm's; the results on the device
- * are the host's bits, copied. Owns the inner comm and the host buffer. */
+ * thread of its own). The reduction order, the bits and the failures are the inner comm's;
+ * the results on the device are the host's bits, copied. Owns the inner comm and the host
+ * buffer. */
 #define _GNU_SOURCE
 #include "trainer/dist/comm.h"
 #include "common/error.h"
@@ -29,16 +29,29 @@ struct comm_staged {
 	size_t cap;
 };
 
+/* struct comm_stage's defaults for the host buffer */
+static void *plain_alloc(void *ctx, size_t bytes)
+{
+	(void)ctx;
+	return malloc(bytes);
+}
+
+static void plain_free(void *ctx, void *p)
+{
+	(void)ctx;
+	free(p);
+}
+
 static int host_room(struct comm_staged *s, size_t bytes, struct dp_error *err)
 {
 	if (bytes <= s->cap)
 		return 0;
-	void *p = s->st.host_alloc ? s->st.host_alloc(s->st.ctx, bytes) : malloc(bytes);
+	void *p = s->st.host_alloc(s->st.ctx, bytes);
 	if (!p)
 		return errprintf(err, "out of memory (%zu bytes of host memory to stage through)",
 				 bytes);
 	if (s->host)
-		s->st.host_free ? s->st.host_free(s->st.ctx, s->host) : free(s->host);
+		s->st.host_free(s->st.ctx, s->host);
 	s->host = p;
 	s->cap = bytes;
 	return 0;
@@ -154,7 +167,7 @@ static void staged_destroy(struct comm *base)
 	if (s->in)
 		s->in->ops->destroy(s->in);
 	if (s->host)
-		s->st.host_free ? s->st.host_free(s->st.ctx, s->host) : free(s->host);
+		s->st.host_free(s->st.ctx, s->host);
 	if (s->st.owns_ctx)
 		free(s->st.ctx);
 	free(s);
@@ -173,6 +186,10 @@ int comm_staged_create(struct comm **out, struct comm *inner, const struct comm_
 	}
 	s->in = inner;
 	s->st = *st;
+	if (!s->st.host_alloc || !s->st.host_free) {
+		s->st.host_alloc = plain_alloc;
+		s->st.host_free = plain_free;
+	}
 	s->base.rank = inner->rank;
 	s->base.world_size = inner->world_size;
 	/* the inner comm's ops, except those that meet device memory; no shared_alloc, no after */
