@@ -2184,6 +2184,60 @@ out:
 	free(x), free(lab);
 }
 
+/* cudnnFind: each convolution shape's algorithms timed once, when its first op is made, and
+ * the choice kept for the next op of that shape; never with DPTRAIN_CUDA_CONV_FIND=0 or
+ * deterministic algorithms. (That the timed algorithms compute the right thing is the "fast"
+ * suite's: run_cases with the default backend.) */
+static void test_conv_find(void)
+{
+	static const struct {
+		const char *name, *env_find, *env_det;
+		size_t want;
+	} modes[] = {
+	    {"default", NULL, NULL, 2},
+	    {"DPTRAIN_CUDA_CONV_FIND=0", "0", NULL, 0},
+	    {"DPTRAIN_CUDA_DETERMINISTIC=1", NULL, "1", 0},
+	};
+	struct be_conv_desc a = {
+	    .n = 4, .c = 8, .h = 14, .w = 14, .k = 16, .kh = 3, .kw = 3, .stride = 1, .pad = 1};
+	struct be_conv_desc b = a;
+
+	b.k = 32;
+	b.stride = 2;
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		struct dp_error err = {""};
+		struct be_conv_desc d1 = a, d2 = a, d3 = b;
+
+		if (modes[i].env_find)
+			setenv("DPTRAIN_CUDA_CONV_FIND", modes[i].env_find, 1);
+		if (modes[i].env_det)
+			setenv("DPTRAIN_CUDA_DETERMINISTIC", modes[i].env_det, 1);
+		struct backend *g = be_cuda_create(0, NULL, &err);
+		unsetenv("DPTRAIN_CUDA_CONV_FIND");
+		unsetenv("DPTRAIN_CUDA_DETERMINISTIC");
+		if (!ok(g != NULL, "conv find, %s: be_cuda_create(0): %s", modes[i].name,
+			g ? "" : err.text))
+			continue;
+		struct be_op *o1 = g->ops->conv_create(g, &d1);
+		size_t after1 = be_cuda_conv_shapes_timed(g);
+		struct be_op *o2 = g->ops->conv_create(g, &d2);
+		size_t after2 = be_cuda_conv_shapes_timed(g);
+		struct be_op *o3 = g->ops->conv_create(g, &d3);
+		size_t after3 = be_cuda_conv_shapes_timed(g);
+		if (ok(o1 && o2 && o3, "conv find, %s: three convolutions made", modes[i].name))
+			ok(after1 == (modes[i].want ? 1u : 0u) && after2 == after1 &&
+			       after3 == modes[i].want,
+			   "conv find, %s: shapes timed %zu, %zu, %zu (want %zu: a shape once)",
+			   modes[i].name, after1, after2, after3, modes[i].want);
+		else
+			diag("%s", g->err.text);
+		g->ops->op_destroy(g, o1);
+		g->ops->op_destroy(g, o2);
+		g->ops->op_destroy(g, o3);
+		g->ops->destroy(g);
+	}
+}
+
 /* ------------------------------------------------------------------------------------- */
 /* The cases: every op, shape and whole model the suite checks, and on which backends (modes).
  * A case runs on each mode in its modes, in this order; an op's case compares the float32 modes
@@ -2512,6 +2566,8 @@ int main(void)
 		run_cases(&tf, M_F32_FAST, cpu, NULL);
 		fast->ops->destroy(fast);
 	}
+
+	test_conv_find();
 
 	/* TF32 tensor cores: the same suite within TF32's tolerances */
 	struct be_cuda_opts to = {.tf32 = 1};

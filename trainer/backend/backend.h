@@ -269,5 +269,8 @@ int be_cuda_device_count(struct dp_error *err);
 int be_cuda_describe(int device, char *buf, size_t len);
 /* The most device memory a CUDA backend has held at once (its arena and cuDNN workspace). */
 size_t be_cuda_peak_bytes(struct backend *be);
+/* Convolution shapes whose algorithms the backend timed with cudnnFind (once a shape; 0 with
+ * DPTRAIN_CUDA_CONV_FIND=0, deterministic, or no CUDA backend). */
+size_t be_cuda_conv_shapes_timed(struct backend *be);
 
 #endif

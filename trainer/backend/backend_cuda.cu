@@ -66,6 +66,12 @@ extern "C" size_t be_cuda_peak_bytes(struct backend *be)
 	return 0;
 }
 
+extern "C" size_t be_cuda_conv_shapes_timed(struct backend *be)
+{
+	(void)be;
+	return 0;
+}
+
 extern "C" int be_cuda_device_count(struct dp_error *err)
 {
 	errprintf(err, "this build has no CUDA backend (cuDNN was missing at build time)");
@@ -115,9 +121,11 @@ extern "C" int be_cuda_device_count(struct dp_error *err)
  *
  * Determinism. Own kernels (batch norm's too: fixed-order sums, no atomics) and cuBLAS give the
  * same bits for the same inputs on the same GPU.
- * cuDNN's convolution algorithms are chosen once per op by its heuristics
- * (cudnnGet*Algorithm_v7, no benchmarking); DPTRAIN_CUDA_DETERMINISTIC=1 at creation restricts
- * them to deterministic ones (the bit-exact resume test needs that on a GPU). */
+ * cuDNN's convolution algorithms are chosen once per shape by timing them (cudnnFind*Ex, as
+ * PyTorch's cudnn.benchmark does; DPTRAIN_CUDA_CONV_FIND=0 keeps its heuristics alone, to
+ * compare), so two runs may differ in the last bits; DPTRAIN_CUDA_DETERMINISTIC=1 at creation
+ * restricts them to deterministic ones chosen by the heuristics alone (cudnnGet*Algorithm_v7, no
+ * timing), which the bit-exact resume test needs on a GPU. */
 
 /* ---------------------------------------------------------------------------------------
  * The backend. */
@@ -135,6 +143,7 @@ static void cu_destroy(struct backend *be)
 		for (size_t i = 0; i < ctx->nblocks; i++)
 			cudaFree(ctx->blocks[i].p);
 		free(ctx->blocks);
+		free(ctx->picks);
 		cudaFree(ctx->ws);
 		if (ctx->blas)
 			cublasDestroy(ctx->blas);
@@ -232,6 +241,11 @@ extern "C" size_t be_cuda_peak_bytes(struct backend *be)
 	return is_cuda(be) ? ctx_of(be)->peak : 0;
 }
 
+extern "C" size_t be_cuda_conv_shapes_timed(struct backend *be)
+{
+	return is_cuda(be) ? ctx_of(be)->npicks : 0;
+}
+
 extern "C" int be_cuda_describe(int device, char *buf, size_t len)
 {
 	cudaDeviceProp p;
@@ -276,6 +290,7 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	const char *cvd = getenv(ENV_CUDA_VISIBLE_DEVICES);
 	const char *layout = getenv(ENV_DPTRAIN_CUDA_LAYOUT);
 	const char *bn_vec = getenv(ENV_DPTRAIN_CUDA_BN_VEC);
+	const char *find = getenv(ENV_DPTRAIN_CUDA_CONV_FIND);
 	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	int count;
 	cudaError_t e;
@@ -329,6 +344,9 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	ctx->dtype = dt;
 	/* DPTRAIN_CUDA_BN_VEC=0: the scalar kernels everywhere (to compare the two) */
 	ctx->bn_vec = !(bn_vec && strcmp(bn_vec, "0") == 0);
+	/* DPTRAIN_CUDA_CONV_FIND=0: cuDNN's heuristics alone; deterministic: always (a timed
+	 * choice may differ between runs, and with it the bits) */
+	ctx->conv_find = !ctx->deterministic && !(find && strcmp(find, "0") == 0);
 	/* float32 modes are NCHW whatever the variable says (see the top of this file) */
 	ctx->nhwc = dt != BE_F32 && !(layout && strcmp(layout, "nchw") == 0);
 #define CREATE_TRY(ok, call, str)                                                                  \

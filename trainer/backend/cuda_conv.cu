@@ -1,5 +1,6 @@
 /* cuda_conv.cu — the CUDA backend's convolutions: cuDNN's forward and backward passes, the
- * algorithm and math type of each (chosen once per op, its workspace under the cap), the half copy
+ * algorithm and math type of each (listed by cuDNN's heuristics once per op, then timed by
+ * cudnnFind once per shape unless deterministic; its workspace under the cap), the half copy
  * of the weights and the widened weight gradient in half modes, the bias kernels. Nothing but
  * convolutions; the workspace itself is cuda_mem.cu's. */
 #ifdef HAVE_CUDNN /* without cuDNN there is no CUDA backend (backend_cuda.cu) */
@@ -61,21 +62,13 @@ static int algo_ok(struct cu_ctx *ctx, cudnnStatus_t status, cudnnMathType_t mat
 	       (!ctx->deterministic || det == CUDNN_DETERMINISTIC);
 }
 
-/* The three passes' algorithms: cuDNN's heuristics in order of expected speed, the first one
- * allowed whose workspace fits under the cap; else the always-supported, deterministic one. The
- * heuristics list an algorithm once per math type, so the lists are sized by *MaxCount, and
- * each workspace is sized under the math type the algorithm will run with (tensor-op math
- * may need more than the descriptor's). */
-#define PICK(perf_t, maxcount, heuristic, wsize, fb_algo, algo_f, ws_f, math_f, ...)               \
+/* The first algorithm of a cuDNN list p_[0..got_) that may be used and whose workspace, sized
+ * under the math type it will run with (tensor-op math may need more than the descriptor's), fits
+ * under the cap: into op's algo_f, ws_f and math_f, found_ set. The lists name an algorithm once
+ * per math type. */
+#define SELECT(p_, got_, found_, wsize, algo_f, ws_f, math_f, ...)                                 \
 	do {                                                                                       \
-		perf_t p_[64];                                                                     \
-		int max_ = 0, got_ = 0, found_ = 0;                                                \
-		DNN_RET(maxcount(ctx->dnn, &max_));                                                \
-		if (max_ > 64 || max_ < 1)                                                         \
-			max_ = 64;                                                                 \
-		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
-		DNN_RET(heuristic(ctx->dnn, __VA_ARGS__, max_, &got_, p_));                        \
-		for (int i_ = 0; i_ < got_ && !found_; i_++) {                                     \
+		for (int i_ = 0; i_ < (got_) && !(found_); i_++) {                                 \
 			size_t ws_;                                                                \
 			cudnnMathType_t m_ = run_math(ctx, p_[i_].mathType);                       \
 			if (!algo_ok(ctx, p_[i_].status, p_[i_].mathType, p_[i_].determinism))     \
@@ -91,6 +84,20 @@ static int algo_ok(struct cu_ctx *ctx, cudnnStatus_t status, cudnnMathType_t mat
 			}                                                                          \
 		}                                                                                  \
 		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+	} while (0)
+
+/* The three passes' algorithms: cuDNN's heuristics in order of expected speed, the first one
+ * allowed; else the always-supported, deterministic one. The lists are sized by *MaxCount. */
+#define PICK(perf_t, maxcount, heuristic, wsize, fb_algo, algo_f, ws_f, math_f, ...)               \
+	do {                                                                                       \
+		perf_t p_[64];                                                                     \
+		int max_ = 0, got_ = 0, found_ = 0;                                                \
+		DNN_RET(maxcount(ctx->dnn, &max_));                                                \
+		if (max_ > 64 || max_ < 1)                                                         \
+			max_ = 64;                                                                 \
+		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+		DNN_RET(heuristic(ctx->dnn, __VA_ARGS__, max_, &got_, p_));                        \
+		SELECT(p_, got_, found_, wsize, algo_f, ws_f, math_f, __VA_ARGS__);                \
 		if (!found_) {                                                                     \
 			op->algo_f = fb_algo;                                                      \
 			DNN_RET(wsize(ctx->dnn, __VA_ARGS__, op->algo_f, &op->ws_f));              \
@@ -119,6 +126,115 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 	return 0;
 }
 #undef PICK
+
+/* A pass's algorithms timed on the GPU (cudnnFind*Ex, fastest first, each given the whole cap
+ * of workspace), the first one allowed replacing the heuristics' pick; a search that fails or
+ * finds none allowed leaves that pick. */
+#define FIND(perf_t, maxcount, find, wsize, algo_f, ws_f, math_f, fargs, ...)                      \
+	do {                                                                                       \
+		perf_t p_[64];                                                                     \
+		int max_ = 0, got_ = 0, found_ = 0;                                                \
+		DNN_RET(maxcount(ctx->dnn, &max_));                                                \
+		if (max_ > 64 || max_ < 1)                                                         \
+			max_ = 64;                                                                 \
+		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+		if (find fargs == CUDNN_STATUS_SUCCESS)                                            \
+			SELECT(p_, got_, found_, wsize, algo_f, ws_f, math_f, __VA_ARGS__);        \
+	} while (0)
+
+/* The three passes timed on scratch x, y, w and a workspace ws of the cap. */
+static int find_passes(struct backend *be, struct be_op *op, const char *fn, const char *shape,
+		       void *x, void *y, void *w, void *ws)
+{
+	struct cu_ctx *ctx = ctx_of(be);
+	cudnnMathType_t fallback = conv_math(ctx);
+
+	FIND(cudnnConvolutionFwdAlgoPerf_t, cudnnGetConvolutionForwardAlgorithmMaxCount,
+	     cudnnFindConvolutionForwardAlgorithmEx, cudnnGetConvolutionForwardWorkspaceSize,
+	     fwd_algo, fwd_ws, fwd_math,
+	     (ctx->dnn, op->xd, x, op->wd, w, op->cd, op->yd, y, max_, &got_, p_, ws, CU_WS_CAP),
+	     op->xd, op->wd, op->cd, op->yd);
+	FIND(cudnnConvolutionBwdDataAlgoPerf_t, cudnnGetConvolutionBackwardDataAlgorithmMaxCount,
+	     cudnnFindConvolutionBackwardDataAlgorithmEx,
+	     cudnnGetConvolutionBackwardDataWorkspaceSize, bwd_data_algo, bwd_data_ws,
+	     bwd_data_math,
+	     (ctx->dnn, op->wd, w, op->yd, y, op->cd, op->xd, x, max_, &got_, p_, ws, CU_WS_CAP),
+	     op->wd, op->yd, op->cd, op->xd);
+	FIND(cudnnConvolutionBwdFilterAlgoPerf_t,
+	     cudnnGetConvolutionBackwardFilterAlgorithmMaxCount,
+	     cudnnFindConvolutionBackwardFilterAlgorithmEx,
+	     cudnnGetConvolutionBackwardFilterWorkspaceSize, bwd_filter_algo, bwd_filter_ws,
+	     bwd_filter_math,
+	     (ctx->dnn, op->xd, x, op->yd, y, op->cd, op->wd, w, max_, &got_, p_, ws, CU_WS_CAP),
+	     op->xd, op->yd, op->cd, op->wd);
+	return 0;
+}
+
+static int same_shape(const struct cu_conv_pick *p, const struct be_conv_desc *d)
+{
+	return p->n == d->n && p->c == d->c && p->h == d->h && p->w == d->w && p->k == d->k &&
+	       p->kh == d->kh && p->kw == d->kw && p->stride == d->stride && p->pad == d->pad;
+}
+
+/* cuDNN's fastest algorithms for op's shape, timed once per shape on scratch buffers of the
+ * shape (their contents do not matter to the timing) and kept in ctx->picks; where the device
+ * has no room for the scratch, or the search fails, the heuristics' picks stay. */
+static int find_algos(struct backend *be, struct be_op *op, const char *fn, const char *shape)
+{
+	struct cu_ctx *ctx = ctx_of(be);
+	const struct be_conv_desc *d = &op->d.conv;
+	size_t es = be->act_size, al = 256;
+	size_t nx = ((size_t)d->n * d->c * d->h * d->w * es + al - 1) / al * al;
+	size_t ny = ((size_t)d->n * d->k * d->oh * d->ow * es + al - 1) / al * al;
+	size_t nw = ((size_t)d->k * d->c * d->kh * d->kw * es + al - 1) / al * al;
+	size_t total = nx + ny + nw + CU_WS_CAP;
+	struct cu_conv_pick *p;
+	char *x;
+	int rv;
+
+	for (size_t i = 0; i < ctx->npicks; i++) {
+		p = &ctx->picks[i];
+		if (!same_shape(p, d))
+			continue;
+		op->fwd_algo = p->fwd_algo, op->fwd_ws = p->fwd_ws, op->fwd_math = p->fwd_math;
+		op->bwd_data_algo = p->bwd_data_algo, op->bwd_data_ws = p->bwd_data_ws;
+		op->bwd_data_math = p->bwd_data_math;
+		op->bwd_filter_algo = p->bwd_filter_algo, op->bwd_filter_ws = p->bwd_filter_ws;
+		op->bwd_filter_math = p->bwd_filter_math;
+		return 0;
+	}
+	if (ctx->npicks == ctx->picks_cap) {
+		size_t ncap = ctx->picks_cap ? 2 * ctx->picks_cap : 32;
+		p = (struct cu_conv_pick *)realloc(ctx->picks, ncap * sizeof(*p));
+		if (!p)
+			return be_errf(be, "%s(%s): out of memory for the algorithm choices", fn,
+				       shape);
+		ctx->picks = p;
+		ctx->picks_cap = ncap;
+	}
+	if (!(x = (char *)dev_scratch(be, total)))
+		return 0; /* no room to time them: the heuristics' picks, not kept for the shape */
+	/* defined contents (zeros) for the inputs, whatever the algorithms read */
+	rv = cudaMemsetAsync(x, 0, nx + ny + nw, ctx->stream) == cudaSuccess
+		 ? find_passes(be, op, fn, shape, x, x + nx, x + nx + ny, x + nx + ny + nw)
+		 : 0;
+	dev_scratch_free(be, x, total);
+	if (rv < 0)
+		return -1;
+	/* a failed search may leave an error behind: not this op's, and not the next call's */
+	cudaGetLastError();
+	p = &ctx->picks[ctx->npicks++];
+	p->n = d->n, p->c = d->c, p->h = d->h, p->w = d->w, p->k = d->k;
+	p->kh = d->kh, p->kw = d->kw, p->stride = d->stride, p->pad = d->pad;
+	p->fwd_algo = op->fwd_algo, p->fwd_ws = op->fwd_ws, p->fwd_math = op->fwd_math;
+	p->bwd_data_algo = op->bwd_data_algo, p->bwd_data_ws = op->bwd_data_ws;
+	p->bwd_data_math = op->bwd_data_math;
+	p->bwd_filter_algo = op->bwd_filter_algo, p->bwd_filter_ws = op->bwd_filter_ws;
+	p->bwd_filter_math = op->bwd_filter_math;
+	return 0;
+}
+#undef FIND
+#undef SELECT
 
 /* Convolutions: data, filters and the output in the act type, float32 compute; in NHWC the filters
  * too (K x KH x KW x C in memory: what cuDNN's NHWC kernels take). The bias (1, k) is added by an
@@ -162,7 +278,8 @@ static struct be_op *cu_conv_create(struct backend *be, struct be_conv_desc *d)
 			shape, on, oc, oh, ow, d->n, d->k, d->oh, d->ow);
 		goto fail;
 	}
-	if (pick_algos(be, op, fn, shape) < 0)
+	if (pick_algos(be, op, fn, shape) < 0 ||
+	    (ctx_of(be)->conv_find && find_algos(be, op, fn, shape) < 0))
 		goto fail;
 	return op;
 fail:

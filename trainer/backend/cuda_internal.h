@@ -53,6 +53,17 @@ struct cu_block {
 	int used;
 };
 
+/* A convolution shape's three algorithms as cudnnFind timed them (cuda_conv.cu), kept for every
+ * later op of the same shape. */
+struct cu_conv_pick {
+	int n, c, h, w, k, kh, kw, stride, pad;
+	cudnnConvolutionFwdAlgo_t fwd_algo;
+	cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
+	cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
+	size_t fwd_ws, bwd_data_ws, bwd_filter_ws;
+	cudnnMathType_t fwd_math, bwd_data_math, bwd_filter_math;
+};
+
 /* Everything ops share: the stream, the library handles, the workspace and the arena. */
 struct cu_ctx {
 	int device;
@@ -62,6 +73,9 @@ struct cu_ctx {
 	int nhwc;	     /* activations NHWC (half modes), else NCHW */
 	unsigned bn_wave;    /* bf16: blocks of the own BN partial kernels the GPU runs at once */
 	int bn_vec;	     /* bf16 NHWC: the own BN's vector kernels where a shape allows them */
+	int conv_find;	     /* convolutions: algorithms timed by cudnnFind, not only listed */
+	struct cu_conv_pick *picks; /* conv_find: what it chose, one entry per shape */
+	size_t npicks, picks_cap;
 	cudaStream_t stream;
 	cudaStream_t copy; /* uploads (upload), created on first use */
 	cudnnHandle_t dnn;
@@ -239,6 +253,8 @@ void cu_loss_register(struct backend_ops *o);
 void *arena_alloc(struct backend *be, size_t bytes, const char *fn);
 void arena_free(struct backend *be, void *p);
 void *ws_reserve(struct backend *be, size_t bytes, const char *fn, const char *shape);
+void *dev_scratch(struct backend *be, size_t bytes);
+void dev_scratch_free(struct backend *be, void *p, size_t bytes);
 
 /* cuda_op.cu: the opaque op and the messages' shapes. */
 const char *dt_suffix(struct backend *be);

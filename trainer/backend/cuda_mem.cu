@@ -147,6 +147,31 @@ void *ws_reserve(struct backend *be, size_t bytes, const char *fn, const char *s
 	return p;
 }
 
+/* Device memory outside the arena and the workspace, for a moment (the convolutions' algorithm
+ * search at creation): NULL, with no error set, where the device has no room for it (the caller
+ * does without). dev_scratch_free gives it back to the driver at once. */
+void *dev_scratch(struct backend *be, size_t bytes)
+{
+	void *p = NULL;
+
+	if (dev_malloc(ctx_of(be), &p, bytes) != cudaSuccess) {
+		cudaGetLastError(); /* clear it */
+		return NULL;
+	}
+	return p;
+}
+
+void dev_scratch_free(struct backend *be, void *p, size_t bytes)
+{
+	struct cu_ctx *ctx = ctx_of(be);
+
+	if (!p)
+		return;
+	cudaStreamSynchronize(ctx->stream);
+	cudaFree(p);
+	ctx->held -= bytes;
+}
+
 static void *cu_alloc(struct backend *be, size_t bytes)
 {
 	return arena_alloc(be, bytes, "alloc");
