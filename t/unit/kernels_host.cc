@@ -180,15 +180,17 @@ static void test_xent_nan(void)
 
 struct bn_run {
 	std::vector<float> y, sm, si, rm, rv, dx, dz, dg, db;
+	std::vector<uint8_t> bits; /* use_bits: the forward's ReLU mask */
 };
 
 /* The forward (train) then backward of cuda_bn.cu's bn_own_fwd_train and bn_own_bwd on the
- * grid g, in bf16; dy_in_place: the backward writes dx over dy. */
+ * grid g, in bf16; dy_in_place: the backward writes dx over dy; use_bits (vector grid, ReLU):
+ * the forward keeps the ReLU's mask as bits and the backward reads them instead of y. */
 static bn_run bn_kernels(const struct be_bn_desc &d, const bn_geom &g, const std::vector<float> &x,
 			 const std::vector<float> &z, const std::vector<float> &dy,
 			 const std::vector<float> &gm, const std::vector<float> &bt,
 			 const std::vector<float> &rm0, const std::vector<float> &rv0,
-			 int dy_in_place)
+			 int dy_in_place, int use_bits = 0)
 {
 	size_t hw = (size_t)d.h * d.w, nx = (size_t)d.n * d.c * hw, C = (size_t)d.c;
 	int nhwc = g.nhwc;
@@ -198,6 +200,9 @@ static bn_run bn_kernels(const struct be_bn_desc &d, const bn_geom &g, const std
 	std::vector<double> part(2 * C * g.slabs);
 	std::vector<float> coef(4 * C), sm(C), si(C), rm(rm0), rv(rv0), dg(C), db(C);
 	bn_run r;
+	/* poisoned: every byte must be written by the forward */
+	std::vector<uint8_t> bits(use_bits ? nx / BN_VEC : 0, 0xa5);
+	uint8_t *bp = use_bits ? bits.data() : NULL;
 
 	gx.set(to_act16(x, d.n, d.c, hw, nhwc));
 	gdy.set(to_act16(dy, d.n, d.c, hw, nhwc));
@@ -214,15 +219,16 @@ static bn_run bn_kernels(const struct be_bn_desc &d, const bn_geom &g, const std
 		   coef.data());
 	if (g.vec)
 		emu_launch(grid, CU_THREADS, k_bn_apply_v<bf16>, g, (const bf16 *)gx.p, zp,
-			   (const float *)coef.data(), gy.p, d.fuse_relu);
+			   (const float *)coef.data(), gy.p, d.fuse_relu, bp);
 	else
 		emu_launch(grid, CU_THREADS, k_bn_apply<bf16>, g, (const bf16 *)gx.p, zp,
 			   (const float *)coef.data(), gy.p, d.fuse_relu);
-	const bf16 *mask = d.fuse_relu ? gy.p : NULL;
+	const bf16 *mask = d.fuse_relu && !use_bits ? gy.p : NULL;
+	const uint8_t *bm = d.fuse_relu ? bp : NULL;
 	bf16 *dxp = dy_in_place ? gdy.p : gdx.p, *dzp = d.fuse_add ? gdz.p : NULL;
 	if (g.vec)
 		emu_launch(grid, CU_THREADS, k_bn_bwd_stats_v<bf16>, g, (const bf16 *)gx.p, mask,
-			   (const bf16 *)gdy.p, (const float *)sm.data(), part.data());
+			   bm, (const bf16 *)gdy.p, (const float *)sm.data(), part.data());
 	else
 		emu_launch(grid, CU_THREADS, k_bn_bwd_stats<bf16>, g, (const bf16 *)gx.p, mask,
 			   (const bf16 *)gdy.p, (const float *)sm.data(), part.data());
@@ -231,7 +237,8 @@ static bn_run bn_kernels(const struct be_bn_desc &d, const bn_geom &g, const std
 		   coef.data());
 	if (g.vec)
 		emu_launch(grid, CU_THREADS, k_bn_bwd_apply_v<bf16>, g, (const bf16 *)gx.p, mask,
-			   (const bf16 *)gdy.p, (const float *)coef.data(), dxp, 0.0f, dzp, 0.0f);
+			   bm, (const bf16 *)gdy.p, (const float *)coef.data(), dxp, 0.0f, dzp,
+			   0.0f);
 	else
 		emu_launch(grid, CU_THREADS, k_bn_bwd_apply<bf16>, g, (const bf16 *)gx.p, mask,
 			   (const bf16 *)gdy.p, (const float *)coef.data(), dxp, 0.0f, dzp, 0.0f);
@@ -240,6 +247,7 @@ static bn_run bn_kernels(const struct be_bn_desc &d, const bn_geom &g, const std
 	if (d.fuse_add)
 		r.dz = from_act16(gdz.p, d.n, d.c, hw, nhwc);
 	r.sm = sm, r.si = si, r.rm = rm, r.rv = rv, r.dg = dg, r.db = db;
+	r.bits = bits;
 	return r;
 }
 
@@ -305,6 +313,25 @@ static void test_bn(struct be_bn_desc d, int nhwc, int vec)
 		ok(!memcmp(k2.dx.data(), k.dx.data(), nx * sizeof(float)),
 		   "%s: dx in place of dy, same bits", w);
 	}
+	/* the ReLU's mask kept as bits by the forward and read by the backward instead of y: bit
+	 * (row, channel) is y > 0 there, and every result is the y path's, bit for bit */
+	if (vec && d.fuse_relu) {
+		bn_run kb = bn_kernels(d, g, x, z, dy, gm, bt, rm, rv, 0, 1);
+		size_t bad = 0;
+		for (size_t i = 0; i < nx; i++) {
+			/* y in NCHW order (from_act16); the bits in the NHWC tensor's order */
+			size_t n = i / (C * hw), c = i / hw % C, p = i % hw;
+			size_t j = (n * hw + p) * C + c;
+			bad += (kb.bits[j / BN_VEC] >> (j % BN_VEC) & 1u) != (k.y[i] > 0.0f);
+		}
+		ok(!bad, "%s: the bits are y > 0 (%zu of %zu differ)", w, bad, nx);
+		ok(!memcmp(kb.y.data(), k.y.data(), nx * sizeof(float)) &&
+		       !memcmp(kb.dx.data(), k.dx.data(), nx * sizeof(float)) &&
+		       (!d.fuse_add || !memcmp(kb.dz.data(), k.dz.data(), nx * sizeof(float))) &&
+		       !memcmp(kb.dg.data(), k.dg.data(), C * sizeof(float)) &&
+		       !memcmp(kb.db.data(), k.db.data(), C * sizeof(float)),
+		   "%s: y, dx, dz, dgamma, dbeta with the bits: the bits of the y path", w);
+	}
 	ref->ops->op_destroy(ref, op);
 	ref->ops->destroy(ref);
 }
@@ -340,6 +367,7 @@ int main(void)
 	const struct be_bn_desc bns[] = {
 	    {2, 3, 5, 7, 1e-5f, 1, 1},	{4, 32, 8, 8, 1e-3f, 1, 0},  {3, 64, 6, 5, 1e-5f, 0, 0},
 	    {2, 64, 9, 7, 1e-5f, 1, 1}, {3, 192, 5, 5, 1e-5f, 0, 1}, {9, 64, 37, 41, 1e-5f, 1, 1},
+	    {4, 128, 7, 6, 1e-5f, 1, 0},
 	};
 	for (size_t i = 0; i < sizeof(bns) / sizeof(bns[0]); i++) {
 		if (bns[i].c <= 64) /* NCHW: a block per channel (the emulation's cost) */

@@ -116,7 +116,10 @@ extern "C" int be_cuda_device_count(struct dp_error *err)
  * CUDNN_BATCHNORM_SPATIAL_PERSISTENT), the ReLU and the residual add fused into them where cuDNN
  * can (see cu_bn_create). In bf16 NHWC a batch norm
  * of a multiple of 64 channels runs the own kernels' vector versions (8 channels a thread, 16
- * bytes a load); DPTRAIN_CUDA_BN_VEC=0 at creation keeps the scalar ones (to compare).
+ * bytes a load); DPTRAIN_CUDA_BN_VEC=0 at creation keeps the scalar ones (to compare). With a
+ * ReLU, their training forward also keeps the mask as bits (a byte per 8 channels of a row), which
+ * the backward reads instead of y (2 bytes an element): the same gradient bit for bit, a sixteenth
+ * of the traffic; DPTRAIN_CUDA_BN_BITS=0 reads y (to compare).
  * t/unit/kernels_host.cc runs the own kernels on the host (t/unit/cuda_emu.h), on any machine.
  *
  * Determinism. Own kernels (batch norm's too: fixed-order sums, no atomics) and cuBLAS give the
@@ -291,6 +294,7 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	const char *layout = getenv(ENV_DPTRAIN_CUDA_LAYOUT);
 	const char *bn_vec = getenv(ENV_DPTRAIN_CUDA_BN_VEC);
 	const char *find = getenv(ENV_DPTRAIN_CUDA_CONV_FIND);
+	const char *bn_bits = getenv(ENV_DPTRAIN_CUDA_BN_BITS);
 	enum be_dtype dt = o ? o->act_dtype : BE_F32;
 	int count;
 	cudaError_t e;
@@ -344,6 +348,8 @@ extern "C" struct backend *be_cuda_create(int device, const struct be_cuda_opts 
 	ctx->dtype = dt;
 	/* DPTRAIN_CUDA_BN_VEC=0: the scalar kernels everywhere (to compare the two) */
 	ctx->bn_vec = !(bn_vec && strcmp(bn_vec, "0") == 0);
+	/* DPTRAIN_CUDA_BN_BITS=0: the vector kernels' backward reads y for the ReLU's mask */
+	ctx->bn_bits = !(bn_bits && strcmp(bn_bits, "0") == 0);
 	/* DPTRAIN_CUDA_CONV_FIND=0: cuDNN's heuristics alone; deterministic: always (a timed
 	 * choice may differ between runs, and with it the bits) */
 	ctx->conv_find = !ctx->deterministic && !(find && strcmp(find, "0") == 0);

@@ -234,16 +234,18 @@ static double *bn_scratch(struct backend *be, const struct bn_geom *g, int ncoef
 	return p;
 }
 
-/* The forward's element-wise pass on grid g: the vector kernel or the scalar one. */
+/* The forward's element-wise pass on grid g: the vector kernel (with bits, the ReLU's mask kept
+ * there too) or the scalar one. */
 template <typename T>
 static int bn_apply(struct backend *be, const struct bn_geom *g, const float *x, const float *z,
-		    const float *coef, float *y, int relu, const char *fn, const char *shape)
+		    const float *coef, float *y, int relu, uint8_t *bits, const char *fn,
+		    const char *shape)
 {
 	dim3 grid(g->chunks, g->slabs);
 
 	if (g->vec)
 		LAUNCH(k_bn_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
-		       (T *)y, relu);
+		       (T *)y, relu, bits);
 	else
 		LAUNCH(k_bn_apply<T>, grid, CU_THREADS, *g, (const T *)x, (const T *)z, coef,
 		       (T *)y, relu);
@@ -263,18 +265,30 @@ static int bn_own_fwd_train(struct backend *be, struct be_op *op, const float *x
 	dim3 grid(g->chunks, g->slabs);
 	float *coef;
 	double *part = bn_scratch(be, g, 3, &coef, fn);
+	uint8_t *bits = NULL;
 	int rv = -1;
 
 	if (!part)
 		return -1;
+	op->bn_bits_y = NULL;
+	/* the ReLU's mask as bits, made once an op (the bits of x's n x c x h x w) */
+	if (g->vec && d->fuse_relu && ctx_of(be)->bn_bits) {
+		if (!op->bn_bits)
+			op->bn_bits = (uint8_t *)arena_alloc(
+			    be, (size_t)d->n * d->c * d->h * d->w / BN_VEC, fn);
+		if (!op->bn_bits)
+			goto out;
+		bits = op->bn_bits;
+	}
 	if (g->vec)
 		LAUNCH_TRY(k_bn_stats_v<T>, grid, CU_THREADS, *g, (const T *)x, part);
 	else
 		LAUNCH_TRY(k_bn_stats<T>, grid, CU_THREADS, *g, (const T *)x, part);
 	LAUNCH_TRY(k_bn_stats_final, bn_final_blocks(g), CU_THREADS, *g, part, d->eps, momentum,
 		   gamma, beta_, save_mean, save_invstd, running_mean, running_var, coef);
-	if (bn_apply<T>(be, g, x, z, coef, y, d->fuse_relu, fn, shape) < 0)
+	if (bn_apply<T>(be, g, x, z, coef, y, d->fuse_relu, bits, fn, shape) < 0)
 		goto out;
+	op->bn_bits_y = bits ? y : NULL;
 	rv = 0;
 out:
 	arena_free(be, part);
@@ -294,9 +308,10 @@ static int bn_own_fwd_infer(struct backend *be, struct be_op *op, const float *x
 
 	if (!coef)
 		return -1;
+	op->bn_bits_y = NULL; /* y may be the last training forward's: its bits no longer hold */
 	LAUNCH_TRY(k_bn_infer_coef, grid_for((size_t)g->chans), CU_THREADS, g->chans, d->eps, gamma,
 		   beta_, running_mean, running_var, coef);
-	if (bn_apply<T>(be, g, x, z, coef, y, d->fuse_relu, fn, shape) < 0)
+	if (bn_apply<T>(be, g, x, z, coef, y, d->fuse_relu, NULL, fn, shape) < 0)
 		goto out;
 	rv = 0;
 out:
@@ -304,8 +319,9 @@ out:
 	return rv;
 }
 
-/* Reads x and dy (and y with fuse_relu) twice, writes dx and dz once; no scratch copy of an
- * aliased dx is needed (k_bn_bwd_apply reads each index before writing it). */
+/* Reads x and dy (and y with fuse_relu, or on the vector grid the bits the training forward that
+ * wrote this y kept) twice, writes dx and dz once; no scratch copy of an aliased dx is needed
+ * (k_bn_bwd_apply reads each index before writing it). */
 template <typename T>
 static int bn_own_bwd(struct backend *be, struct be_op *op, const float *x, const float *y,
 		      const float *dy, const float *gamma, const float *save_mean,
@@ -320,10 +336,15 @@ static int bn_own_bwd(struct backend *be, struct be_op *op, const float *x, cons
 	double *part = bn_scratch(be, g, 4, &coef, fn);
 	int rv = -1;
 
+	/* the forward's bits, where the last training forward wrote this very y */
+	const uint8_t *bits =
+	    g->vec && mask && op->bn_bits && op->bn_bits_y == y ? op->bn_bits : NULL;
+	const T *vmask = bits ? NULL : mask;
+
 	if (!part)
 		return -1;
 	if (g->vec)
-		LAUNCH_TRY(k_bn_bwd_stats_v<T>, grid, CU_THREADS, *g, (const T *)x, mask,
+		LAUNCH_TRY(k_bn_bwd_stats_v<T>, grid, CU_THREADS, *g, (const T *)x, vmask, bits,
 			   (const T *)dy, save_mean, part);
 	else
 		LAUNCH_TRY(k_bn_bwd_stats<T>, grid, CU_THREADS, *g, (const T *)x, mask,
@@ -331,7 +352,7 @@ static int bn_own_bwd(struct backend *be, struct be_op *op, const float *x, cons
 	LAUNCH_TRY(k_bn_bwd_final, bn_final_blocks(g), CU_THREADS, *g, part, gamma, save_mean,
 		   save_invstd, dgamma, dbeta, beta, coef);
 	if ((dx || dz) && g->vec)
-		LAUNCH_TRY(k_bn_bwd_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, mask,
+		LAUNCH_TRY(k_bn_bwd_apply_v<T>, grid, CU_THREADS, *g, (const T *)x, vmask, bits,
 			   (const T *)dy, coef, (T *)dx, beta, (T *)dz, bz);
 	else if (dx || dz)
 		LAUNCH_TRY(k_bn_bwd_apply<T>, grid, CU_THREADS, *g, (const T *)x, mask,

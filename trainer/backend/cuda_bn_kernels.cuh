@@ -410,15 +410,20 @@ template <typename T> __device__ static inline void bn_ld8(const T *p, float *v)
 		v[e] = ldf(h[e]);
 }
 
-template <typename T> __device__ static inline void bn_st8(T *p, const float *v)
+/* Returns bit e set where the stored (rounded) value e is above 0: the ReLU's mask (bn_grad's
+ * test on y, so the same gradient bit for bit). */
+template <typename T> __device__ static inline unsigned bn_st8(T *p, const float *v)
 {
 	constexpr int nq = sizeof(T) * BN_VEC / sizeof(uint4);
 	uint4 u[nq];
 	T h[BN_VEC];
+	unsigned pos = 0;
 
 #pragma unroll
-	for (int e = 0; e < BN_VEC; e++)
+	for (int e = 0; e < BN_VEC; e++) {
 		h[e] = to_act<T>(v[e]);
+		pos |= (ldf(h[e]) > 0.0f ? 1u : 0u) << e;
+	}
 	memcpy(u, h, sizeof(h));
 #pragma unroll
 	for (int q = 0; q < nq; q++) {
@@ -428,6 +433,18 @@ template <typename T> __device__ static inline void bn_st8(T *p, const float *v)
 		memcpy((char *)p + q * sizeof(uint4), &u[q], sizeof(uint4));
 #endif
 	}
+	return pos;
+}
+
+/* The ReLU's mask as y's stand-in: BN_VEC values of 1 or 0 from the byte of bits at the row's
+ * first channel (bit e: y > 0 at channel e), which bn_grad reads as it reads y. */
+__device__ static inline void bn_bits8(const uint8_t *bits, size_t i, float *v)
+{
+	unsigned b = bits[i / BN_VEC];
+
+#pragma unroll
+	for (int e = 0; e < BN_VEC; e++)
+		v[e] = (b >> e & 1u) ? 1.0f : 0.0f;
 }
 
 /* The partials of BN_VEC channels: bn_tree's sums (the same tree, the same order), for all 2 x
@@ -495,9 +512,10 @@ template <typename T> __global__ static void k_bn_stats_v(bn_geom g, const T *x,
 	bn_put8(g, t, part, s, ss);
 }
 
+/* The ReLU's mask from y, or (bits not NULL, y NULL) from the forward's bits: the same sums. */
 template <typename T>
-__global__ static void k_bn_bwd_stats_v(bn_geom g, const T *x, const T *y, const T *dy,
-					const float *save_mean, double *part)
+__global__ static void k_bn_bwd_stats_v(bn_geom g, const T *x, const T *y, const uint8_t *bits,
+					const T *dy, const float *save_mean, double *part)
 {
 	bn_part t = bn_place(g);
 	double sg[BN_VEC], sgx[BN_VEC], mean[BN_VEC];
@@ -522,6 +540,8 @@ __global__ static void k_bn_bwd_stats_v(bn_geom g, const T *x, const T *y, const
 				bn_ld8(dy + i[k], gv[k]);
 				if (y)
 					bn_ld8(y + i[k], yv[k]);
+				else if (bits)
+					bn_bits8(bits, i[k], yv[k]);
 				bn_ld8(x + i[k], xv[k]);
 			}
 #pragma unroll
@@ -530,7 +550,7 @@ __global__ static void k_bn_bwd_stats_v(bn_geom g, const T *x, const T *y, const
 					continue;
 #pragma unroll
 				for (int e = 0; e < BN_VEC; e++) {
-					double gd = bn_grad(y ? yv[k][e] : 1.0f, gv[k][e]);
+					double gd = bn_grad(y || bits ? yv[k][e] : 1.0f, gv[k][e]);
 					sg[e] += gd;
 					sgx[e] += gd * (xv[k][e] - mean[e]);
 				}
@@ -540,9 +560,11 @@ __global__ static void k_bn_bwd_stats_v(bn_geom g, const T *x, const T *y, const
 	bn_put8(g, t, part, sg, sgx);
 }
 
+/* With relu and bits, also the ReLU's mask: a byte of bits per row and BN_VEC channels, at
+ * bits[i / BN_VEC] for the row's first channel i (bn_st8's). */
 template <typename T>
 __global__ static void k_bn_apply_v(bn_geom g, const T *x, const T *z, const float *coef, T *y,
-				    int relu)
+				    int relu, uint8_t *bits)
 {
 	bn_part t = bn_place(g);
 	float mean[BN_VEC], scale[BN_VEC], shift[BN_VEC];
@@ -581,14 +603,17 @@ __global__ static void k_bn_apply_v(bn_geom g, const T *x, const T *z, const flo
 					v = __fadd_rn(v, zv[k][e]);
 				o[e] = relu && !(v > 0.0f) ? 0.0f : v;
 			}
-			bn_st8(y + i[k], o);
+			unsigned pos = bn_st8(y + i[k], o);
+			if (relu && bits)
+				bits[i[k] / BN_VEC] = (uint8_t)pos;
 		}
 	}
 }
 
 template <typename T>
-__global__ static void k_bn_bwd_apply_v(bn_geom g, const T *x, const T *y, const T *dy,
-					const float *coef, T *dx, float beta, T *dz, float bz)
+__global__ static void k_bn_bwd_apply_v(bn_geom g, const T *x, const T *y, const uint8_t *bits,
+					const T *dy, const float *coef, T *dx, float beta, T *dz,
+					float bz)
 {
 	bn_part t = bn_place(g);
 	float mean[BN_VEC], k[BN_VEC], kx[BN_VEC], k0[BN_VEC];
@@ -616,6 +641,8 @@ __global__ static void k_bn_bwd_apply_v(bn_geom g, const T *x, const T *y, const
 			bn_ld8(dy + i[u], gv[u]);
 			if (y)
 				bn_ld8(y + i[u], yv[u]);
+			else if (bits)
+				bn_bits8(bits, i[u], yv[u]);
 			if (dx)
 				bn_ld8(x + i[u], xv[u]);
 			if (rdx)
@@ -630,7 +657,7 @@ __global__ static void k_bn_bwd_apply_v(bn_geom g, const T *x, const T *y, const
 			float ov[BN_VEC], oh[BN_VEC];
 #pragma unroll
 			for (int e = 0; e < BN_VEC; e++) {
-				float gu = bn_grad(y ? yv[u][e] : 1.0f, gv[u][e]);
+				float gu = bn_grad(y || bits ? yv[u][e] : 1.0f, gv[u][e]);
 				float v = __fmaf_rn(
 				    k[e], gu,
 				    __fmaf_rn(kx[e], __fsub_rn(dx ? xv[u][e] : 0.0f, mean[e]),

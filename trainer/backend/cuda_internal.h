@@ -73,7 +73,8 @@ struct cu_ctx {
 	int nhwc;	     /* activations NHWC (half modes), else NCHW */
 	unsigned bn_wave;    /* bf16: blocks of the own BN partial kernels the GPU runs at once */
 	int bn_vec;	     /* bf16 NHWC: the own BN's vector kernels where a shape allows them */
-	int conv_find;	     /* convolutions: algorithms timed by cudnnFind, not only listed */
+	int bn_bits;   /* bn_vec with a ReLU: the forward keeps the mask as bits for the backward */
+	int conv_find; /* convolutions: algorithms timed by cudnnFind, not only listed */
 	struct cu_conv_pick *picks; /* conv_find: what it chose, one entry per shape */
 	size_t npicks, picks_cap;
 	cudaStream_t stream;
@@ -120,6 +121,11 @@ struct be_op {
 	/* bn: bn_own: own kernels (bf16) on the grid bn_geom, no cuDNN descriptor */
 	int bn_own;
 	struct bn_geom bn_geom;
+	/* bn_own with a ReLU on the vector grid: the mask of the last training forward (a bit an
+	 * element, arena memory held while the op lives) and the y it was written with: the
+	 * backward given that y reads the bits instead */
+	uint8_t *bn_bits;
+	const void *bn_bits_y;
 };
 
 static inline struct cu_ctx *ctx_of(struct backend *be)

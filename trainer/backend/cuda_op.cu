@@ -48,9 +48,9 @@ int op_is(struct backend *be, const struct be_op *op, enum cu_kind kind, const c
 
 void cu_op_destroy(struct backend *be, struct be_op *op)
 {
-	(void)be;
 	if (!op)
 		return;
+	arena_free(be, op->bn_bits);
 	if (op->xd)
 		cudnnDestroyTensorDescriptor(op->xd);
 	if (op->yd)
