@@ -86,16 +86,22 @@ static int algo_ok(struct cu_ctx *ctx, cudnnStatus_t status, cudnnMathType_t mat
 		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
 	} while (0)
 
+/* A list's length (cuDNN's *MaxCount, at most 64) into max_, the descriptor at its math type. */
+#define LIST_START(maxcount, max_)                                                                 \
+	do {                                                                                       \
+		DNN_RET(maxcount(ctx->dnn, &(max_)));                                              \
+		if ((max_) > 64 || (max_) < 1)                                                     \
+			(max_) = 64;                                                               \
+		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+	} while (0)
+
 /* The three passes' algorithms: cuDNN's heuristics in order of expected speed, the first one
  * allowed; else the always-supported, deterministic one. The lists are sized by *MaxCount. */
 #define PICK(perf_t, maxcount, heuristic, wsize, fb_algo, algo_f, ws_f, math_f, ...)               \
 	do {                                                                                       \
 		perf_t p_[64];                                                                     \
 		int max_ = 0, got_ = 0, found_ = 0;                                                \
-		DNN_RET(maxcount(ctx->dnn, &max_));                                                \
-		if (max_ > 64 || max_ < 1)                                                         \
-			max_ = 64;                                                                 \
-		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+		LIST_START(maxcount, max_);                                                        \
 		DNN_RET(heuristic(ctx->dnn, __VA_ARGS__, max_, &got_, p_));                        \
 		SELECT(p_, got_, found_, wsize, algo_f, ws_f, math_f, __VA_ARGS__);                \
 		if (!found_) {                                                                     \
@@ -134,10 +140,7 @@ static int pick_algos(struct backend *be, struct be_op *op, const char *fn, cons
 	do {                                                                                       \
 		perf_t p_[64];                                                                     \
 		int max_ = 0, got_ = 0, found_ = 0;                                                \
-		DNN_RET(maxcount(ctx->dnn, &max_));                                                \
-		if (max_ > 64 || max_ < 1)                                                         \
-			max_ = 64;                                                                 \
-		DNN_RET(cudnnSetConvolutionMathType(op->cd, fallback));                            \
+		LIST_START(maxcount, max_);                                                        \
 		if (find fargs == CUDNN_STATUS_SUCCESS)                                            \
 			SELECT(p_, got_, found_, wsize, algo_f, ws_f, math_f, __VA_ARGS__);        \
 	} while (0)
@@ -176,6 +179,19 @@ static int same_shape(const struct cu_conv_pick *p, const struct be_conv_desc *d
 	       p->kh == d->kh && p->kw == d->kw && p->stride == d->stride && p->pad == d->pad;
 }
 
+/* The three passes' algorithm, workspace and math type, from one holder to the other. */
+#define COPY_ALGOS(to, from)                                                                       \
+	do {                                                                                       \
+		(to)->fwd_algo = (from)->fwd_algo, (to)->fwd_ws = (from)->fwd_ws;                  \
+		(to)->fwd_math = (from)->fwd_math;                                                 \
+		(to)->bwd_data_algo = (from)->bwd_data_algo;                                       \
+		(to)->bwd_data_ws = (from)->bwd_data_ws;                                           \
+		(to)->bwd_data_math = (from)->bwd_data_math;                                       \
+		(to)->bwd_filter_algo = (from)->bwd_filter_algo;                                   \
+		(to)->bwd_filter_ws = (from)->bwd_filter_ws;                                       \
+		(to)->bwd_filter_math = (from)->bwd_filter_math;                                   \
+	} while (0)
+
 /* cuDNN's fastest algorithms for op's shape, timed once per shape on scratch buffers of the
  * shape (their contents do not matter to the timing) and kept in ctx->picks; where the device
  * has no room for the scratch, or the search fails, the heuristics' picks stay. */
@@ -196,11 +212,7 @@ static int find_algos(struct backend *be, struct be_op *op, const char *fn, cons
 		p = &ctx->picks[i];
 		if (!same_shape(p, d))
 			continue;
-		op->fwd_algo = p->fwd_algo, op->fwd_ws = p->fwd_ws, op->fwd_math = p->fwd_math;
-		op->bwd_data_algo = p->bwd_data_algo, op->bwd_data_ws = p->bwd_data_ws;
-		op->bwd_data_math = p->bwd_data_math;
-		op->bwd_filter_algo = p->bwd_filter_algo, op->bwd_filter_ws = p->bwd_filter_ws;
-		op->bwd_filter_math = p->bwd_filter_math;
+		COPY_ALGOS(op, p);
 		return 0;
 	}
 	if (ctx->npicks == ctx->picks_cap) {
@@ -226,15 +238,13 @@ static int find_algos(struct backend *be, struct be_op *op, const char *fn, cons
 	p = &ctx->picks[ctx->npicks++];
 	p->n = d->n, p->c = d->c, p->h = d->h, p->w = d->w, p->k = d->k;
 	p->kh = d->kh, p->kw = d->kw, p->stride = d->stride, p->pad = d->pad;
-	p->fwd_algo = op->fwd_algo, p->fwd_ws = op->fwd_ws, p->fwd_math = op->fwd_math;
-	p->bwd_data_algo = op->bwd_data_algo, p->bwd_data_ws = op->bwd_data_ws;
-	p->bwd_data_math = op->bwd_data_math;
-	p->bwd_filter_algo = op->bwd_filter_algo, p->bwd_filter_ws = op->bwd_filter_ws;
-	p->bwd_filter_math = op->bwd_filter_math;
+	COPY_ALGOS(p, op);
 	return 0;
 }
+#undef COPY_ALGOS
 #undef FIND
 #undef SELECT
+#undef LIST_START
 
 /* Convolutions: data, filters and the output in the act type, float32 compute; in NHWC the filters
  * too (K x KH x KW x C in memory: what cuDNN's NHWC kernels take). The bias (1, k) is added by an
