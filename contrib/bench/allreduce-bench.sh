@@ -29,25 +29,15 @@ set -euo pipefail
 top=$(cd "$(dirname "$0")/../.." && pwd)
 bench=${DPTRAIN_BUILD_DIR:-$top/build}/bench/allreduce-bench
 python=${PYTHON-/usr/bin/python3}
-chroot_dir=${CHROOT:-} chroot_top=${CHROOT_TOP:-}
+# shellcheck source=contrib/bench/chroot-lib.sh
+. "$top/contrib/bench/chroot-lib.sh"
 worlds=${WORLDS:-2 4} runs=${RUNS:-3} iters=${ITERS:-20} nodes=${NODES:-}
 sizes=${*:-11.2 44.8 102}
 if [ ! -x "$bench" ]; then
 	echo "allreduce-bench.sh: no $bench: run 'make bench' (or set DPTRAIN_BUILD_DIR)" >&2
 	exit 1
 fi
-if [ -n "$chroot_dir" ] && { [ -z "$chroot_top" ] || [ ! -d "$chroot_dir$chroot_top" ]; }; then
-	echo "allreduce-bench.sh: CHROOT_TOP='$chroot_top': an empty directory in $chroot_dir is needed to bind this tree at" >&2
-	exit 1
-fi
-# the chroot's python, with /proc, /dev, /sys and this tree bound in a private mount namespace
-# shellcheck disable=SC2016 # the inner shell expands them
-in_chroot() {
-	unshare -m --propagation private sh -c 'r=$1 t=$2 top=$3; shift 3
-		mount --rbind /proc "$r/proc" && mount --rbind /dev "$r/dev" &&
-		mount --rbind /sys "$r/sys" && mount --bind "$top" "$r$t" && exec chroot "$r" "$@"' \
-		sh "$chroot_dir" "$chroot_top" "$top" "$@"
-}
+chroot_check allreduce-bench.sh
 dir=$(mktemp -d /tmp/dptrain-allreduce-bench.XXXXXX)
 commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown) # the tree measured, as it was at the start
 trap 'rm -rf "$dir"' EXIT

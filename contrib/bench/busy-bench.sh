@@ -21,7 +21,9 @@
 # logged intervals after the first; cpu_busy: the share of the machine's CPU time that was busy
 # over the measured steps, neighbour_cpu: the share the busy process took) and, at the end, the
 # median of each configuration and its busy / idle ratio as a markdown table. JSONL=FILE also
-# appends the JSON lines to FILE (doc/perf/DATE-busy.jsonl, say).
+# appends the JSON lines to FILE (doc/perf/DATE-busy.jsonl, say). CHROOT and CHROOT_TOP (as
+# allreduce-bench.sh's, run as root): PyTorch's ranks run under that root's /usr/bin/python3
+# (Debian 13's PyTorch 2.6, say) instead of PYTHON; the busy process and dptrain stay outside.
 #
 #   contrib/bench/busy-bench.sh [ROUNDS] [STEPS]    (default 3, 120; needs a build in build/)
 set -eu
@@ -38,7 +40,24 @@ sampler=
 trap '[ -z "$busy" ] || kill "$busy" 2>/dev/null || true; [ -z "$sampler" ] || kill "$sampler" 2>/dev/null || true; rm -rf "$work"' EXIT
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
 commit=$(git -C "$top" rev-parse --short HEAD 2>/dev/null || echo unknown)
-torch=$($py -c 'import torch; print(torch.__version__)')
+# shellcheck source=contrib/bench/chroot-lib.sh
+. "$top/contrib/bench/chroot-lib.sh"
+chroot_check busy-bench.sh
+# SCRIPT (of this tree) under PyTorch's python, PYTHON or the chroot's, for at most 600 s
+torch_py() { # SCRIPT ARGS...
+	local s=$1
+	shift
+	if [ -n "$chroot_dir" ]; then
+		in_chroot timeout 600 /usr/bin/python3 "$chroot_top/${s#"$top"/}" "$@"
+	else
+		timeout 600 "$py" "$s" "$@"
+	fi
+}
+if [ -n "$chroot_dir" ]; then
+	torch=$(in_chroot /usr/bin/python3 -c 'import torch; print(torch.__version__)')
+else
+	torch=$($py -c 'import torch; print(torch.__version__)')
+fi
 
 # Each tool prints its img/s and the wall-clock window it was measured over (epoch seconds).
 dptrain_ips() { # MODEL RANKS THREADS
@@ -58,7 +77,7 @@ print("%.1f %.3f %.3f" % (statistics.median([e["img_per_s"] for e in ev][1:]), e
 PY
 }
 torch_ips() { # MODEL RANKS THREADS
-	timeout 600 "$py" "$top/contrib/bench/busy-ddp.py" --model "$1" --nproc "$2" --threads "$3" \
+	torch_py "$top/contrib/bench/busy-ddp.py" --model "$1" --nproc "$2" --threads "$3" \
 		--steps "$steps" | "$py" -c 'import json,sys; r = json.load(sys.stdin); print("%.1f %.3f %.3f" % (r["img_s"], *r["window"]))' ||
 		echo 0 0 0
 }

@@ -84,7 +84,9 @@ def main():
                "--steps", str(a.steps), "--warmup", str(a.warmup), "--timeout", str(a.timeout)]
         procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, env=dict(
             os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r),
-            WORLD_SIZE=str(a.nproc), LOCAL_RANK=str(r), OMP_NUM_THREADS=str(a.threads)))
+            WORLD_SIZE=str(a.nproc), LOCAL_RANK=str(r), OMP_NUM_THREADS=str(a.threads),
+            # Debian's PyTorch 2.x has no libuv, which its TCPStore asks for by default
+            USE_LIBUV=os.environ.get("USE_LIBUV", "0")))
             for r in range(a.nproc)]
         try:
             rcs = [p.wait(timeout=a.timeout) for p in procs]
