@@ -192,9 +192,21 @@ static int same_shape(const struct cu_conv_pick *p, const struct be_conv_desc *d
 		(to)->bwd_filter_math = (from)->bwd_filter_math;                                   \
 	} while (0)
 
-/* cuDNN's fastest algorithms for op's shape, timed once per shape on scratch buffers of the
- * shape (their contents do not matter to the timing) and kept in ctx->picks; where the device
- * has no room for the scratch, or the search fails, the heuristics' picks stay. */
+/* The choice timed for op's shape by an earlier op, copied into op: 1, else 0. */
+static int picked_before(struct cu_ctx *ctx, struct be_op *op)
+{
+	for (size_t i = 0; i < ctx->npicks; i++)
+		if (same_shape(&ctx->picks[i], &op->d.conv)) {
+			COPY_ALGOS(op, &ctx->picks[i]);
+			return 1;
+		}
+	return 0;
+}
+
+/* cuDNN's fastest algorithms for op's shape (not picked before), timed on scratch buffers of
+ * the shape (their contents do not matter to the timing) and kept in ctx->picks; where the
+ * device has no room for the scratch, or the search fails, the heuristics' picks (made before)
+ * stay. */
 static int find_algos(struct backend *be, struct be_op *op, const char *fn, const char *shape)
 {
 	struct cu_ctx *ctx = ctx_of(be);
@@ -208,13 +220,6 @@ static int find_algos(struct backend *be, struct be_op *op, const char *fn, cons
 	char *x;
 	int rv;
 
-	for (size_t i = 0; i < ctx->npicks; i++) {
-		p = &ctx->picks[i];
-		if (!same_shape(p, d))
-			continue;
-		COPY_ALGOS(op, p);
-		return 0;
-	}
 	if (ctx->npicks == ctx->picks_cap) {
 		size_t ncap = ctx->picks_cap ? 2 * ctx->picks_cap : 32;
 		p = (struct cu_conv_pick *)realloc(ctx->picks, ncap * sizeof(*p));
@@ -288,8 +293,10 @@ static struct be_op *cu_conv_create(struct backend *be, struct be_conv_desc *d)
 			shape, on, oc, oh, ow, d->n, d->k, d->oh, d->ow);
 		goto fail;
 	}
-	if (pick_algos(be, op, fn, shape) < 0 ||
-	    (ctx_of(be)->conv_find && find_algos(be, op, fn, shape) < 0))
+	/* a shape timed before takes its choice; else the heuristics' pick, then the timed one */
+	if (!(ctx_of(be)->conv_find && picked_before(ctx_of(be), op)) &&
+	    (pick_algos(be, op, fn, shape) < 0 ||
+	     (ctx_of(be)->conv_find && find_algos(be, op, fn, shape) < 0)))
 		goto fail;
 	return op;
 fail:
